@@ -1,0 +1,220 @@
+"""DataStream and KeyedStream: the fluent API in the shape of Flink's DataStream API.
+
+Every call records a transformation in the environment's logical graph and returns a new
+stream; nothing runs until ``Environment.execute``. Naming calls (``name``, ``uid``,
+``set_parallelism``, ``disable_chaining``) configure the transformation that produced the
+stream and return the same stream, so they chain::
+
+    counts = (env.from_collection(lines).flat_map(str.split).name("split")
+              .key_by(lambda w: w).count().uid("counts"))
+"""
+
+from __future__ import annotations
+
+import operator as _op
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from epochal.api.functions import ProcessFunction, as_process_function
+from epochal.connectors.base import Sink
+from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
+from epochal.errors import PlanError
+from epochal.plan.logical import Transformation
+from epochal.plan.partitioners import (BroadcastPartitioner, CustomPartitioner, ForwardPartitioner,
+                                       KeyGroupPartitioner, Partitioner, RebalancePartitioner)
+from epochal.runtime.operators import (CountAggregate, FilterOperator, FlatMapOperator, FoldAggregate,
+                                       KeyedReduceOperator, MapOperator, Operator, ProcessOperator,
+                                       ReduceAggregate, SinkOperator, emit_key_value, emit_value)
+
+if TYPE_CHECKING:
+    from epochal.api.environment import Environment
+
+
+def _check_callable(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise PlanError(f"{what}() takes a function, got {type(fn).__name__}: {fn!r}")
+
+
+class CollectedStream:
+    """Handle of a ``collect()`` sink: its records, once the job has run."""
+
+    def __init__(self, env: Environment, collect_id: str) -> None:
+        self._env = env
+        self.collect_id = collect_id
+
+    def get(self) -> list[Any]:
+        """The records the sink received in the last execution of the environment."""
+        result = self._env.last_result
+        if result is None:
+            raise PlanError("the job has not been executed yet: call env.execute() first")
+        return result.collected.get(self.collect_id, [])
+
+    def __iter__(self):
+        return iter(self.get())
+
+
+class DataStream:
+    """A stream of records produced by one transformation."""
+
+    def __init__(self, env: Environment, node: Transformation) -> None:
+        self.env = env
+        self.node = node
+
+    # ---------------------------------------------------------------- configuration
+    def name(self, name: str) -> DataStream:
+        """Name the operator that produced this stream (shown in plans, metrics, errors)."""
+        self.node.name = name
+        return self
+
+    def uid(self, uid: str) -> DataStream:
+        """Give the operator a stable id; its state is matched by this id on restore."""
+        self.node.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        """Run this operator with its own parallelism."""
+        if self.node.is_virtual:
+            raise PlanError("set_parallelism() applies to operators, not to partitioning calls")
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise PlanError(f"parallelism must be a positive int, got {parallelism!r}")
+        self.node.parallelism = parallelism
+        return self
+
+    def disable_chaining(self) -> DataStream:
+        """Never fuse this operator with its neighbours (its own subtask and channels)."""
+        self.node.chaining = False
+        return self
+
+    # ---------------------------------------------------------------- transformations
+    def _add(self, kind: str, name: str, operator: Operator, functions: list[Any],
+             inputs: list[int] | None = None) -> DataStream:
+        node = self.env.graph.add(kind, name, inputs if inputs is not None else [self.node.id],
+                                  operator=operator, functions=functions)
+        return DataStream(self.env, node)
+
+    def map(self, fn: Callable[[Any], Any]) -> DataStream:
+        """One output record per input record."""
+        _check_callable(fn, "map")
+        return self._add("map", "Map", MapOperator(fn), [fn])
+
+    def filter(self, fn: Callable[[Any], bool]) -> DataStream:
+        """Keep the records for which ``fn`` is true."""
+        _check_callable(fn, "filter")
+        return self._add("filter", "Filter", FilterOperator(fn), [fn])
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any] | None]) -> DataStream:
+        """Any number of output records per input record (``fn`` returns an iterable)."""
+        _check_callable(fn, "flat_map")
+        return self._add("flat_map", "FlatMap", FlatMapOperator(fn), [fn])
+
+    def process(self, fn: ProcessFunction | Callable[..., Any]) -> DataStream:
+        """Run a :class:`ProcessFunction` (or ``fn(value, ctx)``) that emits any number of records."""
+        function = as_process_function(fn)
+        return self._add("process", "Process", ProcessOperator(function, self._key_selector()), [function])
+
+    def union(self, *others: DataStream) -> DataStream:
+        """Merge streams of the same kind of record into one."""
+        for other in others:
+            if other.env is not self.env:
+                raise PlanError("union() needs streams of the same Environment")
+        return self._add("union", "Union", Operator(), [], inputs=[self.node.id] + [o.node.id for o in others])
+
+    # ---------------------------------------------------------------- partitioning
+    def _partition(self, partitioner: Partitioner, kind: str) -> DataStream:
+        node = self.env.graph.add("partition", kind, [self.node.id], partitioner=partitioner)
+        return DataStream(self.env, node)
+
+    def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
+        """Partition by key: equal keys go to the same subtask, through their key group."""
+        _check_callable(key_selector, "key_by")
+        partitioner = KeyGroupPartitioner(key_selector, self.env.max_parallelism)
+        node = self.env.graph.add("partition", "KeyBy", [self.node.id], partitioner=partitioner,
+                                  functions=[key_selector])
+        return KeyedStream(self.env, node, key_selector)
+
+    def forward(self) -> DataStream:
+        """Subtask i sends to subtask i (requires equal parallelism; allows chaining)."""
+        return self._partition(ForwardPartitioner(), "Forward")
+
+    def rebalance(self) -> DataStream:
+        """Round robin over all downstream subtasks: evens out skew."""
+        return self._partition(RebalancePartitioner(), "Rebalance")
+
+    def broadcast(self) -> DataStream:
+        """Every downstream subtask receives every record."""
+        return self._partition(BroadcastPartitioner(), "Broadcast")
+
+    def partition_custom(self, partitioner: Callable[[Any, int], int],
+                         key_selector: Callable[[Any], Any] = lambda record: record) -> DataStream:
+        """``partitioner(key, num_partitions) -> index`` picks the subtask for each record."""
+        _check_callable(partitioner, "partition_custom")
+        node = self.env.graph.add("partition", "Custom", [self.node.id],
+                                  partitioner=CustomPartitioner(partitioner, key_selector),
+                                  functions=[partitioner, key_selector])
+        return DataStream(self.env, node)
+
+    def _key_selector(self) -> Callable[[Any], Any] | None:
+        return None
+
+    # ---------------------------------------------------------------- sinks
+    def sink_to(self, sink: Sink, name: str | None = None) -> DataStream:
+        """Write the stream to ``sink`` (a file sink, a custom :class:`Sink`)."""
+        if not isinstance(sink, Sink):
+            raise PlanError(f"sink_to() takes an epochal Sink, got {type(sink).__name__}")
+        return self._add("sink", name or f"Sink: {type(sink).__name__}", SinkOperator(sink), [sink])
+
+    def print(self, prefix: str = "") -> DataStream:
+        """Print every record on its worker's stdout (``N> record`` with the subtask number)."""
+        return self.sink_to(PrintSink(prefix), name="Sink: print")
+
+    def discard(self) -> DataStream:
+        """Consume and drop every record (benchmarks)."""
+        return self.sink_to(DiscardSink(), name="Sink: discard")
+
+    def collect(self, name: str | None = None) -> CollectedStream:
+        """Send every record to the driver; ``.get()`` on the handle returns them after execute."""
+        stream = self.sink_to(CollectSink(), name=name or "Sink: collect")
+        collect_id = f"collect-{stream.node.id}"
+        stream.node.collect_id = collect_id
+        return CollectedStream(self.env, collect_id)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key; aggregations and ``process`` see one key at a time.
+
+    Aggregations are rolling, as in Flink: every input record produces the key's updated
+    aggregate, so the last output per key is its final value.
+    """
+
+    def __init__(self, env: Environment, node: Transformation, key_selector: Callable[[Any], Any]) -> None:
+        super().__init__(env, node)
+        self.key_selector = key_selector
+
+    def _key_selector(self) -> Callable[[Any], Any] | None:
+        return self.key_selector
+
+    def _aggregate(self, kind: str, name: str, aggregate: Callable[[Any, Any], Any],
+                   emit: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
+        operator = KeyedReduceOperator(self.key_selector, aggregate, emit)
+        return self._add(kind, name, operator, [self.key_selector, *functions])
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
+        """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record."""
+        _check_callable(fn, "reduce")
+        return self._aggregate("reduce", "Reduce", ReduceAggregate(fn), emit_value, [fn])
+
+    def count(self) -> DataStream:
+        """Rolling count per key; emits ``(key, count)``."""
+        return self._aggregate("count", "Count", CountAggregate(), emit_key_value, [])
+
+    def sum(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Rolling sum of ``value(record)`` (the record itself by default); emits ``(key, sum)``."""
+        return self._aggregate("sum", "Sum", FoldAggregate(value, _op.add), emit_key_value, [value])
+
+    def min(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Rolling minimum of ``value(record)``; emits ``(key, min)``."""
+        return self._aggregate("min", "Min", FoldAggregate(value, min), emit_key_value, [value])
+
+    def max(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Rolling maximum of ``value(record)``; emits ``(key, max)``."""
+        return self._aggregate("max", "Max", FoldAggregate(value, max), emit_key_value, [value])

@@ -1,0 +1,166 @@
+"""The Environment: where a job is built and from which it is executed on Spark."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from epochal.api.datastream import DataStream
+from epochal.config import EngineConfig
+from epochal.connectors.base import Source
+from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
+from epochal.control import spark as spark_support
+from epochal.control.client import JobClient, JobResult
+from epochal.control.jobmaster import JobMaster
+from epochal.errors import PlanError
+from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
+from epochal.plan.jobgraph import JobGraph, build_job_graph
+from epochal.plan.logical import LogicalGraph
+from epochal.runtime.protocol import TOKEN_BYTES
+from epochal.runtime.worker import Bootstrap
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class Environment:
+    """Builds a dataflow and runs it as long-lived workers on Spark.
+
+    Args:
+        parallelism: default parallelism of every operator (each may set its own).
+        spark: an existing SparkSession to run on; by default one is started (or the active one
+            reused) with master ``local[N]``.
+        master: Spark master URL used when epochal starts the session itself.
+        config: runtime tuning (batch size, credits, timeouts); keyword overrides are applied on top.
+    """
+
+    def __init__(self, parallelism: int = 2, *, spark: SparkSession | None = None, master: str | None = None,
+                 config: EngineConfig | None = None, **overrides: Any) -> None:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise PlanError(f"parallelism must be a positive int, got {parallelism!r}")
+        self.parallelism = parallelism
+        try:
+            self.config = replace(config or EngineConfig(), **overrides)
+        except TypeError as error:
+            raise PlanError(f"unknown Environment option: {error}") from error
+        if parallelism > self.config.max_parallelism:
+            raise PlanError(f"parallelism {parallelism} exceeds max_parallelism {self.config.max_parallelism}")
+        self._spark = spark
+        self.master = master
+        self.graph = LogicalGraph()
+        self.last_result: JobResult | None = None
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.config.max_parallelism
+
+    @property
+    def spark(self) -> SparkSession:
+        """The SparkSession jobs run on (started on first use)."""
+        if self._spark is None:
+            self._spark = spark_support.create_session(self.master, self.parallelism)
+        return self._spark
+
+    # ---------------------------------------------------------------- sources
+    def from_source(self, source: Source, name: str | None = None) -> DataStream:
+        """A stream read from any :class:`Source` (files, sequences, your own)."""
+        if not isinstance(source, Source):
+            raise PlanError(f"from_source() takes an epochal Source, got {type(source).__name__}")
+        node = self.graph.add("source", name or f"Source: {type(source).__name__}", [], source=source,
+                              functions=[source])
+        return DataStream(self, node)
+
+    def from_collection(self, items: Sequence[Any]) -> DataStream:
+        """A bounded stream of the given records."""
+        return self.from_source(CollectionSource(items), "Source: collection")
+
+    def from_sequence(self, start: int = 0, end: int | None = None, rate: float | None = None) -> DataStream:
+        """The integers ``start .. end-1`` (unbounded if ``end`` is None), optionally paced at ``rate``/s."""
+        return self.from_source(SequenceSource(start, end, rate), "Source: sequence")
+
+    def from_generator(self, fn: Callable[[int], Any], count: int | None = None,
+                       rate: float | None = None) -> DataStream:
+        """``fn(i)`` for each index ``i < count`` (unbounded if None); ``fn`` must be deterministic."""
+        if not callable(fn):
+            raise PlanError(f"from_generator() takes a function of the index, got {type(fn).__name__}")
+        return self.from_source(GeneratorSource(fn, count, rate), "Source: generator")
+
+    def read_text(self, path: str) -> DataStream:
+        """Lines of a text file, a directory of them, or a glob pattern."""
+        from epochal.connectors.files import TextFileSource
+
+        return self.from_source(TextFileSource(path), f"Source: text {path}")
+
+    def read_csv(self, path: str, **options: Any) -> DataStream:
+        """Rows of CSV files as dicts (see :class:`~epochal.connectors.files.CsvFileSource`)."""
+        from epochal.connectors.files import CsvFileSource
+
+        return self.from_source(CsvFileSource(path, **options), f"Source: csv {path}")
+
+    def read_parquet(self, path: str, **options: Any) -> DataStream:
+        """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`)."""
+        from epochal.connectors.files import ParquetFileSource
+
+        return self.from_source(ParquetFileSource(path, **options), f"Source: parquet {path}")
+
+    # ---------------------------------------------------------------- planning and execution
+    def plan(self) -> JobGraph:
+        """The chained job graph the current streams would run as (see ``JobGraph.describe``)."""
+        return build_job_graph(self.graph, self.parallelism, self.max_parallelism)
+
+    def execute_async(self, job_name: str = "epochal job") -> JobClient:
+        """Plan, ship and start the job; returns at once with a :class:`JobClient`."""
+        job = self.plan()
+        graph = build_execution_graph(job)
+        job_id = uuid.uuid4().hex[:12]
+        deployment = Deployment(job_name, job_id, graph, self.config)
+        functions: dict[str, list[Any]] = {}
+        for node in self.graph.nodes:
+            functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
+        blob = serialize_deployment(deployment, functions)
+
+        spark = self.spark
+        slots_hint = spark_support.check_slots(spark, graph.num_workers)
+        local = spark_support.is_local(spark)
+        token = secrets.token_bytes(TOKEN_BYTES)
+        bind_host = "127.0.0.1" if local else ""
+        collect_ids = [n.collect_id for n in self.graph.nodes if n.collect_id]
+        launcher: spark_support.SparkJobLauncher | None = None
+
+        def submit(jm: JobMaster) -> None:
+            nonlocal launcher
+            bootstrap = Bootstrap(spark_support.driver_host(spark), jm.address[1], token, job_id,
+                                  self.config.registration_timeout, bind_host)
+            launcher = spark_support.SparkJobLauncher(spark, bootstrap, graph.num_workers, job_name)
+            launcher.submit(jm)
+
+        def cancel_spark() -> None:
+            if launcher is not None:
+                launcher.cancel()
+
+        jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
+                              collect_ids, submit, cancel_spark, slots_hint)
+        jobmaster.start()
+        return JobClient(jobmaster)
+
+    def execute(self, job_name: str = "epochal job", timeout: float | None = None) -> JobResult:
+        """Run the job until it finishes (bounded sources) and return its result.
+
+        Raises:
+            JobFailedError: a user function raised, a worker died, or Spark failed the job.
+            InsufficientSlotsError: Spark cannot run all workers at once.
+        """
+        client = self.execute_async(job_name)
+        try:
+            result = client.result(timeout)
+        except TimeoutError:
+            client.cancel(wait=True, timeout=30)
+            raise
+        except KeyboardInterrupt:
+            client.cancel(wait=True, timeout=30)
+            raise
+        self.last_result = result
+        return result

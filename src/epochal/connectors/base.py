@@ -1,0 +1,102 @@
+"""The interfaces every source and sink implements.
+
+A :class:`Source` is a picklable description built on the driver. When the job is planned it is
+cut into :class:`SourceSplit` objects (a file, a slice of a sequence, a partition of a log); the
+splits are shipped to the workers and divided among the source's subtasks. Every split reports
+its read position and can seek back to one, which is what checkpoints record and recovery uses.
+
+A :class:`Sink` is likewise a picklable description; each sink subtask creates one
+:class:`SinkWriter` on its worker.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+class SourceSplit(ABC):
+    """One independently readable part of a source, read by exactly one source subtask.
+
+    The life cycle on the worker is ``open()``, optionally ``seek(position)``, then
+    ``read_batch()`` until it returns ``None``, then ``close()``.
+    """
+
+    #: A name unique within its source, stable across runs (used as the key of its position).
+    split_id: str
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Acquire resources (open files); called on the worker before the first read."""
+
+    @abstractmethod
+    def read_batch(self, max_records: int) -> list[Any] | None:
+        """Return up to ``max_records`` next records.
+
+        An empty list means "nothing available right now" (unbounded splits); ``None`` means the
+        split is exhausted and will never return records again.
+        """
+
+    @abstractmethod
+    def position(self) -> Any:
+        """The read position of the next record to be returned: small and picklable."""
+
+    @abstractmethod
+    def seek(self, position: Any) -> None:
+        """Continue reading at ``position``, a value returned earlier by :meth:`position`."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called once, also after a failure."""
+
+
+class Source(ABC):
+    """A picklable description of where records come from."""
+
+    #: True when every split ends by itself; a job whose sources are all bounded finishes.
+    bounded: bool = True
+
+    @abstractmethod
+    def create_splits(self, parallelism: int) -> list[SourceSplit]:
+        """Cut the source into splits, on the driver, for ``parallelism`` reading subtasks.
+
+        Errors here (a missing file, a bad pattern) surface at submit time, before Spark runs.
+        """
+
+
+@dataclass
+class SinkContext:
+    """What a sink writer knows about the subtask that runs it."""
+
+    operator_name: str
+    subtask_index: int
+    parallelism: int
+    #: Sends a picklable payload to the driver over the control connection (used by collect).
+    send_to_driver: Callable[[Any], None]
+
+
+class SinkWriter(ABC):
+    """Writes the records of one sink subtask."""
+
+    @abstractmethod
+    def write_batch(self, records: list[Any]) -> None:
+        """Write a batch of records, in order."""
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make everything written so far durable or visible; called when input ends."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called once, also after a failure."""
+
+
+class Sink(ABC):
+    """A picklable description of where records go."""
+
+    @abstractmethod
+    def create_writer(self, context: SinkContext) -> SinkWriter:
+        """Create the writer of one sink subtask, on its worker."""
+
+
+def assign_splits(splits: list[SourceSplit], subtask_index: int, parallelism: int) -> list[SourceSplit]:
+    """The splits subtask ``subtask_index`` of ``parallelism`` reads: round robin by split order."""
+    return splits[subtask_index::parallelism]

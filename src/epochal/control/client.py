@@ -1,0 +1,107 @@
+"""Handles the driver gets for a submitted job: :class:`JobClient` while it runs,
+:class:`JobResult` when it finished."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.errors import EpochalError
+
+
+@dataclass
+class JobResult:
+    """What a finished job produced: collected records and final metrics."""
+
+    job_name: str
+    job_id: str
+    duration_s: float
+    collected: dict[str, list[Any]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def records_processed(self) -> int:
+        """Records handled by all workers (each record counted once per chain it enters)."""
+        return sum(m.get("records_processed", 0) for m in self.metrics.values())
+
+    def operator_records(self) -> dict[str, int]:
+        """Records that entered each operator, summed over its subtasks."""
+        totals: dict[str, int] = {}
+        for metrics in self.metrics.values():
+            for key, count in metrics.get("operators", {}).items():
+                name = key.rsplit("#", 1)[0]
+                totals[name] = totals.get(name, 0) + count
+        return totals
+
+
+class JobClient:
+    """A running job: wait for it, cancel it, look at its workers and metrics."""
+
+    def __init__(self, jobmaster: JobMaster) -> None:
+        self._jobmaster = jobmaster
+
+    @property
+    def job_id(self) -> str:
+        return self._jobmaster.job_id
+
+    @property
+    def status(self) -> JobStatus:
+        return self._jobmaster.status
+
+    def workers(self) -> dict[int, dict[str, Any]]:
+        """Registered workers: pid, host and data port of each (for tools and fault injection)."""
+        return {i: {"pid": w.pid, "host": w.host, "hostname": w.hostname, "data_port": w.data_port,
+                    "attempt": w.attempt} for i, w in list(self._jobmaster.workers.items())}
+
+    def jobmaster_address(self) -> tuple[str, int]:
+        return self._jobmaster.address
+
+    def metrics(self) -> dict[int, dict[str, Any]]:
+        """The latest metrics of each worker (sent with its heartbeats)."""
+        return self._jobmaster.snapshot_metrics()
+
+    def collected(self, sink: Any) -> list[Any]:
+        """Records a collect sink received so far (the list grows while the job runs)."""
+        return list(self._jobmaster.collected.get(getattr(sink, "collect_id", sink), []))
+
+    def wait_until_running(self, timeout: float = 120.0) -> None:
+        """Block until every worker has registered (or the job ended)."""
+        deadline = time.monotonic() + timeout
+        jm = self._jobmaster
+        while time.monotonic() < deadline and not jm.done.is_set():
+            if jm.status == JobStatus.RUNNING and len(jm.workers) == jm.num_workers and \
+                    all(w.ready for w in jm.workers.values()):
+                return
+            time.sleep(0.02)
+        if jm.done.is_set() and jm.error is not None:
+            raise jm.error
+        if not jm.done.is_set():
+            raise TimeoutError(f"job not running after {timeout} s (status {jm.status.value})")
+
+    def cancel(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop the job: workers stop cleanly and the Spark job ends (killed if they do not)."""
+        self._jobmaster.cancel()
+        if wait:
+            self._jobmaster.done.wait(timeout)
+
+    def result(self, timeout: float | None = None) -> JobResult:
+        """Wait for the job to end; return its result or raise the error that ended it."""
+        if not self._jobmaster.done.wait(timeout):
+            raise TimeoutError(f"job {self.job_id} still {self.status.value} after {timeout} s")
+        jm = self._jobmaster
+        if jm.error is not None:
+            raise _fresh(jm.error)
+        return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, dict(jm.collected),
+                         jm.snapshot_metrics())
+
+
+def _fresh(error: EpochalError) -> EpochalError:
+    """Raise a copy so the traceback points at the caller, not at a previous raise."""
+    try:
+        copy = type(error)(*error.args)
+        copy.__dict__.update(error.__dict__)
+        return copy
+    except Exception:
+        return error

@@ -1,0 +1,178 @@
+"""Everything epochal asks of Spark: Java, a session, free task slots, and one job of W tasks.
+
+The workers are the tasks of one Spark job, ``parallelize(range(W), W).mapPartitions(worker)``,
+submitted from a background thread of the driver in its own job group so that it can be
+cancelled as a unit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+from epochal.errors import EnvironmentSetupError, InsufficientSlotsError, JavaNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from epochal.control.jobmaster import JobMaster
+    from epochal.runtime.worker import Bootstrap
+
+MIN_JAVA = 17
+_JAVA_HELP = ("Spark 4 needs a Java runtime, version 17 or newer. Install one (for example "
+              "'apt-get install openjdk-17-jre-headless', or a JDK from adoptium.net) and make sure "
+              "'java' is on PATH or JAVA_HOME points to it.")
+
+
+def find_java() -> str | None:
+    """Path of the java executable Spark will use: JAVA_HOME first, then PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = os.path.join(home, "bin", "java")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("java")
+
+
+def check_java() -> int:
+    """Return the major version of the Java runtime, or raise :class:`JavaNotFoundError`."""
+    java = find_java()
+    if java is None:
+        raise JavaNotFoundError(f"no Java runtime found (JAVA_HOME unset or wrong, no 'java' on PATH). {_JAVA_HELP}")
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise JavaNotFoundError(f"'{java} -version' could not run ({error}). {_JAVA_HELP}") from error
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if match is None:
+        raise JavaNotFoundError(f"cannot tell the version of {java}: {result.stderr.strip()[:200]!r}. {_JAVA_HELP}")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):
+        major = int(match.group(2))  # "1.8.0" style
+    if major < MIN_JAVA:
+        raise JavaNotFoundError(f"{java} is Java {major}. {_JAVA_HELP}")
+    return major
+
+
+def default_master(parallelism: int) -> str:
+    """The embedded default: ``local[N]`` with at least as many slots as the job's workers."""
+    return f"local[{max(parallelism, os.cpu_count() or 1, 4)}]"
+
+
+def create_session(master: str | None, parallelism: int, app_name: str = "epochal",
+                   conf: dict[str, str] | None = None) -> SparkSession:
+    """Get the active SparkSession or start one with settings that suit long-running workers."""
+    check_java()
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(master or default_master(parallelism))
+    settings = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        **(conf or {}),
+    }
+    if master and not master.startswith("local"):
+        settings.pop("spark.driver.host")
+        settings.pop("spark.driver.bindAddress")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as error:
+        raise EnvironmentSetupError(f"Spark could not start: {error}") from error
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def local_slots(master: str) -> int | None:
+    """Task slots of a ``local`` master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``)."""
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master)
+    if match is None:
+        return None
+    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+
+
+def check_slots(spark: SparkSession, workers: int) -> str:
+    """Fail fast when Spark can certainly not run ``workers`` tasks at once.
+
+    For ``local`` masters the slot count is exact; on a cluster executors may still come and go,
+    so only a hint is returned and the JobMaster's registration timeout bounds the wait.
+    """
+    sc = spark.sparkContext
+    slots = local_slots(sc.master)
+    if slots is not None:
+        if workers > slots:
+            raise InsufficientSlotsError(
+                f"the job needs {workers} workers running at the same time but Spark master '{sc.master}' has "
+                f"only {slots} task slots. Lower the parallelism to {slots} or start Spark with "
+                f"master 'local[{workers}]' or more")
+        return f" (master '{sc.master}' has {slots} slots; other jobs may be using some)"
+    return f" (Spark reports a default parallelism of {sc.defaultParallelism})"
+
+
+def is_local(spark: SparkSession) -> bool:
+    return spark.sparkContext.master.startswith("local")
+
+
+def driver_host(spark: SparkSession) -> str:
+    """Address at which executors reach the driver (loopback in local mode)."""
+    if is_local(spark):
+        return "127.0.0.1"
+    return spark.sparkContext.getConf().get("spark.driver.host") or "127.0.0.1"
+
+
+class SparkJobLauncher:
+    """Runs the workers as one Spark job in its own job group, on a background thread."""
+
+    def __init__(self, spark: SparkSession, bootstrap: Bootstrap, num_workers: int, job_name: str) -> None:
+        self.spark = spark
+        self.bootstrap = bootstrap
+        self.num_workers = num_workers
+        self.group = f"epochal-{bootstrap.job_id}"
+        self.job_name = job_name
+
+    def submit(self, jobmaster: JobMaster) -> None:
+        """Start the Spark job; its end (result or error) is reported to ``jobmaster``."""
+        from pyspark import InheritableThread
+
+        thread = InheritableThread(target=self._run, args=(jobmaster,), name="epochal-spark-job", daemon=True)
+        thread.start()
+
+    def _run(self, jobmaster: JobMaster) -> None:
+        from functools import partial
+
+        from epochal.runtime.worker import run_worker_partition
+
+        sc = self.spark.sparkContext
+        results: list[Any] | None = None
+        error: BaseException | None = None
+        try:
+            sc.setJobGroup(self.group, f"epochal job {self.job_name}", interruptOnCancel=True)
+            rdd = sc.parallelize(range(self.num_workers), self.num_workers)
+            results = rdd.mapPartitions(partial(run_worker_partition, self.bootstrap)).collect()
+        except BaseException as caught:  # noqa: BLE001 - reported to the JobMaster, which decides
+            error = caught
+        jobmaster.spark_finished(results, error)
+
+    def cancel(self) -> None:
+        """Kill the Spark job (its Python workers included)."""
+        try:
+            self.spark.sparkContext.cancelJobGroup(self.group)
+        except Exception:
+            pass
+
+

@@ -1,0 +1,44 @@
+"""Every error epochal raises on purpose: one readable message that says what to do.
+
+Users catch :class:`EpochalError` to handle any of them; the subclasses say which stage failed
+(building the plan, starting Spark, running the job) so a caller can react precisely.
+"""
+
+from __future__ import annotations
+
+
+class EpochalError(Exception):
+    """Base class of every error epochal raises deliberately."""
+
+
+class PlanError(EpochalError):
+    """The dataflow cannot be built: a bad parameter, an invalid edge, an unpicklable function."""
+
+
+class EnvironmentSetupError(EpochalError):
+    """Spark or Java cannot be started or is unsuitable (missing Java, too few task slots)."""
+
+
+class JavaNotFoundError(EnvironmentSetupError):
+    """No Java 17+ runtime was found; Spark cannot start without one."""
+
+
+class InsufficientSlotsError(EnvironmentSetupError):
+    """Spark cannot run all workers of a job at the same time."""
+
+
+class JobFailedError(EpochalError):
+    """The job failed while running; the message names the cause (operator, worker, traceback)."""
+
+    def __init__(self, message: str, *, operator: str | None = None, worker: int | None = None):
+        super().__init__(message)
+        self.operator = operator
+        self.worker = worker
+
+
+class JobCancelledError(EpochalError):
+    """The job was cancelled before it finished; results of a cancelled job are incomplete."""
+
+
+class SourceError(EpochalError):
+    """A source cannot be read (missing file, malformed record, bad position)."""

@@ -1,0 +1,87 @@
+"""Key groups: the stable mapping key -> key group -> subtask (papers/001 §3.1.2).
+
+``key_group = murmur3_32(stable_key_bytes(key)) mod max_parallelism``. Subtask ``i`` of ``p``
+owns the contiguous range ``[ceil(i*maxP/p), ceil((i+1)*maxP/p) - 1]``, which is exactly the
+set of key groups ``g`` with ``g * p // maxP == i``. Python's ``hash()`` is salted per process
+and never decides placement: keys are hashed from an encoding that is equal for equal keys in
+every process, on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import struct
+from typing import Any
+
+import mmh3
+
+_PACK_LEN = struct.Struct("!I").pack
+
+
+def stable_key_bytes(key: Any) -> bytes:
+    """Encode ``key`` to bytes that are equal whenever the keys are equal (``==``).
+
+    Keys that compare equal in Python (``1 == 1.0 == True``) share one encoding, so they share
+    one key group, just as they share one entry in a dict of keyed state.
+
+    Raises:
+        TypeError: for a key type without a stable encoding; the message lists the supported ones.
+    """
+    kind = type(key)
+    if kind is str:
+        return b"s" + key.encode("utf-8", "surrogatepass")
+    if kind is int or kind is bool:
+        return b"i" + str(int(key)).encode()
+    if kind is bytes:
+        return b"y" + key
+    if key is None:
+        return b"n"
+    if kind is float:
+        if key.is_integer():
+            return b"i" + str(int(key)).encode()
+        return b"f" + repr(key).encode()
+    if isinstance(key, (tuple, list)):
+        parts = [b"t", _PACK_LEN(len(key))]
+        for item in key:
+            encoded = stable_key_bytes(item)
+            parts.append(_PACK_LEN(len(encoded)))
+            parts.append(encoded)
+        return b"".join(parts)
+    if isinstance(key, str):
+        return stable_key_bytes(str(key))
+    if isinstance(key, int):
+        return stable_key_bytes(int(key))
+    if isinstance(key, float):
+        return stable_key_bytes(float(key))
+    if isinstance(key, (bytearray, memoryview)):
+        return b"y" + bytes(key)
+    if isinstance(key, (datetime.datetime, datetime.date, datetime.time)):
+        return b"d" + key.isoformat().encode()
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return stable_key_bytes(dataclasses.astuple(key))
+    item = getattr(key, "item", None)  # numpy scalars
+    if callable(item) and type(key).__module__ == "numpy":
+        return stable_key_bytes(item())
+    raise TypeError(
+        f"key {key!r} of type {kind.__name__} has no stable encoding; key_by must return "
+        "str, bytes, int, float, bool, None, date/time, a dataclass, a numpy scalar, "
+        "or a tuple of these"
+    )
+
+
+def key_group_of(key: Any, max_parallelism: int) -> int:
+    """The key group of ``key``: the same in every process for equal keys."""
+    return mmh3.hash(stable_key_bytes(key), 0, False) % max_parallelism
+
+
+def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:
+    """The index of the subtask (of ``parallelism``) that owns ``key_group``."""
+    return key_group * parallelism // max_parallelism
+
+
+def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> range:
+    """The contiguous key groups owned by ``subtask`` of ``parallelism`` (may be empty)."""
+    start = -(-subtask * max_parallelism // parallelism)
+    end = -(-(subtask + 1) * max_parallelism // parallelism)
+    return range(start, end)

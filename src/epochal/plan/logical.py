@@ -1,0 +1,61 @@
+"""The logical graph: what the user's DataStream calls recorded, before any planning.
+
+Each call on a DataStream appends one :class:`Transformation`. Partitioning calls
+(``key_by``, ``rebalance``, ...) append *virtual* transformations that only say how the next
+edge is partitioned; planning folds them into edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochal.connectors.base import Sink, Source
+from epochal.plan.partitioners import Partitioner
+from epochal.runtime.operators import Operator
+
+
+@dataclass
+class Transformation:
+    """One node of the logical graph.
+
+    Exactly one of ``source``, ``operator``, ``partitioner`` is set: a source node, an
+    operator node (map, sink, union, ...) or a virtual partitioning node.
+    """
+
+    id: int
+    kind: str
+    name: str
+    inputs: list[int]
+    source: Source | None = None
+    operator: Operator | None = None
+    partitioner: Partitioner | None = None
+    parallelism: int | None = None
+    uid: str | None = None
+    chaining: bool = True
+    #: The user function(s) inside, for clear "cannot be serialised" errors at submit time.
+    functions: list[Any] = field(default_factory=list)
+    #: Set on sinks that collect to the driver: the key of their results.
+    collect_id: str | None = None
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.partitioner is not None
+
+
+@dataclass
+class LogicalGraph:
+    """All transformations of one environment, in creation order (inputs always come first)."""
+
+    nodes: list[Transformation] = field(default_factory=list)
+
+    def add(self, kind: str, name: str, inputs: list[int], **fields: Any) -> Transformation:
+        node = Transformation(id=len(self.nodes), kind=kind, name=name, inputs=inputs, **fields)
+        self.nodes.append(node)
+        return node
+
+    def __getitem__(self, node_id: int) -> Transformation:
+        return self.nodes[node_id]
+
+    def sink_ids(self) -> list[int]:
+        return [n.id for n in self.nodes if n.kind == "sink"]

@@ -1,0 +1,101 @@
+"""How records of one producer subtask are divided among the consumer subtasks of an edge.
+
+A partitioner works on a whole batch at once and returns one list per consumer channel (empty
+lists are skipped by the caller). Each producer subtask gets its own copy, so stateful
+partitioners (round robin) need no locking.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from epochal.plan.keygroups import key_group_of
+
+
+class Partitioner(ABC):
+    """Divides a batch among ``n`` consumer channels."""
+
+    #: A short name shown in plans and errors.
+    kind: str = "custom"
+    #: Forward edges connect subtask i only to subtask i (and allow chaining).
+    is_forward: bool = False
+
+    @abstractmethod
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        """Return ``n`` lists whose concatenation is a permutation of ``batch`` (order kept per list)."""
+
+
+class ForwardPartitioner(Partitioner):
+    """Subtask i sends to subtask i: the edge has exactly one channel per producer."""
+
+    kind = "forward"
+    is_forward = True
+
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        return [batch]
+
+
+class RebalancePartitioner(Partitioner):
+    """Round robin, record by record, continuing where the previous batch stopped."""
+
+    kind = "rebalance"
+
+    def __init__(self) -> None:
+        self.next_target = 0
+
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        start = self.next_target % n
+        self.next_target = (start + len(batch)) % n
+        # record k of the batch goes to target (start + k) % n
+        return [batch[(target - start) % n::n] for target in range(n)]
+
+
+class BroadcastPartitioner(Partitioner):
+    """Every consumer subtask receives every record."""
+
+    kind = "broadcast"
+
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        return [batch] * n
+
+
+class KeyGroupPartitioner(Partitioner):
+    """Sends a record to the subtask that owns its key's key group (papers/001 §3.1.2)."""
+
+    kind = "hash"
+
+    def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int) -> None:
+        self.key_selector = key_selector
+        self.max_parallelism = max_parallelism
+
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        targets: list[list[Any]] = [[] for _ in range(n)]
+        selector = self.key_selector
+        max_parallelism = self.max_parallelism
+        for record in batch:
+            group = key_group_of(selector(record), max_parallelism)
+            targets[group * n // max_parallelism].append(record)
+        return targets
+
+
+class CustomPartitioner(Partitioner):
+    """``partition(key, n) -> index`` chooses the consumer for each record's key."""
+
+    kind = "custom"
+
+    def __init__(self, partition: Callable[[Any, int], int], key_selector: Callable[[Any], Any]) -> None:
+        self.partition = partition
+        self.key_selector = key_selector
+
+    def split(self, batch: list[Any], n: int) -> list[list[Any]]:
+        targets: list[list[Any]] = [[] for _ in range(n)]
+        partition = self.partition
+        selector = self.key_selector
+        for record in batch:
+            index = partition(selector(record), n)
+            if not 0 <= index < n:
+                raise ValueError(f"custom partitioner returned {index!r}, expected an index in 0..{n - 1}")
+            targets[index].append(record)
+        return targets

@@ -1,0 +1,167 @@
+"""Channels with credit-based flow control, over TCP between workers or in memory inside one.
+
+A consumer grants each producer ``channel_credits`` batches per channel and returns one credit
+each time it has *processed* a batch. A producer without credit keeps further batches in its
+``pending`` queue, and a subtask with pending output is not scheduled: that is backpressure,
+and it stops at the sources. Because credit is only returned after processing, a consumer can
+*block* one channel (stop taking batches from it) while the others keep flowing; the most it
+then buffers is the credit it granted. In-band events (end of partition, and later barriers)
+need no credit but queue behind pending batches, so they stay in FIFO order with the data.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from epochal.runtime import protocol
+
+
+class Transport(Protocol):
+    """Moves batches and events of output channels to their consumers."""
+
+    def send_batch(self, channel: int, batch: list[Any]) -> None: ...
+
+    def send_event(self, channel: int, event: Any) -> None: ...
+
+
+class OutputChannel:
+    """The producer's end of one channel: credit, and batches waiting for credit."""
+
+    __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent")
+
+    def __init__(self, channel_id: int, credit: int, transport: Transport) -> None:
+        self.id = channel_id
+        self.credit = credit
+        self.pending: deque[tuple[bool, Any]] = deque()
+        self.transport = transport
+        self.batches_sent = 0
+        self.records_sent = 0
+
+    def send_batch(self, batch: list[Any]) -> None:
+        """Send now if credit allows and nothing is queued, else queue behind what is."""
+        if self.credit > 0 and not self.pending:
+            self._transmit(batch)
+        else:
+            self.pending.append((True, batch))
+
+    def send_event(self, event: Any) -> None:
+        """Send an in-band event after every batch sent before it."""
+        if self.pending:
+            self.pending.append((False, event))
+        else:
+            self.transport.send_event(self.id, event)
+
+    def add_credit(self, credit: int) -> None:
+        """The consumer processed batches: send what was waiting for credit."""
+        self.credit += credit
+        pending = self.pending
+        while pending and (self.credit > 0 or not pending[0][0]):
+            is_batch, item = pending.popleft()
+            if is_batch:
+                self._transmit(item)
+            else:
+                self.transport.send_event(self.id, item)
+
+    def _transmit(self, batch: list[Any]) -> None:
+        self.credit -= 1
+        self.batches_sent += 1
+        self.records_sent += len(batch)
+        self.transport.send_batch(self.id, batch)
+
+    @property
+    def backlogged(self) -> bool:
+        return bool(self.pending)
+
+
+class InputChannel:
+    """The consumer's end of one channel: what arrived and was not processed yet."""
+
+    __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled")
+
+    def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None]) -> None:
+        self.id = channel_id
+        self.subtask = subtask
+        self.queue: deque[tuple[bool, Any]] = deque()
+        self.blocked = False
+        self.ended = False
+        self.return_credit = return_credit
+        self.scheduled = False
+
+
+class PeerConnection:
+    """The one TCP connection to another worker, shared by all channels between the two.
+
+    A reader thread turns incoming frames into mailbox events; the mailbox thread is the only
+    writer, so sends need no lock.
+    """
+
+    def __init__(self, peer: int, sock: socket.socket, deliver: Callable[[tuple], None]) -> None:
+        self.peer = peer
+        self.sock = sock
+        self.deliver = deliver
+        self.closing = False
+        self.bytes_sent = 0
+        self.thread = threading.Thread(target=self._read_loop, name=f"epochal-peer-{peer}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _read_loop(self) -> None:
+        deliver = self.deliver
+        loads = protocol.loads
+        reason = "closed the connection"
+        try:
+            stream = self.sock.makefile("rb", buffering=1 << 16)
+            while True:
+                frame = protocol.read_frame(stream)
+                if frame is None:
+                    break
+                frame_type, channel, payload = frame
+                if frame_type == protocol.DATA:
+                    deliver(("data", channel, loads(payload)))
+                elif frame_type == protocol.CREDIT:
+                    deliver(("credit", channel, protocol.CREDIT_VALUE.unpack(payload)[0]))
+                elif frame_type == protocol.EVENT:
+                    deliver(("event", channel, loads(payload)))
+                else:
+                    raise protocol.ProtocolError(f"unexpected frame type {frame_type}")
+        except Exception as error:  # socket errors, protocol violations, undecodable payloads
+            reason = f"connection error: {type(error).__name__}: {error}"
+        if not self.closing:
+            deliver(("peer_lost", self.peer, reason))
+
+    def send_batch(self, channel: int, batch: list[Any]) -> None:
+        payload = protocol.dumps(batch)
+        self.bytes_sent += len(payload)
+        protocol.send_frame(self.sock, protocol.DATA, channel, payload)
+
+    def send_event(self, channel: int, event: Any) -> None:
+        protocol.send_frame(self.sock, protocol.EVENT, channel, protocol.dumps(event))
+
+    def send_credit(self, channel: int, credit: int) -> None:
+        protocol.send_frame(self.sock, protocol.CREDIT, channel, protocol.CREDIT_VALUE.pack(credit))
+
+    def close(self) -> None:
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class LocalTransport:
+    """Channels inside one worker: batches are handed over as objects, never serialised."""
+
+    def __init__(self, deliver_local: Callable[[int, bool, Any], None]) -> None:
+        self.deliver_local = deliver_local
+
+    def send_batch(self, channel: int, batch: list[Any]) -> None:
+        self.deliver_local(channel, True, batch)
+
+    def send_event(self, channel: int, event: Any) -> None:
+        self.deliver_local(channel, False, event)

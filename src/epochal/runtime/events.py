@@ -1,0 +1,13 @@
+"""In-band control events: they travel inside channels, in FIFO order with the records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EndOfPartition:
+    """The producer subtask will send nothing more on this channel."""
+
+
+END_OF_PARTITION = EndOfPartition()

@@ -1,0 +1,206 @@
+"""Operators: the code that runs inside subtasks, one batch of records at a time.
+
+Every operator turns an input batch into an output batch, so a chain of operators costs one
+Python call per operator per batch, not per record. User code raising inside an operator is
+wrapped in :class:`UserFunctionError`, which carries the operator's name to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
+from epochal.connectors.base import Sink, SinkContext, SinkWriter
+
+
+class UserFunctionError(Exception):
+    """A user function raised; ``operator`` names the operator it ran in."""
+
+    def __init__(self, operator: str, error: BaseException) -> None:
+        super().__init__(f"{operator}: {type(error).__name__}: {error}")
+        self.operator = operator
+        self.error = error
+
+
+class Operator:
+    """Base operator: identity. Subclasses override :meth:`process_batch`."""
+
+    name: str = ""
+    uid: str = ""
+
+    def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
+        """Prepare for the first batch (create writers, call user ``open``)."""
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        """Return the output for ``batch``; must not mutate ``batch`` (it may be shared)."""
+        return batch
+
+    def end_input(self) -> list[Any]:
+        """All input has arrived: return final output (if any) and make results visible."""
+        return []
+
+    def close(self) -> None:
+        """Release resources; called once, also after a failure."""
+
+
+class MapOperator(Operator):
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        return list(map(self.fn, batch))
+
+
+class FilterOperator(Operator):
+    def __init__(self, fn: Callable[[Any], bool]) -> None:
+        self.fn = fn
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        return list(filter(self.fn, batch))
+
+
+class FlatMapOperator(Operator):
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        extend = out.extend
+        fn = self.fn
+        for record in batch:
+            produced = fn(record)
+            if produced is not None:
+                extend(produced)
+        return out
+
+
+class ProcessOperator(Operator):
+    """Runs a :class:`ProcessFunction`; on keyed streams it sets ``ctx.current_key`` per record."""
+
+    def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any] | None) -> None:
+        self.function = function
+        self.key_selector = key_selector
+        self.ctx: ProcessContext | None = None
+
+    def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
+        self.ctx = ProcessContext(context)
+        self.function.open(context)
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        extend = out.extend
+        ctx = self.ctx
+        process = self.function.process_element
+        selector = self.key_selector
+        for record in batch:
+            if selector is not None:
+                ctx.current_key = selector(record)  # type: ignore[union-attr]
+            produced = process(record, ctx)  # type: ignore[arg-type]
+            if produced is not None:
+                extend(produced)
+        return out
+
+    def close(self) -> None:
+        self.function.close()
+
+
+class KeyedReduceOperator(Operator):
+    """Rolling reduce per key: emits the new accumulated record for every input (Flink's ``reduce``).
+
+    ``aggregate`` maps (accumulator or ``missing``, record) to the new accumulator; ``emit``
+    turns (key, accumulator) into the output record.
+    """
+
+    MISSING = object()
+
+    def __init__(self, key_selector: Callable[[Any], Any],
+                 aggregate: Callable[[Any, Any], Any],
+                 emit: Callable[[Any, Any], Any]) -> None:
+        self.key_selector = key_selector
+        self.aggregate = aggregate
+        self.emit = emit
+        # Per-key values; keyed managed state (per key group, snapshotted) replaces this dict.
+        self.values: dict[Any, Any] = {}
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        values = self.values
+        selector = self.key_selector
+        aggregate = self.aggregate
+        emit = self.emit
+        missing = self.MISSING
+        out = []
+        append = out.append
+        for record in batch:
+            key = selector(record)
+            value = aggregate(values.get(key, missing), record)
+            values[key] = value
+            append(emit(key, value))
+        return out
+
+
+class SinkOperator(Operator):
+    """Hands batches to a :class:`SinkWriter`; emits nothing."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.writer: SinkWriter | None = None
+
+    def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
+        self.writer = self.sink.create_writer(SinkContext(
+            operator_name=context.operator_name, subtask_index=context.subtask_index,
+            parallelism=context.parallelism, send_to_driver=send_to_driver))
+
+    def process_batch(self, batch: list[Any]) -> list[Any]:
+        self.writer.write_batch(batch)  # type: ignore[union-attr]
+        return []
+
+    def end_input(self) -> list[Any]:
+        self.writer.flush()  # type: ignore[union-attr]
+        return []
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+_MISSING = KeyedReduceOperator.MISSING
+
+
+class ReduceAggregate:
+    """``reduce(fn)``: the first record, then ``fn(accumulator, record)``."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, acc: Any, record: Any) -> Any:
+        return record if acc is _MISSING else self.fn(acc, record)
+
+
+class CountAggregate:
+    """``count()``: the number of records seen for the key."""
+
+    def __call__(self, acc: Any, record: Any) -> int:
+        return 1 if acc is _MISSING else acc + 1
+
+
+class FoldAggregate:
+    """``sum``/``min``/``max``: folds ``value(record)`` with a binary function."""
+
+    def __init__(self, value: Callable[[Any], Any] | None, combine: Callable[[Any, Any], Any]) -> None:
+        self.value = value
+        self.combine = combine
+
+    def __call__(self, acc: Any, record: Any) -> Any:
+        value = record if self.value is None else self.value(record)
+        return value if acc is _MISSING else self.combine(acc, value)
+
+
+def emit_value(key: Any, value: Any) -> Any:
+    """Output of ``reduce``: the accumulated record itself."""
+    return value
+
+
+def emit_key_value(key: Any, value: Any) -> tuple[Any, Any]:
+    """Output of ``count``/``sum``/``min``/``max``: ``(key, aggregate)``."""
+    return (key, value)

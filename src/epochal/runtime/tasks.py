@@ -1,0 +1,232 @@
+"""Subtasks: one parallel instance of a vertex (a chain of operators) with its channels.
+
+A batch enters a subtask at the head of its chain, runs through the chained operators as
+plain calls and leaves through :class:`EdgeOutput` objects, which partition it into per-channel
+buffers and send full buffers as batches. Source subtasks pull from their splits instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from epochal.api.functions import RuntimeContext
+from epochal.connectors.base import SourceSplit
+from epochal.plan.jobgraph import ChainedNode
+from epochal.plan.keygroups import key_group_range
+from epochal.plan.partitioners import Partitioner
+from epochal.runtime.channels import InputChannel, OutputChannel
+from epochal.runtime.events import END_OF_PARTITION, EndOfPartition
+from epochal.runtime.operators import Operator, UserFunctionError
+
+
+class EdgeOutput:
+    """A producer subtask's side of one job edge: partitioner, channels and their buffers."""
+
+    __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single")
+
+    def __init__(self, partitioner: Partitioner, channels: list[OutputChannel], batch_size: int) -> None:
+        self.partitioner = partitioner
+        self.channels = channels
+        self.buffers: list[list[Any]] = [[] for _ in channels]
+        self.batch_size = batch_size
+        self.single = len(channels) == 1
+
+    def emit(self, batch: list[Any]) -> None:
+        """Add records to the per-channel buffers; send the buffers that are full."""
+        if self.single:
+            parts = [batch]
+        else:
+            parts = self.partitioner.split(batch, len(self.channels))
+        buffers = self.buffers
+        size = self.batch_size
+        for index, part in enumerate(parts):
+            if not part:
+                continue
+            buffer = buffers[index]
+            if not buffer and len(part) >= size:
+                self.channels[index].send_batch(part)
+                continue
+            buffer.extend(part)
+            if len(buffer) >= size:
+                self.channels[index].send_batch(buffer)
+                buffers[index] = []
+
+    def flush(self) -> None:
+        """Send partly filled buffers (on the buffer timeout, when idle, before events)."""
+        for index, buffer in enumerate(self.buffers):
+            if buffer:
+                self.channels[index].send_batch(buffer)
+                self.buffers[index] = []
+
+    def send_event(self, event: Any) -> None:
+        self.flush()
+        for channel in self.channels:
+            channel.send_event(event)
+
+
+class ChainRunner:
+    """Runs one operator of a chain and passes its output on (chained children, edges)."""
+
+    __slots__ = ("name", "operator", "children", "outputs", "records_in")
+
+    def __init__(self, name: str, operator: Operator) -> None:
+        self.name = name
+        self.operator = operator
+        self.children: list[ChainRunner] = []
+        self.outputs: list[EdgeOutput] = []
+        self.records_in = 0
+
+    def push(self, batch: list[Any]) -> None:
+        self.records_in += len(batch)
+        try:
+            out = self.operator.process_batch(batch)
+        except UserFunctionError:
+            raise
+        except Exception as error:
+            raise UserFunctionError(self.name, error) from error
+        if out:
+            self._forward(out)
+
+    def _forward(self, out: list[Any]) -> None:
+        for child in self.children:
+            child.push(out)
+        for output in self.outputs:
+            output.emit(out)
+
+    def end_input(self) -> None:
+        try:
+            out = self.operator.end_input()
+        except Exception as error:
+            raise UserFunctionError(self.name, error) from error
+        if out:
+            self._forward(out)
+        for child in self.children:
+            child.end_input()
+
+
+class SourceReader:
+    """Reads a source subtask's splits one after the other."""
+
+    def __init__(self, splits: list[SourceSplit]) -> None:
+        self.splits = splits
+        self.current = 0
+        self.opened = False
+
+    def read(self, max_records: int) -> list[Any] | None:
+        """Next records; ``[]`` if none now, ``None`` once every split is exhausted."""
+        while self.current < len(self.splits):
+            split = self.splits[self.current]
+            if not self.opened:
+                split.open()
+                self.opened = True
+            records = split.read_batch(max_records)
+            if records is not None:
+                return records
+            split.close()
+            self.current += 1
+            self.opened = False
+        return None
+
+    def positions(self) -> dict[str, Any]:
+        """Read position of every split this subtask owns (exhausted ones included)."""
+        return {split.split_id: split.position() for split in self.splits}
+
+    def close(self) -> None:
+        if self.opened and self.current < len(self.splits):
+            self.splits[self.current].close()
+            self.opened = False
+
+
+class Subtask:
+    """One parallel instance of a vertex, hosted by a worker."""
+
+    def __init__(self, vertex_id: int, index: int, parallelism: int, name: str) -> None:
+        self.vertex_id = vertex_id
+        self.index = index
+        self.parallelism = parallelism
+        self.name = name
+        self.runners: list[ChainRunner] = []
+        self.head: ChainRunner | None = None
+        self.inputs: list[InputChannel] = []
+        self.outputs: list[EdgeOutput] = []
+        self.output_channels: list[OutputChannel] = []
+        self.reader: SourceReader | None = None
+        self.ended_inputs = 0
+        self.finished = False
+
+    @property
+    def backlogged(self) -> bool:
+        """True while some output channel holds batches waiting for credit."""
+        for channel in self.output_channels:
+            if channel.pending:
+                return True
+        return False
+
+    def open(self, nodes: dict[int, ChainedNode], node_ids: list[int], max_parallelism: int,
+             send_to_driver: Callable[[str | None, Any], None]) -> None:
+        """Open the chain's operators in order (user ``open`` hooks run here)."""
+        runners = {}
+        for node_id in node_ids:
+            node = nodes[node_id]
+            context = RuntimeContext(
+                operator_name=node.name, operator_uid=node.uid, subtask_index=self.index,
+                parallelism=self.parallelism, max_parallelism=max_parallelism,
+                key_groups=key_group_range(self.index, self.parallelism, max_parallelism))
+            collect_id = node.collect_id
+            try:
+                node.operator.open(context, lambda payload, cid=collect_id: send_to_driver(cid, payload))
+            except Exception as error:
+                raise UserFunctionError(node.name, error) from error
+            runner = ChainRunner(node.name, node.operator)
+            runners[node_id] = runner
+            self.runners.append(runner)
+        for node_id in node_ids:
+            runners[node_id].children = [runners[c] for c in nodes[node_id].children]
+        self.head = runners[node_ids[0]]
+
+    def on_batch(self, batch: list[Any]) -> None:
+        self.head.push(batch)  # type: ignore[union-attr]
+
+    def on_event(self, channel: InputChannel, event: Any) -> None:
+        if isinstance(event, EndOfPartition):
+            channel.ended = True
+            self.ended_inputs += 1
+            if self.ended_inputs == len(self.inputs):
+                self.finish()
+
+    def poll_source(self, max_records: int) -> int:
+        """Read and process one batch from the source; returns the number of records."""
+        records = self.reader.read(max_records)  # type: ignore[union-attr]
+        if records is None:
+            self.finish()
+            return 0
+        if records:
+            self.head.push(records)  # type: ignore[union-attr]
+        return len(records)
+
+    def flush(self) -> None:
+        for output in self.outputs:
+            output.flush()
+
+    def finish(self) -> None:
+        """All input processed: let operators emit final output, then end every output channel."""
+        self.head.end_input()  # type: ignore[union-attr]
+        for output in self.outputs:
+            output.send_event(END_OF_PARTITION)
+        if self.reader is not None:
+            self.reader.close()
+        self.finished = True
+
+    def close(self) -> None:
+        """Release operator resources; errors here are secondary and ignored."""
+        for runner in self.runners:
+            try:
+                runner.operator.close()
+            except Exception:
+                pass
+        if self.reader is not None:
+            try:
+                self.reader.close()
+            except Exception:
+                pass

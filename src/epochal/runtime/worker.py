@@ -1,0 +1,444 @@
+"""The worker: one long-lived Spark task that hosts subtasks and runs them in a mailbox loop.
+
+Life of a worker (see docs/architecture.md):
+
+1. open a data port, connect to the JobMaster, prove the job token, register;
+2. receive the deployment (the execution graph) and the peers' addresses;
+3. open one TCP connection to every other worker (token checked before any unpickling);
+4. report ready, wait for start, then run the mailbox loop until the job finishes, is
+   cancelled, or fails.
+
+One thread, the mailbox loop, runs all operators, so user code never sees concurrency.
+Helper threads only read sockets (turning frames into mailbox events) and send heartbeats.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from epochal.connectors.base import assign_splits
+from epochal.plan.execution import Deployment
+from epochal.runtime import protocol
+from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, PeerConnection
+from epochal.runtime.operators import UserFunctionError
+from epochal.runtime.tasks import EdgeOutput, SourceReader, Subtask
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """What a Spark task needs to find its JobMaster; travels in the Spark task closure."""
+
+    jobmaster_host: str
+    jobmaster_port: int
+    token: bytes
+    job_id: str
+    registration_timeout: float
+    #: Interface the worker's data port listens on: loopback for Spark local mode.
+    bind_host: str = ""
+
+
+class WorkerStopped(Exception):
+    """The JobMaster told this worker to stop (cancel, rejection, or the driver went away)."""
+
+
+class PeerLost(Exception):
+    """A data connection to another worker broke before this worker finished."""
+
+    def __init__(self, peer: int, reason: str) -> None:
+        super().__init__(f"lost the connection to worker {peer}: {reason}")
+        self.peer = peer
+
+
+def user_traceback(error: BaseException) -> str:
+    """The traceback of a user function's exception without epochal's own frames."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(error), error)
+    return "".join(lines)
+
+
+class Worker:
+    """Runs the subtasks that slot sharing places on worker ``index``."""
+
+    def __init__(self, bootstrap: Bootstrap, index: int, attempt: int = 0) -> None:
+        self.bootstrap = bootstrap
+        self.index = index
+        self.attempt = attempt
+        self.mailbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self.control: socket.socket | None = None
+        self.control_lock = threading.Lock()
+        self.listener: socket.socket | None = None
+        self.peers: dict[int, PeerConnection] = {}
+        self.subtasks: list[Subtask] = []
+        self.sources: list[Subtask] = []
+        self.in_channels: dict[int, InputChannel] = {}
+        self.out_channels: dict[int, OutputChannel] = {}
+        self.ready: deque[InputChannel] = deque()
+        self.deployment: Deployment | None = None
+        self.started = time.monotonic()
+        self.records_processed = 0
+        self.reported_finished = False
+        self.stopped = threading.Event()
+
+    # ------------------------------------------------------------------ control connection
+    def send_control(self, message: dict[str, Any]) -> None:
+        """Send one message to the JobMaster (thread safe: mailbox and heartbeat both send)."""
+        payload = protocol.dumps(message)
+        with self.control_lock:
+            protocol.send_frame(self.control, protocol.CONTROL, 0, payload)  # type: ignore[arg-type]
+
+    def _control_reader(self) -> None:
+        try:
+            stream = self.control.makefile("rb")  # type: ignore[union-attr]
+            while True:
+                frame = protocol.read_frame(stream)
+                if frame is None:
+                    break
+                self.mailbox.put(("control", protocol.loads(frame[2])))
+        except (OSError, protocol.ProtocolError):
+            pass
+        self.mailbox.put(("jobmaster_lost", "the driver closed the control connection"))
+
+    def _heartbeat_loop(self, interval: float) -> None:
+        while not self.stopped.wait(interval):
+            try:
+                self.send_control({"type": "heartbeat", "metrics": self.metrics()})
+            except OSError:
+                return
+
+    def _await_control(self, wanted: str, timeout: float) -> dict[str, Any]:
+        """Wait for a control message of type ``wanted`` before the mailbox loop runs."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerStopped(f"no '{wanted}' from the JobMaster within {timeout:.0f} s")
+            try:
+                event = self.mailbox.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if event[0] == "jobmaster_lost":
+                raise WorkerStopped(event[1])
+            if event[0] == "peer_lost":
+                raise PeerLost(event[1], event[2])
+            if event[0] != "control":
+                self._handle(event)  # early data from a faster peer
+                continue
+            message = event[1]
+            if message["type"] == wanted:
+                return message
+            if message["type"] in ("cancel", "reject", "shutdown"):
+                raise WorkerStopped(message.get("reason", message["type"]))
+
+    # ------------------------------------------------------------------ set-up
+    def _register(self) -> Deployment:
+        b = self.bootstrap
+        self.listener = socket.create_server((b.bind_host, 0), backlog=64)
+        self.control = socket.create_connection((b.jobmaster_host, b.jobmaster_port), timeout=30)
+        self.control.settimeout(None)
+        protocol.configure_socket(self.control)
+        protocol.send_frame(self.control, protocol.HELLO, 0, protocol.hello_payload(b.token, self.index))
+        threading.Thread(target=self._control_reader, name="epochal-control", daemon=True).start()
+        self.send_control({
+            "type": "register", "worker": self.index, "attempt": self.attempt, "pid": os.getpid(),
+            "host": self.control.getsockname()[0], "data_port": self.listener.getsockname()[1],
+            "hostname": socket.gethostname()})
+        message = self._await_control("deploy", b.registration_timeout + 30)
+        self.peer_addresses: dict[int, tuple[str, int]] = message["peers"]
+        return cloudpickle.loads(message["deployment"])
+
+    def _connect_peers(self, timeout: float) -> None:
+        """One connection per pair: connect to lower-numbered workers, accept higher ones."""
+        token = self.bootstrap.token
+        sockets: dict[int, socket.socket] = {}
+        for peer, (host, port) in sorted(self.peer_addresses.items()):
+            if peer < self.index:
+                sock = socket.create_connection((host, port), timeout=timeout)
+                sock.settimeout(None)
+                protocol.configure_socket(sock)
+                protocol.send_frame(sock, protocol.HELLO, 0, protocol.hello_payload(token, self.index))
+                sockets[peer] = sock
+        expected = {p for p in self.peer_addresses if p > self.index}
+        deadline = time.monotonic() + timeout
+        assert self.listener is not None
+        while expected:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"workers {sorted(expected)} did not connect within {timeout:.0f} s")
+            self.listener.settimeout(remaining)
+            sock, _ = self.listener.accept()
+            try:
+                sock.settimeout(5)
+                peer = protocol.check_hello(protocol.read_frame(sock.makefile("rb", buffering=0)), token)
+                if peer not in expected:
+                    raise protocol.ProtocolError(f"unexpected worker index {peer}")
+            except (OSError, protocol.ProtocolError):
+                sock.close()  # a stray or foreign connection: ignore it and keep waiting
+                continue
+            sock.settimeout(None)
+            protocol.configure_socket(sock)
+            sockets[peer] = sock
+            expected.discard(peer)
+        self.listener.close()  # nobody else may connect once the mesh is complete
+        self.listener = None
+        for peer, sock in sockets.items():
+            self.peers[peer] = PeerConnection(peer, sock, self.mailbox.put)
+
+    def _build(self, deployment: Deployment) -> None:
+        """Create this worker's subtasks, their channels and open their operators."""
+        graph = deployment.graph
+        job = graph.job
+        config = deployment.config
+        local = LocalTransport(self._deliver_local)
+        for channel in graph.channels:
+            producer_worker = graph.worker_of(channel.producer)
+            consumer_worker = graph.worker_of(channel.consumer)
+            if producer_worker == self.index:
+                transport = local if consumer_worker == self.index else self.peers[consumer_worker]
+                self.out_channels[channel.id] = OutputChannel(channel.id, config.channel_credits, transport)
+        for vertex_id, index in graph.subtasks_of_worker(self.index):
+            vertex = job.vertices[vertex_id]
+            subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
+            subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver)
+            runners = dict(zip(vertex.nodes, subtask.runners))
+            for node_id in vertex.nodes:
+                for edge_id in job.nodes[node_id].out_edges:
+                    channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
+                    output = EdgeOutput(job.edges[edge_id].partitioner, channels, config.batch_size)
+                    runners[node_id].outputs.append(output)
+                    subtask.outputs.append(output)
+                    subtask.output_channels.extend(channels)
+            for channel_id in graph.inputs[(vertex_id, index)]:
+                channel = graph.channels[channel_id]
+                producer_worker = graph.worker_of(channel.producer)
+                if producer_worker == self.index:
+                    give = self.out_channels[channel_id].add_credit
+                else:
+                    peer = self.peers[producer_worker]
+                    give = (lambda n, p=peer, c=channel_id: p.send_credit(c, n))
+                input_channel = InputChannel(channel_id, subtask, give)
+                self.in_channels[channel_id] = input_channel
+                subtask.inputs.append(input_channel)
+            if vertex.source is not None:
+                subtask.reader = SourceReader(assign_splits(graph.splits[vertex_id], index, vertex.parallelism))
+                self.sources.append(subtask)
+            self.subtasks.append(subtask)
+
+    # ------------------------------------------------------------------ mailbox loop
+    def _deliver_local(self, channel_id: int, is_batch: bool, item: Any) -> None:
+        channel = self.in_channels[channel_id]
+        channel.queue.append((is_batch, item))
+        if not channel.scheduled:
+            channel.scheduled = True
+            self.ready.append(channel)
+
+    def _handle(self, event: tuple) -> None:
+        kind = event[0]
+        if kind == "data" or kind == "event":
+            self._deliver_local(event[1], kind == "data", event[2])
+        elif kind == "credit":
+            self.out_channels[event[1]].add_credit(event[2])
+        elif kind == "control":
+            message = event[1]
+            if message["type"] in ("cancel", "shutdown"):
+                raise WorkerStopped(message.get("reason", message["type"]))
+        elif kind == "peer_lost":
+            if not self._all_finished():
+                raise PeerLost(event[1], event[2])
+        elif kind == "jobmaster_lost":
+            raise WorkerStopped(event[1])
+
+    def _drain_mailbox(self, timeout: float | None) -> bool:
+        """Handle queued events; wait up to ``timeout`` for the first one if none is queued."""
+        get = self.mailbox.get_nowait
+        try:
+            event = get() if timeout is None else self.mailbox.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        handle = self._handle
+        handle(event)
+        for _ in range(10_000):
+            try:
+                event = get()
+            except queue.Empty:
+                break
+            handle(event)
+        return True
+
+    def _run_inputs(self, budget: int) -> bool:
+        """Process up to ``budget`` queued batches, round robin over ready input channels."""
+        worked = False
+        ready = self.ready
+        for _ in range(len(ready)):
+            if budget <= 0 or not ready:
+                break
+            channel = ready.popleft()
+            subtask = channel.subtask
+            if channel.blocked or subtask.backlogged:
+                ready.append(channel)
+                continue
+            is_batch, item = channel.queue.popleft()
+            if is_batch:
+                self.records_processed += len(item)
+                subtask.on_batch(item)
+                channel.return_credit(1)
+                budget -= 1
+            else:
+                subtask.on_event(channel, item)
+            worked = True
+            if channel.queue:
+                ready.append(channel)
+            else:
+                channel.scheduled = False
+        return worked
+
+    def _run_sources(self, batch_size: int) -> bool:
+        worked = False
+        for subtask in self.sources:
+            if not subtask.finished and not subtask.backlogged:
+                count = subtask.poll_source(batch_size)
+                self.records_processed += count
+                worked = worked or count > 0 or subtask.finished
+        return worked
+
+    def _flush(self) -> None:
+        for subtask in self.subtasks:
+            if not subtask.finished:
+                subtask.flush()
+
+    def _all_finished(self) -> bool:
+        return all(s.finished for s in self.subtasks)
+
+    def _drained(self) -> bool:
+        return not any(c.pending for c in self.out_channels.values())
+
+    def _loop(self) -> None:
+        config = self.deployment.config  # type: ignore[union-attr]
+        batch_size = config.batch_size
+        buffer_timeout = config.buffer_timeout
+        last_flush = time.monotonic()
+        while True:
+            worked = self._drain_mailbox(None)
+            worked = self._run_inputs(32) or worked
+            worked = self._run_sources(batch_size) or worked
+            now = time.monotonic()
+            if not worked or now - last_flush >= buffer_timeout:
+                self._flush()
+                last_flush = now
+            if not self.reported_finished and self._all_finished() and self._drained():
+                self.reported_finished = True
+                self.send_control({"type": "finished", "metrics": self.metrics()})
+            if not worked:
+                idle_sources = any(not s.finished for s in self.sources)
+                self._drain_mailbox(0.005 if idle_sources else 0.2)
+
+    # ------------------------------------------------------------------ driver-facing
+    def _send_to_driver(self, collect_id: str | None, payload: Any) -> None:
+        self.send_control({"type": "collect", "id": collect_id, "worker": self.index, "records": payload})
+
+    def metrics(self) -> dict[str, Any]:
+        """A snapshot of counters, sent with heartbeats and at the end."""
+        operators = {}
+        for subtask in list(self.subtasks):
+            for runner in subtask.runners:
+                operators[f"{runner.name}#{subtask.index}"] = runner.records_in
+        pending = sum(len(c.pending) for c in list(self.out_channels.values()))
+        queued = sum(len(c.queue) for c in list(self.in_channels.values()))
+        return {
+            "worker": self.index, "pid": os.getpid(), "records_processed": self.records_processed,
+            "operators": operators, "pending_batches": pending, "queued_batches": queued,
+            "rss_bytes": _rss_bytes(), "uptime": time.monotonic() - self.started,
+            "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values())),
+        }
+
+    def _report_failure(self, message: dict[str, Any]) -> None:
+        try:
+            self.send_control({"type": "failed", "worker": self.index, **message})
+        except OSError:
+            return
+        try:  # give the JobMaster a moment to cancel everyone, so peers do not report us as lost
+            self._await_control("cancel", 5.0)
+        except Exception:
+            pass
+
+    def run(self) -> dict[str, Any]:
+        """Run until the job ends; returns a summary for the Spark task result."""
+        status = "finished"
+        try:
+            self.deployment = self._register()
+            self._connect_peers(self.deployment.config.connect_timeout)
+            for peer in self.peers.values():
+                peer.start()
+            self._build(self.deployment)
+            self.send_control({"type": "ready", "worker": self.index})
+            self._await_control("start", self.deployment.config.connect_timeout + 30)
+            threading.Thread(target=self._heartbeat_loop, args=(self.deployment.config.heartbeat_interval,),
+                             name="epochal-heartbeat", daemon=True).start()
+            self._loop()
+        except WorkerStopped as stop:
+            status = "finished" if self.reported_finished else f"stopped: {stop}"
+        except UserFunctionError as error:
+            status = "failed"
+            self._report_failure({"kind": "user", "operator": error.operator,
+                                  "error": f"{type(error.error).__name__}: {error.error}",
+                                  "traceback": user_traceback(error.error)})
+        except PeerLost as error:
+            status = "failed"
+            self._report_failure({"kind": "peer_lost", "peer": error.peer, "error": str(error)})
+        except Exception as error:  # an epochal bug or an environment problem
+            status = "failed"
+            if self.control is not None:
+                self._report_failure({"kind": "internal", "error": f"{type(error).__name__}: {error}",
+                                      "traceback": traceback.format_exc()})
+            else:
+                raise
+        finally:
+            self.stopped.set()
+            self._close()
+        return {"worker": self.index, "attempt": self.attempt, "status": status, "metrics": self.metrics()}
+
+    def _close(self) -> None:
+        for subtask in self.subtasks:
+            subtask.close()
+        for peer in self.peers.values():
+            peer.close()
+        for sock in (self.listener, self.control):
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+
+def _rss_bytes() -> int:
+    """Resident memory of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def run_worker_partition(bootstrap: Bootstrap, _: Any) -> Any:
+    """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    attempt = context.attemptNumber() if context is not None else 0
+    summary = Worker(bootstrap, index, attempt).run()
+    return iter([summary])
