@@ -10,8 +10,16 @@ from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContex
 from epochal.config import EngineConfig
 from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobStatus
-from epochal.errors import (EnvironmentSetupError, EpochalError, InsufficientSlotsError, JavaNotFoundError,
-                            JobCancelledError, JobFailedError, PlanError, SourceError)
+from epochal.errors import (
+                            EnvironmentSetupError,
+                            EpochalError,
+                            InsufficientSlotsError,
+                            JavaNotFoundError,
+                            JobCancelledError,
+                            JobFailedError,
+                            PlanError,
+                            SourceError,
+)
 
 __version__ = "0.1.0"
 

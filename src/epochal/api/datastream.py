@@ -20,11 +20,28 @@ from epochal.connectors.base import Sink
 from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
 from epochal.errors import PlanError
 from epochal.plan.logical import Transformation
-from epochal.plan.partitioners import (BroadcastPartitioner, CustomPartitioner, ForwardPartitioner,
-                                       KeyGroupPartitioner, Partitioner, RebalancePartitioner)
-from epochal.runtime.operators import (CountAggregate, FilterOperator, FlatMapOperator, FoldAggregate,
-                                       KeyedReduceOperator, MapOperator, Operator, ProcessOperator,
-                                       ReduceAggregate, SinkOperator, emit_key_value, emit_value)
+from epochal.plan.partitioners import (
+    BroadcastPartitioner,
+    CustomPartitioner,
+    ForwardPartitioner,
+    KeyGroupPartitioner,
+    Partitioner,
+    RebalancePartitioner,
+)
+from epochal.runtime.operators import (
+    CountAggregate,
+    FilterOperator,
+    FlatMapOperator,
+    FoldAggregate,
+    KeyedReduceOperator,
+    MapOperator,
+    Operator,
+    ProcessOperator,
+    ReduceAggregate,
+    SinkOperator,
+    emit_key_value,
+    emit_value,
+)
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment

@@ -70,7 +70,7 @@ class JobMaster:
 
     def __init__(self, job_name: str, job_id: str, deployment: bytes, num_workers: int, config: EngineConfig,
                  token: bytes, bind_host: str, collect_ids: list[str],
-                 submit_spark_job: Callable[["JobMaster"], None], cancel_spark_job: Callable[[], None],
+                 submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
                  slots_hint: str = "") -> None:
         self.job_name = job_name
         self.job_id = job_id

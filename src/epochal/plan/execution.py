@@ -128,6 +128,7 @@ def serialize_deployment(deployment: Deployment, functions: dict[str, list[Any]]
 
     ``functions`` maps operator names to the user objects inside them.
     """
+    functions = {name: [fn for fn in fns if fn is not None] for name, fns in functions.items()}
     for fns in functions.values():
         for fn in fns:
             _ship_module_by_value(fn)

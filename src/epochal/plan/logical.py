@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.connectors.base import Sink, Source
+from epochal.connectors.base import Source
 from epochal.plan.partitioners import Partitioner
 from epochal.runtime.operators import Operator
 

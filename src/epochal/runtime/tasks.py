@@ -197,7 +197,10 @@ class Subtask:
 
     def poll_source(self, max_records: int) -> int:
         """Read and process one batch from the source; returns the number of records."""
-        records = self.reader.read(max_records)  # type: ignore[union-attr]
+        try:
+            records = self.reader.read(max_records)  # type: ignore[union-attr]
+        except Exception as error:  # a malformed file, an unreachable store: name the source
+            raise UserFunctionError(self.head.name, error) from error  # type: ignore[union-attr]
         if records is None:
             self.finish()
             return 0

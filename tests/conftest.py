@@ -1,0 +1,38 @@
+"""Shared fixtures: one SparkSession (local[4]) for the whole integration test session."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+INTEGRATION_DIR = pathlib.Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if INTEGRATION_DIR in pathlib.Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession all integration tests share (4 task slots, enough for parallelism 4)."""
+    from epochal.control.spark import create_session
+
+    session = create_session(os.environ.get("EPOCHAL_TEST_MASTER", "local[4]"), 4, "epochal-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_env(spark):
+    """Build an Environment on the shared session: ``make_env(parallelism, **config)``."""
+    import epochal
+
+    def factory(parallelism: int = 2, **overrides):
+        overrides.setdefault("registration_timeout", 60.0)
+        return epochal.Environment(parallelism, spark=spark, **overrides)
+
+    return factory
