@@ -22,6 +22,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import cloudpickle
@@ -228,8 +229,7 @@ class Worker:
                 if producer_worker == self.index:
                     give = self.out_channels[channel_id].add_credit
                 else:
-                    peer = self.peers[producer_worker]
-                    give = (lambda n, p=peer, c=channel_id: p.send_credit(c, n))
+                    give = partial(self.peers[producer_worker].send_credit, channel_id)
                 input_channel = InputChannel(channel_id, subtask, give)
                 self.in_channels[channel_id] = input_channel
                 subtask.inputs.append(input_channel)
