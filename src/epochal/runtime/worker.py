@@ -215,7 +215,7 @@ class Worker:
             vertex = job.vertices[vertex_id]
             subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
             subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver)
-            runners = dict(zip(vertex.nodes, subtask.runners))
+            runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
             for node_id in vertex.nodes:
                 for edge_id in job.nodes[node_id].out_edges:
                     channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
