@@ -30,6 +30,7 @@ from epochal.errors import PlanError, SourceError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _TEXT_CHUNK = 1 << 20
+_CSV_BLOCK_SIZE: int | None = None  # bytes per CSV record batch; None: pyarrow's default (1 MiB)
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,9 +297,12 @@ class _CsvSplit(_LazySplit):
 
     def _options(self) -> tuple[pacsv.ReadOptions, pacsv.ParseOptions]:
         if self.column_names is not None:
-            read = pacsv.ReadOptions(column_names=list(self.column_names), skip_rows=1 if self.has_header else 0)
+            skip = 1 if self.has_header else 0
+            read = pacsv.ReadOptions(column_names=list(self.column_names), skip_rows=skip)
         else:
             read = pacsv.ReadOptions(autogenerate_column_names=not self.has_header)
+        if _CSV_BLOCK_SIZE is not None:
+            read.block_size = _CSV_BLOCK_SIZE
         return read, pacsv.ParseOptions(delimiter=self.delimiter)
 
     def open(self) -> None:
@@ -328,7 +332,8 @@ class _CsvSplit(_LazySplit):
         """Skip ``skip`` data rows from the current position, whole record batches where possible."""
         target = self._rows_returned + skip
         while skip > 0:
-            batch = self._pending if self._pending is not None and self._pending.num_rows else self._next_batch()
+            pending = self._pending
+            batch = pending if pending is not None and pending.num_rows else self._next_batch()
             if batch is None:
                 raise SourceError(f"cannot seek {self.file} to row {target}: "
                                   f"the file has only {self._rows_returned} rows")
@@ -595,7 +600,8 @@ class _ParquetFileWriter(SinkWriter):
                 bad = next(record for record in records if len(record) != width)
                 raise ValueError(f"record {bad!r} has {len(bad)} fields, the schema has {width}")
             columns = list(zip(*records, strict=True))
-            arrays = [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)]
+            arrays = [pa.array(column, type=field.type)
+                      for column, field in zip(columns, schema, strict=True)]
             return pa.Table.from_arrays(arrays, schema=schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise type(exc)(f"cannot write records to {self._target} "
