@@ -1,1 +1,1 @@
-"""api"""
+"""User-facing builders: Environment, DataStream, KeyedStream and function types."""

@@ -1,1 +1,1 @@
-"""control"""
+"""The driver side: JobMaster, Spark session and launcher, job client."""
