@@ -11,3 +11,11 @@ class EndOfPartition:
 
 
 END_OF_PARTITION = EndOfPartition()
+
+
+@dataclass(frozen=True)
+class CheckpointBarrier:
+    """Cuts a channel's stream into epochs: records before it belong to checkpoint ``checkpoint_id``."""
+
+    checkpoint_id: int
+    timestamp: float

@@ -1,0 +1,69 @@
+"""State descriptors: a name and a kind, declared by a function and created through its context.
+
+The name identifies the state inside its operator (together with the operator's uid, across
+restores), so it must be stable across versions of a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class AggregateFunction(Protocol):
+    """Incremental aggregation for :class:`AggregatingStateDescriptor` (Flink's AggregateFunction)."""
+
+    def create_accumulator(self) -> Any: ...
+
+    def add(self, value: Any, accumulator: Any) -> Any: ...
+
+    def get_result(self, accumulator: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StateDescriptor:
+    """Base of all descriptors: ``name`` is unique within an operator."""
+
+    name: str
+
+    #: "value" | "list" | "reducing" | "aggregating" | "map": decides how snapshots copy values.
+    kind = "value"
+
+
+@dataclass(frozen=True)
+class ValueStateDescriptor(StateDescriptor):
+    """One value per key; ``default`` is returned while none is set."""
+
+    default: Any = None
+    kind = "value"
+
+
+@dataclass(frozen=True)
+class ListStateDescriptor(StateDescriptor):
+    """A list per key that supports appending."""
+
+    kind = "list"
+
+
+@dataclass(frozen=True)
+class ReducingStateDescriptor(StateDescriptor):
+    """One value per key, combined with ``reduce_fn(old, new)`` on every add."""
+
+    reduce_fn: Callable[[Any, Any], Any] | None = None
+    kind = "reducing"
+
+
+@dataclass(frozen=True)
+class AggregatingStateDescriptor(StateDescriptor):
+    """An accumulator per key, updated by an :class:`AggregateFunction` on every add."""
+
+    aggregate_function: Any = None
+    kind = "aggregating"
+
+
+@dataclass(frozen=True)
+class MapStateDescriptor(StateDescriptor):
+    """A map per key: put/get single entries without (de)serialising the whole map."""
+
+    kind = "map"
