@@ -52,3 +52,48 @@ class EngineConfig:
                      "heartbeat_timeout", "cancel_timeout", "connect_timeout"):
             if getattr(self, name) <= 0:
                 raise PlanError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How and when a job takes checkpoints (papers/000 §4, papers/001 §3.2).
+
+    Attributes:
+        interval: seconds between checkpoint triggers; ``None`` disables checkpointing.
+        mode: ``exactly_once`` (aligned barriers), ``at_least_once`` (barriers tracked, never
+            blocking), ``synchronous`` (the papers' baseline: sources halt until the checkpoint
+            completed, state is written on the processing thread) or ``none``.
+        timeout: seconds after which a pending checkpoint is aborted.
+        min_pause: minimum seconds between the end of one checkpoint and the next trigger.
+        max_concurrent: checkpoints that may be pending at the same time.
+        tolerable_failures: consecutive failed checkpoints tolerated before the job fails.
+        retained: completed checkpoints kept; older ones are deleted once a newer one completed.
+        storage: root URI of checkpoint storage (a local path, ``file://`` or any pyarrow.fs URI);
+            each job writes under ``<storage>/<job name>``.
+    """
+
+    interval: float | None = None
+    mode: str = "exactly_once"
+    timeout: float = 60.0
+    min_pause: float = 0.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retained: int = 1
+    storage: str = ""
+
+    def __post_init__(self) -> None:
+        from epochal.errors import PlanError
+        from epochal.runtime.barriers import MODES
+
+        if self.mode not in MODES:
+            raise PlanError(f"checkpoint mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.interval is not None and self.interval <= 0:
+            raise PlanError(f"checkpoint interval must be > 0 seconds, got {self.interval}")
+        if self.max_concurrent < 1 or self.retained < 1 or self.tolerable_failures < 0:
+            raise PlanError("max_concurrent and retained must be >= 1, tolerable_failures >= 0")
+        if self.timeout <= 0 or self.min_pause < 0:
+            raise PlanError("checkpoint timeout must be > 0 and min_pause >= 0")
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval is not None and self.mode != "none"

@@ -30,10 +30,13 @@ class InsufficientSlotsError(EnvironmentSetupError):
 class JobFailedError(EpochalError):
     """The job failed while running; the message names the cause (operator, worker, traceback)."""
 
-    def __init__(self, message: str, *, operator: str | None = None, worker: int | None = None):
+    def __init__(self, message: str, *, operator: str | None = None, worker: int | None = None,
+                 kind: str = "internal"):
         super().__init__(message)
         self.operator = operator
         self.worker = worker
+        #: What failed: user, worker_lost, peer_lost, heartbeat, spark, checkpoint, internal.
+        self.kind = kind
 
 
 class JobCancelledError(EpochalError):

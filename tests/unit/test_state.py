@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.state.descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-                                       ReducingStateDescriptor, ValueStateDescriptor)
+from epochal.state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore, redistribute
 from epochal.state.storage import CheckpointError, CheckpointStorage, resolve_restore_path

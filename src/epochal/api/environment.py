@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import copy
+import os
+import re
 import secrets
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
-from epochal.config import EngineConfig
+from epochal.config import CheckpointConfig, EngineConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import spark as spark_support
+from epochal.control.checkpoints import CheckpointCoordinator
 from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobMaster
+from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
 from epochal.runtime.protocol import TOKEN_BYTES
 from epochal.runtime.worker import Bootstrap
+from epochal.state.storage import CheckpointStorage, resolve_restore_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,6 +59,32 @@ class Environment:
         self.master = master
         self.graph = LogicalGraph()
         self.last_result: JobResult | None = None
+        self.checkpoint_config = CheckpointConfig()
+        self.restart_strategy: RestartStrategy = NoRestart()
+
+    # ---------------------------------------------------------------- fault tolerance
+    def enable_checkpointing(self, interval: float, mode: str = "exactly_once", *, storage: str | None = None,
+                             timeout: float = 60.0, min_pause: float = 0.0, max_concurrent: int = 1,
+                             tolerable_failures: int = 0, retained: int = 1) -> Environment:
+        """Take a checkpoint every ``interval`` seconds (see :class:`~epochal.config.CheckpointConfig`).
+
+        Checkpoints go to ``<storage>/<job name>/<job id>/chk-<n>``; ``storage`` is a local path
+        or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``).
+        """
+        self.checkpoint_config = CheckpointConfig(
+            interval=interval, mode=mode, timeout=timeout, min_pause=min_pause, max_concurrent=max_concurrent,
+            tolerable_failures=tolerable_failures, retained=retained,
+            storage=storage or os.path.join(tempfile.gettempdir(), "epochal-checkpoints"))
+        if isinstance(self.restart_strategy, NoRestart) and self.checkpoint_config.enabled:
+            self.restart_strategy = FixedDelayRestart(attempts=3, delay=1.0)
+        return self
+
+    def set_restart_strategy(self, strategy: RestartStrategy) -> Environment:
+        """How often and after how long a failed job restarts from its latest checkpoint."""
+        if not isinstance(strategy, RestartStrategy):
+            raise PlanError(f"set_restart_strategy() takes a RestartStrategy, got {type(strategy).__name__}")
+        self.restart_strategy = strategy
+        return self
 
     @property
     def max_parallelism(self) -> int:
@@ -111,12 +144,32 @@ class Environment:
         """The chained job graph the current streams would run as (see ``JobGraph.describe``)."""
         return build_job_graph(self.graph, self.parallelism, self.max_parallelism)
 
-    def execute_async(self, job_name: str = "epochal job") -> JobClient:
-        """Plan, ship and start the job; returns at once with a :class:`JobClient`."""
+    def execute_async(self, job_name: str = "epochal job", *, restore_from: str | None = None,
+                      faults: list[Any] | None = None) -> JobClient:
+        """Plan, ship and start the job; returns at once with a :class:`JobClient`.
+
+        ``restore_from`` starts from a checkpoint: a ``chk-<n>`` directory or a job's checkpoint
+        directory (its latest completed checkpoint). ``faults`` (epochal.testing.Fault) crash
+        chosen workers at chosen moments, for chaos tests.
+        """
         job = self.plan()
         graph = build_execution_graph(job)
         job_id = uuid.uuid4().hex[:12]
-        deployment = Deployment(job_name, job_id, graph, self.config)
+        restore = None
+        if restore_from is not None:
+            restore_storage, checkpoint_id = resolve_restore_path(restore_from)
+            metadata = restore_storage.read_metadata(checkpoint_id)
+            if metadata.get("max_parallelism") != self.max_parallelism:
+                raise PlanError(f"checkpoint {restore_from} was taken with max_parallelism "
+                                f"{metadata.get('max_parallelism')}; this job has {self.max_parallelism}. "
+                                "Key groups cannot be remapped: use the same max_parallelism")
+            restore = {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata}
+        checkpoint = self.checkpoint_config
+        storage_uri = ""
+        if checkpoint.enabled:
+            safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
+            storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
+        deployment = Deployment(job_name, job_id, graph, self.config, checkpoint, storage_uri, list(faults or []))
         functions: dict[str, list[Any]] = {}
         for node in self.graph.nodes:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
@@ -133,7 +186,7 @@ class Environment:
         def submit(jm: JobMaster) -> None:
             nonlocal launcher
             bootstrap = Bootstrap(spark_support.driver_host(spark), jm.address[1], token, job_id,
-                                  self.config.registration_timeout, bind_host)
+                                  self.config.registration_timeout, bind_host, jm.attempt)
             launcher = spark_support.SparkJobLauncher(spark, bootstrap, graph.num_workers, job_name)
             launcher.submit(jm)
 
@@ -141,19 +194,35 @@ class Environment:
             if launcher is not None:
                 launcher.cancel()
 
+        coordinator = None
+        jobmaster: JobMaster | None = None
+
+        def broadcast(message: dict[str, Any]) -> None:
+            jobmaster._broadcast(message)  # type: ignore[union-attr]
+
+        if checkpoint.enabled:
+            coordinator = CheckpointCoordinator(
+                checkpoint, CheckpointStorage(storage_uri), job_name,
+                subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
+                vertex_uids={v.id: [job.nodes[n].uid for n in v.nodes] for v in job.vertices},
+                vertex_parallelism={v.id: v.parallelism for v in job.vertices},
+                max_parallelism=self.max_parallelism, broadcast=broadcast,
+                first_id=(restore["checkpoint_id"] + 1) if restore else 1)
         jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
-                              collect_ids, submit, cancel_spark, slots_hint)
+                              collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,
+                              restart=copy.deepcopy(self.restart_strategy), restore=restore)
         jobmaster.start()
         return JobClient(jobmaster)
 
-    def execute(self, job_name: str = "epochal job", timeout: float | None = None) -> JobResult:
+    def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
+                restore_from: str | None = None, faults: list[Any] | None = None) -> JobResult:
         """Run the job until it finishes (bounded sources) and return its result.
 
         Raises:
             JobFailedError: a user function raised, a worker died, or Spark failed the job.
             InsufficientSlotsError: Spark cannot run all workers at once.
         """
-        client = self.execute_async(job_name)
+        client = self.execute_async(job_name, restore_from=restore_from, faults=faults)
         try:
             result = client.result(timeout)
         except TimeoutError:

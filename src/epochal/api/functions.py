@@ -24,6 +24,26 @@ class RuntimeContext:
     max_parallelism: int
     #: Key groups owned by this subtask (empty on non-keyed operators).
     key_groups: range = field(default_factory=lambda: range(0))
+    #: Keyed state of this subtask (keyed operators only); scoped to the current key.
+    keyed_state: Any = None
+    #: Operator (non-keyed) state of this subtask.
+    operator_state: Any = None
+    #: Job attempt: 0 for the first run, +1 for each restart after a failure.
+    attempt: int = 0
+    #: Whether the job takes checkpoints (transactional sinks then commit per checkpoint).
+    checkpointing: bool = False
+
+    def get_state(self, descriptor: Any) -> Any:
+        """Keyed state for ``descriptor`` (Value/List/Reducing/Aggregating/MapStateDescriptor),
+        scoped to the key of the record being processed. Only on keyed streams."""
+        if self.keyed_state is None:
+            raise RuntimeError(f"operator '{self.operator_name}' is not keyed: keyed state needs key_by() first")
+        return self.keyed_state.get_state(descriptor)
+
+    def get_list_state(self, name: str, mode: str = "split") -> list[Any]:
+        """Operator list state: a list this subtask owns, redistributed on restore by ``mode``
+        ('split': divided evenly; 'union': every subtask gets all entries)."""
+        return self.operator_state.get_list_state(name, mode)
 
 
 class ProcessContext:
@@ -41,6 +61,10 @@ class ProcessContext:
     @property
     def subtask_index(self) -> int:
         return self.runtime.subtask_index
+
+    def get_state(self, descriptor: Any) -> Any:
+        """Keyed state for ``descriptor``, scoped to ``current_key`` (see RuntimeContext.get_state)."""
+        return self.runtime.get_state(descriptor)
 
 
 class ProcessFunction:

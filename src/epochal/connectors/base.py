@@ -73,6 +73,8 @@ class SinkContext:
     parallelism: int
     #: Sends a picklable payload to the driver over the control connection (used by collect).
     send_to_driver: Callable[[Any], None]
+    #: The job attempt (0 first, +1 per restart): lets writers name files no earlier attempt used.
+    attempt: int = 0
 
 
 class SinkWriter(ABC):
@@ -87,6 +89,24 @@ class SinkWriter(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once, also after a failure."""
+
+
+class TransactionalSinkWriter(SinkWriter):
+    """A writer taking part in two-phase commit (exactly-once output).
+
+    ``pre_commit(n)`` closes the output of the epoch ending at checkpoint ``n`` and returns a
+    small picklable *committable* (or ``None`` if there was no output); nothing of it is visible
+    yet. ``commit(committables)`` makes them visible and must be idempotent: after a restore the
+    same committables are committed again.
+    """
+
+    @abstractmethod
+    def pre_commit(self, checkpoint_id: int) -> Any:
+        """Finish the current epoch's output durably but invisibly; return its committable."""
+
+    @abstractmethod
+    def commit(self, committables: list[Any]) -> None:
+        """Make pre-committed output visible (idempotent)."""
 
 
 class Sink(ABC):

@@ -20,6 +20,16 @@ class JobResult:
     duration_s: float
     collected: dict[str, list[Any]] = field(default_factory=dict)
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Statistics of every checkpoint (completed and aborted), in trigger order.
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    #: One entry per restart: the failed attempt, its cause, and the seconds to recover.
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    #: Where this job's checkpoints are (empty without checkpointing).
+    checkpoint_path: str = ""
+
+    @property
+    def completed_checkpoints(self) -> int:
+        return sum(1 for c in self.checkpoints if c["status"] == "completed")
 
     @property
     def records_processed(self) -> int:
@@ -94,7 +104,18 @@ class JobClient:
         if jm.error is not None:
             raise _fresh(jm.error)
         return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, dict(jm.collected),
-                         jm.snapshot_metrics())
+                         jm.snapshot_metrics(), self.checkpoint_stats(), list(jm.restarts),
+                         jm.coordinator.storage.uri if jm.coordinator is not None else "")
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""
+        coordinator = self._jobmaster.coordinator
+        return list(coordinator.stats) if coordinator is not None else []
+
+    @property
+    def attempt(self) -> int:
+        """The current job attempt (0 until the first restart)."""
+        return self._jobmaster.attempt
 
 
 def _fresh(error: EpochalError) -> EpochalError:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.config import EngineConfig
+from epochal.control.checkpoints import CheckpointCoordinator
+from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, InsufficientSlotsError, JobCancelledError, JobFailedError
 from epochal.runtime import protocol
 
@@ -35,6 +37,7 @@ class JobStatus(enum.Enum):
     FINISHING = "finishing"
     FINISHED = "finished"
     FAILING = "failing"
+    RESTARTING = "restarting"
     FAILED = "failed"
     CANCELLING = "cancelling"
     CANCELLED = "cancelled"
@@ -62,7 +65,9 @@ class WorkerInfo:
 
 
 # Which failure explains a job best when several arrive together (lower is more specific).
-_FAILURE_RANK = {"user": 0, "worker_lost": 1, "internal": 2, "spark": 3, "heartbeat": 4, "peer_lost": 5}
+_FAILURE_RANK = {"user": 0, "worker_lost": 1, "internal": 2, "checkpoint": 3, "spark": 4, "heartbeat": 5,
+                 "peer_lost": 6}
+_ACTIVE = (JobStatus.DEPLOYING, JobStatus.RUNNING)
 
 
 class JobMaster:
@@ -71,7 +76,8 @@ class JobMaster:
     def __init__(self, job_name: str, job_id: str, deployment: bytes, num_workers: int, config: EngineConfig,
                  token: bytes, bind_host: str, collect_ids: list[str],
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
-                 slots_hint: str = "") -> None:
+                 slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
+                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None) -> None:
         self.job_name = job_name
         self.job_id = job_id
         self.deployment = deployment
@@ -94,6 +100,17 @@ class JobMaster:
         self.started_at = 0.0
         self.ended_at = 0.0
         self.done = threading.Event()
+        self.coordinator = coordinator
+        self.restart = restart or RestartStrategy()
+        self.restore = restore
+        self.attempt = 0
+        self.restarts: list[dict[str, Any]] = []
+        self.failure_detected = 0.0
+        self.restart_at = 0.0
+        self.spark_killed = False
+        self.started_running = False
+        self.final_checkpoint: int | None = None
+        self.committed: set[int] = set()
         self.server = socket.create_server((bind_host, 0), backlog=128)
         self.address = self.server.getsockname()[:2]
         self._lock = threading.Lock()
@@ -192,6 +209,7 @@ class JobMaster:
             worker = self.workers.get(event[1])
             if worker is not None and worker.connection is event[2] and not worker.finished \
                     and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
+                self.failure_detected = self.failure_detected or time.monotonic()
                 self._fail("worker_lost", worker=worker.index, error=(
                     f"worker {worker.index} (Spark task attempt {worker.attempt}, pid {worker.pid} on "
                     f"{worker.hostname}) died or lost its connection to the driver"))
@@ -199,12 +217,13 @@ class JobMaster:
             _, results, error = event
             self.spark_done = True
             self.spark_results = results or []
-            if error is not None and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING):
+            if error is not None and self.status in _ACTIVE:
                 self._fail("spark", error=f"the Spark job running the workers failed: {summarize_spark_error(error)}")
-            elif error is None and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING):
+            elif error is None and self.status in _ACTIVE:
                 self._fail("internal", error="the Spark job ended before the workers reported finished")
         elif kind == "cancel":
-            if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING):
+            if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING, JobStatus.RESTARTING,
+                               JobStatus.FAILING):
                 self.status = JobStatus.CANCELLING
                 self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event[1]}")
                 self._broadcast({"type": "cancel", "reason": event[1]})
@@ -230,37 +249,79 @@ class JobMaster:
             if self.status == JobStatus.RUNNING and all(w.ready for w in self.workers.values()) \
                     and len(self.workers) == self.num_workers:
                 self._broadcast({"type": "start"})
+                self.started_running = True
+                if self.restarts and "recovered_s" not in self.restarts[-1]:
+                    self.restarts[-1]["recovered_s"] = time.monotonic() - self.restarts[-1]["detected"]
         elif kind == "finished":
             worker.finished = True
             with self._lock:
                 worker.metrics = message["metrics"]
             if self.status == JobStatus.RUNNING and all(w.finished for w in self.workers.values()):
-                self.status = JobStatus.FINISHING
-                self._broadcast({"type": "shutdown"})
-                self.stop_deadline = time.monotonic() + self.config.cancel_timeout
+                if self.coordinator is None:
+                    self._shutdown()
+                elif self.final_checkpoint is None:
+                    # every record is processed: one last checkpoint commits the sinks' final epoch
+                    self.coordinator.paused = True
+                    self.final_checkpoint = self.coordinator.trigger(time.monotonic())
+        elif kind == "ack" and self.coordinator is not None:
+            self.coordinator.on_ack(message, time.monotonic())
+        elif kind == "decline" and self.coordinator is not None:
+            if not self.coordinator.on_decline(message, time.monotonic()):
+                self._fail("checkpoint", error=(
+                    f"checkpoint {message['checkpoint_id']} failed ({message['reason']}) and more than "
+                    f"{self.coordinator.config.tolerable_failures} consecutive checkpoint failures are tolerated"))
+        elif kind == "committed":
+            if message["checkpoint_id"] == self.final_checkpoint:
+                self.committed.add(index)
+                if len(self.committed) == self.num_workers and self.status == JobStatus.RUNNING:
+                    self._shutdown()
         elif kind == "failed":
             self._fail(message.get("kind", "internal"), **{k: v for k, v in message.items()
                                                          if k not in ("type", "kind")})
+
+    def _shutdown(self) -> None:
+        self.status = JobStatus.FINISHING
+        self._broadcast({"type": "shutdown"})
+        self.stop_deadline = time.monotonic() + self.config.cancel_timeout
+
+    def _restore_info(self) -> dict[str, Any] | None:
+        """What the workers of this attempt restore: the latest completed checkpoint, else the
+        checkpoint the user asked to start from, else nothing."""
+        if self.coordinator is not None and self.coordinator.latest_completed is not None and (
+                self.attempt > 0 or self.restore is None):
+            checkpoint_id = self.coordinator.latest_completed
+            storage = self.coordinator.storage
+            return {"storage": storage.uri, "checkpoint_id": checkpoint_id,
+                    "metadata": storage.read_metadata(checkpoint_id)}
+        return self.restore
 
     def _on_register(self, index: int, sock: socket.socket, message: dict[str, Any]) -> None:
         info = WorkerInfo(index=index, attempt=message["attempt"], pid=message["pid"], host=message["host"],
                           hostname=message["hostname"], data_port=message["data_port"], connection=sock,
                           last_seen=time.monotonic())
-        if self.status != JobStatus.DEPLOYING or not 0 <= index < self.num_workers or index in self.workers:
+        if self.status != JobStatus.DEPLOYING or not 0 <= index < self.num_workers or index in self.workers \
+                or message.get("job_attempt", 0) != self.attempt:
             self._send(info, {"type": "reject", "reason": f"job is {self.status.value}; worker {index} "
                                                           f"attempt {info.attempt} is not needed"})
             return
         self.workers[index] = info
         if len(self.workers) == self.num_workers:
             peers = {i: (w.host, w.data_port) for i, w in self.workers.items()}
+            try:
+                restore = self._restore_info()
+            except EpochalError as error:
+                self.error = error
+                self._stop(JobStatus.FAILED)
+                return
             self.status = JobStatus.RUNNING
-            self._broadcast({"type": "deploy", "deployment": self.deployment, "peers": peers})
+            self._broadcast({"type": "deploy", "deployment": self.deployment, "peers": peers, "restore": restore})
 
     def _fail(self, kind: str, **details: Any) -> None:
         self.failures.append({"kind": kind, **details})
         if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING):
             self.status = JobStatus.FAILING
             self.failing_since = time.monotonic()
+            self.failure_detected = self.failure_detected or self.failing_since
 
     def _check_timers(self, now: float) -> None:
         if self.status == JobStatus.DEPLOYING and now > self.registration_deadline:
@@ -273,6 +334,13 @@ class JobMaster:
                 "registration_timeout")
             self._stop(JobStatus.FAILED)
         elif self.status == JobStatus.RUNNING:
+            if self.coordinator is not None and self.started_running:
+                self.coordinator.maybe_trigger(now)
+                if not self.coordinator.check_timeouts(now):
+                    self._fail("checkpoint", error=(
+                        f"checkpoints keep failing (more than {self.coordinator.config.tolerable_failures} "
+                        "consecutive timeouts or declines)"))
+                    return
             timeout = self.config.heartbeat_timeout
             for worker in self.workers.values():
                 if not worker.finished and now - worker.last_seen > timeout:
@@ -281,8 +349,22 @@ class JobMaster:
                         f"{timeout:g} s; it is hung or unreachable"))
                     break
         elif self.status == JobStatus.FAILING and now - self.failing_since > 0.5:
-            self.error = self._failure_error()
-            self._stop(JobStatus.FAILED)
+            error = self._failure_error()
+            delay = self.restart.next_delay(now)
+            if delay is None:
+                if self.restarts:
+                    error.args = (f"{error.args[0]}\n(after {len(self.restarts)} restarts; restart strategy: "
+                                  f"{self.restart.describe()})",)
+                self.error = error
+                self._stop(JobStatus.FAILED)
+            else:
+                self._begin_restart(error, delay, now)
+        elif self.status == JobStatus.RESTARTING:
+            if not self.spark_done and not self.spark_killed and now > self.stop_deadline:
+                self.cancel_spark_job()
+                self.spark_killed = True
+            if self.spark_done and now >= self.restart_at:
+                self._new_attempt(now)
         elif self.status in (JobStatus.FINISHING, JobStatus.CANCELLING):
             target = JobStatus.FINISHED if self.status == JobStatus.FINISHING else JobStatus.CANCELLED
             if self.spark_done:
@@ -290,6 +372,38 @@ class JobMaster:
             elif now > self.stop_deadline:
                 self.cancel_spark_job()
                 self.status = target
+
+    def _begin_restart(self, error: JobFailedError, delay: float, now: float) -> None:
+        """Stop this attempt's workers; a new attempt starts once its Spark job is gone."""
+        self.restarts.append({"attempt": self.attempt, "cause": str(error).splitlines()[0],
+                              "detected": self.failure_detected or now})
+        if self.coordinator is not None:
+            self.coordinator.abort_all(f"job attempt {self.attempt} failed")
+        self._broadcast({"type": "cancel", "reason": f"restarting: {error}"})
+        self.status = JobStatus.RESTARTING
+        self.stop_deadline = now + self.config.cancel_timeout
+        self.restart_at = now + delay
+        self.spark_killed = False
+
+    def _new_attempt(self, now: float) -> None:
+        for worker in self.workers.values():
+            try:
+                worker.connection.close()
+            except OSError:
+                pass
+        self.workers = {}
+        self.failures = []
+        self.failure_detected = 0.0
+        self.spark_done = False
+        self.started_running = False
+        self.committed = set()
+        self.final_checkpoint = None
+        if self.coordinator is not None:
+            self.coordinator.paused = False
+        self.attempt += 1
+        self.status = JobStatus.DEPLOYING
+        self.registration_deadline = now + self.config.registration_timeout
+        self.submit_spark_job(self)
 
     def _stop(self, final: JobStatus) -> None:
         """Tell workers to stop, wait (bounded) for the Spark job to end, kill it otherwise."""
@@ -314,11 +428,11 @@ class JobMaster:
         if failure["kind"] == "user":
             message = (f"job '{self.job_name}' failed: operator '{failure['operator']}' (worker {worker}) raised "
                        f"{failure['error']}\n{failure.get('traceback', '')}".rstrip())
-            return JobFailedError(message, operator=failure["operator"], worker=worker)
+            return JobFailedError(message, operator=failure["operator"], worker=worker, kind="user")
         text = f"job '{self.job_name}' failed: {failure['error']}"
         if failure["kind"] == "internal" and failure.get("traceback"):
             text += f"\n{failure['traceback']}".rstrip()
-        return JobFailedError(text, worker=worker)
+        return JobFailedError(text, worker=worker, kind=failure["kind"])
 
 
 def summarize_spark_error(error: BaseException) -> str:

@@ -93,7 +93,23 @@ def create_session(master: str | None, parallelism: int, app_name: str = "epocha
     except Exception as error:
         raise EnvironmentSetupError(f"Spark could not start: {error}") from error
     session.sparkContext.setLogLevel("ERROR")
+    _quiet_task_failure_logs(session)
     return session
+
+
+def _quiet_task_failure_logs(session: SparkSession) -> None:
+    """A killed worker makes Spark log its JVM stack several times; the JobMaster already reports
+    the failure as one readable error, so these loggers are silenced in sessions epochal starts."""
+    try:
+        jvm = session.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                     "org.apache.spark.api.python.PythonRunner", "org.apache.spark.scheduler.DAGScheduler",
+                     "org.apache.spark.util.Utils", "org.apache.spark.scheduler.TaskSchedulerImpl"):
+            configurator.setLevel(name, level)
+    except Exception:
+        pass  # another logging backend: keep Spark's own output
 
 
 def local_slots(master: str) -> int | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 
-from epochal.config import EngineConfig
+from epochal.config import CheckpointConfig, EngineConfig
 from epochal.connectors.base import SourceSplit
 from epochal.errors import PlanError
 from epochal.plan.jobgraph import JobGraph
@@ -98,6 +98,11 @@ class Deployment:
     job_id: str
     graph: ExecutionGraph
     config: EngineConfig
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    #: Root of this job's checkpoints (``<storage>/<job name>``); empty when checkpointing is off.
+    storage_uri: str = ""
+    #: Faults to inject (epochal.testing.faults.Fault), for chaos tests.
+    faults: list[Any] = field(default_factory=list)
 
 
 _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {

@@ -12,6 +12,7 @@ from typing import Any
 
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
+from epochal.plan.keygroups import key_group_of
 
 
 class UserFunctionError(Exception):
@@ -28,9 +29,23 @@ class Operator:
 
     name: str = ""
     uid: str = ""
+    #: Keyed operators get a keyed state backend (their key selector sets the current key).
+    keyed: bool = False
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
-        """Prepare for the first batch (create writers, call user ``open``)."""
+        """Prepare for the first batch (create writers, call user ``open``).
+
+        ``context.keyed_state`` and ``context.operator_state`` are already restored here."""
+
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        """Called on the barrier, just before the state is captured: put whatever must be part
+        of checkpoint ``checkpoint_id`` into managed state (sinks pre-commit here)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete: transactional sinks commit its epoch."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was given up."""
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         """Return the output for ``batch``; must not mutate ``batch`` (it may be shared)."""
@@ -81,10 +96,13 @@ class ProcessOperator(Operator):
     def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any] | None) -> None:
         self.function = function
         self.key_selector = key_selector
+        self.keyed = key_selector is not None
         self.ctx: ProcessContext | None = None
+        self.backend: Any = None
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         self.ctx = ProcessContext(context)
+        self.backend = context.keyed_state
         self.function.open(context)
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
@@ -93,9 +111,11 @@ class ProcessOperator(Operator):
         ctx = self.ctx
         process = self.function.process_element
         selector = self.key_selector
+        set_key = self.backend.set_current_key if self.backend is not None else None
         for record in batch:
             if selector is not None:
-                ctx.current_key = selector(record)  # type: ignore[union-attr]
+                key = ctx.current_key = selector(record)  # type: ignore[union-attr]
+                set_key(key)  # type: ignore[misc]
             produced = process(record, ctx)  # type: ignore[arg-type]
             if produced is not None:
                 extend(produced)
@@ -113,6 +133,8 @@ class KeyedReduceOperator(Operator):
     """
 
     MISSING = object()
+    STATE = "aggregate"
+    keyed = True
 
     def __init__(self, key_selector: Callable[[Any], Any],
                  aggregate: Callable[[Any, Any], Any],
@@ -120,19 +142,31 @@ class KeyedReduceOperator(Operator):
         self.key_selector = key_selector
         self.aggregate = aggregate
         self.emit = emit
-        # Per-key values; keyed managed state (per key group, snapshotted) replaces this dict.
-        self.values: dict[Any, Any] = {}
+        self.backend: Any = None
+
+    def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
+        from epochal.state.descriptors import ValueStateDescriptor
+
+        self.backend = context.keyed_state
+        self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        values = self.values
+        # The managed value state, accessed inline: key group -> key -> value.
+        groups = self.backend.tables[self.STATE]
+        max_parallelism = self.backend.max_parallelism
         selector = self.key_selector
         aggregate = self.aggregate
         emit = self.emit
         missing = self.MISSING
+        group_of = key_group_of
         out = []
         append = out.append
         for record in batch:
             key = selector(record)
+            group = group_of(key, max_parallelism)
+            values = groups.get(group)
+            if values is None:
+                values = groups[group] = {}
             value = aggregate(values.get(key, missing), record)
             values[key] = value
             append(emit(key, value))
@@ -140,16 +174,36 @@ class KeyedReduceOperator(Operator):
 
 
 class SinkOperator(Operator):
-    """Hands batches to a :class:`SinkWriter`; emits nothing."""
+    """Hands batches to a :class:`SinkWriter`; emits nothing.
+
+    With a transactional writer (one that has ``pre_commit``/``commit``) it runs two-phase
+    commit: on the barrier of checkpoint *n* the writer pre-commits the epoch's output and the
+    returned committable is kept in operator state; when *n* completes, every committable up to
+    *n* is committed. After a restore, the committables found in the restored state belong to
+    completed checkpoints and are committed again (commits are idempotent); the writer is told
+    to discard whatever else an earlier attempt left behind.
+    """
+
+    PENDING = "pending-commits"
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self.writer: SinkWriter | None = None
+        self.pending: list[Any] = []
+        self.transactional = False
+        self.checkpointing = False
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
-        self.writer = self.sink.create_writer(SinkContext(
-            operator_name=context.operator_name, subtask_index=context.subtask_index,
-            parallelism=context.parallelism, send_to_driver=send_to_driver))
+        sink_context = SinkContext(operator_name=context.operator_name, subtask_index=context.subtask_index,
+                                   parallelism=context.parallelism, send_to_driver=send_to_driver,
+                                   attempt=context.attempt)
+        self.writer = self.sink.create_writer(sink_context)
+        self.transactional = hasattr(self.writer, "pre_commit")
+        self.checkpointing = context.checkpointing
+        self.pending = context.get_list_state(self.PENDING)
+        if self.transactional and self.pending:
+            self.writer.commit([c for _, c in self.pending])  # type: ignore[union-attr]
+            self.pending.clear()
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         self.writer.write_batch(batch)  # type: ignore[union-attr]
@@ -157,7 +211,23 @@ class SinkOperator(Operator):
 
     def end_input(self) -> list[Any]:
         self.writer.flush()  # type: ignore[union-attr]
+        if self.transactional and not self.checkpointing:
+            self.writer.commit([self.writer.pre_commit(0)])  # type: ignore[union-attr]
         return []
+
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        if self.transactional:
+            committable = self.writer.pre_commit(checkpoint_id)  # type: ignore[union-attr]
+            if committable is not None:
+                self.pending.append((checkpoint_id, committable))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if not self.transactional:
+            return
+        due = [c for cid, c in self.pending if cid <= checkpoint_id]
+        if due:
+            self.writer.commit(due)  # type: ignore[union-attr]
+            self.pending[:] = [(cid, c) for cid, c in self.pending if cid > checkpoint_id]
 
     def close(self) -> None:
         if self.writer is not None:

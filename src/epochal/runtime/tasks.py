@@ -15,9 +15,13 @@ from epochal.connectors.base import SourceSplit
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import Partitioner
+from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
-from epochal.runtime.events import END_OF_PARTITION, EndOfPartition
+from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, EndOfPartition
 from epochal.runtime.operators import Operator, UserFunctionError
+from epochal.state.keyed import HeapKeyedStateBackend
+from epochal.state.operator_state import OperatorStateStore
+from epochal.state.snapshot import RestoreSource
 
 
 class EdgeOutput:
@@ -68,10 +72,13 @@ class EdgeOutput:
 class ChainRunner:
     """Runs one operator of a chain and passes its output on (chained children, edges)."""
 
-    __slots__ = ("name", "operator", "children", "outputs", "records_in")
+    __slots__ = ("name", "uid", "operator", "children", "outputs", "records_in", "keyed_state", "operator_state")
 
-    def __init__(self, name: str, operator: Operator) -> None:
+    def __init__(self, name: str, uid: str, operator: Operator) -> None:
         self.name = name
+        self.uid = uid
+        self.keyed_state: HeapKeyedStateBackend | None = None
+        self.operator_state = OperatorStateStore()
         self.operator = operator
         self.children: list[ChainRunner] = []
         self.outputs: list[EdgeOutput] = []
@@ -106,12 +113,22 @@ class ChainRunner:
 
 
 class SourceReader:
-    """Reads a source subtask's splits one after the other."""
+    """Reads a source subtask's splits one after the other.
+
+    Read positions are operator state (union list of ``(split id, position)``), so a restore
+    with any parallelism finds the position of every split it is assigned.
+    """
+
+    POSITIONS = "split-positions"
 
     def __init__(self, splits: list[SourceSplit]) -> None:
         self.splits = splits
         self.current = 0
         self.opened = False
+        self.restored: dict[str, Any] = {}
+
+    def restore(self, positions: list[tuple[str, Any]]) -> None:
+        self.restored = dict(positions)
 
     def read(self, max_records: int) -> list[Any] | None:
         """Next records; ``[]`` if none now, ``None`` once every split is exhausted."""
@@ -120,6 +137,8 @@ class SourceReader:
             if not self.opened:
                 split.open()
                 self.opened = True
+                if split.split_id in self.restored:
+                    split.seek(self.restored.pop(split.split_id))
             records = split.read_batch(max_records)
             if records is not None:
                 return records
@@ -128,9 +147,16 @@ class SourceReader:
             self.opened = False
         return None
 
-    def positions(self) -> dict[str, Any]:
-        """Read position of every split this subtask owns (exhausted ones included)."""
-        return {split.split_id: split.position() for split in self.splits}
+    def positions(self) -> list[tuple[str, Any]]:
+        """Read position of every split this subtask owns (not yet opened ones as restored)."""
+        result = []
+        for index, split in enumerate(self.splits):
+            if index >= self.current and not (index == self.current and self.opened) and \
+                    split.split_id in self.restored:
+                result.append((split.split_id, self.restored[split.split_id]))
+            else:
+                result.append((split.split_id, split.position()))
+        return result
 
     def close(self) -> None:
         if self.opened and self.current < len(self.splits):
@@ -154,6 +180,9 @@ class Subtask:
         self.reader: SourceReader | None = None
         self.ended_inputs = 0
         self.finished = False
+        self.barriers: BarrierHandler | None = None
+        #: Highest checkpoint this subtask has snapshotted.
+        self.last_snapshot = 0
 
     @property
     def backlogged(self) -> bool:
@@ -164,36 +193,102 @@ class Subtask:
         return False
 
     def open(self, nodes: dict[int, ChainedNode], node_ids: list[int], max_parallelism: int,
-             send_to_driver: Callable[[str | None, Any], None]) -> None:
-        """Open the chain's operators in order (user ``open`` hooks run here)."""
+             send_to_driver: Callable[[str | None, Any], None], attempt: int = 0,
+             checkpointing: bool = False, restore: RestoreSource | None = None) -> None:
+        """Restore each operator's state (if restoring), then open the operators in chain order
+        (user ``open`` hooks run here and see their restored state)."""
         runners = {}
+        key_groups = key_group_range(self.index, self.parallelism, max_parallelism)
         for node_id in node_ids:
             node = nodes[node_id]
+            runner = ChainRunner(node.name, node.uid, node.operator)
+            if node.operator.keyed:
+                runner.keyed_state = HeapKeyedStateBackend(max_parallelism, key_groups)
+            if restore is not None:
+                self._restore(runner, restore, key_groups)
             context = RuntimeContext(
                 operator_name=node.name, operator_uid=node.uid, subtask_index=self.index,
                 parallelism=self.parallelism, max_parallelism=max_parallelism,
-                key_groups=key_group_range(self.index, self.parallelism, max_parallelism))
+                key_groups=key_groups if node.operator.keyed else range(0),
+                keyed_state=runner.keyed_state, operator_state=runner.operator_state,
+                attempt=attempt, checkpointing=checkpointing)
             collect_id = node.collect_id
             try:
                 node.operator.open(context, lambda payload, cid=collect_id: send_to_driver(cid, payload))
             except Exception as error:
                 raise UserFunctionError(node.name, error) from error
-            runner = ChainRunner(node.name, node.operator)
             runners[node_id] = runner
             self.runners.append(runner)
         for node_id in node_ids:
             runners[node_id].children = [runners[c] for c in nodes[node_id].children]
         self.head = runners[node_ids[0]]
 
+    def _restore(self, runner: ChainRunner, restore: RestoreSource, key_groups: range) -> None:
+        if runner.keyed_state is not None:
+            for group, states in restore.keyed_groups(runner.uid, key_groups):
+                runner.keyed_state.restore_group(group, states)
+        lists = restore.operator_lists(runner.uid, self.index, self.parallelism)
+        for name, items in lists.items():
+            mode = "union" if name == SourceReader.POSITIONS else "split"
+            runner.operator_state.get_list_state(name, mode).extend(items)
+
+    def attach_source(self, reader: SourceReader) -> None:
+        """Make this a source subtask; restored positions (if any) are applied as splits open."""
+        self.reader = reader
+        restored = self.runners[0].operator_state.lists.get(SourceReader.POSITIONS)
+        if restored:
+            reader.restore(restored)
+
+    def capture(self, checkpoint_id: int) -> dict[str, dict[str, Any]]:
+        """The synchronous part of a snapshot of every operator in the chain."""
+        if self.reader is not None:
+            positions = self.runners[0].operator_state.get_list_state(SourceReader.POSITIONS, "union")
+            positions[:] = self.reader.positions()
+        captured: dict[str, dict[str, Any]] = {}
+        for runner in self.runners:
+            try:
+                runner.operator.prepare_snapshot(checkpoint_id)
+            except Exception as error:
+                raise UserFunctionError(runner.name, error) from error
+            captured[runner.uid] = {
+                "keyed": runner.keyed_state.capture() if runner.keyed_state is not None else None,
+                "operator": runner.operator_state.capture(),
+            }
+        self.last_snapshot = max(self.last_snapshot, checkpoint_id)
+        return captured
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        for runner in self.runners:
+            try:
+                runner.operator.notify_checkpoint_complete(checkpoint_id)
+            except Exception as error:
+                raise UserFunctionError(runner.name, error) from error
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        if self.barriers is not None:
+            self.barriers.abort(checkpoint_id, "aborted by the coordinator")
+        for runner in self.runners:
+            runner.operator.notify_checkpoint_aborted(checkpoint_id)
+
     def on_batch(self, batch: list[Any]) -> None:
         self.head.push(batch)  # type: ignore[union-attr]
 
     def on_event(self, channel: InputChannel, event: Any) -> None:
-        if isinstance(event, EndOfPartition):
+        if isinstance(event, CheckpointBarrier):
+            if self.barriers is not None:
+                self.barriers.on_barrier(channel, event.checkpoint_id)
+        elif isinstance(event, EndOfPartition):
             channel.ended = True
             self.ended_inputs += 1
+            if self.barriers is not None:
+                self.barriers.on_input_ended()
             if self.ended_inputs == len(self.inputs):
                 self.finish()
+
+    def broadcast_event(self, event: Any) -> None:
+        """Send an in-band event (a barrier) on every output, after the data before it."""
+        for output in self.outputs:
+            output.send_event(event)
 
     def poll_source(self, max_records: int) -> int:
         """Read and process one batch from the source; returns the number of records."""

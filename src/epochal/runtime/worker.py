@@ -30,9 +30,14 @@ import cloudpickle
 from epochal.connectors.base import assign_splits
 from epochal.plan.execution import Deployment
 from epochal.runtime import protocol
+from epochal.runtime.barriers import EXACTLY_ONCE, NONE, SYNCHRONOUS, BarrierHandler
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, PeerConnection
+from epochal.runtime.events import CheckpointBarrier
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.tasks import EdgeOutput, SourceReader, Subtask
+from epochal.state.snapshot import RestoreSource, handle_bytes, materialize
+from epochal.state.storage import CheckpointStorage
+from epochal.testing.faults import crash
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,6 +53,8 @@ class Bootstrap:
     registration_timeout: float
     #: Interface the worker's data port listens on: loopback for Spark local mode.
     bind_host: str = ""
+    #: Job attempt this Spark job belongs to (0 first, +1 per restart).
+    attempt: int = 0
 
 
 class WorkerStopped(Exception):
@@ -94,6 +101,15 @@ class Worker:
         self.records_processed = 0
         self.reported_finished = False
         self.stopped = threading.Event()
+        self.job_attempt = bootstrap.attempt
+        self.restore: RestoreSource | None = None
+        self.storage: CheckpointStorage | None = None
+        self.mode = NONE
+        self.halted_sources: set[int] = set()  # checkpoint ids halting sources (synchronous mode)
+        self.expected_checkpoints: list[int] = []
+        self.uploads: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self.faults: list[Any] = []
+        self.processing_started = 0.0
 
     # ------------------------------------------------------------------ control connection
     def send_control(self, message: dict[str, Any]) -> None:
@@ -155,12 +171,22 @@ class Worker:
         protocol.send_frame(self.control, protocol.HELLO, 0, protocol.hello_payload(b.token, self.index))
         threading.Thread(target=self._control_reader, name="epochal-control", daemon=True).start()
         self.send_control({
-            "type": "register", "worker": self.index, "attempt": self.attempt, "pid": os.getpid(),
+            "type": "register", "worker": self.index, "attempt": self.attempt, "job_attempt": self.job_attempt,
+            "pid": os.getpid(),
             "host": self.control.getsockname()[0], "data_port": self.listener.getsockname()[1],
             "hostname": socket.gethostname()})
         message = self._await_control("deploy", b.registration_timeout + 30)
         self.peer_addresses: dict[int, tuple[str, int]] = message["peers"]
-        return cloudpickle.loads(message["deployment"])
+        deployment: Deployment = cloudpickle.loads(message["deployment"])
+        self.mode = deployment.checkpoint.mode if deployment.checkpoint.enabled else NONE
+        if deployment.storage_uri:
+            self.storage = CheckpointStorage(deployment.storage_uri)
+        restore = message.get("restore")
+        if restore is not None:
+            self.restore = RestoreSource(CheckpointStorage(restore["storage"]), restore["checkpoint_id"],
+                                         restore["metadata"])
+        self.faults = [f for f in deployment.faults if f.worker == self.index and f.attempt == self.job_attempt]
+        return deployment
 
     def _connect_peers(self, timeout: float) -> None:
         """One connection per pair: connect to lower-numbered workers, accept higher ones."""
@@ -214,7 +240,8 @@ class Worker:
         for vertex_id, index in graph.subtasks_of_worker(self.index):
             vertex = job.vertices[vertex_id]
             subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
-            subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver)
+            subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver,
+                         attempt=self.job_attempt, checkpointing=self.mode != NONE, restore=self.restore)
             runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
             for node_id in vertex.nodes:
                 for edge_id in job.nodes[node_id].out_edges:
@@ -234,8 +261,12 @@ class Worker:
                 self.in_channels[channel_id] = input_channel
                 subtask.inputs.append(input_channel)
             if vertex.source is not None:
-                subtask.reader = SourceReader(assign_splits(graph.splits[vertex_id], index, vertex.parallelism))
+                subtask.attach_source(SourceReader(assign_splits(graph.splits[vertex_id], index, vertex.parallelism)))
                 self.sources.append(subtask)
+            elif self.mode != NONE:
+                subtask.barriers = BarrierHandler(
+                    subtask.inputs, aligned=self.mode in (EXACTLY_ONCE, SYNCHRONOUS),
+                    on_aligned=partial(self._on_aligned, subtask))
             self.subtasks.append(subtask)
 
     # ------------------------------------------------------------------ mailbox loop
@@ -254,8 +285,15 @@ class Worker:
             self.out_channels[event[1]].add_credit(event[2])
         elif kind == "control":
             message = event[1]
-            if message["type"] in ("cancel", "shutdown"):
-                raise WorkerStopped(message.get("reason", message["type"]))
+            kind = message["type"]
+            if kind == "trigger_checkpoint":
+                self._trigger_checkpoint(message["checkpoint_id"])
+            elif kind == "checkpoint_complete":
+                self._checkpoint_complete(message["checkpoint_id"])
+            elif kind == "checkpoint_abort":
+                self._checkpoint_aborted(message["checkpoint_id"])
+            elif kind in ("cancel", "shutdown"):
+                raise WorkerStopped(message.get("reason", kind))
         elif kind == "peer_lost":
             if not self._all_finished():
                 raise PeerLost(event[1], event[2])
@@ -299,6 +337,8 @@ class Worker:
                 budget -= 1
             else:
                 subtask.on_event(channel, item)
+                if subtask.finished:
+                    self._snapshot_finished(subtask)
             worked = True
             if channel.queue:
                 ready.append(channel)
@@ -308,12 +348,110 @@ class Worker:
 
     def _run_sources(self, batch_size: int) -> bool:
         worked = False
+        if self.halted_sources:
+            return False  # synchronous checkpoint in progress: sources wait for its completion
         for subtask in self.sources:
             if not subtask.finished and not subtask.backlogged:
                 count = subtask.poll_source(batch_size)
                 self.records_processed += count
+                if subtask.finished:
+                    self._snapshot_finished(subtask)
                 worked = worked or count > 0 or subtask.finished
         return worked
+
+    # ------------------------------------------------------------------ checkpoints
+    def _fault(self, point: str, checkpoint_id: int | None = None) -> None:
+        """Crash here if a fault for this point is planned (chaos tests)."""
+        for fault in self.faults:
+            if fault.point != point:
+                continue
+            if point == "time" and time.monotonic() - self.processing_started < fault.after:
+                continue
+            if point == "records" and self.records_processed < fault.after:
+                continue
+            if fault.checkpoint is not None and checkpoint_id != fault.checkpoint:
+                continue
+            crash()
+
+    def _trigger_checkpoint(self, checkpoint_id: int) -> None:
+        """The coordinator starts ``checkpoint_id``: sources snapshot their positions and emit the
+        barrier; finished subtasks snapshot their final state; the rest wait for barriers."""
+        self.expected_checkpoints.append(checkpoint_id)
+        if self.mode == SYNCHRONOUS:
+            self.halted_sources.add(checkpoint_id)
+        for subtask in self.subtasks:
+            if subtask.finished:
+                self._snapshot_finished(subtask)
+            elif subtask.reader is not None:
+                subtask.broadcast_event(CheckpointBarrier(checkpoint_id, time.time()))
+                self._snapshot(subtask, checkpoint_id, 0.0)
+
+    def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
+        self._fault("alignment", checkpoint_id)
+        subtask.broadcast_event(CheckpointBarrier(checkpoint_id, time.time()))
+        self._snapshot(subtask, checkpoint_id, alignment)
+
+    def _snapshot_finished(self, subtask: Subtask) -> None:
+        """A finished subtask's state is final: it answers every expected checkpoint with it."""
+        for checkpoint_id in self.expected_checkpoints:
+            if checkpoint_id > subtask.last_snapshot:
+                self._snapshot(subtask, checkpoint_id, 0.0)
+
+    def _snapshot(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
+        started = time.monotonic()
+        captured = subtask.capture(checkpoint_id)
+        sync = time.monotonic() - started
+        self._fault("after_sync", checkpoint_id)
+        job = (checkpoint_id, subtask.vertex_id, subtask.index, captured,
+               {"alignment_s": alignment, "sync_s": sync})
+        if self.mode == SYNCHRONOUS:
+            self._upload(job)  # the baseline writes state on the processing thread
+        else:
+            self.uploads.put(job)
+
+    def _upload_loop(self) -> None:
+        while True:
+            job = self.uploads.get()
+            if job is None:
+                return
+            self._upload(job)
+
+    def _upload(self, job: tuple) -> None:
+        """Asynchronous part: serialise and write the captured state, then acknowledge."""
+        checkpoint_id, vertex_id, index, captured, stats = job
+        started = time.monotonic()
+        try:
+            if any(f.point == "during_upload" for f in self.faults):
+                self._fault_during_upload(checkpoint_id, index, captured)
+            handles = materialize(self.storage, checkpoint_id, index, captured)  # type: ignore[arg-type]
+        except Exception as error:
+            self.send_control({"type": "decline", "checkpoint_id": checkpoint_id, "worker": self.index,
+                               "reason": f"{type(error).__name__}: {error}"})
+            return
+        stats = {**stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.send_control({"type": "ack", "checkpoint_id": checkpoint_id, "vertex": vertex_id, "subtask": index,
+                           "worker": self.index, "handles": handles, "stats": stats})
+        self._fault("after_ack", checkpoint_id)
+
+    def _fault_during_upload(self, checkpoint_id: int, index: int, captured: dict[str, Any]) -> None:
+        """Write part of the snapshot, then crash: the checkpoint must never complete."""
+        self.storage.write_file(checkpoint_id, f"partial-{self.index}-{index}", b"partial")  # type: ignore[union-attr]
+        self._fault("during_upload", checkpoint_id)
+
+    def _checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.expected_checkpoints = [c for c in self.expected_checkpoints if c > checkpoint_id]
+        self.halted_sources = {c for c in self.halted_sources if c > checkpoint_id}
+        self._fault("before_commit", checkpoint_id)
+        for subtask in self.subtasks:
+            subtask.notify_complete(checkpoint_id)
+        if self.reported_finished:
+            self.send_control({"type": "committed", "checkpoint_id": checkpoint_id, "worker": self.index})
+
+    def _checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.expected_checkpoints = [c for c in self.expected_checkpoints if c != checkpoint_id]
+        self.halted_sources.discard(checkpoint_id)
+        for subtask in self.subtasks:
+            subtask.notify_aborted(checkpoint_id)
 
     def _flush(self) -> None:
         for subtask in self.subtasks:
@@ -331,7 +469,12 @@ class Worker:
         batch_size = config.batch_size
         buffer_timeout = config.buffer_timeout
         last_flush = time.monotonic()
+        self.processing_started = last_flush
+        timed_fault = any(f.point in ("time", "records") for f in self.faults)
         while True:
+            if timed_fault:
+                self._fault("time")
+                self._fault("records")
             worked = self._drain_mailbox(None)
             worked = self._run_inputs(32) or worked
             worked = self._run_sources(batch_size) or worked
@@ -388,6 +531,7 @@ class Worker:
             self._await_control("start", self.deployment.config.connect_timeout + 30)
             threading.Thread(target=self._heartbeat_loop, args=(self.deployment.config.heartbeat_interval,),
                              name="epochal-heartbeat", daemon=True).start()
+            threading.Thread(target=self._upload_loop, name="epochal-uploader", daemon=True).start()
             self._loop()
         except WorkerStopped as stop:
             status = "finished" if self.reported_finished else f"stopped: {stop}"
@@ -408,6 +552,7 @@ class Worker:
                 raise
         finally:
             self.stopped.set()
+            self.uploads.put(None)
             self._close()
         return {"worker": self.index, "attempt": self.attempt, "status": status, "metrics": self.metrics()}
 

@@ -18,8 +18,12 @@ from typing import Any
 
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
-from epochal.state.descriptors import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor,
-                                       ReducingStateDescriptor, StateDescriptor, ValueStateDescriptor)
+from epochal.state.descriptors import (
+    AggregatingStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
 
 #: name -> key group -> key -> value
 Tables = dict[str, dict[int, dict[Any, Any]]]

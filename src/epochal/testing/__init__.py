@@ -1,5 +1,5 @@
 """Tools for testing epochal jobs, shipped so users can test their own jobs the same way."""
 
-from epochal.testing.faults import kill_worker
+from epochal.testing.faults import POINTS, Fault, kill_worker, random_faults
 
-__all__ = ["kill_worker"]
+__all__ = ["POINTS", "Fault", "kill_worker", "random_faults"]
