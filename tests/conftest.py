@@ -8,12 +8,18 @@ import pathlib
 import pytest
 
 INTEGRATION_DIR = pathlib.Path(__file__).parent / "integration"
+CHAOS_DIR = pathlib.Path(__file__).parent / "chaos"
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if INTEGRATION_DIR in pathlib.Path(str(item.fspath)).parents:
+        parents = pathlib.Path(str(item.fspath)).parents
+        if INTEGRATION_DIR in parents:
             item.add_marker(pytest.mark.integration)
+        if CHAOS_DIR in parents:
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.chaos)
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 Records of an epoch go to an in-progress file under ``<dir>/_pending/`` (hidden from readers,
 which skip names starting with ``_`` or ``.``). On the barrier of checkpoint *n* the file is
 closed and fsynced: pre-committed. When *n* completes, it is renamed to its final name
-``part-<subtask>-<attempt>-<n>.txt`` in ``<dir>``: committed. A rename of the same file twice
+``part-<subtask>-<n>-<writer>-<seq>.txt`` in ``<dir>``: committed. A rename of the same file twice
 is harmless (the second finds it done), which makes commit idempotent across restores.
 In-progress files of failed attempts are never renamed; ``cleanup_pending`` removes them.
 """
@@ -11,6 +11,7 @@ In-progress files of failed attempts are never renamed; ``cleanup_pending`` remo
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,10 +31,11 @@ class _ExactlyOnceWriter(TransactionalSinkWriter):
         self.file: Any = None
         self.path: str | None = None
         self.sequence = 0
+        self.instance = uuid.uuid4().hex[:8]  # no two writers, in any run, share a pending name
 
     def _open(self) -> None:
         self.sequence += 1
-        name = f"part-{self.subtask:05d}-{self.attempt}-{self.sequence:06d}.inprogress"
+        name = f"part-{self.subtask:05d}-{self.instance}-{self.sequence:06d}.inprogress"
         self.path = os.path.join(self.pending_dir, name)
         self.file = open(self.path, "w", encoding="utf-8")
 
@@ -49,7 +51,7 @@ class _ExactlyOnceWriter(TransactionalSinkWriter):
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        final = f"part-{self.subtask:05d}-{self.attempt}-{checkpoint_id:06d}-{self.sequence:06d}.txt"
+        final = f"part-{self.subtask:05d}-{checkpoint_id:06d}-{self.instance}-{self.sequence:06d}.txt"
         committable = (os.path.basename(self.path), final)  # type: ignore[arg-type]
         self.file = None
         self.path = None
