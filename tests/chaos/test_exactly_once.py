@@ -68,7 +68,8 @@ def run(make_env, tmp_path, parallelism, faults, mode="exactly_once", user_state
 
 @pytest.mark.parametrize("parallelism,seed", [(2, 11), (4, 23)])
 def test_three_random_kills_exactly_once(make_env, tmp_path, parallelism, seed):
-    result, committed = run(make_env, tmp_path, parallelism, random_faults(seed, parallelism, count=3, window=(0.3, 1.0)))
+    faults = random_faults(seed, parallelism, count=3, window=(0.3, 1.0))
+    result, committed = run(make_env, tmp_path, parallelism, faults)
     assert len(result.restarts) == 3  # every planned crash happened and was recovered from
     assert result.completed_checkpoints >= 3
     assert committed == ORACLE  # nothing lost, nothing duplicated
@@ -96,6 +97,7 @@ def test_synchronous_baseline_is_exactly_once_too(make_env, tmp_path):
 
 
 def test_at_least_once_loses_nothing(make_env, tmp_path):
-    result, committed = run(make_env, tmp_path, 2, random_faults(17, 2, count=3, window=(0.3, 1.0)), mode="at_least_once")
+    faults = random_faults(17, 2, count=3, window=(0.3, 1.0))
+    result, committed = run(make_env, tmp_path, 2, faults, mode="at_least_once")
     assert len(result.restarts) == 3
     assert set(committed) >= set(ORACLE)  # every update is there; replays may repeat some

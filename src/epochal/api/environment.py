@@ -153,7 +153,6 @@ class Environment:
         chosen workers at chosen moments, for chaos tests.
         """
         job = self.plan()
-        graph = build_execution_graph(job)
         job_id = uuid.uuid4().hex[:12]
         restore = None
         if restore_from is not None:
@@ -164,6 +163,7 @@ class Environment:
                                 f"{metadata.get('max_parallelism')}; this job has {self.max_parallelism}. "
                                 "Key groups cannot be remapped: use the same max_parallelism")
             restore = {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata}
+        graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
         checkpoint = self.checkpoint_config
         storage_uri = ""
         if checkpoint.enabled:
@@ -206,7 +206,7 @@ class Environment:
                 subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
                 vertex_uids={v.id: [job.nodes[n].uid for n in v.nodes] for v in job.vertices},
                 vertex_parallelism={v.id: v.parallelism for v in job.vertices},
-                max_parallelism=self.max_parallelism, broadcast=broadcast,
+                max_parallelism=self.max_parallelism, broadcast=broadcast, split_layout=graph.split_layout,
                 first_id=(restore["checkpoint_id"] + 1) if restore else 1)
         jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
                               collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,

@@ -52,20 +52,18 @@ class _ExactlyOnceWriter(TransactionalSinkWriter):
         os.fsync(self.file.fileno())
         self.file.close()
         final = f"part-{self.subtask:05d}-{checkpoint_id:06d}-{self.instance}-{self.sequence:06d}.txt"
-        committable = (os.path.basename(self.path), final)  # type: ignore[arg-type]
+        committable = (self.path, os.path.join(self.directory, final))  # absolute: valid from any restore
         self.file = None
         self.path = None
         return committable
 
     def commit(self, committables: list[Any]) -> None:
-        for pending_name, final_name in committables:
-            source = os.path.join(self.pending_dir, pending_name)
-            target = os.path.join(self.directory, final_name)
+        for source, target in committables:
             try:
                 os.replace(source, target)
             except FileNotFoundError:
                 if not os.path.exists(target):
-                    raise RuntimeError(f"cannot commit {final_name}: its pre-committed file {source} is gone "
+                    raise RuntimeError(f"cannot commit {target}: its pre-committed file {source} is gone "
                                        "and it was never committed") from None
 
     def close(self) -> None:

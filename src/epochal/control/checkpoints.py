@@ -38,7 +38,8 @@ class CheckpointCoordinator:
     def __init__(self, config: CheckpointConfig, storage: CheckpointStorage, job_name: str,
                  subtasks: dict[tuple[int, int], str], vertex_uids: dict[int, list[str]],
                  vertex_parallelism: dict[int, int], max_parallelism: int,
-                 broadcast: Callable[[dict[str, Any]], None], first_id: int = 1) -> None:
+                 broadcast: Callable[[dict[str, Any]], None], first_id: int = 1,
+                 split_layout: dict[str, int] | None = None) -> None:
         self.config = config
         self.storage = storage
         self.job_name = job_name
@@ -47,6 +48,7 @@ class CheckpointCoordinator:
         self.vertex_parallelism = vertex_parallelism
         self.max_parallelism = max_parallelism
         self.broadcast = broadcast
+        self.split_layout = split_layout or {}
         self.next_id = first_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[int] = storage.completed()
@@ -100,7 +102,7 @@ class CheckpointCoordinator:
                 entry["subtasks"][str(subtask)] = handle
         metadata = {"checkpoint_id": pending.checkpoint_id, "job": self.job_name,
                     "timestamp": pending.triggered_at, "max_parallelism": self.max_parallelism,
-                    "operators": operators}
+                    "split_layout": self.split_layout, "operators": operators}
         self.storage.write_metadata(pending.checkpoint_id, metadata)
         del self.pending[pending.checkpoint_id]
         # older pending checkpoints can no longer be useful

@@ -46,6 +46,8 @@ class ExecutionGraph:
     inputs: dict[tuple[int, int], list[int]]
     #: source vertex id -> all its splits (subtask i reads splits[i::parallelism])
     splits: dict[int, list[SourceSplit]] = field(default_factory=dict)
+    #: source uid -> the parallelism its splits were cut for (recorded in checkpoints)
+    split_layout: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def worker_of(subtask: int) -> int:
@@ -57,8 +59,13 @@ class ExecutionGraph:
         return [(v.id, worker) for v in self.job.vertices if worker < v.parallelism]
 
 
-def build_execution_graph(job: JobGraph) -> ExecutionGraph:
-    """Create channels for every edge and cut every source into splits."""
+def build_execution_graph(job: JobGraph, split_layout: dict[str, int] | None = None) -> ExecutionGraph:
+    """Create channels for every edge and cut every source into splits.
+
+    ``split_layout`` maps a source's uid to the parallelism its splits were cut for in the run
+    a restore comes from: cutting them the same way keeps every recorded split position valid,
+    whatever the new parallelism.
+    """
     channels: list[Channel] = []
     outputs: dict[tuple[int, int], list[int]] = {}
     inputs: dict[tuple[int, int], list[int]] = {
@@ -79,7 +86,10 @@ def build_execution_graph(job: JobGraph) -> ExecutionGraph:
     for vertex in job.vertices:
         if vertex.source is not None:
             try:
-                graph.splits[vertex.id] = vertex.source.create_splits(vertex.parallelism)
+                uid = job.nodes[vertex.head].uid
+                cut_for = (split_layout or {}).get(uid, vertex.parallelism)
+                graph.splits[vertex.id] = vertex.source.create_splits(cut_for)
+                graph.split_layout[uid] = cut_for
             except PlanError:
                 raise
             except Exception as error:
