@@ -7,23 +7,41 @@ workers on Spark executors (``local[N]`` by default).
 from epochal.api.datastream import CollectedStream, DataStream, KeyedStream
 from epochal.api.environment import Environment
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
-from epochal.config import EngineConfig
+from epochal.config import CheckpointConfig, EngineConfig
+from epochal.connectors.transactional import ExactlyOnceFileSink
 from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobStatus
+from epochal.control.restart import (
+                                     ExponentialBackoffRestart,
+                                     FailureRateRestart,
+                                     FixedDelayRestart,
+                                     NoRestart,
+                                     RestartStrategy,
+)
 from epochal.errors import (
-                            EnvironmentSetupError,
-                            EpochalError,
-                            InsufficientSlotsError,
-                            JavaNotFoundError,
-                            JobCancelledError,
-                            JobFailedError,
-                            PlanError,
-                            SourceError,
+                                     EnvironmentSetupError,
+                                     EpochalError,
+                                     InsufficientSlotsError,
+                                     JavaNotFoundError,
+                                     JobCancelledError,
+                                     JobFailedError,
+                                     PlanError,
+                                     SourceError,
+)
+from epochal.state.descriptors import (
+                                     AggregatingStateDescriptor,
+                                     ListStateDescriptor,
+                                     MapStateDescriptor,
+                                     ReducingStateDescriptor,
+                                     ValueStateDescriptor,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AggregatingStateDescriptor", "CheckpointConfig", "ExactlyOnceFileSink", "ExponentialBackoffRestart",
+    "FailureRateRestart", "FixedDelayRestart", "ListStateDescriptor", "MapStateDescriptor", "NoRestart",
+    "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
     "JobResult", "JobStatus", "KeyedStream", "PlanError", "ProcessContext", "ProcessFunction",
