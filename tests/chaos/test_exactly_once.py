@@ -75,11 +75,14 @@ def test_three_random_kills_exactly_once(make_env, tmp_path, parallelism, seed):
     assert committed == ORACLE  # nothing lost, nothing duplicated
 
 
+@pytest.mark.parametrize("parallelism", [2, 4])
 @pytest.mark.parametrize("point", ["alignment", "after_sync", "during_upload", "after_ack", "before_commit",
                                    "records"])
-def test_kill_at_each_point_of_the_protocol(make_env, tmp_path, point):
-    fault = Fault(point, worker=1, after=30_000) if point == "records" else Fault(point, worker=1, checkpoint=3)
-    result, committed = run(make_env, tmp_path, 2, [fault])
+def test_kill_at_each_point_of_the_protocol(make_env, tmp_path, point, parallelism):
+    worker = parallelism - 1
+    fault = Fault(point, worker=worker, after=30_000) if point == "records" else \
+        Fault(point, worker=worker, checkpoint=3)
+    result, committed = run(make_env, tmp_path, parallelism, [fault])
     assert len(result.restarts) == 1, result.restarts
     assert committed == ORACLE
 
