@@ -14,6 +14,7 @@ detected and reported with the file's name instead of producing wrong state.
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
 from typing import Any
@@ -35,8 +36,6 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         if "://" in uri:
             return pafs.FileSystem.from_uri(uri)
-        import os
-
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     except Exception as error:
         raise CheckpointError(f"cannot open checkpoint storage '{uri}': {error}") from error
@@ -72,9 +71,20 @@ class CheckpointStorage:
         directory = self.checkpoint_path(checkpoint_id)
         self._ensure_dir(directory)
         path = f"{directory}/{name}"
+        self._write_durably(path, data)
+        return {"file": name, "size": len(data), "crc": crc(data)}
+
+    def _write_durably(self, path: str, data: bytes) -> None:
+        """Write a file so that it survives a machine crash before the checkpoint is acknowledged:
+        fsync on local disks; object stores and HDFS are durable once the stream is closed."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            with open(path, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            return
         with self.fs.open_output_stream(path) as out:
             out.write(data)
-        return {"file": name, "size": len(data), "crc": crc(data)}
 
     def read_file(self, checkpoint_id: int, handle: dict[str, Any], offset: int = 0,
                   length: int | None = None, checksum: int | None = None) -> bytes:
@@ -101,8 +111,7 @@ class CheckpointStorage:
         directory = self.checkpoint_path(checkpoint_id)
         self._ensure_dir(directory)
         temporary = f"{directory}/{METADATA}.inprogress"
-        with self.fs.open_output_stream(temporary) as out:
-            out.write(document.encode())
+        self._write_durably(temporary, document.encode())
         self.fs.move(temporary, f"{directory}/{METADATA}")
         return f"{directory}/{METADATA}"
 
