@@ -46,13 +46,13 @@ def measure(spark, size_mb: float, parallelism: int, kill_after: float) -> dict:
     client = env.execute_async("recovery", faults=[Fault("time", worker=parallelism - 1, after=kill_after)])
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        restarts = client._jobmaster.restarts
+        restarts = client.restarts()
         if restarts and "recovered_s" in restarts[0]:
             break
         time.sleep(0.1)
     stats = [c for c in client.checkpoint_stats() if c["status"] == "completed"]
     client.cancel(timeout=120)
-    restart = client._jobmaster.restarts[0]
+    restart = client.restarts()[0]
     return {"state_mb": size_mb, "keys": keys, "parallelism": parallelism,
             "checkpoint_bytes": stats[-1]["bytes"] if stats else 0,
             "checkpoint_duration_s": stats[-1]["duration_s"] if stats else 0,

@@ -44,7 +44,7 @@ def test_failed_upload_is_aborted_and_the_next_checkpoint_completes(make_env, tm
     build(env, out)
     client = env.execute_async("upload-failure")
     client.wait_until_running()
-    root = client._jobmaster.coordinator.storage.root
+    root = client.checkpoint_path
     os.makedirs(root, exist_ok=True)
     deadline = time.monotonic() + 30
     while not client.checkpoint_stats() and time.monotonic() < deadline:
@@ -72,7 +72,7 @@ def test_restart_from_a_user_given_checkpoint_with_another_parallelism(make_env,
     while sum(c["status"] == "completed" for c in client.checkpoint_stats()) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     client.cancel(timeout=60)
-    job_dir = client._jobmaster.coordinator.storage.uri
+    job_dir = client.checkpoint_path
 
     second = make_env(3)  # rescaled: key groups and split positions are redistributed
     second.enable_checkpointing(0.2, storage=str(tmp_path / "chk2"))

@@ -204,7 +204,6 @@ class Environment:
             coordinator = CheckpointCoordinator(
                 checkpoint, CheckpointStorage(storage_uri), job_name,
                 subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
-                vertex_uids={v.id: [job.nodes[n].uid for n in v.nodes] for v in job.vertices},
                 vertex_parallelism={v.id: v.parallelism for v in job.vertices},
                 max_parallelism=self.max_parallelism, broadcast=broadcast, split_layout=graph.split_layout,
                 first_id=(restore["checkpoint_id"] + 1) if restore else 1)

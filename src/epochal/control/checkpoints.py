@@ -36,7 +36,7 @@ class CheckpointCoordinator:
     """Triggers, completes, aborts and retains checkpoints of one job."""
 
     def __init__(self, config: CheckpointConfig, storage: CheckpointStorage, job_name: str,
-                 subtasks: dict[tuple[int, int], str], vertex_uids: dict[int, list[str]],
+                 subtasks: dict[tuple[int, int], str],
                  vertex_parallelism: dict[int, int], max_parallelism: int,
                  broadcast: Callable[[dict[str, Any]], None], first_id: int = 1,
                  split_layout: dict[str, int] | None = None) -> None:
@@ -44,7 +44,6 @@ class CheckpointCoordinator:
         self.storage = storage
         self.job_name = job_name
         self.subtasks = subtasks
-        self.vertex_uids = vertex_uids
         self.vertex_parallelism = vertex_parallelism
         self.max_parallelism = max_parallelism
         self.broadcast = broadcast

@@ -113,6 +113,16 @@ class JobClient:
         return list(coordinator.stats) if coordinator is not None else []
 
     @property
+    def checkpoint_path(self) -> str:
+        """Where this job's checkpoints go (empty without checkpointing); usable as ``restore_from``."""
+        coordinator = self._jobmaster.coordinator
+        return coordinator.storage.uri if coordinator is not None else ""
+
+    def restarts(self) -> list[dict[str, Any]]:
+        """One entry per restart so far: the failed attempt, its cause, and (once back) ``recovered_s``."""
+        return [dict(r) for r in self._jobmaster.restarts]
+
+    @property
     def attempt(self) -> int:
         """The current job attempt (0 until the first restart)."""
         return self._jobmaster.attempt

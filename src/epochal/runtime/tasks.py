@@ -149,14 +149,8 @@ class SourceReader:
 
     def positions(self) -> list[tuple[str, Any]]:
         """Read position of every split this subtask owns (not yet opened ones as restored)."""
-        result = []
-        for index, split in enumerate(self.splits):
-            if index >= self.current and not (index == self.current and self.opened) and \
-                    split.split_id in self.restored:
-                result.append((split.split_id, self.restored[split.split_id]))
-            else:
-                result.append((split.split_id, split.position()))
-        return result
+        # A restored position is dropped when its split opens, so one still here is not applied yet.
+        return [(split.split_id, self.restored.get(split.split_id, split.position())) for split in self.splits]
 
     def close(self) -> None:
         if self.opened and self.current < len(self.splits):
