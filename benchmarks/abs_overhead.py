@@ -1,11 +1,16 @@
 """Reproduces papers/000 §7 (Figure 6) on this machine: the runtime of a 6-operator job with
 3 full shuffles under no fault tolerance, exactly-once ABS, at-least-once ABS and the
-synchronous (stop-the-world) baseline, across snapshot intervals.
+synchronous (stop-the-world) baseline, across snapshot intervals, for a small and a large
+keyed state.
 
-    python -m benchmarks.abs_overhead --records 1500000 --intervals 0.25 0.5 1 2 5
+    python -m benchmarks.abs_overhead --records 1500000 --intervals 0.25 0.5 1 2 5 --repeats 2
 
-Writes ``abs_overhead.csv`` and ``abs_overhead.png`` (runtime vs interval, one line per mode,
-``none`` as the horizontal baseline) and prints the overhead ratio of each mode to ``none``.
+Runs are interleaved: every round runs ``none`` and each mode at each interval, in a rotating
+order, so slow drift of the machine (JIT-free Python, but a JVM, page cache, thermal) hits the
+baseline and the modes alike. Writes ``abs_overhead.csv`` (one row per run, with the
+checkpoint statistics: count, bytes per checkpoint, longest alignment and synchronous part) and
+``abs_overhead.png`` (one panel per state size: runtime vs interval, one line per mode, ``none``
+as the horizontal band), and prints the overhead ratio of each mode to ``none`` per interval.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -21,28 +27,38 @@ import epochal
 from epochal.control.spark import create_session
 
 MODES = ("exactly_once", "at_least_once", "synchronous")
+#: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more.
+STATE_KEYS = {"small": 10_007, "large": 1_000_003}
 
 
-def build(env: epochal.Environment, records: int) -> None:
+def build(env: epochal.Environment, records: int, keys: int) -> None:
     """source -> map -> [shuffle] sum per key -> [shuffle] count per bucket -> [shuffle] max -> sink.
 
     Per-key aggregates and source offsets are the state, as in the paper's topology.
     """
-    events = env.from_generator(lambda i: (i % 10_007, i % 97), count=records).name("source")
+    events = env.from_generator(lambda i: ((i * 7919) % keys, i % 97), count=records).name("source")
     parsed = events.map(lambda e: (e[0], e[1] + 1)).name("map")
     sums = parsed.key_by(lambda e: e[0]).sum(lambda e: e[1]).name("sum-per-key")
     buckets = sums.key_by(lambda kv: kv[0] % 1_009).count().name("count-per-bucket")
     buckets.key_by(lambda kv: kv[0] % 101).max(lambda kv: kv[1]).name("max-per-group").discard()
 
 
-def run_once(spark, parallelism: int, records: int, mode: str, interval: float | None) -> tuple[float, int]:
+def run_once(spark, parallelism: int, records: int, keys: int, mode: str, interval: float | None) -> dict:
     env = epochal.Environment(parallelism, spark=spark)
+    storage = tempfile.mkdtemp(prefix="epochal-bench-")
     if mode != "none":
-        env.enable_checkpointing(interval, mode=mode, storage=tempfile.mkdtemp(prefix="epochal-bench-"))
-    build(env, records)
+        env.enable_checkpointing(interval, mode=mode, storage=storage)
+    build(env, records, keys)
     started = time.monotonic()
     result = env.execute(f"abs-{mode}")
-    return time.monotonic() - started, result.completed_checkpoints
+    seconds = time.monotonic() - started
+    shutil.rmtree(storage, ignore_errors=True)
+    done = [c for c in result.checkpoints if c["status"] == "completed"]
+    return {"seconds": seconds, "checkpoints": len(done),
+            "bytes_per_checkpoint": statistics.median(c["bytes"] for c in done) if done else 0,
+            "alignment_s_max": max((c["alignment_s_max"] for c in done), default=0.0),
+            "sync_s_max": max((c["sync_s_max"] for c in done), default=0.0),
+            "duration_s_median": statistics.median(c["duration_s"] for c in done) if done else 0.0}
 
 
 def main() -> None:
@@ -50,55 +66,77 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_500_000)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--intervals", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 5.0])
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--states", nargs="+", choices=sorted(STATE_KEYS), default=["small", "large"])
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spark = create_session(f"local[{max(args.parallelism, 2)}]", args.parallelism)
-    run_once(spark, args.parallelism, 20_000, "none", None)  # warm up Spark's Python workers
+    run_once(spark, args.parallelism, 20_000, 100, "none", None)  # warm up Spark's Python workers
 
     rows = []
-    baseline = [run_once(spark, args.parallelism, args.records, "none", None)[0] for _ in range(args.repeats)]
-    none_s = statistics.median(baseline)
-    for seconds in baseline:
-        rows.append({"mode": "none", "interval_s": "", "seconds": seconds, "checkpoints": 0})
-    print(f"none: {none_s:.2f} s for {args.records:,} records ({args.records / none_s:,.0f} records/s)")
-    for interval in args.intervals:
-        for mode in MODES:
-            for _ in range(args.repeats):
-                seconds, completed = run_once(spark, args.parallelism, args.records, mode, interval)
-                rows.append({"mode": mode, "interval_s": interval, "seconds": seconds, "checkpoints": completed})
-                print(f"{mode:>14} interval {interval:>5g} s: {seconds:6.2f} s, {completed:3d} checkpoints, "
-                      f"overhead x{seconds / none_s:.2f}")
+    for repeat in range(args.repeats):
+        for state in args.states:
+            for position, interval in enumerate(args.intervals):
+                modes = ("none", *MODES)
+                shift = (repeat + position) % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
+                    row = {"state": state, "keys": STATE_KEYS[state], "mode": mode, "repeat": repeat,
+                           "interval_s": interval,
+                           **run_once(spark, args.parallelism, args.records, STATE_KEYS[state], mode, interval)}
+                    rows.append(row)
+                    print(f"[{repeat}] {state:>5} {mode:>14} interval {interval:>5g} s: {row['seconds']:6.2f} s, "
+                          f"{row['checkpoints']:3d} checkpoints of {row['bytes_per_checkpoint'] / 1e6:7.2f} MB",
+                          flush=True)
     with open(os.path.join(args.out, "abs_overhead.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["mode", "interval_s", "seconds", "checkpoints"])
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    plot(rows, none_s, args)
+    summary = summarise(rows, args)
+    plot(summary, args)
     spark.stop()
 
 
-def plot(rows: list[dict], none_s: float, args: argparse.Namespace) -> None:
+def summarise(rows: list[dict], args: argparse.Namespace) -> dict:
+    """Median runtime per (state, mode, interval), and the ratio table printed for the notes."""
+    summary: dict = {}
+    for state in args.states:
+        none_s = statistics.median(r["seconds"] for r in rows if r["state"] == state and r["mode"] == "none")
+        per_mode = {mode: {i: statistics.median(r["seconds"] for r in rows if r["state"] == state
+                                                and r["mode"] == mode and r["interval_s"] == i)
+                           for i in args.intervals} for mode in MODES}
+        spread = [r["seconds"] for r in rows if r["state"] == state and r["mode"] == "none"]
+        summary[state] = (none_s, per_mode)
+        mb = max(r["bytes_per_checkpoint"] for r in rows if r["state"] == state) / 1e6
+        print(f"\n{state} state ({STATE_KEYS[state]:,} keys, ~{mb:.1f} MB per checkpoint): none median "
+              f"{none_s:.2f} s (runs {min(spread):.2f}-{max(spread):.2f} s), "
+              f"{args.records / none_s:,.0f} records/s")
+        print(f"{'interval (s)':>14} " + " ".join(f"{m:>14}" for m in MODES))
+        for interval in args.intervals:
+            print(f"{interval:>14g} " + " ".join(f"x{per_mode[m][interval] / none_s:>13.2f}" for m in MODES))
+    return summary
+
+
+def plot(summary: dict, args: argparse.Namespace) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode, marker in zip(MODES, "os^", strict=True):
-        points = {}
-        for row in rows:
-            if row["mode"] == mode:
-                points.setdefault(row["interval_s"], []).append(row["seconds"])
-        xs = sorted(points)
-        ax.plot(xs, [statistics.median(points[x]) for x in xs], marker=marker, label=mode)
-    ax.axhline(none_s, color="grey", linestyle="--", label="none (no snapshots)")
-    ax.set_xscale("log")
-    ax.set_xlabel("snapshot interval (s)")
-    ax.set_ylabel("runtime (s)")
-    ax.set_title(f"ABS vs synchronous snapshots: {args.records:,} records, 3 shuffles, "
+    fig, axes = plt.subplots(1, len(summary), figsize=(6.5 * len(summary), 4.2), squeeze=False)
+    for ax, (state, (none_s, per_mode)) in zip(axes[0], summary.items(), strict=True):
+        for mode, marker in zip(MODES, "os^", strict=True):
+            xs = sorted(per_mode[mode])
+            ax.plot(xs, [per_mode[mode][x] for x in xs], marker=marker, label=mode)
+        ax.axhline(none_s, color="grey", linestyle="--", label="none (no snapshots)")
+        ax.set_xscale("log")
+        ax.set_xlabel("snapshot interval (s)")
+        ax.set_ylabel("runtime (s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{state} state: {STATE_KEYS[state]:,} keys")
+        ax.legend()
+    fig.suptitle(f"ABS vs synchronous snapshots: {args.records:,} records, 3 shuffles, "
                  f"parallelism {args.parallelism}, {os.cpu_count()} CPUs")
-    ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "abs_overhead.png"), dpi=120)
 

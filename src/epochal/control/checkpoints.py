@@ -118,6 +118,9 @@ class CheckpointCoordinator:
             "alignment_s_max": max(a["stats"]["alignment_s"] for a in acks),
             "sync_s_max": max(a["stats"]["sync_s"] for a in acks),
             "async_s_max": max(a["stats"]["async_s"] for a in acks),
+            "alignment_buffered_bytes": sum(a["stats"].get("buffered_bytes", 0) for a in acks),
+            "alignment_spilled_bytes": sum(a["stats"].get("spilled_bytes", 0) for a in acks),
+            "loop_log_records": sum(a["stats"].get("loop_log_records", 0) for a in acks),
             "subtasks": {f"{v}/{s}": a["stats"] for (v, s), a in pending.acks.items()},
         })
         self.broadcast({"type": "checkpoint_complete", "checkpoint_id": pending.checkpoint_id})
