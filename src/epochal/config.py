@@ -27,6 +27,15 @@ class EngineConfig:
         heartbeat_timeout: seconds of silence after which the JobMaster declares a worker lost.
         cancel_timeout: seconds workers get to stop by themselves before the Spark job is killed.
         connect_timeout: seconds a worker waits for its data connections to peers.
+        alignment_memory_bytes: serialised bytes of blocked inputs a worker keeps in memory
+            during checkpoint alignment; beyond it they spill to a local file.
+        alignment_max_bytes: bytes (memory and disk) of blocked inputs a worker may hold during
+            one alignment before it declines the checkpoint; ``None`` for no limit.
+        alignment_spill_dir: directory for the spill file; ``None`` uses Spark's local directory
+            (``SPARK_LOCAL_DIRS``) or the system temp directory.
+        iteration_log: log a loop's in-transit records in its snapshots (papers/000 Algorithm 2).
+            Only for demonstrating why it is needed: without it, loops are snapshotted with the
+            acyclic algorithm alone and records inside a loop are lost or repeated on restore.
     """
 
     batch_size: int = 1024
@@ -38,6 +47,10 @@ class EngineConfig:
     heartbeat_timeout: float = 20.0
     cancel_timeout: float = 10.0
     connect_timeout: float = 30.0
+    alignment_memory_bytes: int = 64 << 20
+    alignment_max_bytes: int | None = 4 << 30
+    alignment_spill_dir: str | None = None
+    iteration_log: bool = True
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
@@ -46,6 +59,10 @@ class EngineConfig:
             raise PlanError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.channel_credits < 1:
             raise PlanError(f"channel_credits must be >= 1, got {self.channel_credits}")
+        if self.alignment_memory_bytes < 0:
+            raise PlanError(f"alignment_memory_bytes must be >= 0, got {self.alignment_memory_bytes}")
+        if self.alignment_max_bytes is not None and self.alignment_max_bytes < self.alignment_memory_bytes:
+            raise PlanError("alignment_max_bytes must be >= alignment_memory_bytes (or None for no limit)")
         if not 1 <= self.max_parallelism <= 32768:
             raise PlanError(f"max_parallelism must be in 1..32768, got {self.max_parallelism}")
         for name in ("buffer_timeout", "registration_timeout", "heartbeat_interval",

@@ -73,3 +73,18 @@ def test_ended_inputs_count_as_delivered():
     b.ended = True
     handler.on_input_ended()
     assert log == [("aligned", 1, [True, False, False])]
+
+
+def test_release_reports_the_inputs_it_unblocked():
+    inputs = [Input(f"in{i}") for i in range(3)]
+    released = []
+    handler = BarrierHandler(inputs, True, on_aligned=lambda cid, t: None,
+                             on_released=lambda channels: released.append([c.name for c in channels]))
+    handler.on_barrier(inputs[0], 1)
+    handler.on_barrier(inputs[2], 1)
+    handler.abort(1, "timeout")
+    assert released == [["in0", "in2"]]
+    handler.on_barrier(inputs[1], 2)
+    inputs[0].ended = inputs[2].ended = True
+    handler.on_input_ended()
+    assert released == [["in0", "in2"], ["in1"]]

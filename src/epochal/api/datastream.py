@@ -28,6 +28,7 @@ from epochal.plan.partitioners import (
     Partitioner,
     RebalancePartitioner,
 )
+from epochal.runtime.iteration import IterationHead, IterationTail
 from epochal.runtime.operators import (
     CountAggregate,
     FilterOperator,
@@ -136,6 +137,26 @@ class DataStream:
                 raise PlanError("union() needs streams of the same Environment")
         return self._add("union", "Union", Operator(), [], inputs=[self.node.id] + [o.node.id for o in others])
 
+    def iterate(self) -> IterativeStream:
+        """Open a loop: the returned stream carries this stream's records and, once
+        :meth:`IterativeStream.close_with` is called, the records fed back to it.
+
+        ::
+
+            it = numbers.iterate()
+            step = it.map(collatz_step)
+            it.close_with(step.filter(lambda s: s.value != 1))   # around again
+            done = step.filter(lambda s: s.value == 1)            # leaves the loop
+
+        Snapshots of loops are exactly-once (papers/000 Algorithm 2): records in transit inside
+        the loop at a checkpoint are logged at the head and re-emitted on restore. A bounded job
+        with loops ends once its sources are exhausted and no record is left in any loop.
+        """
+        loop_id = sum(1 for n in self.env.graph.nodes if n.kind == "iteration_head")
+        node = self.env.graph.add("iteration_head", f"Iteration head {loop_id}", [self.node.id],
+                                  operator=IterationHead(loop_id))
+        return IterativeStream(self.env, node)
+
     # ---------------------------------------------------------------- partitioning
     def _partition(self, partitioner: Partitioner, kind: str) -> DataStream:
         node = self.env.graph.add("partition", kind, [self.node.id], partitioner=partitioner)
@@ -194,6 +215,33 @@ class DataStream:
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id
         return CollectedStream(self.env, collect_id)
+
+
+class IterativeStream(DataStream):
+    """The head of a loop (see :meth:`DataStream.iterate`); close it with :meth:`close_with`."""
+
+    def close_with(self, feedback: DataStream, key_by: Callable[[Any], Any] | None = None) -> DataStream:
+        """Feed ``feedback`` back to the loop's head; returns ``feedback``.
+
+        ``key_by`` partitions the feedback by key on its way back (equal keys reach the same head
+        subtask), and lets a checkpoint store the loop's in-transit records per key group, so a
+        restore with another parallelism places them with their keys.
+        """
+        if feedback.env is not self.env:
+            raise PlanError("close_with() needs a stream of the same Environment")
+        head: IterationHead = self.node.operator  # type: ignore[assignment]
+        if len(self.node.inputs) > 1:
+            raise PlanError(f"loop '{self.node.name}' is already closed: call close_with() once per iterate()")
+        upstream = feedback
+        if key_by is not None:
+            _check_callable(key_by, "close_with(key_by=...)")
+            upstream = feedback.key_by(key_by)
+            head.feedback_key = key_by
+        tail = self.env.graph.add("iteration_tail", f"Iteration tail {head.loop_id}", [upstream.node.id],
+                                  operator=IterationTail(head.loop_id),
+                                  functions=[key_by] if key_by is not None else [])
+        self.node.inputs.append(tail.id)
+        return feedback
 
 
 class KeyedStream(DataStream):

@@ -209,7 +209,8 @@ class Environment:
                 first_id=(restore["checkpoint_id"] + 1) if restore else 1)
         jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
                               collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,
-                              restart=copy.deepcopy(self.restart_strategy), restore=restore)
+                              restart=copy.deepcopy(self.restart_strategy), restore=restore,
+                              loops={loop.id: loop.parallelism for loop in graph.job.loops})
         jobmaster.start()
         return JobClient(jobmaster)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from epochal.config import EngineConfig
 from epochal.control.checkpoints import CheckpointCoordinator
+from epochal.control.loops import LoopTermination
 from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, InsufficientSlotsError, JobCancelledError, JobFailedError
 from epochal.runtime import protocol
@@ -77,7 +78,8 @@ class JobMaster:
                  token: bytes, bind_host: str, collect_ids: list[str],
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
                  slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
-                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None) -> None:
+                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
+                 loops: dict[int, int] | None = None) -> None:
         self.job_name = job_name
         self.job_id = job_id
         self.deployment = deployment
@@ -111,6 +113,7 @@ class JobMaster:
         self.started_running = False
         self.final_checkpoint: int | None = None
         self.committed: set[int] = set()
+        self.loops = LoopTermination(loops or {})
         self.server = socket.create_server((bind_host, 0), backlog=128)
         self.address = self.server.getsockname()[:2]
         self._lock = threading.Lock()
@@ -270,6 +273,12 @@ class JobMaster:
                 self._fail("checkpoint", error=(
                     f"checkpoint {message['checkpoint_id']} failed ({message['reason']}) and more than "
                     f"{self.coordinator.config.tolerable_failures} consecutive checkpoint failures are tolerated"))
+        elif kind == "loop_ready":
+            for reply in self.loops.on_ready(message["loop"], message["subtask"]):
+                self._broadcast(reply)
+        elif kind == "loop_round":
+            for reply in self.loops.on_vote(message["loop"], message["round"], message["subtask"], message["quiet"]):
+                self._broadcast(reply)
         elif kind == "committed":
             if message["checkpoint_id"] == self.final_checkpoint:
                 self.committed.add(index)
@@ -398,6 +407,7 @@ class JobMaster:
         self.started_running = False
         self.committed = set()
         self.final_checkpoint = None
+        self.loops.reset()
         if self.coordinator is not None:
             self.coordinator.paused = False
         self.attempt += 1

@@ -4,6 +4,12 @@ Chaining fuses an operator into its predecessor's subtask (a plain function call
 when the edge between them is forward, both have the same parallelism, the operator has
 exactly one input, and neither disabled chaining. Each chain becomes one :class:`JobVertex`;
 the edges that remain between vertices become channels.
+
+Loops (``iterate`` / ``close_with``) make the graph cyclic. Their back-edges are found by a
+depth-first search from the sources (an edge to a node still on the search stack), which must
+be exactly the loops' tail -> head edges; each loop's body is what lies on a path from its head
+to its tail, and every edge inside it is tagged with the loop, for snapshots (papers/000
+Algorithm 2) and termination detection.
 """
 
 from __future__ import annotations
@@ -40,6 +46,22 @@ class JobEdge:
     source_node: int
     target_vertex: int
     partitioner: Partitioner
+    #: A loop's tail -> head edge (in memory, unbounded credit, logged during snapshots).
+    back_edge: bool = False
+    #: The loop this edge lies inside (body edges and the back-edge), else None.
+    loop: int | None = None
+
+
+@dataclass
+class Loop:
+    """One iteration: its head and tail vertices (equal parallelism, so co-located)."""
+
+    id: int
+    head_vertex: int
+    tail_vertex: int
+    parallelism: int
+    #: Vertices on a path from head to tail, head and tail included.
+    vertices: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -64,13 +86,15 @@ class JobGraph:
     edges: list[JobEdge]
     nodes: dict[int, ChainedNode]
     max_parallelism: int
+    loops: list[Loop] = field(default_factory=list)
 
     def describe(self) -> str:
         """A readable plan, one vertex per line, like Flink's plan view."""
         lines = []
         for vertex in self.vertices:
             inputs = ", ".join(
-                f"{self.edges[e].partitioner.kind} from #{self.edges[e].source_vertex}" for e in vertex.in_edges)
+                f"{self.edges[e].partitioner.kind}{' back-edge' if self.edges[e].back_edge else ''} from "
+                f"#{self.edges[e].source_vertex}" for e in vertex.in_edges)
             lines.append(f"#{vertex.id} {vertex.name} (parallelism {vertex.parallelism})"
                          + (f" <- {inputs}" if inputs else ""))
         return "\n".join(lines)
@@ -103,9 +127,18 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             stack.extend(graph[node_id].inputs)
     physical = [n for n in graph.nodes if n.id in needed and not n.is_virtual]
 
+    tails = {}
+    for node in physical:
+        if node.kind == "iteration_head":
+            if len(node.inputs) != 2:
+                raise PlanError(f"loop '{node.name}' was opened with iterate() but never closed: call "
+                                "close_with(feedback) on the stream iterate() returned")
+            tails[_resolve_input(graph, node.inputs[1])[0].id] = node
     parallelism: dict[int, int] = {}
     uids: dict[str, int] = {}
     for node in physical:
+        if node.id in tails:  # a tail runs beside its head: same parallelism, same workers
+            node.parallelism = parallelism[tails[node.id].id]
         p = node.parallelism or default_parallelism
         if not 1 <= p <= max_parallelism:
             raise PlanError(f"operator '{node.name}' has parallelism {p}; it must be between 1 and "
@@ -163,11 +196,19 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             vertices.append(vertex)
             vertex_of[node.id] = vertex.id
 
+    back_edges = _find_back_edges(physical, logical_edges)
+    loop_nodes = _loop_bodies(graph, physical, logical_edges, back_edges, tails)
+    loop_of_node = {n: loop_id for loop_id, members in loop_nodes.items() for n in members}
+
     edges: list[JobEdge] = []
-    for producer_id, consumer_id, partitioner in logical_edges:
+    for index, (producer_id, consumer_id, partitioner) in enumerate(logical_edges):
         if vertex_of[producer_id] == vertex_of[consumer_id]:
             continue  # chained
-        edge = JobEdge(len(edges), vertex_of[producer_id], producer_id, vertex_of[consumer_id], partitioner)
+        loop = loop_of_node.get(producer_id)
+        if loop is None or loop_of_node.get(vertices[vertex_of[consumer_id]].head) != loop:
+            loop = None
+        edge = JobEdge(len(edges), vertex_of[producer_id], producer_id, vertex_of[consumer_id], partitioner,
+                       back_edge=index in back_edges, loop=loop)
         edges.append(edge)
         nodes[producer_id].out_edges.append(edge.id)
         vertices[edge.source_vertex].out_edges.append(edge.id)
@@ -175,4 +216,83 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
 
     for vertex in vertices:
         vertex.name = " -> ".join(nodes[n].name for n in vertex.nodes)
-    return JobGraph(vertices, edges, nodes, max_parallelism)
+    loops = []
+    for tail_id, head in tails.items():
+        loop_id = head.operator.loop_id  # type: ignore[union-attr]
+        members = sorted({vertex_of[n] for n in loop_nodes[loop_id]})
+        loops.append(Loop(loop_id, vertex_of[head.id], vertex_of[tail_id], parallelism[head.id], members))
+    return JobGraph(vertices, edges, nodes, max_parallelism, sorted(loops, key=lambda loop: loop.id))
+
+
+def _find_back_edges(physical: list[Transformation], logical_edges: list[tuple[int, int, Partitioner]]) -> set[int]:
+    """Indices of the edges that close a cycle: depth-first search from the sources in creation
+    order; an edge to a node that is still on the search stack is a back-edge."""
+    out: dict[int, list[int]] = {n.id: [] for n in physical}
+    for index, (producer, _, _) in enumerate(logical_edges):
+        out[producer].append(index)
+    state: dict[int, int] = {}  # 1 on the stack, 2 done
+    back: set[int] = set()
+    for root in [n.id for n in physical if n.kind == "source"]:
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, iter(out[root]))]
+        while stack:
+            node_id, edges = stack[-1]
+            for index in edges:
+                consumer = logical_edges[index][1]
+                if state.get(consumer) == 1:
+                    back.add(index)
+                elif consumer not in state:
+                    state[consumer] = 1
+                    stack.append((consumer, iter(out[consumer])))
+                    break
+            else:
+                state[node_id] = 2
+                stack.pop()
+    return back
+
+
+def _loop_bodies(graph: LogicalGraph, physical: list[Transformation],
+                 logical_edges: list[tuple[int, int, Partitioner]], back_edges: set[int],
+                 tails: dict[int, Transformation]) -> dict[int, set[int]]:
+    """Loop id -> the nodes on a path from its head to its tail; checks the back-edges found
+    are exactly the tail -> head edges and that loops neither nest nor overlap."""
+    expected = {i for i, (producer, consumer, _) in enumerate(logical_edges)
+                if producer in tails and tails[producer].id == consumer}
+    for index in back_edges - expected:
+        producer, consumer, _ = logical_edges[index]
+        raise PlanError(f"the dataflow has a cycle through '{graph[producer].name}' -> '{graph[consumer].name}' "
+                        "that is not a loop declared with iterate()/close_with(); cycles are only possible "
+                        "through iterate()")
+    for index in expected - back_edges:
+        raise PlanError(f"the feedback of '{graph[logical_edges[index][1]].name}' is also reachable from outside "
+                        "its loop without passing its head; feed back a stream computed inside the loop only")
+    forward: dict[int, list[int]] = {n.id: [] for n in physical}
+    backward: dict[int, list[int]] = {n.id: [] for n in physical}
+    for index, (producer, consumer, _) in enumerate(logical_edges):
+        if index not in back_edges:
+            forward[producer].append(consumer)
+            backward[consumer].append(producer)
+
+    def reach(start: int, adjacency: dict[int, list[int]]) -> set[int]:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in adjacency[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    bodies: dict[int, set[int]] = {}
+    owner: dict[int, str] = {}
+    for tail_id, head in tails.items():
+        body = reach(head.id, forward) & reach(tail_id, backward)
+        for node_id in body:
+            if node_id in owner or (graph[node_id].kind == "iteration_head" and node_id != head.id):
+                raise PlanError(f"'{graph[node_id].name}' lies inside two loops ('{head.name}' and "
+                                f"'{owner.get(node_id, graph[node_id].name)}'); nested or overlapping loops "
+                                "are not supported")
+            owner[node_id] = head.name
+        bodies[head.operator.loop_id] = body  # type: ignore[union-attr]
+    return bodies

@@ -4,8 +4,10 @@ A consumer grants each producer ``channel_credits`` batches per channel and retu
 each time it has *processed* a batch. A producer without credit keeps further batches in its
 ``pending`` queue, and a subtask with pending output is not scheduled: that is backpressure,
 and it stops at the sources. Because credit is only returned after processing, a consumer can
-*block* one channel (stop taking batches from it) while the others keep flowing; the most it
-then buffers is the credit it granted. In-band events (end of partition, and later barriers)
+*block* one channel (stop processing batches from it) while the others keep flowing; during
+checkpoint alignment the worker moves a blocked channel's batches into an alignment buffer and
+returns their credit, so its producer is not stalled (see :mod:`epochal.runtime.alignment`).
+In-band events (end of partition, and later barriers)
 need no credit but queue behind pending batches, so they stay in FIFO order with the data.
 """
 
@@ -80,9 +82,11 @@ class OutputChannel:
 class InputChannel:
     """The consumer's end of one channel: what arrived and was not processed yet."""
 
-    __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled")
+    __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled", "buffered",
+                 "back_edge")
 
-    def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None]) -> None:
+    def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None],
+                 buffered: Any = None) -> None:
         self.id = channel_id
         self.subtask = subtask
         self.queue: deque[tuple[bool, Any]] = deque()
@@ -90,6 +94,11 @@ class InputChannel:
         self.ended = False
         self.return_credit = return_credit
         self.scheduled = False
+        #: The :class:`~epochal.runtime.alignment.AlignmentBuffer` of aligned modes, else None:
+        #: what arrived while blocked, credit already returned, replayed before ``queue``.
+        self.buffered = buffered
+        #: A loop's tail -> head channel (never blocked; logged during snapshots).
+        self.back_edge = False
 
 
 class PeerConnection:

@@ -19,3 +19,12 @@ class CheckpointBarrier:
 
     checkpoint_id: int
     timestamp: float
+
+
+@dataclass(frozen=True)
+class LoopProbe:
+    """Termination detection of loop ``loop``: round ``round`` of the probe wave its heads send
+    around the loop once their inputs from outside it ended (see docs/architecture.md)."""
+
+    loop: int
+    round: int

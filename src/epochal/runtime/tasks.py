@@ -18,6 +18,7 @@ from epochal.plan.partitioners import Partitioner
 from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, EndOfPartition
+from epochal.runtime.iteration import LOG_STATE, IterationHead
 from epochal.runtime.operators import Operator, UserFunctionError
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
@@ -158,6 +159,35 @@ class SourceReader:
             self.opened = False
 
 
+class LoopRole:
+    """What a subtask of a loop's vertex needs for snapshots and termination detection.
+
+    Attributes:
+        loop_id: the loop.
+        head: the :class:`IterationHead` operator if this subtask is the loop's head.
+        loop_inputs / external_inputs: ids of input channels inside the loop (not back-edges) and
+            from outside it; a probe is forwarded once every loop input delivered it and every
+            external input ended.
+        loop_outputs: the edge outputs that stay inside the loop (probes travel only there).
+    """
+
+    def __init__(self, loop_id: int, head: IterationHead | None) -> None:
+        self.loop_id = loop_id
+        self.head = head
+        self.loop_inputs: set[int] = set()
+        self.external_inputs: set[int] = set()
+        self.loop_outputs: list[EdgeOutput] = []
+        #: head: back-edge logs being recorded, and captured states waiting for them.
+        self.logs: dict[int, list[Any]] = {}
+        self.held: dict[int, tuple] = {}
+        #: head: termination-probe round in progress, and whether feedback arrived during it.
+        self.probe_round = 0
+        self.dirty = False
+        self.ready_sent = False
+        #: probe rounds seen on some loop inputs but not yet forwarded: round -> channel ids
+        self.probes: dict[int, set[int]] = {}
+
+
 class Subtask:
     """One parallel instance of a vertex, hosted by a worker."""
 
@@ -177,6 +207,8 @@ class Subtask:
         self.barriers: BarrierHandler | None = None
         #: Highest checkpoint this subtask has snapshotted.
         self.last_snapshot = 0
+        #: Loops: the loop this subtask's vertex lies in, and the head's loop bookkeeping.
+        self.loop: LoopRole | None = None
 
     @property
     def backlogged(self) -> bool:
@@ -221,7 +253,10 @@ class Subtask:
         if runner.keyed_state is not None:
             for group, states in restore.keyed_groups(runner.uid, key_groups):
                 runner.keyed_state.restore_group(group, states)
+        if isinstance(runner.operator, IterationHead):
+            runner.operator.restore_log(restore, key_groups, self.index, self.parallelism)
         lists = restore.operator_lists(runner.uid, self.index, self.parallelism)
+        lists.pop(LOG_STATE, None)
         for name, items in lists.items():
             mode = "union" if name == SourceReader.POSITIONS else "split"
             runner.operator_state.get_list_state(name, mode).extend(items)
@@ -276,7 +311,7 @@ class Subtask:
             self.ended_inputs += 1
             if self.barriers is not None:
                 self.barriers.on_input_ended()
-            if self.ended_inputs == len(self.inputs):
+            if self.ended_inputs == len(self.inputs) and not self.finished:
                 self.finish()
 
     def broadcast_event(self, event: Any) -> None:

@@ -30,15 +30,19 @@ import cloudpickle
 from epochal.connectors.base import assign_splits
 from epochal.plan.execution import Deployment
 from epochal.runtime import protocol
+from epochal.runtime.alignment import AlignmentBuffer, AlignmentSpill
 from epochal.runtime.barriers import EXACTLY_ONCE, NONE, SYNCHRONOUS, BarrierHandler
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, PeerConnection
-from epochal.runtime.events import CheckpointBarrier
+from epochal.runtime.events import CheckpointBarrier, EndOfPartition, LoopProbe
+from epochal.runtime.iteration import IterationHead
 from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.tasks import EdgeOutput, SourceReader, Subtask
+from epochal.runtime.tasks import EdgeOutput, LoopRole, SourceReader, Subtask
 from epochal.state.snapshot import RestoreSource, handle_bytes, materialize
 from epochal.state.storage import CheckpointStorage
 from epochal.testing.faults import crash
 
+#: Credit of a loop's back-edge channel: in effect unbounded (see runtime/iteration.py).
+UNBOUNDED_CREDIT = 1 << 40
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -110,6 +114,7 @@ class Worker:
         self.uploads: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
         self.faults: list[Any] = []
         self.processing_started = 0.0
+        self.spill: AlignmentSpill | None = None
 
     # ------------------------------------------------------------------ control connection
     def send_control(self, message: dict[str, Any]) -> None:
@@ -231,18 +236,29 @@ class Worker:
         job = graph.job
         config = deployment.config
         local = LocalTransport(self._deliver_local)
+        aligned = self.mode in (EXACTLY_ONCE, SYNCHRONOUS)
+        if aligned:
+            self.spill = AlignmentSpill(config.alignment_memory_bytes, config.alignment_max_bytes,
+                                        config.alignment_spill_dir)
         for channel in graph.channels:
             producer_worker = graph.worker_of(channel.producer)
             consumer_worker = graph.worker_of(channel.consumer)
             if producer_worker == self.index:
                 transport = local if consumer_worker == self.index else self.peers[consumer_worker]
-                self.out_channels[channel.id] = OutputChannel(channel.id, config.channel_credits, transport)
+                # a loop's back-edge never runs out of credit: a loop cannot deadlock on itself
+                credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
+                self.out_channels[channel.id] = OutputChannel(channel.id, credit, transport)
+        loop_of_vertex = {v: loop for loop in job.loops for v in loop.vertices}
         for vertex_id, index in graph.subtasks_of_worker(self.index):
             vertex = job.vertices[vertex_id]
             subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
             subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver,
                          attempt=self.job_attempt, checkpointing=self.mode != NONE, restore=self.restore)
             runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
+            loop = loop_of_vertex.get(vertex_id)
+            if loop is not None:
+                head = subtask.runners[0].operator if vertex_id == loop.head_vertex else None
+                subtask.loop = LoopRole(loop.id, head if isinstance(head, IterationHead) else None)
             for node_id in vertex.nodes:
                 for edge_id in job.nodes[node_id].out_edges:
                     channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
@@ -250,6 +266,8 @@ class Worker:
                     runners[node_id].outputs.append(output)
                     subtask.outputs.append(output)
                     subtask.output_channels.extend(channels)
+                    if subtask.loop is not None and job.edges[edge_id].loop == subtask.loop.loop_id:
+                        subtask.loop.loop_outputs.append(output)
             for channel_id in graph.inputs[(vertex_id, index)]:
                 channel = graph.channels[channel_id]
                 producer_worker = graph.worker_of(channel.producer)
@@ -257,7 +275,15 @@ class Worker:
                     give = self.out_channels[channel_id].add_credit
                 else:
                     give = partial(self.peers[producer_worker].send_credit, channel_id)
-                input_channel = InputChannel(channel_id, subtask, give)
+                input_channel = InputChannel(channel_id, subtask, give,
+                                             AlignmentBuffer(self.spill) if self.spill is not None else None)
+                edge = job.edges[channel.edge]
+                input_channel.back_edge = edge.back_edge
+                if subtask.loop is not None and not edge.back_edge:
+                    if edge.loop == subtask.loop.loop_id:
+                        subtask.loop.loop_inputs.add(channel_id)
+                    else:
+                        subtask.loop.external_inputs.add(channel_id)
                 self.in_channels[channel_id] = input_channel
                 subtask.inputs.append(input_channel)
             if vertex.source is not None:
@@ -265,8 +291,10 @@ class Worker:
                 self.sources.append(subtask)
             elif self.mode != NONE:
                 subtask.barriers = BarrierHandler(
-                    subtask.inputs, aligned=self.mode in (EXACTLY_ONCE, SYNCHRONOUS),
-                    on_aligned=partial(self._on_aligned, subtask))
+                    subtask.inputs, aligned=aligned, on_aligned=partial(self._on_aligned, subtask),
+                    on_released=self._schedule_buffered,
+                    back_edges=[c for c in subtask.inputs if c.back_edge],
+                    on_loop_closed=partial(self._on_loop_closed, subtask))
             self.subtasks.append(subtask)
 
     # ------------------------------------------------------------------ mailbox loop
@@ -292,6 +320,10 @@ class Worker:
                 self._checkpoint_complete(message["checkpoint_id"])
             elif kind == "checkpoint_abort":
                 self._checkpoint_aborted(message["checkpoint_id"])
+            elif kind == "loop_probe":
+                self._start_probe(message["loop"], message["round"])
+            elif kind == "loop_end":
+                self._end_loop(message["loop"])
             elif kind in ("cancel", "shutdown"):
                 raise WorkerStopped(message.get("reason", kind))
         elif kind == "peer_lost":
@@ -318,33 +350,88 @@ class Worker:
         return True
 
     def _run_inputs(self, budget: int) -> bool:
-        """Process up to ``budget`` queued batches, round robin over ready input channels."""
+        """Process up to ``budget`` queued batches, round robin over ready input channels.
+
+        A channel blocked by barrier alignment is not processed: what it delivered is moved into
+        its alignment buffer and its credit returned. An unblocked channel replays its buffer
+        before its queue."""
         worked = False
         ready = self.ready
         for _ in range(len(ready)):
             if budget <= 0 or not ready:
                 break
             channel = ready.popleft()
+            if channel.blocked:
+                self._buffer_blocked(channel)
+                continue
             subtask = channel.subtask
-            if channel.blocked or subtask.backlogged:
+            if subtask.backlogged:
                 ready.append(channel)
                 continue
-            is_batch, item = channel.queue.popleft()
+            buffered = channel.buffered
+            if buffered:
+                is_batch, item = buffered.pop()
+                credit = 0  # returned when it was buffered
+            else:
+                is_batch, item = channel.queue.popleft()
+                credit = 1
             if is_batch:
                 self.records_processed += len(item)
+                if channel.back_edge:
+                    self._on_feedback(subtask, item)
                 subtask.on_batch(item)
-                channel.return_credit(1)
+                if credit:
+                    channel.return_credit(1)
                 budget -= 1
+            elif type(item) is LoopProbe:
+                self._on_probe(subtask, channel, item)
             else:
                 subtask.on_event(channel, item)
+                if subtask.loop is not None and type(item) is EndOfPartition:
+                    self._on_loop_input_ended(subtask)
                 if subtask.finished:
                     self._snapshot_finished(subtask)
             worked = True
-            if channel.queue:
+            if channel.queue or buffered:
                 ready.append(channel)
             else:
                 channel.scheduled = False
         return worked
+
+    def _buffer_blocked(self, channel: InputChannel) -> None:
+        """Move a blocked channel's queue into its alignment buffer and return the credit."""
+        queue_, buffer = channel.queue, channel.buffered
+        batches = 0
+        while queue_:
+            is_batch, item = queue_.popleft()
+            buffer.add(is_batch, item)
+            batches += is_batch
+        channel.scheduled = False
+        if batches:
+            channel.return_credit(batches)
+        spill = self.spill
+        if spill is not None and spill.over_limit:
+            self._give_up_alignment(channel.subtask, spill)
+
+    def _give_up_alignment(self, subtask: Subtask, spill: AlignmentSpill) -> None:
+        """Blocked inputs hold more than ``alignment_max_bytes``: decline the pending checkpoint
+        and release the alignment (its buffers are replayed), rather than fill the disk."""
+        checkpoint_id = subtask.barriers.pending if subtask.barriers is not None else None
+        if checkpoint_id is None:
+            return
+        reason = (f"alignment of {subtask.name}#{subtask.index} buffered {spill.buffered} bytes, more than "
+                  f"alignment_max_bytes={spill.max_bytes}")
+        subtask.barriers.abort(checkpoint_id, reason)
+        self.send_control({"type": "decline", "checkpoint_id": checkpoint_id, "worker": self.index,
+                           "reason": reason})
+
+    def _schedule_buffered(self, channels: list[InputChannel]) -> None:
+        """Alignment ended: unblocked channels with buffered or queued data become ready."""
+        for channel in channels:
+            channel.buffered.reset_stats()  # counted by _on_aligned, or void for an aborted alignment
+            if (channel.buffered or channel.queue) and not channel.scheduled:
+                channel.scheduled = True
+                self.ready.append(channel)
 
     def _run_sources(self, batch_size: int) -> bool:
         worked = False
@@ -358,6 +445,90 @@ class Worker:
                     self._snapshot_finished(subtask)
                 worked = worked or count > 0 or subtask.finished
         return worked
+
+    # ------------------------------------------------------------------ loops
+    def _on_feedback(self, subtask: Subtask, batch: list[Any]) -> None:
+        """A loop head received records over its back-edge: log them for every snapshot in
+        progress (Algorithm 2) and note that the loop was not quiet in this probe round."""
+        role = subtask.loop
+        role.dirty = True  # type: ignore[union-attr]
+        if role.logs:  # type: ignore[union-attr]
+            for log in role.logs.values():  # type: ignore[union-attr]
+                log.extend(batch)
+            self._fault("back_edge_log", max(role.logs))  # type: ignore[union-attr]
+
+    def _on_probe(self, subtask: Subtask, channel: InputChannel, probe: LoopProbe) -> None:
+        role = subtask.loop
+        if role is None:
+            return
+        if channel.back_edge:  # the probe came around: vote for this round
+            if role.head is not None and probe.round == role.probe_round:
+                self.send_control({"type": "loop_round", "loop": role.loop_id, "round": probe.round,
+                                   "subtask": subtask.index, "quiet": not role.dirty})
+            return
+        role.probes.setdefault(probe.round, set()).add(channel.id)
+        self._forward_probes(subtask)
+
+    def _forward_probes(self, subtask: Subtask) -> None:
+        """Pass a probe round on once every loop input delivered it and every input from outside
+        the loop ended (nothing can enter the loop any more)."""
+        role = subtask.loop
+        assert role is not None
+        channels = self.in_channels
+        if not all(channels[c].ended for c in role.external_inputs):
+            return
+        for probe_round in sorted(role.probes):
+            arrived = role.probes[probe_round]
+            if not all(c in arrived or channels[c].ended for c in role.loop_inputs):
+                return
+            del role.probes[probe_round]
+            for output in role.loop_outputs:
+                output.send_event(LoopProbe(role.loop_id, probe_round))
+
+    def _on_loop_input_ended(self, subtask: Subtask) -> None:
+        role = subtask.loop
+        assert role is not None
+        if role.probes:
+            self._forward_probes(subtask)
+        if role.head is None or role.ready_sent or subtask.finished:
+            return
+        if all(c.ended for c in subtask.inputs if not c.back_edge):
+            # nothing more enters the loop: termination detection may begin, and checkpoints
+            # can no longer arrive as barriers, so the head starts the expected ones itself
+            role.ready_sent = True
+            self.send_control({"type": "loop_ready", "loop": role.loop_id, "subtask": subtask.index})
+            if subtask.barriers is not None:
+                for checkpoint_id in self.expected_checkpoints:
+                    if checkpoint_id > subtask.last_snapshot:
+                        subtask.barriers.start(checkpoint_id)
+
+    def _loop_heads(self, loop_id: int) -> list[Subtask]:
+        return [s for s in self.subtasks if s.loop is not None and s.loop.head is not None
+                and s.loop.loop_id == loop_id and not s.finished]
+
+    def _start_probe(self, loop_id: int, probe_round: int) -> None:
+        for subtask in self._loop_heads(loop_id):
+            role = subtask.loop
+            role.dirty = False  # type: ignore[union-attr]
+            role.probe_round = probe_round  # type: ignore[union-attr]
+            for output in role.loop_outputs:  # type: ignore[union-attr]
+                output.send_event(LoopProbe(loop_id, probe_round))
+
+    def _end_loop(self, loop_id: int) -> None:
+        """The loop is empty and nothing can enter it: the heads end it (end of partition goes
+        around, the tail's comes back and the head's back-edge ends)."""
+        for subtask in self._loop_heads(loop_id):
+            subtask.finish()
+            self._snapshot_finished(subtask)
+
+    def _replay_back_edge_logs(self) -> None:
+        """After a restore, loop heads re-emit their logged in-transit records before new input."""
+        for subtask in self.subtasks:
+            head = subtask.loop.head if subtask.loop is not None else None
+            if head is not None and head.replay:
+                records, head.replay = head.replay, []
+                self.records_processed += len(records)
+                subtask.on_batch(records)
 
     # ------------------------------------------------------------------ checkpoints
     def _fault(self, point: str, checkpoint_id: int | None = None) -> None:
@@ -385,11 +556,44 @@ class Worker:
             elif subtask.reader is not None:
                 subtask.broadcast_event(CheckpointBarrier(checkpoint_id, time.time()))
                 self._snapshot(subtask, checkpoint_id, 0.0)
+            elif subtask.loop is not None and subtask.loop.head is not None and subtask.barriers is not None:
+                subtask.barriers.start(checkpoint_id)  # only if no barrier can bring it any more
 
     def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
         self._fault("alignment", checkpoint_id)
         subtask.broadcast_event(CheckpointBarrier(checkpoint_id, time.time()))
-        self._snapshot(subtask, checkpoint_id, alignment)
+        buffered = spilled = 0
+        for channel in subtask.inputs:
+            if channel.buffered is not None:
+                b, s = channel.buffered.reset_stats()
+                buffered, spilled = buffered + b, spilled + s
+        stats = {"buffered_bytes": buffered, "spilled_bytes": spilled}
+        role = subtask.loop
+        if role is not None and role.head is not None and self.deployment.config.iteration_log:  # type: ignore[union-attr]
+            # Algorithm 2: the state copy is taken now; the snapshot is complete when the
+            # back-edge log is (the barrier came back around the loop)
+            role.held[checkpoint_id] = self._capture(subtask, checkpoint_id, alignment, stats)
+            role.logs[checkpoint_id] = []
+            return
+        self._snapshot(subtask, checkpoint_id, alignment, stats)
+
+    def _on_loop_closed(self, subtask: Subtask, checkpoint_id: int) -> None:
+        """Barrier ``checkpoint_id`` came back to a loop head: its log joins the held state copy."""
+        role = subtask.loop
+        assert role is not None and role.head is not None
+        log = role.logs.pop(checkpoint_id, [])
+        held = role.held.pop(checkpoint_id, None)
+        if held is None:
+            return
+        checkpoint, vertex_id, index, captured, stats = held
+        parts = role.head.log_state(log, self.deployment.graph.job.max_parallelism)  # type: ignore[union-attr]
+        mine = captured[role.head.uid]
+        if parts["keyed"]:
+            mine["keyed"] = {**(mine.get("keyed") or {}), **parts["keyed"]}
+        if parts["operator"]:
+            mine["operator"] = {**(mine.get("operator") or {}), **parts["operator"]}
+        stats["loop_log_records"] = len(log)
+        self._submit_upload((checkpoint, vertex_id, index, captured, stats))
 
     def _snapshot_finished(self, subtask: Subtask) -> None:
         """A finished subtask's state is final: it answers every expected checkpoint with it."""
@@ -397,13 +601,21 @@ class Worker:
             if checkpoint_id > subtask.last_snapshot:
                 self._snapshot(subtask, checkpoint_id, 0.0)
 
-    def _snapshot(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
+    def _capture(self, subtask: Subtask, checkpoint_id: int, alignment: float,
+                 alignment_stats: dict[str, int] | None = None) -> tuple:
+        """The synchronous part of a snapshot, as an upload job."""
         started = time.monotonic()
         captured = subtask.capture(checkpoint_id)
         sync = time.monotonic() - started
         self._fault("after_sync", checkpoint_id)
-        job = (checkpoint_id, subtask.vertex_id, subtask.index, captured,
-               {"alignment_s": alignment, "sync_s": sync})
+        return (checkpoint_id, subtask.vertex_id, subtask.index, captured,
+                {"alignment_s": alignment, "sync_s": sync, **(alignment_stats or {})})
+
+    def _snapshot(self, subtask: Subtask, checkpoint_id: int, alignment: float,
+                  alignment_stats: dict[str, int] | None = None) -> None:
+        self._submit_upload(self._capture(subtask, checkpoint_id, alignment, alignment_stats))
+
+    def _submit_upload(self, job: tuple) -> None:
         if self.mode == SYNCHRONOUS:
             self._upload(job)  # the baseline writes state on the processing thread
         else:
@@ -452,6 +664,9 @@ class Worker:
         self.halted_sources.discard(checkpoint_id)
         for subtask in self.subtasks:
             subtask.notify_aborted(checkpoint_id)
+            if subtask.loop is not None:
+                subtask.loop.logs.pop(checkpoint_id, None)
+                subtask.loop.held.pop(checkpoint_id, None)
 
     def _flush(self) -> None:
         for subtask in self.subtasks:
@@ -470,6 +685,7 @@ class Worker:
         buffer_timeout = config.buffer_timeout
         last_flush = time.monotonic()
         self.processing_started = last_flush
+        self._replay_back_edge_logs()
         timed_fault = any(f.point in ("time", "records") for f in self.faults)
         while True:
             if timed_fault:
@@ -506,6 +722,8 @@ class Worker:
             "operators": operators, "pending_batches": pending, "queued_batches": queued,
             "rss_bytes": _rss_bytes(), "uptime": time.monotonic() - self.started,
             "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values())),
+            "alignment_buffered_bytes": self.spill.buffered_total if self.spill is not None else 0,
+            "alignment_spilled_bytes": self.spill.spilled_total if self.spill is not None else 0,
         }
 
     def _report_failure(self, message: dict[str, Any]) -> None:
@@ -561,6 +779,8 @@ class Worker:
             subtask.close()
         for peer in self.peers.values():
             peer.close()
+        if self.spill is not None:
+            self.spill.close()
         for sock in (self.listener, self.control):
             if sock is not None:
                 try:

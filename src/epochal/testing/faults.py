@@ -29,6 +29,7 @@ POINTS = (
     "during_upload",   # in the middle of writing the snapshot's files
     "after_ack",       # after acknowledging a checkpoint, before it completes
     "before_commit",   # after the checkpoint completed, before the sink committed it
+    "back_edge_log",   # at a loop head, while it logs the loop's in-transit records for a snapshot
 )
 
 
