@@ -88,3 +88,44 @@ def test_release_reports_the_inputs_it_unblocked():
     inputs[0].ended = inputs[2].ended = True
     handler.on_input_ended()
     assert released == [["in0", "in2"], ["in1"]]
+
+
+def make_head(aligned=True):
+    """A loop head: two regular inputs and one back-edge (Algorithm 2)."""
+    regular, back = [Input("r0"), Input("r1")], Input("back")
+    log = []
+    handler = BarrierHandler(regular + [back], aligned,
+                             on_aligned=lambda cid, t: log.append(("snapshot", cid, back.blocked)),
+                             on_aborted=lambda cid, why: log.append(("aborted", cid)),
+                             back_edges=[back], on_loop_closed=lambda cid: log.append(("log complete", cid)))
+    return handler, regular, back, log
+
+
+def test_a_head_snapshots_once_its_regular_inputs_aligned_without_waiting_for_the_back_edge():
+    handler, (r0, r1), back, log = make_head()
+    handler.on_barrier(r0, 1)
+    handler.on_barrier(r1, 1)
+    assert log == [("snapshot", 1, False)]  # never blocked, never awaited: no deadlock
+    assert handler.logging == {1: {id(back)}}  # recording the back-edge until barrier 1 returns
+    handler.on_barrier(r0, 2)
+    handler.on_barrier(r1, 2)
+    assert 2 in handler.logging  # overlapping logs of consecutive checkpoints
+    handler.on_barrier(back, 1)
+    handler.on_barrier(back, 2)
+    assert log[1:] == [("snapshot", 2, False), ("log complete", 1), ("log complete", 2)]
+    assert not handler.logging
+
+
+def test_a_head_whose_regular_inputs_ended_starts_checkpoints_itself_and_a_closed_back_edge_completes_logs():
+    handler, (r0, r1), back, log = make_head()
+    handler.start(1)
+    assert log == []  # regular inputs still open: the barrier will bring it
+    r0.ended = r1.ended = True
+    handler.start(1)
+    assert log == [("snapshot", 1, False)] and 1 in handler.logging
+    handler.abort(1, "timeout")
+    assert not handler.logging
+    handler.start(2)
+    back.ended = True
+    handler.on_input_ended()
+    assert log[-2:] == [("snapshot", 2, False), ("log complete", 2)]

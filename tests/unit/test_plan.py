@@ -100,3 +100,61 @@ def test_plan_describe_lists_vertices():
     e.from_sequence(0, 10).key_by(lambda x: x % 2).sum().print()
     text = e.plan().describe()
     assert "#1 Sum -> Sink: print (parallelism 2) <- hash from #0" in text
+
+
+def loop_job(e, parallelism=None, keyed=True):
+    it = e.from_collection([3, 4]).iterate()
+    if parallelism:
+        it.set_parallelism(parallelism)
+    body = it.key_by(lambda n: n).map(lambda n: n - 1)
+    it.close_with(body.filter(lambda n: n > 0), key_by=(lambda n: n) if keyed else None)
+    body.filter(lambda n: n == 0).collect()
+    return e.plan()
+
+
+def test_a_loop_has_one_back_edge_found_by_dfs_and_a_co_located_tail():
+    job = loop_job(env(2), parallelism=3)
+    (loop,) = job.loops
+    back = [edge for edge in job.edges if edge.back_edge]
+    assert len(back) == 1 and back[0].source_vertex == loop.tail_vertex and back[0].target_vertex == loop.head_vertex
+    assert back[0].partitioner.is_forward
+    head, tail = job.vertices[loop.head_vertex], job.vertices[loop.tail_vertex]
+    assert head.parallelism == tail.parallelism == loop.parallelism == 3  # the tail follows its head
+    inside = {edge.id for edge in job.edges if edge.loop == loop.id}
+    assert back[0].id in inside and len(inside) == 3  # head -> body -> tail -> head
+    outside = [edge for edge in job.edges if edge.loop is None]
+    assert {job.vertices[e.target_vertex].name for e in outside} >= {"Iteration head 0"}  # the loop's input
+    assert "back-edge" in job.describe()
+
+
+def test_the_tail_is_never_chained_into_the_head():
+    e = env(2)
+    it = e.from_collection([5]).iterate()
+    halves = it.map(lambda n: n // 2)  # chained to the head
+    it.close_with(halves.filter(bool))  # forward, same parallelism: still a channel
+    halves.filter(lambda n: not n).collect()
+    job = e.plan()
+    assert any(edge.back_edge for edge in job.edges)
+    assert [v.name for v in job.vertices if "Iteration tail" in v.name] == ["Iteration tail 0"]
+
+
+def test_loop_plan_errors_are_clear():
+    e = env()
+    it = e.from_collection([1]).iterate()
+    it.map(str).collect()
+    with pytest.raises(PlanError, match="never closed"):
+        e.plan()
+    e = env()
+    it = e.from_collection([1]).iterate()
+    it.close_with(it.map(abs))
+    with pytest.raises(PlanError, match="already closed"):
+        it.close_with(it.map(abs))
+    e = env()
+    outer = e.from_collection([1]).iterate()
+    inner = outer.map(abs).iterate()
+    inner_body = inner.map(abs)
+    inner.close_with(inner_body.filter(bool))
+    outer.close_with(inner_body.filter(bool))
+    inner_body.collect()
+    with pytest.raises(PlanError, match="nested or overlapping"):
+        e.plan()

@@ -237,8 +237,9 @@ class IterativeStream(DataStream):
             _check_callable(key_by, "close_with(key_by=...)")
             upstream = feedback.key_by(key_by)
             head.feedback_key = key_by
+        # the tail is never chained: its edge to the head must stay a channel (the back-edge)
         tail = self.env.graph.add("iteration_tail", f"Iteration tail {head.loop_id}", [upstream.node.id],
-                                  operator=IterationTail(head.loop_id),
+                                  operator=IterationTail(head.loop_id), chaining=False,
                                   functions=[key_by] if key_by is not None else [])
         self.node.inputs.append(tail.id)
         return feedback
