@@ -1,7 +1,8 @@
 """Reproduces papers/000 §7 (Figure 6) on this machine: the runtime of a 6-operator job with
 3 full shuffles under no fault tolerance, exactly-once ABS, at-least-once ABS and the
 synchronous (stop-the-world) baseline, across snapshot intervals, for a small and a large
-keyed state.
+keyed state, and for a cyclic job (papers/000 §4.3, Algorithm 2: a Collatz loop whose heads log
+the records in transit inside the loop), with the size of those back-edge logs per checkpoint.
 
     python -m benchmarks.abs_overhead --records 1500000 --intervals 0.25 0.5 1 2 5 --repeats 2
 
@@ -27,8 +28,12 @@ import epochal
 from epochal.control.spark import create_session
 
 MODES = ("exactly_once", "at_least_once", "synchronous")
-#: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more.
-STATE_KEYS = {"small": 10_007, "large": 1_000_003}
+#: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more;
+#: "cyclic" runs the loop job instead, over records // CYCLIC_DIVISOR origins.
+STATE_KEYS = {"small": 10_007, "large": 1_000_003, "cyclic": 0}
+#: Each origin makes ~108 trips around the loop (Collatz steps of numbers up to 100k), and a trip
+#: costs far less than a record of the 3-shuffle job: records // 10 origins give similar runtimes.
+CYCLIC_DIVISOR = 10
 
 
 def build(env: epochal.Environment, records: int, keys: int) -> None:
@@ -43,12 +48,29 @@ def build(env: epochal.Environment, records: int, keys: int) -> None:
     buckets.key_by(lambda kv: kv[0] % 101).max(lambda kv: kv[1]).name("max-per-group").discard()
 
 
-def run_once(spark, parallelism: int, records: int, keys: int, mode: str, interval: float | None) -> dict:
+def collatz_step(state: tuple[int, int]) -> tuple[int, int]:
+    origin, n = state
+    return origin, (n // 2 if n % 2 == 0 else 3 * n + 1)
+
+
+def build_cyclic(env: epochal.Environment, records: int) -> None:
+    """source -> loop { key by origin -> Collatz step } until 1 -> discard; ~records loop trips."""
+    origins = env.from_generator(lambda i: (i * 7919) % 100_000 + 2, count=max(1, records // CYCLIC_DIVISOR))
+    loop = origins.map(lambda n: (n, n)).name("start").iterate()
+    stepped = loop.key_by(lambda s: s[0]).map(collatz_step).name("collatz-step")
+    loop.close_with(stepped.filter(lambda s: s[1] != 1), key_by=lambda s: s[0])
+    stepped.filter(lambda s: s[1] == 1).discard()
+
+
+def run_once(spark, parallelism: int, records: int, state: str, mode: str, interval: float | None) -> dict:
     env = epochal.Environment(parallelism, spark=spark)
     storage = tempfile.mkdtemp(prefix="epochal-bench-")
     if mode != "none":
         env.enable_checkpointing(interval, mode=mode, storage=storage)
-    build(env, records, keys)
+    if state == "cyclic":
+        build_cyclic(env, records)
+    else:
+        build(env, records, STATE_KEYS[state])
     started = time.monotonic()
     result = env.execute(f"abs-{mode}")
     seconds = time.monotonic() - started
@@ -58,7 +80,9 @@ def run_once(spark, parallelism: int, records: int, keys: int, mode: str, interv
             "bytes_per_checkpoint": statistics.median(c["bytes"] for c in done) if done else 0,
             "alignment_s_max": max((c["alignment_s_max"] for c in done), default=0.0),
             "sync_s_max": max((c["sync_s_max"] for c in done), default=0.0),
-            "duration_s_median": statistics.median(c["duration_s"] for c in done) if done else 0.0}
+            "duration_s_median": statistics.median(c["duration_s"] for c in done) if done else 0.0,
+            "loop_log_records_median": statistics.median(c["loop_log_records"] for c in done) if done else 0,
+            "loop_log_records_max": max((c["loop_log_records"] for c in done), default=0)}
 
 
 def main() -> None:
@@ -66,13 +90,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_500_000)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--intervals", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 5.0])
-    parser.add_argument("--states", nargs="+", choices=sorted(STATE_KEYS), default=["small", "large"])
+    parser.add_argument("--states", nargs="+", choices=sorted(STATE_KEYS), default=["small", "large", "cyclic"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spark = create_session(f"local[{max(args.parallelism, 2)}]", args.parallelism)
-    run_once(spark, args.parallelism, 20_000, 100, "none", None)  # warm up Spark's Python workers
+    run_once(spark, args.parallelism, 20_000, "small", "none", None)  # warm up Spark's Python workers
 
     rows = []
     for repeat in range(args.repeats):
@@ -83,10 +107,12 @@ def main() -> None:
                 for mode in modes[shift:] + modes[:shift]:
                     row = {"state": state, "keys": STATE_KEYS[state], "mode": mode, "repeat": repeat,
                            "interval_s": interval,
-                           **run_once(spark, args.parallelism, args.records, STATE_KEYS[state], mode, interval)}
+                           **run_once(spark, args.parallelism, args.records, state, mode, interval)}
                     rows.append(row)
                     print(f"[{repeat}] {state:>5} {mode:>14} interval {interval:>5g} s: {row['seconds']:6.2f} s, "
-                          f"{row['checkpoints']:3d} checkpoints of {row['bytes_per_checkpoint'] / 1e6:7.2f} MB",
+                          f"{row['checkpoints']:3d} checkpoints of {row['bytes_per_checkpoint'] / 1e6:7.2f} MB"
+                          + (f", back-edge log {row['loop_log_records_median']:,.0f} records (max "
+                             f"{row['loop_log_records_max']:,})" if state == "cyclic" and mode != "none" else ""),
                           flush=True)
     with open(os.path.join(args.out, "abs_overhead.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -108,12 +134,20 @@ def summarise(rows: list[dict], args: argparse.Namespace) -> dict:
         spread = [r["seconds"] for r in rows if r["state"] == state and r["mode"] == "none"]
         summary[state] = (none_s, per_mode)
         mb = max(r["bytes_per_checkpoint"] for r in rows if r["state"] == state) / 1e6
-        print(f"\n{state} state ({STATE_KEYS[state]:,} keys, ~{mb:.1f} MB per checkpoint): none median "
+        what = f"{args.records // CYCLIC_DIVISOR:,} origins" if state == "cyclic" else f"{STATE_KEYS[state]:,} keys"
+        print(f"\n{state} ({what}, ~{mb:.1f} MB per checkpoint): none median "
               f"{none_s:.2f} s (runs {min(spread):.2f}-{max(spread):.2f} s), "
               f"{args.records / none_s:,.0f} records/s")
         print(f"{'interval (s)':>14} " + " ".join(f"{m:>14}" for m in MODES))
         for interval in args.intervals:
             print(f"{interval:>14g} " + " ".join(f"x{per_mode[m][interval] / none_s:>13.2f}" for m in MODES))
+        if state == "cyclic":
+            print(f"{'interval (s)':>14} back-edge log records per checkpoint, median (max), exactly_once")
+            for interval in args.intervals:
+                runs = [r for r in rows if r["state"] == state and r["mode"] == "exactly_once"
+                        and r["interval_s"] == interval]
+                print(f"{interval:>14g} {statistics.median(r['loop_log_records_median'] for r in runs):>10,.0f} "
+                      f"({max(r['loop_log_records_max'] for r in runs):,})")
     return summary
 
 
@@ -130,10 +164,13 @@ def plot(summary: dict, args: argparse.Namespace) -> None:
             ax.plot(xs, [per_mode[mode][x] for x in xs], marker=marker, label=mode)
         ax.axhline(none_s, color="grey", linestyle="--", label="none (no snapshots)")
         ax.set_xscale("log")
+        ax.set_xticks(args.intervals, [f"{i:g}" for i in args.intervals])
+        ax.minorticks_off()
         ax.set_xlabel("snapshot interval (s)")
         ax.set_ylabel("runtime (s)")
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{state} state: {STATE_KEYS[state]:,} keys")
+        ax.set_title(f"{state} state: {STATE_KEYS[state]:,} keys" if state != "cyclic" else
+                     f"cyclic: Collatz loop, {args.records // CYCLIC_DIVISOR:,} origins")
         ax.legend()
     fig.suptitle(f"ABS vs synchronous snapshots: {args.records:,} records, 3 shuffles, "
                  f"parallelism {args.parallelism}, {os.cpu_count()} CPUs")

@@ -119,7 +119,9 @@ class JobClient:
         return coordinator.storage.uri if coordinator is not None else ""
 
     def restarts(self) -> list[dict[str, Any]]:
-        """One entry per restart so far: the failed attempt, its cause, and (once back) ``recovered_s``."""
+        """One entry per restart so far: the failed attempt, its cause, and (once back)
+        ``recovered_s`` (failure detected -> every worker restored and started) and ``resumed_s``
+        (failure detected -> the first record processed by the new attempt)."""
         return [dict(r) for r in self._jobmaster.restarts]
 
     @property

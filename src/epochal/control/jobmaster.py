@@ -273,6 +273,9 @@ class JobMaster:
                 self._fail("checkpoint", error=(
                     f"checkpoint {message['checkpoint_id']} failed ({message['reason']}) and more than "
                     f"{self.coordinator.config.tolerable_failures} consecutive checkpoint failures are tolerated"))
+        elif kind == "processing":
+            if self.started_running and self.restarts and "resumed_s" not in self.restarts[-1]:
+                self.restarts[-1]["resumed_s"] = time.monotonic() - self.restarts[-1]["detected"]
         elif kind == "loop_ready":
             for reply in self.loops.on_ready(message["loop"], message["subtask"]):
                 self._broadcast(reply)

@@ -687,6 +687,7 @@ class Worker:
         self.processing_started = last_flush
         self._replay_back_edge_logs()
         timed_fault = any(f.point in ("time", "records") for f in self.faults)
+        processing_reported = False
         while True:
             if timed_fault:
                 self._fault("time")
@@ -694,6 +695,9 @@ class Worker:
             worked = self._drain_mailbox(None)
             worked = self._run_inputs(32) or worked
             worked = self._run_sources(batch_size) or worked
+            if not processing_reported and self.records_processed:
+                processing_reported = True  # the JobMaster times recovery up to the first record
+                self.send_control({"type": "processing", "worker": self.index})
             now = time.monotonic()
             if not worked or now - last_flush >= buffer_timeout:
                 self._flush()
