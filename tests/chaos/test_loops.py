@@ -15,25 +15,13 @@ import pytest
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
+from tests.collatz import collatz_step, collatz_steps
 
 ORIGINS = 30_000
 RATE = 10_000  # origins/s over all source subtasks: a run spans several checkpoints
 
 
-def collatz_steps(n: int) -> int:
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
-
-
 ORACLE = collections.Counter(f"{n} {collatz_steps(n)}" for n in range(2, ORIGINS + 2))
-
-
-def collatz_step(state: tuple[int, int, int]) -> tuple[int, int, int]:
-    origin, n, steps = state
-    return origin, (n // 2 if n % 2 == 0 else 3 * n + 1), steps + 1
 
 
 def collatz_job(env, out_dir, keyed_feedback=True):

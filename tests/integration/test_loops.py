@@ -15,19 +15,7 @@ from epochal.runtime.iteration import LOG_STATE
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage
-
-
-def collatz_steps(n: int) -> int:
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
-
-
-def collatz_step(state):
-    origin, n, steps = state
-    return origin, (n // 2 if n % 2 == 0 else 3 * n + 1), steps + 1
+from tests.collatz import collatz_step, collatz_steps
 
 
 class CollatzStep(epochal.ProcessFunction):
