@@ -129,3 +129,14 @@ def test_a_head_whose_regular_inputs_ended_starts_checkpoints_itself_and_a_close
     back.ended = True
     handler.on_input_ended()
     assert log[-2:] == [("snapshot", 2, False), ("log complete", 2)]
+
+
+def test_aborting_one_checkpoint_leaves_an_older_log_recording():
+    handler, (r0, r1), back, log = make_head()
+    handler.on_barrier(r0, 1)
+    handler.on_barrier(r1, 1)  # log 1 recording
+    handler.on_barrier(r0, 2)  # alignment of 2 pending
+    handler.abort(2, "alignment buffered too much")
+    assert 1 in handler.logging
+    handler.on_barrier(back, 1)
+    assert log[-1] == ("log complete", 1)

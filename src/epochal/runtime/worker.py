@@ -451,11 +451,12 @@ class Worker:
         """A loop head received records over its back-edge: log them for every snapshot in
         progress (Algorithm 2) and note that the loop was not quiet in this probe round."""
         role = subtask.loop
-        role.dirty = True  # type: ignore[union-attr]
-        if role.logs:  # type: ignore[union-attr]
-            for log in role.logs.values():  # type: ignore[union-attr]
+        assert role is not None
+        role.dirty = True
+        if role.logs:
+            for log in role.logs.values():
                 log.extend(batch)
-            self._fault("back_edge_log", max(role.logs))  # type: ignore[union-attr]
+            self._fault("back_edge_log", max(role.logs))
 
     def _on_probe(self, subtask: Subtask, channel: InputChannel, probe: LoopProbe) -> None:
         role = subtask.loop
@@ -509,9 +510,10 @@ class Worker:
     def _start_probe(self, loop_id: int, probe_round: int) -> None:
         for subtask in self._loop_heads(loop_id):
             role = subtask.loop
-            role.dirty = False  # type: ignore[union-attr]
-            role.probe_round = probe_round  # type: ignore[union-attr]
-            for output in role.loop_outputs:  # type: ignore[union-attr]
+            assert role is not None
+            role.dirty = False
+            role.probe_round = probe_round
+            for output in role.loop_outputs:
                 output.send_event(LoopProbe(loop_id, probe_round))
 
     def _end_loop(self, loop_id: int) -> None:
