@@ -8,10 +8,10 @@ import collections
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
-from epochal.control.restart import FixedDelayRestart
+from epochal.connectors.transactional import ExactlyOnceFileSink
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import Fault, random_faults
+from tests.chaos.harness import run_with_faults
 
 RECORDS = 240_000
 KEYS = 37
@@ -57,13 +57,8 @@ class CountWithValueState(epochal.ProcessFunction):
 
 
 def run(make_env, tmp_path, parallelism, faults, mode="exactly_once", user_state=False, **config):
-    env = make_env(parallelism, **config)
-    env.enable_checkpointing(0.2, mode=mode, storage=str(tmp_path / "checkpoints"))
-    env.set_restart_strategy(FixedDelayRestart(attempts=len(faults) + 1, delay=0.2))
-    out = tmp_path / "out"
-    running_count_job(env, out, user_state)
-    result = env.execute("chaos", timeout=400, faults=faults)
-    return result, collections.Counter(read_committed_lines(str(out)))
+    return run_with_faults(make_env, tmp_path, parallelism, faults,
+                           lambda env, out: running_count_job(env, out, user_state), "chaos", mode, **config)
 
 
 @pytest.mark.parametrize("parallelism,seed", [(2, 11), (4, 23)])

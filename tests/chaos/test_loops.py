@@ -12,9 +12,9 @@ import collections
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
-from epochal.control.restart import FixedDelayRestart
+from epochal.connectors.transactional import ExactlyOnceFileSink
 from epochal.testing import Fault, random_faults
+from tests.chaos.harness import run_with_faults
 from tests.collatz import collatz_step, collatz_steps
 
 ORIGINS = 30_000
@@ -36,13 +36,8 @@ def collatz_job(env, out_dir, keyed_feedback=True):
 
 
 def run(make_env, tmp_path, parallelism, faults, keyed_feedback=True, **config):
-    env = make_env(parallelism, **config)
-    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
-    env.set_restart_strategy(FixedDelayRestart(attempts=len(faults) + 1, delay=0.2))
-    out = tmp_path / "out"
-    collatz_job(env, out, keyed_feedback)
-    result = env.execute("collatz", timeout=400, faults=faults)
-    return result, collections.Counter(read_committed_lines(str(out)))
+    return run_with_faults(make_env, tmp_path, parallelism, faults,
+                           lambda env, out: collatz_job(env, out, keyed_feedback), "collatz", **config)
 
 
 @pytest.mark.parametrize("parallelism,seed", [(2, 7), (4, 13)])
