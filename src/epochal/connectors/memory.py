@@ -117,8 +117,7 @@ class _GeneratorSplit(_IndexSplit):
         self.fn = fn
 
     def _records(self, indices: range) -> list[Any]:
-        fn = self.fn
-        return [fn(i) for i in indices]
+        return list(map(self.fn, indices))
 
 
 class GeneratorSource(Source):

@@ -1,6 +1,9 @@
 """Key groups: the stable mapping key -> key group -> subtask (papers/001 §3.1.2).
 
-``key_group = murmur3_32(stable_key_bytes(key)) mod max_parallelism``. Subtask ``i`` of ``p``
+``key_group = murmur3_32(key_group_bytes(key)) mod max_parallelism``, where
+``key_group_bytes`` is :func:`stable_key_bytes` without its type tag for a plain str, bytes or
+int key (so the common keys hash in one C call: ``mmh3.hash(key.encode())``); the tag only
+matters inside tuples, and different keys sharing a key group is harmless. Subtask ``i`` of ``p``
 owns the contiguous range ``[ceil(i*maxP/p), ceil((i+1)*maxP/p) - 1]``, which is exactly the
 set of key groups ``g`` with ``g * p // maxP == i``. Python's ``hash()`` is salted per process
 and never decides placement: keys are hashed from an encoding that is equal for equal keys in
@@ -70,9 +73,43 @@ def stable_key_bytes(key: Any) -> bytes:
     )
 
 
+#: Type tags :func:`key_group_bytes` drops from a top-level key (str, int, bytes).
+_UNTAGGED = frozenset(b"siy")
+_hash = mmh3.hash
+
+
+def key_group_bytes(key: Any) -> bytes:
+    """The bytes a key's group is hashed from: :func:`stable_key_bytes`, untagged for scalars."""
+    encoded = stable_key_bytes(key)
+    return encoded[1:] if encoded[0] in _UNTAGGED else encoded
+
+
 def key_group_of(key: Any, max_parallelism: int) -> int:
     """The key group of ``key``: the same in every process for equal keys."""
-    return mmh3.hash(stable_key_bytes(key), 0, False) % max_parallelism
+    kind = type(key)
+    if kind is str:
+        try:
+            return _hash(key.encode(), 0, False) % max_parallelism
+        except UnicodeEncodeError:  # lone surrogates: the general path encodes them
+            pass
+    elif kind is int:
+        return _hash(str(key).encode(), 0, False) % max_parallelism
+    return _hash(key_group_bytes(key), 0, False) % max_parallelism
+
+
+def key_groups_of(keys: list[Any], max_parallelism: int) -> list[int]:
+    """:func:`key_group_of` of every key of a batch; one C hash call per str key, no Python call.
+
+    Equal to ``[key_group_of(k, max_parallelism) for k in keys]``; the batch form exists because
+    key hashing is on the hot path of every keyed shuffle and keyed operator.
+    """
+    hash_ = _hash
+    group_of = key_group_of
+    try:
+        return [hash_(k.encode(), 0, False) % max_parallelism if type(k) is str else group_of(k, max_parallelism)
+                for k in keys]
+    except UnicodeEncodeError:
+        return [group_of(k, max_parallelism) for k in keys]
 
 
 def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from epochal.plan.keygroups import key_group_of
+from epochal.plan.keygroups import key_groups_of
 
 
 class Partitioner(ABC):
@@ -69,14 +69,21 @@ class KeyGroupPartitioner(Partitioner):
     def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int) -> None:
         self.key_selector = key_selector
         self.max_parallelism = max_parallelism
+        self._owners: tuple[int, list[int]] = (0, [])
+
+    def _owner_table(self, n: int) -> list[int]:
+        """Key group -> consumer index for ``n`` consumers, computed once."""
+        if self._owners[0] != n:
+            self._owners = (n, [group * n // self.max_parallelism for group in range(self.max_parallelism)])
+        return self._owners[1]
 
     def split(self, batch: list[Any], n: int) -> list[list[Any]]:
         targets: list[list[Any]] = [[] for _ in range(n)]
-        selector = self.key_selector
-        max_parallelism = self.max_parallelism
-        for record in batch:
-            group = key_group_of(selector(record), max_parallelism)
-            targets[group * n // max_parallelism].append(record)
+        owners = self._owner_table(n)
+        appends = [target.append for target in targets]
+        groups = key_groups_of(list(map(self.key_selector, batch)), self.max_parallelism)
+        for record, group in zip(batch, groups, strict=True):
+            appends[owners[group]](record)
         return targets
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
-from epochal.plan.keygroups import key_group_of
+from epochal.plan.keygroups import key_groups_of
 
 
 class UserFunctionError(Exception):
@@ -31,6 +31,8 @@ class Operator:
     uid: str = ""
     #: Keyed operators get a keyed state backend (their key selector sets the current key).
     keyed: bool = False
+    #: Watermark generators replace upstream watermarks with their own (see ``take_watermark``).
+    emits_watermarks: bool = False
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         """Prepare for the first batch (create writers, call user ``open``).
@@ -54,6 +56,14 @@ class Operator:
     def end_input(self) -> list[Any]:
         """All input has arrived: return final output (if any) and make results visible."""
         return []
+
+    def on_watermark(self, watermark: Any) -> list[Any]:
+        """Event time reached ``watermark``: return what it completes (fired windows)."""
+        return []
+
+    def take_watermark(self) -> Any:
+        """Watermark generators: the watermark to emit after the last batch, or None."""
+        return None
 
     def close(self) -> None:
         """Release resources; called once, also after a failure."""
@@ -151,25 +161,58 @@ class KeyedReduceOperator(Operator):
         self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        # The managed value state, accessed inline: key group -> key -> value.
+        # The managed value state, accessed inline: key group -> key -> value. Keys and key groups
+        # are computed for the whole batch first (one C hash call per str key).
         groups = self.backend.tables[self.STATE]
-        max_parallelism = self.backend.max_parallelism
-        selector = self.key_selector
-        aggregate = self.aggregate
-        emit = self.emit
+        keys = list(map(self.key_selector, batch))
+        key_groups = key_groups_of(keys, self.backend.max_parallelism)
         missing = self.MISSING
-        group_of = key_group_of
+        aggregate = self.aggregate
+        if type(aggregate) is ReduceAggregate:  # reduce(fn): call fn directly, no wrapper per record
+            fn = aggregate.fn
+            if self.emit is emit_value:
+                return self._reduce_batch(batch, keys, key_groups, groups, fn)
+        elif type(aggregate) is CountAggregate and self.emit is emit_key_value:
+            return self._count_batch(keys, key_groups, groups)
+        emit = self.emit
         out = []
         append = out.append
-        for record in batch:
-            key = selector(record)
-            group = group_of(key, max_parallelism)
+        for record, key, group in zip(batch, keys, key_groups, strict=True):
             values = groups.get(group)
             if values is None:
                 values = groups[group] = {}
             value = aggregate(values.get(key, missing), record)
             values[key] = value
             append(emit(key, value))
+        return out
+
+    @staticmethod
+    def _count_batch(keys: list[Any], key_groups: list[int], groups: dict[int, dict[Any, Any]]) -> list[Any]:
+        """``count()`` over a batch: ``(key, running count)`` per record."""
+        out = []
+        append = out.append
+        for key, group in zip(keys, key_groups, strict=True):
+            values = groups.get(group)
+            if values is None:
+                values = groups[group] = {}
+            count = values[key] = values.get(key, 0) + 1
+            append((key, count))
+        return out
+
+    @staticmethod
+    def _reduce_batch(batch: list[Any], keys: list[Any], key_groups: list[int], groups: dict[int, dict[Any, Any]],
+                      fn: Callable[[Any, Any], Any]) -> list[Any]:
+        """``reduce(fn)`` over a batch: the rolling value of each record's key is the output."""
+        out = []
+        append = out.append
+        for record, key, group in zip(batch, keys, key_groups, strict=True):
+            values = groups.get(group)
+            if values is None:
+                values = groups[group] = {}
+            previous = values.get(key, values)  # the dict itself stands for "no value yet"
+            value = record if previous is values else fn(previous, record)
+            values[key] = value
+            append(value)
         return out
 
 
