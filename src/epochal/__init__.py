@@ -4,7 +4,7 @@ Build a dataflow on an :class:`Environment`, then ``execute`` it: it runs as lon
 workers on Spark executors (``local[N]`` by default).
 """
 
-from epochal.api.datastream import CollectedStream, DataStream, KeyedStream
+from epochal.api.datastream import CollectedStream, DataStream, KeyedStream, WindowedStream
 from epochal.api.environment import Environment
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.config import CheckpointConfig, EngineConfig
@@ -44,6 +44,6 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
-    "JobResult", "JobStatus", "KeyedStream", "PlanError", "ProcessContext", "ProcessFunction",
+    "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError", "ProcessContext", "ProcessFunction",
     "RuntimeContext", "SourceError", "__version__",
 ]

@@ -43,6 +43,7 @@ from epochal.runtime.operators import (
     emit_key_value,
     emit_value,
 )
+from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -129,6 +130,19 @@ class DataStream:
         """Run a :class:`ProcessFunction` (or ``fn(value, ctx)``) that emits any number of records."""
         function = as_process_function(fn)
         return self._add("process", "Process", ProcessOperator(function, self._key_selector()), [function])
+
+    def with_watermarks(self, timestamp: Callable[[Any], Any], max_out_of_orderness: float = 0) -> DataStream:
+        """Event time: ``timestamp(record)`` is a record's event time; watermarks follow it.
+
+        The stream passes unchanged; every 200 ms (at most) each subtask emits the watermark
+        ``max event time seen - max_out_of_orderness - 1``, which event-time windows downstream
+        fire on. ``max_out_of_orderness=0`` suits event times that ascend within each subtask
+        (Flink's ``for_monotonous_timestamps``). Watermarks from further upstream are replaced.
+        """
+        _check_callable(timestamp, "with_watermarks")
+        if max_out_of_orderness < 0:
+            raise PlanError(f"max_out_of_orderness must be >= 0, got {max_out_of_orderness!r}")
+        return self._add("watermarks", "Watermarks", WatermarkGenerator(timestamp, max_out_of_orderness), [timestamp])
 
     def union(self, *others: DataStream) -> DataStream:
         """Merge streams of the same kind of record into one."""
@@ -284,3 +298,53 @@ class KeyedStream(DataStream):
     def max(self, value: Callable[[Any], Any] | None = None) -> DataStream:
         """Rolling maximum of ``value(record)``; emits ``(key, max)``."""
         return self._aggregate("max", "Max", FoldAggregate(value, max), emit_key_value, [value])
+
+    def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
+        """Tumbling event-time windows of ``size`` (in the unit of the event times) per key.
+
+        ``timestamp(record)`` is the record's event time (records do not carry one, so the
+        window reads it like ``with_watermarks`` upstream, which must exist for windows to fire
+        before the input ends). Window ``[start, start + size)`` fires once the watermark reaches
+        ``start + size - 1``; every open window fires at the end of a bounded input.
+        """
+        _check_callable(timestamp, "window")
+        if not size > 0:
+            raise PlanError(f"window size must be positive, got {size!r}")
+        return WindowedStream(self, size, timestamp)
+
+
+class WindowedStream:
+    """A keyed stream cut into tumbling event-time windows; an aggregation makes it a stream
+    of ``(key, window start, result)``, one record per key and window."""
+
+    def __init__(self, keyed: KeyedStream, size: float, timestamp: Callable[[Any], Any]) -> None:
+        self.keyed = keyed
+        self.size = size
+        self.timestamp = timestamp
+
+    def _window(self, name: str, aggregate: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
+        keyed = self.keyed
+        operator = TumblingWindowOperator(keyed.key_selector, self.timestamp, self.size, aggregate)
+        return keyed._add("window", f"Window({self.size}) {name}", operator,
+                          [keyed.key_selector, self.timestamp, *functions])
+
+    def count(self) -> DataStream:
+        """Records per key and window."""
+        return self._window("Count", CountAggregate(), [])
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
+        """``fn(accumulated, record)`` over each key's records in the window."""
+        _check_callable(fn, "reduce")
+        return self._window("Reduce", ReduceAggregate(fn), [fn])
+
+    def sum(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Sum of ``value(record)`` (the record itself by default) per key and window."""
+        return self._window("Sum", FoldAggregate(value, _op.add), [value])
+
+    def min(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Minimum of ``value(record)`` per key and window."""
+        return self._window("Min", FoldAggregate(value, min), [value])
+
+    def max(self, value: Callable[[Any], Any] | None = None) -> DataStream:
+        """Maximum of ``value(record)`` per key and window."""
+        return self._window("Max", FoldAggregate(value, max), [value])

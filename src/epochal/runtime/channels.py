@@ -83,7 +83,7 @@ class InputChannel:
     """The consumer's end of one channel: what arrived and was not processed yet."""
 
     __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled", "buffered",
-                 "back_edge")
+                 "back_edge", "watermark")
 
     def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None],
                  buffered: Any = None) -> None:
@@ -99,6 +99,8 @@ class InputChannel:
         self.buffered = buffered
         #: A loop's tail -> head channel (never blocked; logged during snapshots).
         self.back_edge = False
+        #: Event time of this channel: the last watermark it delivered.
+        self.watermark: Any = float("-inf")
 
 
 class PeerConnection:

@@ -28,3 +28,11 @@ class LoopProbe:
 
     loop: int
     round: int
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Event time has reached ``timestamp`` on this channel: no record with an event time at or
+    below it will follow. A subtask's event time is the minimum over its live input channels."""
+
+    timestamp: float

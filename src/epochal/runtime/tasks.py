@@ -17,9 +17,10 @@ from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import Partitioner
 from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
-from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, EndOfPartition
+from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.iteration import LOG_STATE, IterationHead
 from epochal.runtime.operators import Operator, UserFunctionError
+from epochal.runtime.windows import NO_WATERMARK
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
@@ -95,6 +96,32 @@ class ChainRunner:
             raise UserFunctionError(self.name, error) from error
         if out:
             self._forward(out)
+        if self.operator.emits_watermarks:
+            watermark = self.operator.take_watermark()
+            if watermark is not None:
+                self._pass_watermark(watermark)
+
+    def on_watermark(self, watermark: Any) -> None:
+        """Event time reached ``watermark`` upstream: emit what it completes, then pass it on.
+
+        A watermark generator swallows upstream watermarks: its own replace them."""
+        if self.operator.emits_watermarks:
+            return
+        try:
+            out = self.operator.on_watermark(watermark)
+        except Exception as error:
+            raise UserFunctionError(self.name, error) from error
+        if out:
+            self._forward(out)
+        self._pass_watermark(watermark)
+
+    def _pass_watermark(self, watermark: Any) -> None:
+        for child in self.children:
+            child.on_watermark(watermark)
+        if self.outputs:
+            event = Watermark(watermark)
+            for output in self.outputs:
+                output.send_event(event)
 
     def _forward(self, out: list[Any]) -> None:
         for child in self.children:
@@ -207,6 +234,8 @@ class Subtask:
         self.barriers: BarrierHandler | None = None
         #: Highest checkpoint this subtask has snapshotted.
         self.last_snapshot = 0
+        #: Event time: the minimum watermark over the live input channels.
+        self.watermark: Any = NO_WATERMARK
         #: Loops: the loop this subtask's vertex lies in, and the head's loop bookkeeping.
         self.loop: LoopRole | None = None
 
@@ -303,7 +332,10 @@ class Subtask:
         self.head.push(batch)  # type: ignore[union-attr]
 
     def on_event(self, channel: InputChannel, event: Any) -> None:
-        if isinstance(event, CheckpointBarrier):
+        if isinstance(event, Watermark):
+            channel.watermark = event.timestamp
+            self._advance_watermark()
+        elif isinstance(event, CheckpointBarrier):
             if self.barriers is not None:
                 self.barriers.on_barrier(channel, event.checkpoint_id)
         elif isinstance(event, EndOfPartition):
@@ -313,6 +345,17 @@ class Subtask:
                 self.barriers.on_input_ended()
             if self.ended_inputs == len(self.inputs) and not self.finished:
                 self.finish()
+            else:
+                self._advance_watermark()  # an ended input no longer holds event time back
+
+    def _advance_watermark(self) -> None:
+        """Event time is the minimum watermark of the live inputs (back-edges excluded)."""
+        live = [c.watermark for c in self.inputs if not c.ended and not c.back_edge]
+        if live:
+            watermark = min(live)
+            if watermark > self.watermark:
+                self.watermark = watermark
+                self.head.on_watermark(watermark)  # type: ignore[union-attr]
 
     def broadcast_event(self, event: Any) -> None:
         """Send an in-band event (a barrier) on every output, after the data before it."""
