@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-quick setup check lint bench clean
+.PHONY: demo test test-quick setup check lint bench bench-peers clean
 
 demo: setup
 	$(BIN)/python examples/wordcount.py
@@ -32,5 +32,9 @@ lint: setup
 bench: setup
 	$(BIN)/python -m benchmarks.throughput
 
+# epochal vs PyFlink, Spark Structured Streaming, Bytewax (installs each into .venv-peers/ on first use)
+bench-peers: setup
+	$(BIN)/python -m benchmarks.peers
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache benchmarks/results
+	rm -rf $(VENV) .venv-peers build *.egg-info src/*.egg-info .pytest_cache benchmarks/results
