@@ -14,10 +14,11 @@ How it measures, and why:
   measured by the same job over ``--startup-records`` (10k) records before every timed run, and
   its median is subtracted: ``records/s = (N - n0) / (job_s(N) - median job_s(n0))``. Start-up
   is reported on its own, with its share of the timed run.
-* N is sized per system and job: a pilot run over 500k records gives a rate, and N is what that
-  rate processes in ``--target-seconds`` (20 s), at least 2M and at most 40M. A slow system is
-  not run for an hour, a fast one not for a second, and start-up stays a small share of every
-  run; ``--records`` fixes N for all instead.
+* N is sized per system and job: a pilot run over 200k records gives a rate, and N is what that
+  rate processes in ``--target-seconds`` (15 s), at least 300k and at most 40M (rounded up to
+  100k). A slow system is not run for an hour, a fast one not for a second, and start-up stays
+  a small share of every run; the table shows N and the start-up share. ``--records`` fixes N
+  for all instead. In ``keyed_1m`` a system run over fewer than 1M records touches fewer keys.
 * Peak memory: the largest sum of RSS over the run's whole process tree (driver, JVMs, Python
   workers), sampled every 0.25 s. Shared pages of forked workers count once per process.
 * Latency: samples the runners compute in their sink for one record in 1,000 (creation to sink,
@@ -81,7 +82,7 @@ SYSTEMS: dict[str, System] = {s.label: s for s in [
     System("pyflink-process", "run_pyflink", "process", "pyflink"),
     System("pyflink-thread", "run_pyflink", "thread", "pyflink"),
     System("spark-builtin", "run_spark", "builtin", "spark"),
-    System("spark-pandas", "run_spark", "pandas", "spark"),
+    System("spark-python", "run_spark", "python", "spark"),
     System("bytewax", "run_bytewax", "default", "bytewax"),
 ]}
 
@@ -404,12 +405,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--jobs", nargs="+", choices=list(spec.JOBS), default=list(spec.JOBS))
     parser.add_argument("--records", type=int, default=None,
                         help="N of every timed run (default: sized per system from a pilot run, see below)")
-    parser.add_argument("--target-seconds", type=float, default=20.0,
+    parser.add_argument("--target-seconds", type=float, default=15.0,
                         help="size N so that a timed run processes for about this long")
-    parser.add_argument("--min-records", type=int, default=2_000_000,
-                        help="smallest N (2M: every one of the 1M keys of keyed_1m is updated twice)")
+    parser.add_argument("--min-records", type=int, default=300_000,
+                        help="smallest N, whatever the pilot says")
     parser.add_argument("--max-records", type=int, default=40_000_000)
-    parser.add_argument("--pilot-records", type=int, default=500_000)
+    parser.add_argument("--pilot-records", type=int, default=200_000)
     parser.add_argument("--startup-records", type=int, default=10_000)
     parser.add_argument("--verify-records", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
