@@ -14,7 +14,8 @@ How it measures, and why:
   measured by the same job over ``--startup-records`` (10k) records before every timed run, and
   its median is subtracted: ``records/s = (N - n0) / (job_s(N) - median job_s(n0))``. Start-up
   is reported on its own, with its share of the timed run.
-* N is sized per system and job: a pilot run over 200k records gives a rate, and N is what that
+* N is sized per system and job: a pilot run over 200k records (8x more until it is busy for
+  2 s beyond start-up) gives a rate, and N is what that
   rate processes in ``--target-seconds`` (15 s), at least 300k and at most 40M (rounded up to
   100k). A slow system is not run for an hour, a fast one not for a second, and start-up stays
   a small share of every run; the table shows N and the start-up share. ``--records`` fixes N
@@ -284,8 +285,15 @@ def measure(systems: list[System], jobs: list[str], args: argparse.Namespace, cs
                     sizes[(system.label, job)] = args.records
                     continue
                 launch(system, job, args.startup_records, 0, "startup")
-                pilot = launch(system, job, args.pilot_records, 0, "pilot")
-                sizes[(system.label, job)] = size_run(pilot, startup_of(runs, system.label, job), args)
+                pilot_records = args.pilot_records
+                while True:  # grow the pilot until it is busy long enough to give a rate
+                    pilot = launch(system, job, pilot_records, 0, "pilot")
+                    startup = startup_of(runs, system.label, job)
+                    busy = (pilot.job_s or 0.0) - (startup[1] if startup else 0.0)
+                    if pilot.error or busy >= 2.0 or pilot_records * 8 > args.max_records:
+                        break
+                    pilot_records *= 8
+                sizes[(system.label, job)] = size_run(pilot, startup, args)
         for repeat in range(args.repeats):
             for job in jobs:
                 for system in systems:
@@ -330,6 +338,11 @@ def _num(value: float, digits: int = 0) -> str:
     return "-" if value != value else f"{value:,.{digits}f}"
 
 
+def _ms(value: float) -> str:
+    """A latency: 3 significant digits below 100 ms (PyFlink's fused path is microseconds)."""
+    return _num(value, 0) if value >= 100 else f"{value:.3g}"
+
+
 def table(cells: dict[tuple[str, str], Cell], systems: list[System], jobs: list[str]) -> str:
     """The Markdown summary: one section per job, one row per system, ratios to epochal."""
     lines: list[str] = []
@@ -346,7 +359,7 @@ def table(cells: dict[tuple[str, str], Cell], systems: list[System], jobs: list[
                 continue
             spread = f"{_num(min(cell.throughput))}-{_num(max(cell.throughput))}"
             ratio = ours / cell.median if cell.median else float("nan")
-            latency = (f"{_num(percentile(cell.latency_ms, 0.5), 1)} / {_num(percentile(cell.latency_ms, 0.99), 1)}"
+            latency = (f"{_ms(percentile(cell.latency_ms, 0.5))} / {_ms(percentile(cell.latency_ms, 0.99))}"
                        if cell.latency_ms else "-")
             checkpoint = _num(statistics.median(cell.checkpoint_ms), 0) if cell.checkpoint_ms else "-"
             share = cell.startup_s / (cell.startup_s + statistics.median(cell.busy_s))
