@@ -159,10 +159,11 @@ class KeyedReduceOperator(Operator):
 
         self.backend = context.keyed_state
         self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
+        self.backend.owned_table(self.STATE)
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        # The managed value state, accessed inline: key group -> key -> value. Keys and key groups
-        # are computed for the whole batch first (one C hash call per str key).
+        # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
+        # Keys and key groups are computed for the whole batch first (one C hash call per str key).
         groups = self.backend.tables[self.STATE]
         keys = list(map(self.key_selector, batch))
         key_groups = key_groups_of(keys, self.backend.max_parallelism)
@@ -178,9 +179,7 @@ class KeyedReduceOperator(Operator):
         out = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups.get(group)
-            if values is None:
-                values = groups[group] = {}
+            values = groups[group]
             value = aggregate(values.get(key, missing), record)
             values[key] = value
             append(emit(key, value))
@@ -192,9 +191,7 @@ class KeyedReduceOperator(Operator):
         out = []
         append = out.append
         for key, group in zip(keys, key_groups, strict=True):
-            values = groups.get(group)
-            if values is None:
-                values = groups[group] = {}
+            values = groups[group]
             count = values[key] = values.get(key, 0) + 1
             append((key, count))
         return out
@@ -206,9 +203,7 @@ class KeyedReduceOperator(Operator):
         out = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups.get(group)
-            if values is None:
-                values = groups[group] = {}
+            values = groups[group]
             previous = values.get(key, values)  # the dict itself stands for "no value yet"
             value = record if previous is values else fn(previous, record)
             values[key] = value

@@ -87,7 +87,7 @@ class TumblingWindowOperator(Operator):
 
         self.backend = context.keyed_state
         self.backend.get_state(MapStateDescriptor(self.STATE))  # per key: {window start: accumulator}
-        for group, entries in self.backend.tables[self.STATE].items():
+        for group, entries in self.backend.owned_table(self.STATE).items():
             for key, windows in entries.items():
                 for start in windows:
                     self.open_windows.setdefault(start, []).append((group, key))
@@ -107,9 +107,7 @@ class TumblingWindowOperator(Operator):
             if start <= last_fired:
                 self.late_records += 1
                 continue
-            entries = groups.get(group)
-            if entries is None:
-                entries = groups[group] = {}
+            entries = groups[group]
             windows = entries.get(key)
             if windows is None:
                 windows = entries[key] = {}
