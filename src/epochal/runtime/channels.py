@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from epochal.runtime import protocol
+from epochal.runtime.events import NO_WATERMARK
 
 
 class Transport(Protocol):
@@ -100,7 +101,7 @@ class InputChannel:
         #: A loop's tail -> head channel (never blocked; logged during snapshots).
         self.back_edge = False
         #: Event time of this channel: the last watermark it delivered.
-        self.watermark: Any = float("-inf")
+        self.watermark: Any = NO_WATERMARK
 
 
 class PeerConnection:

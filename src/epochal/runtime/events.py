@@ -36,3 +36,7 @@ class Watermark:
     below it will follow. A subtask's event time is the minimum over its live input channels."""
 
     timestamp: float
+
+
+#: Event time before any watermark arrived (every real watermark is above it).
+NO_WATERMARK = float("-inf")

@@ -160,22 +160,27 @@ class KeyedReduceOperator(Operator):
         self.backend = context.keyed_state
         self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
         self.backend.owned_table(self.STATE)
+        # The batch loop, chosen once: reduce(fn) and count() have loops without a wrapper call.
+        if type(self.aggregate) is ReduceAggregate and self.emit is emit_value:
+            self._loop = self._reduce_batch
+        elif type(self.aggregate) is CountAggregate and self.emit is emit_key_value:
+            self._loop = self._count_batch
+        else:
+            self._loop = self._aggregate_batch
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
         # Keys and key groups are computed for the whole batch first (one C hash call per str key).
-        groups = self.backend.tables[self.STATE]
         keys = list(map(self.key_selector, batch))
         key_groups = key_groups_of(keys, self.backend.max_parallelism)
-        missing = self.MISSING
+        return self._loop(batch, keys, key_groups, self.backend.tables[self.STATE])
+
+    def _aggregate_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
+                         groups: dict[int, dict[Any, Any]]) -> list[Any]:
+        """Any aggregate: ``aggregate(accumulator or MISSING, record)``, output ``emit(key, value)``."""
         aggregate = self.aggregate
-        if type(aggregate) is ReduceAggregate:  # reduce(fn): call fn directly, no wrapper per record
-            fn = aggregate.fn
-            if self.emit is emit_value:
-                return self._reduce_batch(batch, keys, key_groups, groups, fn)
-        elif type(aggregate) is CountAggregate and self.emit is emit_key_value:
-            return self._count_batch(keys, key_groups, groups)
         emit = self.emit
+        missing = self.MISSING
         out = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):
@@ -185,9 +190,9 @@ class KeyedReduceOperator(Operator):
             append(emit(key, value))
         return out
 
-    @staticmethod
-    def _count_batch(keys: list[Any], key_groups: list[int], groups: dict[int, dict[Any, Any]]) -> list[Any]:
-        """``count()`` over a batch: ``(key, running count)`` per record."""
+    def _count_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
+                     groups: dict[int, dict[Any, Any]]) -> list[Any]:
+        """``count()``: ``(key, running count)`` per record."""
         out = []
         append = out.append
         for key, group in zip(keys, key_groups, strict=True):
@@ -196,10 +201,10 @@ class KeyedReduceOperator(Operator):
             append((key, count))
         return out
 
-    @staticmethod
-    def _reduce_batch(batch: list[Any], keys: list[Any], key_groups: list[int], groups: dict[int, dict[Any, Any]],
-                      fn: Callable[[Any, Any], Any]) -> list[Any]:
-        """``reduce(fn)`` over a batch: the rolling value of each record's key is the output."""
+    def _reduce_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
+                      groups: dict[int, dict[Any, Any]]) -> list[Any]:
+        """``reduce(fn)``: the rolling value of each record's key is the output."""
+        fn = self.aggregate.fn
         out = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):

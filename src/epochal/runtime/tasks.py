@@ -17,10 +17,9 @@ from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import Partitioner
 from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
-from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, EndOfPartition, Watermark
+from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.iteration import LOG_STATE, IterationHead
 from epochal.runtime.operators import Operator, UserFunctionError
-from epochal.runtime.windows import NO_WATERMARK
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource

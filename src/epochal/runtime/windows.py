@@ -19,9 +19,8 @@ from typing import Any
 
 from epochal.api.functions import RuntimeContext
 from epochal.plan.keygroups import key_groups_of
+from epochal.runtime.events import NO_WATERMARK
 from epochal.runtime.operators import CountAggregate, KeyedReduceOperator, Operator
-
-NO_WATERMARK = float("-inf")
 
 
 class WatermarkGenerator(Operator):
