@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 
 import epochal
 from epochal.connectors.files import ParquetFileSink, TextFileSink
+from epochal.connectors.transactional import read_committed_lines
 
 
 def test_text_files_word_count_to_text_sink(make_env, tmp_path):
@@ -27,11 +29,27 @@ def test_text_files_word_count_to_text_sink(make_env, tmp_path):
     counts.sink_to(TextFileSink(str(out), format=lambda kv: f"{kv[0]}\t{kv[1]}"))
     env.execute("text-wordcount", timeout=240)
     last = {}
-    for path in sorted(out.iterdir()):
-        for ln in path.read_text().splitlines():
-            word, count = ln.split("\t")
-            last[word] = int(count)
+    for ln in read_committed_lines(str(out)):  # committed files in name order; _pending/ skipped
+        word, count = ln.split("\t")
+        last[word] = int(count)
     assert last == dict(expected)
+
+
+def test_checkpointed_file_sinks_commit_one_file_per_subtask_and_epoch(make_env, tmp_path):
+    env = make_env(2)
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    numbers = env.from_sequence(0, 3000, rate=3000)
+    numbers.sink_to(TextFileSink(str(tmp_path / "txt")))
+    numbers.map(lambda i: {"n": i}).sink_to(ParquetFileSink(str(tmp_path / "pq")))
+    result = env.execute("checkpointed-files", timeout=240)
+    assert result.completed_checkpoints >= 3
+    assert sorted(map(int, read_committed_lines(str(tmp_path / "txt")))) == list(range(3000))
+    assert sorted(pq.read_table(tmp_path / "pq").column("n").to_pylist()) == list(range(3000))
+    for directory, extension in (("txt", "txt"), ("pq", "parquet")):
+        names = [p.name for p in (tmp_path / directory).iterdir() if not p.name.startswith("_")]
+        assert len(names) > 2  # several epochs per subtask, each its own committed file
+        assert all(re.fullmatch(rf"part-0000[01]-\d{{6}}-[0-9a-f]{{12}}-\d{{6}}\.{extension}", n) for n in names)
+        assert list((tmp_path / directory / "_pending").iterdir()) == []
 
 
 def test_csv_to_parquet_and_back(make_env, tmp_path):

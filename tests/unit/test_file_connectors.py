@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from epochal.connectors.base import SinkContext, Source, SourceSplit
+from epochal.connectors.base import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    GUARANTEES,
+    NO_OUTPUT,
+    Sink,
+    SinkContext,
+    Source,
+    SourceSplit,
+)
 from epochal.connectors.files import (
+    PENDING_DIR,
     CsvFileSource,
     ParquetFileSink,
     ParquetFileSource,
     TextFileSink,
     TextFileSource,
 )
+from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
+from epochal.connectors.transactional import ExactlyOnceFileSink, cleanup_pending, read_committed_lines
 from epochal.errors import PlanError, SourceError
 
 
@@ -337,35 +350,134 @@ def test_parquet_missing_and_corrupt(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ sinks
 
+PART = re.compile(r"part-(\d{5})-(\d{6})-([0-9a-f]{12})-(\d{6})\.(txt|parquet)")
+
+
+def finish(writer: Any, checkpoint_id: int = 0) -> None:
+    """What the sink operator does at the end of input without checkpointing."""
+    writer.flush()
+    committable = writer.pre_commit(checkpoint_id)
+    writer.commit([] if committable is None else [committable])
+    writer.close()
+
+
+def visible(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith(("_", ".")))
+
+
+def pending(directory: Path) -> list[str]:
+    return sorted(p.name for p in (directory / PENDING_DIR).iterdir())
+
 
 def test_text_sink_two_subtasks(tmp_path: Path) -> None:
     out = tmp_path / "out" / "nested"
     sink = pickle.loads(pickle.dumps(TextFileSink(str(out), format=angle)))
-    writers = [sink.create_writer(context(i)) for i in range(2)]
+    writers = [sink.create_writer(context(i, 3)) for i in range(3)]
     writers[0].write_batch([1, 2])
     writers[1].write_batch(["a"])
     writers[0].write_batch([3])
     writers[1].write_batch([])
     for w in writers:
-        w.flush()
-        w.close()
-    assert sorted(p.name for p in out.iterdir()) == ["part-00000.txt", "part-00001.txt"]
-    assert (out / "part-00000.txt").read_text() == "<1>\n<2>\n<3>\n"
-    assert (out / "part-00001.txt").read_text() == "<a>\n"
+        finish(w)
+    names = visible(out)
+    assert [PART.fullmatch(n).group(1, 2, 4, 5) for n in names] == [  # type: ignore[union-attr]
+        ("00000", "000000", "000001", "txt"), ("00001", "000000", "000001", "txt")]  # subtask 2: no records, no file
+    assert (out / names[0]).read_text() == "<1>\n<2>\n<3>\n"
+    assert (out / names[1]).read_text() == "<a>\n"
     assert read_source(TextFileSource(str(out))) == ["<1>", "<2>", "<3>", "<a>"]
+    assert pending(out) == []
 
 
-def test_text_sink_uri_and_bad_params(tmp_path: Path) -> None:
+def test_text_sink_uri_relative_path_and_bad_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sink = TextFileSink(f"file://{tmp_path}/u")
     w = sink.create_writer(context(3, 4))
     w.write_batch(["x", ("y", 1)])
-    w.flush()
-    w.close()
-    assert (tmp_path / "u" / "part-00003.txt").read_text() == "x\n('y', 1)\n"
+    finish(w)
+    assert [(tmp_path / "u" / n).read_text() for n in visible(tmp_path / "u")] == ["x\n('y', 1)\n"]
+    monkeypatch.chdir(tmp_path)
+    assert TextFileSink("rel").directory == str(tmp_path / "rel")  # resolved on the driver, not on executors
     with pytest.raises(PlanError):
         TextFileSink("")
     with pytest.raises(PlanError):
         TextFileSink(str(tmp_path), format="not callable")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="encoding"):
+        TextFileSink(str(tmp_path), encoding="no-such-codec")
+
+
+def test_text_two_phase_commit_per_epoch(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    w = TextFileSink(str(out)).create_writer(context(1))
+    w.write_batch([1, 2])
+    assert visible(out) == [] and len(pending(out)) == 1  # in progress: invisible
+    first = w.pre_commit(7)
+    assert pickle.loads(pickle.dumps(first)) == first  # kept in checkpointed operator state
+    assert w.pre_commit(8) is None  # an epoch without records: no file
+    w.write_batch([3])
+    second = w.pre_commit(9)
+    assert visible(out) == [] and len(pending(out)) == 2  # pre-committed: still invisible
+    w.commit([first])
+    assert read_committed_lines(str(out)) == ["1", "2"]
+    w.commit([first, second])  # committing again (after a restore) is harmless
+    w.commit([first, second])
+    assert read_committed_lines(str(out)) == ["1", "2", "3"]
+    names = visible(out)
+    assert [PART.fullmatch(n).group(1, 2, 4) for n in names] == [  # type: ignore[union-attr]
+        ("00001", "000007", "000001"), ("00001", "000009", "000002")]
+    assert pending(out) == []
+    w.close()
+
+
+def test_text_restored_committables_commit_from_a_new_writer(tmp_path: Path) -> None:
+    sink = TextFileSink(str(tmp_path / "out"))
+    old = sink.create_writer(context(0))
+    old.write_batch(["kept"])
+    committable = pickle.loads(pickle.dumps(old.pre_commit(3)))
+    old.write_batch(["after the checkpoint"])  # the attempt dies here: never committed
+    # (a killed worker does not even close; the in-progress file stays hidden in _pending)
+    new = sink.create_writer(context(0))  # the restarted attempt's writer restores the committable
+    new.commit([committable])
+    new.commit([committable])
+    assert read_committed_lines(str(tmp_path / "out")) == ["kept"]
+    assert len(pending(tmp_path / "out")) == 1
+    assert cleanup_pending(str(tmp_path / "out")) == 1
+    new.write_batch(["next"])
+    finish(new, 4)
+    assert read_committed_lines(str(tmp_path / "out")) == ["kept", "next"]
+    assert len({PART.fullmatch(n).group(3) for n in visible(tmp_path / "out")}) == 2  # type: ignore[union-attr]
+
+
+def test_text_abort_leaves_nothing_visible(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    w = TextFileSink(str(out)).create_writer(context(0))
+    w.write_batch(["a"])
+    done = w.pre_commit(1)
+    w.write_batch(["b"])
+    w.close()  # a failure: the open epoch is aborted, its file removed
+    assert visible(out) == [] and len(pending(out)) == 1  # only the pre-committed file waits
+    assert read_committed_lines(str(out)) == []
+    gone = done._replace(pending=done.pending + ".missing")
+    with pytest.raises(RuntimeError, match="is gone and it was never committed"):
+        w.commit([gone])
+
+
+def test_exactly_once_file_sink_is_the_text_sink(tmp_path: Path) -> None:
+    sink = ExactlyOnceFileSink(str(tmp_path / "out"), format=angle)
+    assert isinstance(sink, TextFileSink) and sink.guarantee == EXACTLY_ONCE
+    w = pickle.loads(pickle.dumps(sink)).create_writer(context(0))
+    w.write_batch([1])
+    finish(w, 2)
+    assert read_committed_lines(str(tmp_path / "out")) == ["<1>"]
+
+
+def test_sink_guarantees() -> None:
+    class Plain(Sink):
+        def create_writer(self, context: SinkContext) -> Any:
+            raise NotImplementedError
+
+    assert TextFileSink.guarantee == ParquetFileSink.guarantee == CollectSink.guarantee == EXACTLY_ONCE
+    assert PrintSink.guarantee == Plain.guarantee == AT_LEAST_ONCE
+    assert DiscardSink.guarantee == NO_OUTPUT
+    assert {EXACTLY_ONCE, AT_LEAST_ONCE, NO_OUTPUT} == set(GUARANTEES)
 
 
 def test_parquet_sink_inferred_schema(tmp_path: Path) -> None:
@@ -375,13 +487,33 @@ def test_parquet_sink_inferred_schema(tmp_path: Path) -> None:
     rows = [{"id": i, "name": f"n{i}"} for i in range(10)]
     writers[0].write_batch(rows[:4])
     writers[0].write_batch(rows[4:6])
-    writers[0].flush()
-    writers[0].close()
-    writers[1].flush()
-    writers[1].close()  # nothing written, no schema: no file
-    assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet"]
-    assert pq.ParquetFile(out / "part-00000.parquet").num_row_groups == 2
+    finish(writers[0])
+    finish(writers[1])  # nothing written: no file
+    names = visible(out)
+    assert len(names) == 1 and PART.fullmatch(names[0]).group(1, 5) == ("00000", "parquet")  # type: ignore[union-attr]
+    assert pq.ParquetFile(out / names[0]).num_row_groups == 2
     assert read_source(ParquetFileSource(str(out))) == rows[:6]
+    assert pq.read_table(out).to_pylist() == rows[:6]  # pyarrow datasets skip _pending too
+
+
+def test_parquet_epochs_are_readable_files_once_pre_committed(tmp_path: Path) -> None:
+    out = tmp_path / "pq"
+    w = ParquetFileSink(str(out)).create_writer(context(0))
+    w.write_batch([{"n": 1}, {"n": 2}])
+    first = w.pre_commit(1)
+    assert pq.read_table(first.pending).to_pylist() == [{"n": 1}, {"n": 2}]  # footer written, synced
+    w.write_batch([{"n": 3}])
+    with pytest.raises((pa.ArrowException, TypeError, ValueError), match="cannot write records"):
+        w.write_batch([{"n": "not an int"}])  # the schema inferred from the first batch holds
+    second = w.pre_commit(2)
+    w.write_batch([{"n": 4}])
+    w.close()  # aborts the open epoch
+    assert visible(out) == []
+    w.commit([first, second])
+    w.commit([second])
+    assert pq.read_table(out).to_pylist() == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert [PART.fullmatch(n).group(2) for n in visible(out)] == ["000001", "000002"]  # type: ignore[union-attr]
+    assert pending(out) == []
 
 
 def test_parquet_sink_schema_and_tuples(tmp_path: Path) -> None:
@@ -392,11 +524,10 @@ def test_parquet_sink_schema_and_tuples(tmp_path: Path) -> None:
     writers[0].write_batch([(1, "a"), (2, "b")])
     writers[1].write_batch([{"id": 3, "name": "c"}, {"id": 4}])
     for w in writers:
-        w.flush()
-        w.close()
-    assert sorted(p.name for p in out.iterdir()) == [f"part-0000{i}.parquet" for i in range(3)]
-    assert pq.read_schema(out / "part-00002.parquet") == schema
-    assert pq.read_table(out / "part-00002.parquet").num_rows == 0
+        finish(w)
+    names = visible(out)
+    assert [PART.fullmatch(n).group(1) for n in names] == ["00000", "00001"]  # type: ignore[union-attr]
+    assert all(pq.read_schema(out / n) == schema for n in names)
     got = read_source(ParquetFileSource(str(out), as_dicts=False))
     assert got == [(1, "a"), (2, "b"), (3, "c"), (4, None)]
 

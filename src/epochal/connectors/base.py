@@ -6,7 +6,9 @@ splits are shipped to the workers and divided among the source's subtasks. Every
 its read position and can seek back to one, which is what checkpoints record and recovery uses.
 
 A :class:`Sink` is likewise a picklable description; each sink subtask creates one
-:class:`SinkWriter` on its worker.
+:class:`SinkWriter` on its worker. Every sink states its delivery guarantee in
+:attr:`Sink.guarantee`: what a reader of its output sees when workers crash and the job
+restarts from a checkpoint.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class SinkContext:
     send_to_driver: Callable[[Any], None]
     #: The job attempt (0 first, +1 per restart): lets writers name files no earlier attempt used.
     attempt: int = 0
+    #: Whether the job takes checkpoints: transactional writers then commit once per checkpoint,
+    #: otherwise once when their input ends.
+    checkpointing: bool = False
 
 
 class SinkWriter(ABC):
@@ -85,7 +90,12 @@ class SinkWriter(ABC):
         """Write a batch of records, in order."""
 
     def flush(self) -> None:  # noqa: B027 - optional hook
-        """Make everything written so far durable or visible; called when input ends."""
+        """Make everything written so far durable or visible.
+
+        Called when the input ends and, for writers that are not transactional, at every
+        checkpoint barrier before the snapshot: what was written before a checkpoint is then
+        durable once it completes, so a restart from it repeats records but never loses any
+        (at-least-once)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once, also after a failure."""
@@ -97,7 +107,13 @@ class TransactionalSinkWriter(SinkWriter):
     ``pre_commit(n)`` closes the output of the epoch ending at checkpoint ``n`` and returns a
     small picklable *committable* (or ``None`` if there was no output); nothing of it is visible
     yet. ``commit(committables)`` makes them visible and must be idempotent: after a restore the
-    same committables are committed again.
+    same committables are committed again. ``close()`` without ``pre_commit`` aborts the open
+    epoch: none of it may ever become visible.
+
+    The sink operator keeps the committables in operator state (so they are in the checkpoint
+    of epoch ``n``), commits them when ``n`` completes, commits those of the restored checkpoint
+    again when a restarted attempt opens, and without checkpointing pre-commits and commits once
+    when the input ends.
     """
 
     @abstractmethod
@@ -109,8 +125,30 @@ class TransactionalSinkWriter(SinkWriter):
         """Make pre-committed output visible (idempotent)."""
 
 
+#: Values of :attr:`Sink.guarantee`.
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+NO_OUTPUT = "none"
+GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE, NO_OUTPUT)
+
+
 class Sink(ABC):
     """A picklable description of where records go."""
+
+    #: What a reader of the sink's output sees when workers crash and the job restarts from its
+    #: latest checkpoint (``exactly_once`` checkpointing mode):
+    #:
+    #: * ``"exactly_once"``: every record once, never a record of an uncompleted checkpoint. The
+    #:   sink's writer is a :class:`TransactionalSinkWriter` (two-phase commit): output becomes
+    #:   visible when the checkpoint covering it completes (without checkpointing: when the
+    #:   input ends).
+    #: * ``"at_least_once"``: every record, and after a restart possibly some again (those
+    #:   written after the restored checkpoint are written a second time). The default: a plain
+    #:   :class:`SinkWriter` whose ``flush`` makes its output durable.
+    #: * ``"none"``: the sink outputs nothing (``discard()``).
+    #:
+    #: A custom sink with a transactional writer should say ``guarantee = "exactly_once"``.
+    guarantee: str = AT_LEAST_ONCE
 
     @abstractmethod
     def create_writer(self, context: SinkContext) -> SinkWriter:
