@@ -38,7 +38,7 @@ class CollatzStep(epochal.ProcessFunction):
 
 
 def collatz_loop(source, body=None, keyed=True):
-    loop = source.map(lambda n: (n, n, 0)).name("start").iterate()
+    loop = source.map(lambda n: (n, n, 0)).iterate()
     keyed_input = loop.key_by(lambda s: s[0])
     stepped = keyed_input.process(body).uid("collatz-body") if body else keyed_input.map(collatz_step)
     loop.close_with(stepped.filter(lambda s: s[1] != 1), key_by=(lambda s: s[0]) if keyed else None)

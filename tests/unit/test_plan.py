@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import epochal
+from epochal.connectors.memory import CollectionSource, DiscardSink
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 
@@ -158,3 +159,119 @@ def test_loop_plan_errors_are_clear():
     inner_body.collect()
     with pytest.raises(PlanError, match="nested or overlapping"):
         e.plan()
+
+
+# ---------------------------------------------------------------- operator uids
+def uids(e):
+    """(kind, uid) of every operator of the planned job, in creation order."""
+    job = e.plan()
+    return [(n.kind, n.uid) for _, n in sorted(job.nodes.items())]
+
+
+def keyed_sum_job(e, with_map=False, name=None):
+    stream = e.from_generator(lambda i: (f"k{i % 4}", 1), count=10)
+    if with_map:
+        stream = stream.map(lambda kv: kv)
+    total = stream.key_by(lambda kv: kv[0]).sum(lambda kv: kv[1])
+    if name:
+        total = total.name(name)
+    total.discard()
+
+
+def test_default_uids_are_stable_when_an_unrelated_operator_is_added():
+    before, after = env(), env()
+    keyed_sum_job(before)
+    keyed_sum_job(after, with_map=True)
+    assert uids(before) == [("source", "source-0"), ("sum", "sum-0"), ("sink", "sink-0")]
+    assert uids(after) == [("source", "source-0"), ("map", "map-0"), ("sum", "sum-0"), ("sink", "sink-0")]
+
+
+def test_ordinals_count_operators_of_the_same_kind_named_or_not():
+    e = env()
+    s = e.from_collection([1]).map(str).name("first").map(str).map(str).uid("third")
+    s.map(str).print()
+    s.print()
+    assert uids(e) == [("source", "source-0"), ("map", "map:first"), ("map", "map-1"), ("map", "third"),
+                       ("map", "map-3"), ("sink", "sink-0"), ("sink", "sink-1")]
+
+
+def test_a_user_name_gives_the_uid_and_a_user_uid_wins():
+    named, renamed, pinned = env(), env(), env()
+    keyed_sum_job(named, name="totals")
+    keyed_sum_job(renamed, name="totals per key")
+    keyed_sum_job(pinned, name="totals per key")
+    pinned.graph.nodes[-2].uid = "totals"  # the sum: .uid() on the stream does this
+    assert ("sum", "sum:totals") in uids(named)
+    assert ("sum", "sum:totals per key") in uids(renamed)
+    assert ("sum", "totals") in uids(pinned)
+
+
+def test_names_passed_to_sources_and_sinks_are_user_names_defaults_are_not():
+    e = env()
+    a = e.from_source(CollectionSource([1]), name="events")
+    a.sink_to(DiscardSink(), name="out")
+    a.collect()
+    a.collect(name="audit")
+    a.print()
+    a.discard()
+    job_uids = [uid for _, uid in uids(e)]
+    assert job_uids == ["source:events", "sink:out", "sink-1", "sink:audit", "sink-3", "sink-4"]
+
+
+def test_planning_twice_gives_the_same_uids_and_does_not_freeze_them():
+    e = env()
+    stream = e.from_collection([1]).map(str)
+    stream.print()
+    first = uids(e)
+    assert uids(e) == first
+    stream.name("renamed")  # a later name still counts: planning did not write uids back
+    assert ("map", "map:renamed") in uids(e)
+
+
+def test_repeated_names_of_one_kind_collide_with_a_clear_error():
+    e = env()
+    base = e.from_collection([1])
+    base.map(str).name("parse").print()
+    base.filter(bool).name("parse").print()  # another kind: its own uid
+    assert [uid for kind, uid in uids(e) if kind != "sink"] == ["source-0", "map:parse", "filter:parse"]
+    base.map(str).name("parse").print()
+    with pytest.raises(PlanError, match=r"uid 'map:parse' is used by two operators: 'parse' \(map, uid from its "
+                                        r"\.name\(\)\) and 'parse' \(map, uid from its \.name\(\)\).*distinct "
+                                        r"\.name\(\) or \.uid\(\)"):
+        e.plan()
+
+
+def test_uid_collisions_fail_at_plan_time_saying_what_to_do():
+    e = env()
+    base = e.from_collection([1])
+    base.map(str).name("parse").print()
+    base.map(str).uid("map:parse").print()
+    with pytest.raises(PlanError, match=r"uid 'map:parse' is used by two operators: 'parse' \(map, uid from its "
+                                        r"\.name\(\)\) and 'Map' \(map, uid set with \.uid\(\)\).*distinct "
+                                        r"\.name\(\) or \.uid\(\)"):
+        e.plan()
+    e = env()
+    base = e.from_collection([1])
+    base.map(str).print()
+    base.map(str).uid("map-0").print()
+    with pytest.raises(PlanError, match=r"uid 'map-0'.*by position: 1st map of the job.*set with \.uid\(\)"):
+        e.plan()
+
+
+def test_empty_names_and_uids_are_rejected():
+    e = env()
+    with pytest.raises(PlanError, match="uid"):
+        e.from_collection([1]).uid("")
+    with pytest.raises(PlanError, match="name"):
+        e.from_collection([1]).name(None)
+
+
+def test_loops_get_stable_uids_for_their_head_and_tail():
+    e = env()
+    loop = e.from_collection([3]).iterate()
+    step = loop.map(lambda n: n - 1)
+    loop.close_with(step.filter(lambda n: n > 0))
+    step.filter(lambda n: n == 0).print()
+    job_uids = dict((uid, kind) for kind, uid in uids(e))
+    assert job_uids["iteration_head-0"] == "iteration_head"
+    assert job_uids["iteration_tail-0"] == "iteration_tail"

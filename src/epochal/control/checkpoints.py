@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.config import CheckpointConfig
+from epochal.errors import PlanError
 from epochal.state.storage import CheckpointStorage
 
 
@@ -39,7 +40,8 @@ class CheckpointCoordinator:
                  subtasks: dict[tuple[int, int], str],
                  vertex_parallelism: dict[int, int], max_parallelism: int,
                  broadcast: Callable[[dict[str, Any]], None], first_id: int = 1,
-                 split_layout: dict[str, int] | None = None) -> None:
+                 split_layout: dict[str, int] | None = None,
+                 operators: dict[str, dict[str, str]] | None = None) -> None:
         self.config = config
         self.storage = storage
         self.job_name = job_name
@@ -48,7 +50,14 @@ class CheckpointCoordinator:
         self.max_parallelism = max_parallelism
         self.broadcast = broadcast
         self.split_layout = split_layout or {}
+        #: uid -> {"name", "kind"} of every operator, recorded in the metadata so that a restore
+        #: into a changed job can say whose state nobody claims.
+        self.operators = operators or {}
         self.next_id = first_id
+        #: Records the sources had read before the current attempt (as of the checkpoint it
+        #: restored), and the total each completed checkpoint covers: each record counts once.
+        self.records_base = 0
+        self.source_records: dict[int, int] = {}
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[int] = storage.completed()
         self.stats: list[dict[str, Any]] = []
@@ -97,7 +106,7 @@ class CheckpointCoordinator:
         for (vertex, subtask), ack in pending.acks.items():
             for uid, handle in ack["handles"].items():
                 entry = operators.setdefault(uid, {"vertex": vertex, "parallelism": self.vertex_parallelism[vertex],
-                                                   "subtasks": {}})
+                                                   **self.operators.get(uid, {}), "subtasks": {}})
                 entry["subtasks"][str(subtask)] = handle
         metadata = {"checkpoint_id": pending.checkpoint_id, "job": self.job_name,
                     "timestamp": pending.triggered_at, "max_parallelism": self.max_parallelism,
@@ -108,6 +117,8 @@ class CheckpointCoordinator:
         for older in [c for c in self.pending if c < pending.checkpoint_id]:
             self.abort(older, "a newer checkpoint completed", now, count_failure=False)
         self.completed.append(pending.checkpoint_id)
+        self.source_records[pending.checkpoint_id] = self.records_base + sum(
+            a["stats"].get("source_records", 0) for a in pending.acks.values())
         self.consecutive_failures = 0
         self.last_end = now
         acks = list(pending.acks.values())
@@ -171,3 +182,46 @@ class CheckpointCoordinator:
                 out.write((json.dumps(entry) + "\n").encode())
         except (OSError, NotImplementedError):
             pass  # statistics must never fail a checkpoint (object stores may not append)
+
+
+def check_restore(metadata: dict[str, Any], location: str, operators: dict[str, dict[str, str]],
+                  allow_non_restored_state: bool = False) -> list[dict[str, Any]]:
+    """Match a checkpoint's state to the operators of the job restoring it, as Flink does.
+
+    ``operators`` maps every uid of the new job to its ``{"name", "kind"}``. State of a uid no
+    operator claims would be dropped without a word, so it fails the restore with a
+    :class:`PlanError` naming every such piece of state, unless ``allow_non_restored_state``;
+    returns what is skipped (uid, name, kind and what state it held).
+    """
+    state = metadata.get("operators", {})
+    skipped = []
+    for uid in sorted(state):
+        if uid in operators:
+            continue
+        entry = state[uid]
+        handles = list(entry.get("subtasks", {}).values())
+        parts = [part for part in ("keyed", "operator") if any(part in h for h in handles)]
+        skipped.append({"uid": uid, "name": entry.get("name"), "kind": entry.get("kind"),
+                        "state": " and ".join(f"{p} state" for p in parts) or "state",
+                        "subtasks": len(handles)})
+    if not skipped or allow_non_restored_state:
+        return skipped
+    lines = []
+    for item in skipped:
+        owner = f"operator '{item['name']}' ({item['kind']})" if item["name"] else "an operator"
+        line = f"  - uid '{item['uid']}': {item['state']} of {owner}, {item['subtasks']} subtask(s)"
+        idle = [f"'{info['name']}' (uid '{uid}')" for uid, info in operators.items()
+                if item["kind"] is not None and info.get("kind") == item["kind"] and uid not in state]
+        if idle:
+            line += (f"; this job's {item['kind']} operator(s) {', '.join(idle)} restore nothing: if one of them is "
+                     f"the same operator, set .uid('{item['uid']}') on it")
+        lines.append(line)
+    count = f"{len(skipped)} operator{'s' if len(skipped) > 1 else ''}"
+    raise PlanError(
+        f"cannot restore checkpoint {location}: it holds state of {count} that no operator of this job claims "
+        f"(uid{'s' if len(skipped) > 1 else ''} {', '.join(repr(i['uid']) for i in skipped)}); restoring would drop "
+        "it without a word:\n" + "\n".join(lines) + "\n"
+        "State is matched by operator uid: the one set with .uid(), else '<kind>:<name>' from the operator's "
+        ".name(), else '<kind>-<n>' from its position among the job's operators of that kind. Give the operators "
+        "that own this state their old uid with .uid(...), or pass allow_non_restored_state=True to execute() "
+        "to start without it")

@@ -3,7 +3,8 @@
 Chaining fuses an operator into its predecessor's subtask (a plain function call, no channel)
 when the edge between them is forward, both have the same parallelism, the operator has
 exactly one input, and neither disabled chaining. Each chain becomes one :class:`JobVertex`;
-the edges that remain between vertices become channels.
+the edges that remain between vertices become channels. Every operator gets a uid
+(:func:`assign_uids`), which names its state in checkpoints and is matched on restore.
 
 Loops (``iterate`` / ``close_with``) make the graph cyclic. Their back-edges are found by a
 depth-first search from the sources (an edge to a node still on the search stack), which must
@@ -135,7 +136,6 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
                                 "close_with(feedback) on the stream iterate() returned")
             tails[_resolve_input(graph, node.inputs[1])[0].id] = node
     parallelism: dict[int, int] = {}
-    uids: dict[str, int] = {}
     for node in physical:
         if node.id in tails:  # a tail runs beside its head: same parallelism, same workers
             node.parallelism = parallelism[tails[node.id].id]
@@ -144,12 +144,7 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             raise PlanError(f"operator '{node.name}' has parallelism {p}; it must be between 1 and "
                             f"max_parallelism ({max_parallelism})")
         parallelism[node.id] = p
-        uid = node.uid or f"{node.kind}-{node.id}"
-        if uid in uids:
-            raise PlanError(f"uid '{uid}' is used by two operators ('{graph[uids[uid]].name}' and "
-                            f"'{node.name}'); uids must be unique")
-        uids[uid] = node.id
-        node.uid = uid
+    uid_of = assign_uids(physical)
 
     # Logical edges producer -> consumer with their partitioner.
     logical_edges: list[tuple[int, int, Partitioner]] = []
@@ -180,10 +175,10 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
     vertices: list[JobVertex] = []
     for node in physical:
         assert node.operator is not None or node.source is not None
-        nodes[node.id] = ChainedNode(node.id, node.kind, node.name, node.uid or "",
+        nodes[node.id] = ChainedNode(node.id, node.kind, node.name, uid_of[node.id],
                                      node.operator or Operator(), collect_id=node.collect_id)
         nodes[node.id].operator.name = node.name
-        nodes[node.id].operator.uid = node.uid or ""
+        nodes[node.id].operator.uid = uid_of[node.id]
         if chained_to_producer(node):
             producer_id = logical_edges[inputs_of[node.id][0]][0]
             vertex = vertices[vertex_of[producer_id]]
@@ -222,6 +217,51 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
         members = sorted({vertex_of[n] for n in loop_nodes[loop_id]})
         loops.append(Loop(loop_id, vertex_of[head.id], vertex_of[tail_id], parallelism[head.id], members))
     return JobGraph(vertices, edges, nodes, max_parallelism, sorted(loops, key=lambda loop: loop.id))
+
+
+def default_uid(node: Transformation, ordinal: int) -> tuple[str, str]:
+    """The uid of ``node`` and how it was chosen. ``ordinal`` counts the earlier operators of the
+    same kind in the job.
+
+    The user's ``.uid()`` wins. Otherwise a name the user gave gives ``<kind>:<name>``, and an
+    unnamed operator gets ``<kind>-<ordinal>``. So adding, say, a ``map`` before a keyed ``sum``
+    changes neither the sum's uid nor any other operator's but those of the unnamed maps after it.
+    """
+    if node.uid:
+        return node.uid, "set with .uid()"
+    if node.user_named:
+        return f"{node.kind}:{node.name}", "from its .name()"
+    return f"{node.kind}-{ordinal}", f"by position: {_ordinal_text(ordinal)} {node.kind} of the job"
+
+
+def _ordinal_text(ordinal: int) -> str:
+    number = ordinal + 1
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def assign_uids(physical: list[Transformation]) -> dict[int, str]:
+    """Node id -> uid for the operators of a job (in creation order); a uid used twice fails.
+
+    Uids identify operator state in checkpoints, so they must be unique and should not move
+    when the program changes elsewhere; see :func:`default_uid`.
+    """
+    ordinals: dict[str, int] = {}
+    uid_of: dict[int, str] = {}
+    owners: dict[str, tuple[Transformation, str]] = {}
+    for node in physical:
+        ordinal = ordinals.get(node.kind, 0)
+        ordinals[node.kind] = ordinal + 1
+        uid, how = default_uid(node, ordinal)
+        if uid in owners:
+            other, other_how = owners[uid]
+            raise PlanError(
+                f"uid '{uid}' is used by two operators: '{other.name}' ({other.kind}, uid {other_how}) and "
+                f"'{node.name}' ({node.kind}, uid {how}); uids identify state on restore and must be unique. "
+                "Give one of them a distinct .name() or .uid()")
+        owners[uid] = (node, how)
+        uid_of[node.id] = uid
+    return uid_of
 
 
 def _find_back_edges(physical: list[Transformation], logical_edges: list[tuple[int, int, Partitioner]]) -> set[int]:

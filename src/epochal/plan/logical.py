@@ -31,7 +31,11 @@ class Transformation:
     operator: Operator | None = None
     partitioner: Partitioner | None = None
     parallelism: int | None = None
+    #: Set by ``.uid()``; otherwise planning derives one (see ``plan.jobgraph.assign_uids``).
     uid: str | None = None
+    #: True once the user chose the name (``.name()``, ``sink_to(name=...)``): the default uid
+    #: is then derived from it, so it survives unrelated edits of the program.
+    user_named: bool = False
     chaining: bool = True
     #: The user function(s) inside, for clear "cannot be serialised" errors at submit time.
     functions: list[Any] = field(default_factory=list)

@@ -9,13 +9,24 @@ subtask and operator, redistributed on restore (split or union).
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Iterator
 from typing import Any
 
+from epochal import serialization
 from epochal.state.operator_state import redistribute
 from epochal.state.storage import CheckpointError, CheckpointStorage, crc
 
 Captured = dict[str, dict[str, Any]]  # uid -> {"keyed": {group: {name: {key: value}}}, "operator": {...}}
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def file_stem(uid: str) -> str:
+    """A file name for ``uid`` that every filesystem accepts (uids may be any text, e.g. a
+    ``<kind>:<name>`` uid derived from a user's name); a CRC keeps sanitised names apart."""
+    safe = _UNSAFE.sub("_", uid)
+    return safe if safe == uid else f"{safe}.{crc(uid.encode()):08x}"
 
 
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:
@@ -27,16 +38,16 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
         if keyed:
             chunks, groups, offset = [], {}, 0
             for group in sorted(keyed):
-                blob = pickle.dumps(keyed[group], protocol=5)
+                blob = serialization.dumps(keyed[group])
                 chunks.append(blob)
                 groups[str(group)] = [offset, len(blob), crc(blob)]
                 offset += len(blob)
-            written = storage.write_file(checkpoint_id, f"{uid}-{subtask}.keyed", b"".join(chunks))
+            written = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed", b"".join(chunks))
             handle["keyed"] = {"file": written["file"], "size": written["size"], "groups": groups}
         operator = parts.get("operator")
         if operator:
-            handle["operator"] = storage.write_file(checkpoint_id, f"{uid}-{subtask}.operator",
-                                                    pickle.dumps(operator, protocol=5))
+            handle["operator"] = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.operator",
+                                                    serialization.dumps(operator))
         if handle:
             handles[uid] = handle
     return handles
@@ -77,19 +88,22 @@ class RestoreSource:
                 group = int(group_text)
                 if group in key_groups:
                     data = self.storage.read_file(self.checkpoint_id, keyed, offset, length, checksum)
-                    yield group, _unpickle(data, keyed["file"])
+                    yield group, _unpickle(data, self._path(keyed))
 
     def operator_lists(self, uid: str, index: int, parallelism: int) -> dict[str, list[Any]]:
         """Operator list state for new subtask ``index`` of ``parallelism``, redistributed."""
         old = []
         for handle in self._subtasks(uid):
             part = handle.get("operator")
-            old.append(_unpickle(self.storage.read_file(self.checkpoint_id, part), part["file"]) if part else {})
+            old.append(_unpickle(self.storage.read_file(self.checkpoint_id, part), self._path(part)) if part else {})
         return redistribute(old, index, parallelism)
 
+    def _path(self, handle: dict[str, Any]) -> str:
+        return f"{self.storage.checkpoint_path(self.checkpoint_id)}/{handle['file']}"
 
-def _unpickle(data: bytes, name: str) -> Any:
+
+def _unpickle(data: bytes, path: str) -> Any:
     try:
         return pickle.loads(data)
     except Exception as error:
-        raise CheckpointError(f"checkpoint state file {name} cannot be decoded: {error}") from error
+        raise CheckpointError(f"checkpoint state file {path} cannot be decoded: {error}", path=path) from error

@@ -4,6 +4,8 @@ Layout under the storage root of one job::
 
     chk-<n>/<operator uid>-<subtask>.keyed     key-group blobs, one after the other
     chk-<n>/<operator uid>-<subtask>.operator  the subtask's operator state
+                                               (a uid with other characters than A-Z a-z 0-9 _ . -
+                                               is written with those replaced, plus its CRC)
     chk-<n>/_metadata                          JSON; written last, atomically (write + rename)
 
 A checkpoint exists for a restore only once its ``_metadata`` exists. Every blob has a CRC-32
@@ -28,7 +30,13 @@ _CHK = re.compile(r"chk-(\d+)$")
 
 
 class CheckpointError(EpochalError):
-    """A checkpoint cannot be written or read (missing, corrupt, unreachable storage)."""
+    """A checkpoint cannot be written or read (missing, corrupt, unreachable storage).
+
+    ``path`` is the file at fault when one is known (a state file, the metadata)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -62,6 +70,11 @@ class CheckpointStorage:
     def checkpoint_path(self, checkpoint_id: int) -> str:
         return f"{self.root}/chk-{checkpoint_id}"
 
+    def location(self, checkpoint_id: int) -> str:
+        """Checkpoint ``checkpoint_id`` as a user passes it to ``execute(restore_from=...)``."""
+        base = self.uri.rstrip("/") if "://" in self.uri else self.root
+        return f"{base}/chk-{checkpoint_id}"
+
     def _ensure_dir(self, path: str) -> None:
         self.fs.create_dir(path, recursive=True)
 
@@ -94,14 +107,60 @@ class CheckpointStorage:
             with self.fs.open_input_file(path) as source:
                 data = source.read_at(length if length is not None else handle["size"], offset)
         except FileNotFoundError as error:
-            raise CheckpointError(f"checkpoint state file {path} is missing") from error
+            raise CheckpointError(f"checkpoint state file {path} is missing", path=path) from error
         except OSError as error:
-            raise CheckpointError(f"cannot read checkpoint state file {path}: {error}") from error
+            raise CheckpointError(f"cannot read checkpoint state file {path}: {error}", path=path) from error
         expected = checksum if checksum is not None else handle["crc"]
         if crc(data) != expected:
             raise CheckpointError(f"checkpoint state file {path} is corrupt (checksum mismatch"
-                                  f"{f' at offset {offset}' if offset else ''}); restore from another checkpoint")
+                                  f"{f' at offset {offset}' if offset else ''}); restore from another checkpoint",
+                                  path=path)
         return data
+
+    def verify_files(self, checkpoint_id: int, metadata: dict[str, Any], uids: set[str] | None = None) -> None:
+        """Before a restore: check that every state file the metadata references (of ``uids``
+        only, if given) exists with its recorded size. Cheap (no file is read); the checksums
+        are verified by the workers as they read."""
+        expected: dict[str, int] = {}
+        for uid, operator in metadata.get("operators", {}).items():
+            if uids is not None and uid not in uids:
+                continue
+            for handle in operator.get("subtasks", {}).values():
+                for part in ("keyed", "operator"):
+                    if part in handle:
+                        expected[f"{self.checkpoint_path(checkpoint_id)}/{handle[part]['file']}"] = handle[part]["size"]
+        if not expected:
+            return
+        try:
+            infos = self.fs.get_file_info(sorted(expected))
+        except OSError as error:
+            raise CheckpointError(f"cannot list the state files of checkpoint {self.location(checkpoint_id)}: "
+                                  f"{error}") from error
+        problems = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                problems.append((info.path, "is missing"))
+            elif info.size != expected[info.path]:
+                problems.append((info.path, f"is damaged: it has {info.size} bytes, the checkpoint recorded "
+                                            f"{expected[info.path]}"))
+        if problems:
+            path, what = problems[0]
+            others = "".join(f"\n  also: {p} {w}" for p, w in problems[1:6])
+            more = f"\n  and {len(problems) - 6} more" if len(problems) > 6 else ""
+            raise CheckpointError(f"checkpoint state file {path} {what}; checkpoint "
+                                  f"{self.location(checkpoint_id)} cannot be restored{others}{more}\n"
+                                  f"{self.earlier_checkpoints_hint(checkpoint_id)}", path=path)
+
+    def earlier_checkpoints_hint(self, checkpoint_id: int) -> str:
+        """What to restore from instead of a broken checkpoint: the completed checkpoints older
+        than it under the same root, newest first, as ``restore_from`` paths."""
+        earlier = [c for c in self.completed() if c < checkpoint_id]
+        if earlier:
+            paths = ", ".join(f"restore_from='{self.location(c)}'" for c in reversed(earlier[-5:]))
+            return f"Restore from an earlier checkpoint instead (newest first): {paths}"
+        base = self.uri.rstrip("/") if "://" in self.uri else self.root
+        return (f"No earlier completed checkpoint is retained in {base}; enable_checkpointing(retained=N) "
+                "keeps the last N checkpoints, so that an older one is left when the latest is damaged")
 
     # ---------------------------------------------------------------- metadata
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
@@ -150,9 +209,9 @@ def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
             raw = source.read()
     except FileNotFoundError as error:
         raise CheckpointError(f"checkpoint metadata {path} does not exist: the checkpoint is missing or "
-                              "was never completed") from error
+                              "was never completed", path=path) from error
     except OSError as error:
-        raise CheckpointError(f"cannot read checkpoint metadata {path}: {error}") from error
+        raise CheckpointError(f"cannot read checkpoint metadata {path}: {error}", path=path) from error
     try:
         document = json.loads(raw)
         body = document["body"]
@@ -161,7 +220,7 @@ def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
         return json.loads(body)
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint metadata {path} is corrupt ({error}); "
-                              "restore from another checkpoint") from error
+                              "restore from another checkpoint", path=path) from error
 
 
 def resolve_restore_path(uri: str) -> tuple[CheckpointStorage, int]:
