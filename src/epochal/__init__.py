@@ -25,6 +25,7 @@ from epochal.errors import (
                                      JavaNotFoundError,
                                      JobCancelledError,
                                      JobFailedError,
+                                     JobTimeoutError,
                                      PlanError,
                                      SourceError,
 )
@@ -44,6 +45,6 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
-    "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError", "ProcessContext", "ProcessFunction",
-    "RuntimeContext", "SourceError", "__version__",
+    "JobTimeoutError", "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError", "ProcessContext",
+    "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
 ]

@@ -16,7 +16,8 @@ class PlanError(EpochalError):
 
 
 class EnvironmentSetupError(EpochalError):
-    """Spark or Java cannot be started or is unsuitable (missing Java, too few task slots)."""
+    """Spark or Java cannot be started or is unsuitable (missing Java, too few task slots, executors
+    whose Python cannot import epochal)."""
 
 
 class JavaNotFoundError(EnvironmentSetupError):
@@ -35,12 +36,25 @@ class JobFailedError(EpochalError):
         super().__init__(message)
         self.operator = operator
         self.worker = worker
-        #: What failed: user, worker_lost, peer_lost, heartbeat, spark, checkpoint, internal.
+        #: What failed: user, worker_lost, peer_lost, heartbeat, spark, checkpoint, internal, restore
+        #: (a damaged checkpoint: never restarted).
         self.kind = kind
 
 
 class JobCancelledError(EpochalError):
     """The job was cancelled before it finished; results of a cancelled job are incomplete."""
+
+
+class JobTimeoutError(EpochalError, TimeoutError):
+    """A job did not finish within the time it was given (also a built-in :class:`TimeoutError`).
+
+    ``cancelled`` says what became of the job: ``Environment.execute(timeout=...)`` cancels it
+    (True); ``JobClient.result(timeout)`` leaves it running (False).
+    """
+
+    def __init__(self, message: str, *, cancelled: bool = False) -> None:
+        super().__init__(message)
+        self.cancelled = cancelled
 
 
 class SourceError(EpochalError):

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from epochal.control.spark import check_java, local_slots
+from epochal.control.slots import local_slots
+from epochal.control.spark import check_java
 from epochal.errors import JavaNotFoundError
 
 

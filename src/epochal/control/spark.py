@@ -1,4 +1,5 @@
-"""Everything epochal asks of Spark: Java, a session, free task slots, and one job of W tasks.
+"""Everything epochal asks of Spark: Java, a session, and one job of W tasks (task slots are
+in :mod:`epochal.control.slots`, the executors' Python in :mod:`epochal.control.executor_python`).
 
 The workers are the tasks of one Spark job, ``parallelize(range(W), W).mapPartitions(worker)``,
 submitted from a background thread of the driver in its own job group so that it can be
@@ -14,7 +15,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from epochal.errors import EnvironmentSetupError, InsufficientSlotsError, JavaNotFoundError
+from epochal.errors import EnvironmentSetupError, JavaNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -110,35 +111,6 @@ def _quiet_task_failure_logs(session: SparkSession) -> None:
             configurator.setLevel(name, level)
     except Exception:
         pass  # another logging backend: keep Spark's own output
-
-
-def local_slots(master: str) -> int | None:
-    """Task slots of a ``local`` master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``)."""
-    if master == "local":
-        return 1
-    match = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master)
-    if match is None:
-        return None
-    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
-
-
-def check_slots(spark: SparkSession, workers: int) -> str:
-    """Fail fast when Spark can certainly not run ``workers`` tasks at once.
-
-    For ``local`` masters the slot count is exact; on a cluster executors may still come and go,
-    so only a hint is returned and the JobMaster's registration timeout bounds the wait.
-    """
-    sc = spark.sparkContext
-    slots = local_slots(sc.master)
-    if slots is not None:
-        if workers > slots:
-            raise InsufficientSlotsError(
-                f"the job needs {workers} workers running at the same time but Spark master '{sc.master}' has "
-                f"only {slots} task slots. Lower the parallelism to {slots} or start Spark with "
-                f"master 'local[{workers}]' or more")
-        return f" (master '{sc.master}' has {slots} slots; other jobs may be using some)"
-    return f" (Spark reports a default parallelism of {sc.defaultParallelism})"
-
 
 def is_local(spark: SparkSession) -> bool:
     return spark.sparkContext.master.startswith("local")
