@@ -2,13 +2,14 @@
 
 Run with ``make demo`` (or ``python examples/wordcount.py``). It counts the words of a
 deterministic generated text with two workers on Spark ``local[N]``, takes a checkpoint every
-200 ms, crashes one worker process midway (a real ``os._exit``), recovers from the latest
+200 ms, crashes one worker process midway (a real SIGKILL), recovers from the latest
 checkpoint, and checks the committed output against a ``collections.Counter`` oracle.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -32,6 +33,13 @@ def line(i: int) -> str:
 
 def main() -> int:
     workdir = tempfile.mkdtemp(prefix="epochal-demo-")
+    try:
+        return run(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # checkpoints and output: nothing left behind
+
+
+def run(workdir: str) -> int:
     env = epochal.Environment(parallelism=2)
     env.enable_checkpointing(0.2, storage=f"{workdir}/checkpoints")
     (env.from_generator(line, count=LINES, rate=RATE).name("text")

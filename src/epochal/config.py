@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from epochal.validation import check_number
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -55,20 +57,18 @@ class EngineConfig:
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
 
-        if self.batch_size < 1:
-            raise PlanError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.channel_credits < 1:
-            raise PlanError(f"channel_credits must be >= 1, got {self.channel_credits}")
-        if self.alignment_memory_bytes < 0:
-            raise PlanError(f"alignment_memory_bytes must be >= 0, got {self.alignment_memory_bytes}")
+        check_number(self.batch_size, "batch_size", minimum=1, strict=False, integer=True)
+        check_number(self.channel_credits, "channel_credits", minimum=1, strict=False, integer=True)
+        check_number(self.max_parallelism, "max_parallelism", minimum=1, strict=False, integer=True)
+        if self.max_parallelism > 32768:
+            raise PlanError(f"max_parallelism must be in 1..32768, got {self.max_parallelism}")
+        check_number(self.alignment_memory_bytes, "alignment_memory_bytes", strict=False, integer=True)
+        check_number(self.alignment_max_bytes, "alignment_max_bytes", strict=False, integer=True, optional=True)
         if self.alignment_max_bytes is not None and self.alignment_max_bytes < self.alignment_memory_bytes:
             raise PlanError("alignment_max_bytes must be >= alignment_memory_bytes (or None for no limit)")
-        if not 1 <= self.max_parallelism <= 32768:
-            raise PlanError(f"max_parallelism must be in 1..32768, got {self.max_parallelism}")
         for name in ("buffer_timeout", "registration_timeout", "heartbeat_interval",
                      "heartbeat_timeout", "cancel_timeout", "connect_timeout"):
-            if getattr(self, name) <= 0:
-                raise PlanError(f"{name} must be > 0, got {getattr(self, name)}")
+            check_number(getattr(self, name), name)
 
 
 @dataclass(frozen=True)
@@ -104,12 +104,12 @@ class CheckpointConfig:
 
         if self.mode not in MODES:
             raise PlanError(f"checkpoint mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.interval is not None and self.interval <= 0:
-            raise PlanError(f"checkpoint interval must be > 0 seconds, got {self.interval}")
-        if self.max_concurrent < 1 or self.retained < 1 or self.tolerable_failures < 0:
-            raise PlanError("max_concurrent and retained must be >= 1, tolerable_failures >= 0")
-        if self.timeout <= 0 or self.min_pause < 0:
-            raise PlanError("checkpoint timeout must be > 0 and min_pause >= 0")
+        check_number(self.interval, "checkpoint interval (seconds)", optional=True)
+        check_number(self.timeout, "checkpoint timeout (seconds)")
+        check_number(self.min_pause, "min_pause (seconds)", strict=False)
+        check_number(self.max_concurrent, "max_concurrent", minimum=1, strict=False, integer=True)
+        check_number(self.retained, "retained", minimum=1, strict=False, integer=True)
+        check_number(self.tolerable_failures, "tolerable_failures", strict=False, integer=True)
 
     @property
     def enabled(self) -> bool:

@@ -33,9 +33,18 @@ def test_ranges_are_contiguous_and_balanced():
 
 def test_equal_keys_share_an_encoding():
     assert stable_key_bytes(1) == stable_key_bytes(1.0) == stable_key_bytes(True)
-    assert stable_key_bytes((1, "a")) == stable_key_bytes([1.0, "a"])
+    assert stable_key_bytes((1, "a")) == stable_key_bytes((1.0, "a"))
     assert stable_key_bytes("1") != stable_key_bytes(1)
     assert stable_key_bytes(("ab", "c")) != stable_key_bytes(("a", "bc"))
+
+
+@pytest.mark.parametrize("key,hint", [([1, "a"], "return a tuple"), ({"a": 1}, "a tuple of its items"),
+                                      (bytearray(b"x"), "return bytes"), ((1, [2]), "return a tuple")])
+def test_unhashable_keys_are_refused_with_a_hint(key, hint):
+    # such a key could be hashed to a group but never index keyed state (a dict)
+    with pytest.raises(TypeError, match="unhashable") as raised:
+        stable_key_bytes(key)
+    assert hint in str(raised.value)
 
 
 def test_dataclass_and_numpy_keys():

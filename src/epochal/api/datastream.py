@@ -11,6 +11,7 @@ stream and return the same stream, so they chain::
 
 from __future__ import annotations
 
+import functools
 import operator as _op
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,9 @@ from epochal.plan.partitioners import (
 )
 from epochal.runtime.iteration import IterationHead, IterationTail
 from epochal.runtime.operators import (
+    ByFieldAggregate,
     CountAggregate,
+    FieldAggregate,
     FilterOperator,
     FlatMapOperator,
     FoldAggregate,
@@ -42,8 +45,10 @@ from epochal.runtime.operators import (
     SinkOperator,
     emit_key_value,
     emit_value,
+    get_field,
 )
 from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
+from epochal.validation import check_number
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -52,6 +57,25 @@ if TYPE_CHECKING:
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise PlanError(f"{what}() takes a function, got {type(fn).__name__}: {fn!r}")
+
+
+#: How aggregations name a record's value: a function of the record, a field name (dict key or
+#: attribute), a tuple index, or None for the record itself.
+Field = Callable[[Any], Any] | str | int | None
+
+
+def _check_field(field: Any, method: str) -> str | int:
+    """A field name or tuple index for ``method``, or a :class:`PlanError` at plan time."""
+    if isinstance(field, bool) or not isinstance(field, (str, int)):
+        raise PlanError(f"{method}() takes a field name (str), a tuple index (int) or a function of the record, "
+                        f"got {type(field).__name__}: {field!r}")
+    return field
+
+
+def _field_getter(field: Any, method: str) -> Callable[[Any], Any]:
+    if callable(field):
+        return field
+    return functools.partial(get_field, field=_check_field(field, method))
 
 
 class CollectedStream:
@@ -81,12 +105,26 @@ class DataStream:
 
     # ---------------------------------------------------------------- configuration
     def name(self, name: str) -> DataStream:
-        """Name the operator that produced this stream (shown in plans, metrics, errors)."""
+        """Name the operator that produced this stream (shown in plans, metrics, errors).
+
+        Without a ``uid()``, the operator's uid is derived from this name and its kind
+        (``<kind>:<name>``), so renaming a stateful operator changes where its state is found.
+        """
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"name() takes a non-empty str, got {name!r}")
         self.node.name = name
+        self.node.user_named = True
         return self
 
     def uid(self, uid: str) -> DataStream:
-        """Give the operator a stable id; its state is matched by this id on restore."""
+        """Give the operator a stable id; its state is matched by this id on restore.
+
+        Set it on every stateful operator (sources, keyed aggregations, ``process``, windows,
+        loops, sinks) of a job you may upgrade: the default uid is derived from the operator's
+        ``name()`` and kind, or from its kind and position among operators of that kind.
+        """
+        if not isinstance(uid, str) or not uid:
+            raise PlanError(f"uid() takes a non-empty str, got {uid!r}")
         self.node.uid = uid
         return self
 
@@ -140,8 +178,7 @@ class DataStream:
         (Flink's ``for_monotonous_timestamps``). Watermarks from further upstream are replaced.
         """
         _check_callable(timestamp, "with_watermarks")
-        if max_out_of_orderness < 0:
-            raise PlanError(f"max_out_of_orderness must be >= 0, got {max_out_of_orderness!r}")
+        check_number(max_out_of_orderness, "max_out_of_orderness", strict=False)
         return self._add("watermarks", "Watermarks", WatermarkGenerator(timestamp, max_out_of_orderness), [timestamp])
 
     def union(self, *others: DataStream) -> DataStream:
@@ -208,24 +245,67 @@ class DataStream:
     def _key_selector(self) -> Callable[[Any], Any] | None:
         return None
 
+    # ---------------------------------------------------------------- keyed-only calls
+    def _not_keyed(self, method: str) -> PlanError:
+        return PlanError(f"{method}() works per key, and this stream is not keyed: call key_by(...) first, "
+                         f"e.g. stream.key_by(lambda record: record[0]).{method}(...)")
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("reduce")
+
+    def count(self) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("count")
+
+    def sum(self, value: Field = None) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("sum")
+
+    def min(self, value: Field = None) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("min")
+
+    def max(self, value: Field = None) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("max")
+
+    def min_by(self, field: Field) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("min_by")
+
+    def max_by(self, field: Field) -> DataStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("max_by")
+
+    def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("window")
+
     # ---------------------------------------------------------------- sinks
     def sink_to(self, sink: Sink, name: str | None = None) -> DataStream:
         """Write the stream to ``sink`` (a file sink, a custom :class:`Sink`)."""
+        return self._sink(sink, name)
+
+    def _sink(self, sink: Sink, name: str | None, default_name: str | None = None) -> DataStream:
         if not isinstance(sink, Sink):
             raise PlanError(f"sink_to() takes an epochal Sink, got {type(sink).__name__}")
-        return self._add("sink", name or f"Sink: {type(sink).__name__}", SinkOperator(sink), [sink])
+        stream = self._add("sink", name or default_name or f"Sink: {type(sink).__name__}", SinkOperator(sink),
+                           [sink])
+        stream.node.user_named = name is not None
+        return stream
 
     def print(self, prefix: str = "") -> DataStream:
         """Print every record on its worker's stdout (``N> record`` with the subtask number)."""
-        return self.sink_to(PrintSink(prefix), name="Sink: print")
+        return self._sink(PrintSink(prefix), None, "Sink: print")
 
     def discard(self) -> DataStream:
         """Consume and drop every record (benchmarks)."""
-        return self.sink_to(DiscardSink(), name="Sink: discard")
+        return self._sink(DiscardSink(), None, "Sink: discard")
 
     def collect(self, name: str | None = None) -> CollectedStream:
         """Send every record to the driver; ``.get()`` on the handle returns them after execute."""
-        stream = self.sink_to(CollectSink(), name=name or "Sink: collect")
+        stream = self._sink(CollectSink(), name, "Sink: collect")
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id
         return CollectedStream(self.env, collect_id)
@@ -287,17 +367,41 @@ class KeyedStream(DataStream):
         """Rolling count per key; emits ``(key, count)``."""
         return self._aggregate("count", "Count", CountAggregate(), emit_key_value, [])
 
-    def sum(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Rolling sum of ``value(record)`` (the record itself by default); emits ``(key, sum)``."""
-        return self._aggregate("sum", "Sum", FoldAggregate(value, _op.add), emit_key_value, [value])
+    def _fold(self, kind: str, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
+        if value is None or callable(value):
+            return self._aggregate(kind, name, FoldAggregate(value, combine), emit_key_value, [value])
+        return self._aggregate(kind, name, FieldAggregate(_check_field(value, kind), combine), emit_value, [])
 
-    def min(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Rolling minimum of ``value(record)``; emits ``(key, min)``."""
-        return self._aggregate("min", "Min", FoldAggregate(value, min), emit_key_value, [value])
+    def sum(self, value: Field = None) -> DataStream:
+        """Rolling sum per key.
 
-    def max(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Rolling maximum of ``value(record)``; emits ``(key, max)``."""
-        return self._aggregate("max", "Max", FoldAggregate(value, max), emit_key_value, [value])
+        With a function (or nothing: the record itself) it sums ``value(record)`` and emits
+        ``(key, sum)``. With a field name (dict key or attribute) or a tuple index it works as
+        Flink's ``sum(field)``: it emits the key's first record with that field holding the sum.
+        """
+        return self._fold("sum", "Sum", value, _op.add)
+
+    def min(self, value: Field = None) -> DataStream:
+        """Rolling minimum per key: ``(key, min of value(record))``, or with a field name or
+        index the key's first record with that field holding the minimum (Flink's ``min``)."""
+        return self._fold("min", "Min", value, min)
+
+    def max(self, value: Field = None) -> DataStream:
+        """Rolling maximum per key: ``(key, max of value(record))``, or with a field name or
+        index the key's first record with that field holding the maximum (Flink's ``max``)."""
+        return self._fold("max", "Max", value, max)
+
+    def min_by(self, field: Field) -> DataStream:
+        """Rolling: the key's record with the smallest ``field`` (name, index or function) so far;
+        on ties the earliest stays (Flink's ``minBy``)."""
+        return self._aggregate("min_by", "MinBy", ByFieldAggregate(_field_getter(field, "min_by"), largest=False),
+                               emit_value, [field] if callable(field) else [])
+
+    def max_by(self, field: Field) -> DataStream:
+        """Rolling: the key's record with the largest ``field`` (name, index or function) so far;
+        on ties the earliest stays (Flink's ``maxBy``)."""
+        return self._aggregate("max_by", "MaxBy", ByFieldAggregate(_field_getter(field, "max_by"), largest=True),
+                               emit_value, [field] if callable(field) else [])
 
     def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
         """Tumbling event-time windows of ``size`` (in the unit of the event times) per key.
@@ -308,8 +412,7 @@ class KeyedStream(DataStream):
         ``start + size - 1``; every open window fires at the end of a bounded input.
         """
         _check_callable(timestamp, "window")
-        if not size > 0:
-            raise PlanError(f"window size must be positive, got {size!r}")
+        check_number(size, "window size")
         return WindowedStream(self, size, timestamp)
 
 
@@ -337,14 +440,20 @@ class WindowedStream:
         _check_callable(fn, "reduce")
         return self._window("Reduce", ReduceAggregate(fn), [fn])
 
-    def sum(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Sum of ``value(record)`` (the record itself by default) per key and window."""
-        return self._window("Sum", FoldAggregate(value, _op.add), [value])
+    def _fold(self, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
+        if value is None or callable(value):
+            return self._window(name, FoldAggregate(value, combine), [value])
+        return self._window(name, FieldAggregate(_check_field(value, name.lower()), combine), [])
 
-    def min(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Minimum of ``value(record)`` per key and window."""
-        return self._window("Min", FoldAggregate(value, min), [value])
+    def sum(self, value: Field = None) -> DataStream:
+        """Sum of ``value(record)`` (the record itself by default) per key and window; with a
+        field name or tuple index, the window's first record with that field holding the sum."""
+        return self._fold("Sum", value, _op.add)
 
-    def max(self, value: Callable[[Any], Any] | None = None) -> DataStream:
-        """Maximum of ``value(record)`` per key and window."""
-        return self._window("Max", FoldAggregate(value, max), [value])
+    def min(self, value: Field = None) -> DataStream:
+        """Minimum of ``value(record)`` (or of a field, as :meth:`sum`) per key and window."""
+        return self._fold("Min", value, min)
+
+    def max(self, value: Field = None) -> DataStream:
+        """Maximum of ``value(record)`` (or of a field, as :meth:`sum`) per key and window."""
+        return self._fold("Max", value, max)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import re
 import secrets
@@ -16,21 +17,25 @@ from epochal.api.datastream import DataStream
 from epochal.config import CheckpointConfig, EngineConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
+from epochal.control import executor_python, interrupts, slots
 from epochal.control import spark as spark_support
-from epochal.control.checkpoints import CheckpointCoordinator
+from epochal.control.checkpoints import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient, JobResult
-from epochal.control.jobmaster import JobMaster
+from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
-from epochal.errors import PlanError
+from epochal.errors import EpochalError, JobTimeoutError, PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
 from epochal.runtime.protocol import TOKEN_BYTES
 from epochal.runtime.worker import Bootstrap
 from epochal.state.storage import CheckpointStorage, resolve_restore_path
+from epochal.validation import check_number
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+_log = logging.getLogger("epochal")
 
 
 class Environment:
@@ -71,6 +76,7 @@ class Environment:
         Checkpoints go to ``<storage>/<job name>/<job id>/chk-<n>``; ``storage`` is a local path
         or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``).
         """
+        check_number(interval, "checkpoint interval (seconds)")
         self.checkpoint_config = CheckpointConfig(
             interval=interval, mode=mode, timeout=timeout, min_pause=min_pause, max_concurrent=max_concurrent,
             tolerable_failures=tolerable_failures, retained=retained,
@@ -94,50 +100,54 @@ class Environment:
     def spark(self) -> SparkSession:
         """The SparkSession jobs run on (started on first use)."""
         if self._spark is None:
-            self._spark = spark_support.create_session(self.master, self.parallelism)
+            with interrupts.deferred_interrupts():  # a Ctrl-C inside a Py4J call prints tracebacks
+                self._spark = spark_support.create_session(self.master, self.parallelism)
         return self._spark
 
     # ---------------------------------------------------------------- sources
     def from_source(self, source: Source, name: str | None = None) -> DataStream:
         """A stream read from any :class:`Source` (files, sequences, your own)."""
+        return self._from_source(source, name)
+
+    def _from_source(self, source: Source, name: str | None, default_name: str | None = None) -> DataStream:
         if not isinstance(source, Source):
             raise PlanError(f"from_source() takes an epochal Source, got {type(source).__name__}")
-        node = self.graph.add("source", name or f"Source: {type(source).__name__}", [], source=source,
-                              functions=[source])
+        node = self.graph.add("source", name or default_name or f"Source: {type(source).__name__}", [],
+                              source=source, functions=[source], user_named=name is not None)
         return DataStream(self, node)
 
     def from_collection(self, items: Sequence[Any]) -> DataStream:
         """A bounded stream of the given records."""
-        return self.from_source(CollectionSource(items), "Source: collection")
+        return self._from_source(CollectionSource(items), None, "Source: collection")
 
     def from_sequence(self, start: int = 0, end: int | None = None, rate: float | None = None) -> DataStream:
         """The integers ``start .. end-1`` (unbounded if ``end`` is None), optionally paced at ``rate``/s."""
-        return self.from_source(SequenceSource(start, end, rate), "Source: sequence")
+        return self._from_source(SequenceSource(start, end, rate), None, "Source: sequence")
 
     def from_generator(self, fn: Callable[[int], Any], count: int | None = None,
                        rate: float | None = None) -> DataStream:
         """``fn(i)`` for each index ``i < count`` (unbounded if None); ``fn`` must be deterministic."""
         if not callable(fn):
             raise PlanError(f"from_generator() takes a function of the index, got {type(fn).__name__}")
-        return self.from_source(GeneratorSource(fn, count, rate), "Source: generator")
+        return self._from_source(GeneratorSource(fn, count, rate), None, "Source: generator")
 
     def read_text(self, path: str) -> DataStream:
         """Lines of a text file, a directory of them, or a glob pattern."""
         from epochal.connectors.files import TextFileSource
 
-        return self.from_source(TextFileSource(path), f"Source: text {path}")
+        return self._from_source(TextFileSource(path), None, f"Source: text {path}")
 
     def read_csv(self, path: str, **options: Any) -> DataStream:
         """Rows of CSV files as dicts (see :class:`~epochal.connectors.files.CsvFileSource`)."""
         from epochal.connectors.files import CsvFileSource
 
-        return self.from_source(CsvFileSource(path, **options), f"Source: csv {path}")
+        return self._from_source(CsvFileSource(path, **options), None, f"Source: csv {path}")
 
     def read_parquet(self, path: str, **options: Any) -> DataStream:
         """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`)."""
         from epochal.connectors.files import ParquetFileSource
 
-        return self.from_source(ParquetFileSource(path, **options), f"Source: parquet {path}")
+        return self._from_source(ParquetFileSource(path, **options), None, f"Source: parquet {path}")
 
     # ---------------------------------------------------------------- planning and execution
     def plan(self) -> JobGraph:
@@ -145,16 +155,20 @@ class Environment:
         return build_job_graph(self.graph, self.parallelism, self.max_parallelism)
 
     def execute_async(self, job_name: str = "epochal job", *, restore_from: str | None = None,
-                      faults: list[Any] | None = None) -> JobClient:
+                      allow_non_restored_state: bool = False, faults: list[Any] | None = None) -> JobClient:
         """Plan, ship and start the job; returns at once with a :class:`JobClient`.
 
         ``restore_from`` starts from a checkpoint: a ``chk-<n>`` directory or a job's checkpoint
-        directory (its latest completed checkpoint). ``faults`` (epochal.testing.Fault) crash
+        directory (its latest completed checkpoint). Its state is matched to this job's operators
+        by uid; state that no operator claims fails the restore with a :class:`PlanError` naming
+        it, unless ``allow_non_restored_state=True``, which skips it (listed in
+        ``JobResult.non_restored_state`` and logged). ``faults`` (epochal.testing.Fault) crash
         chosen workers at chosen moments, for chaos tests.
         """
         job = self.plan()
         job_id = uuid.uuid4().hex[:12]
         restore = None
+        operators = {n.uid: {"name": n.name, "kind": n.kind} for n in job.nodes.values()}
         if restore_from is not None:
             restore_storage, checkpoint_id = resolve_restore_path(restore_from)
             metadata = restore_storage.read_metadata(checkpoint_id)
@@ -162,7 +176,14 @@ class Environment:
                 raise PlanError(f"checkpoint {restore_from} was taken with max_parallelism "
                                 f"{metadata.get('max_parallelism')}; this job has {self.max_parallelism}. "
                                 "Key groups cannot be remapped: use the same max_parallelism")
-            restore = {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata}
+            location = restore_storage.location(checkpoint_id)
+            skipped = check_restore(metadata, location, operators, allow_non_restored_state)
+            restore_storage.verify_files(checkpoint_id, metadata, set(operators))
+            if skipped:
+                _log.warning("restoring %s without the state of %s (allow_non_restored_state=True)", location,
+                             ", ".join(f"uid '{s['uid']}' ({s['name'] or '?'}, {s['kind'] or '?'})" for s in skipped))
+            restore = {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata,
+                       "non_restored_state": skipped}
         graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
         checkpoint = self.checkpoint_config
         storage_uri = ""
@@ -176,7 +197,8 @@ class Environment:
         blob = serialize_deployment(deployment, functions)
 
         spark = self.spark
-        slots_hint = spark_support.check_slots(spark, graph.num_workers)
+        slots_hint = slots.check_slots(spark, graph.num_workers, job_name)
+        executor_python.check_worker_python(spark, self.config.registration_timeout)  # once per SparkContext
         local = spark_support.is_local(spark)
         token = secrets.token_bytes(TOKEN_BYTES)
         bind_host = "127.0.0.1" if local else ""
@@ -206,30 +228,53 @@ class Environment:
                 subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
                 vertex_parallelism={v.id: v.parallelism for v in job.vertices},
                 max_parallelism=self.max_parallelism, broadcast=broadcast, split_layout=graph.split_layout,
-                first_id=(restore["checkpoint_id"] + 1) if restore else 1)
+                first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators)
         jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
                               collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,
                               restart=copy.deepcopy(self.restart_strategy), restore=restore,
                               loops={loop.id: loop.parallelism for loop in graph.job.loops})
         jobmaster.start()
+        slots.track_job(spark, job_id, job_name, graph.num_workers, jobmaster.done)
         return JobClient(jobmaster)
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
-                restore_from: str | None = None, faults: list[Any] | None = None) -> JobResult:
+                restore_from: str | None = None, allow_non_restored_state: bool = False,
+                faults: list[Any] | None = None) -> JobResult:
         """Run the job until it finishes (bounded sources) and return its result.
+
+        ``restore_from`` and ``allow_non_restored_state``: see :meth:`execute_async`.
 
         Raises:
             JobFailedError: a user function raised, a worker died, or Spark failed the job.
             InsufficientSlotsError: Spark cannot run all workers at once.
+            EnvironmentSetupError: Spark's executors run a Python that cannot import epochal.
+            JobTimeoutError: (a ``TimeoutError``) the job did not finish within ``timeout`` seconds;
+                it was cancelled, and the message says whether all its workers stopped.
+            KeyboardInterrupt: Ctrl-C; the job was cancelled first (the message says how it ended).
         """
-        client = self.execute_async(job_name, restore_from=restore_from, faults=faults)
+        check_number(timeout, "execute timeout (seconds)", optional=True)
+        client: JobClient | None = None
         try:
-            result = client.result(timeout)
-        except TimeoutError:
-            client.cancel(wait=True, timeout=30)
-            raise
+            with interrupts.deferred_interrupts():  # Ctrl-C waits for the Py4J calls of the start
+                client = self.execute_async(job_name, restore_from=restore_from,
+                                            allow_non_restored_state=allow_non_restored_state, faults=faults)
+            with interrupts.plain_interrupts():  # Ctrl-C cancels this job only, not all of Spark's
+                result = client.result(timeout)
+        except JobTimeoutError:
+            assert client is not None
+            with interrupts.plain_interrupts():
+                how = client.cancel_and_describe(f"it did not finish within the timeout of {timeout:g} s")
+            if client.status != JobStatus.FINISHED:
+                raise JobTimeoutError(f"job '{job_name}' did not finish within {timeout:g} s and was cancelled: "
+                                      f"{how}", cancelled=True) from None
+            result = client.result(0)
+        except EpochalError as error:  # shown from the user's call, without epochal's inner frames
+            raise error.with_traceback(None) from None
         except KeyboardInterrupt:
-            client.cancel(wait=True, timeout=30)
-            raise
+            if client is None:
+                raise KeyboardInterrupt(f"job '{job_name}' was not started (Ctrl-C)") from None
+            with interrupts.plain_interrupts():  # a second Ctrl-C kills this job's Spark job only
+                how = client.cancel_and_describe("interrupted by the user (Ctrl-C)")
+            raise KeyboardInterrupt(f"job '{job_name}' was cancelled (Ctrl-C): {how}") from None
         self.last_result = result
         return result

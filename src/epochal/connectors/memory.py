@@ -9,10 +9,23 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from epochal.connectors.base import Sink, SinkContext, SinkWriter, Source, SourceSplit
+from epochal.connectors.base import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    NO_OUTPUT,
+    Sink,
+    SinkContext,
+    SinkWriter,
+    Source,
+    SourceSplit,
+    TransactionalSinkWriter,
+)
+from epochal.control.collect import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
+from epochal.validation import check_number
 
 
 class _IndexSplit(SourceSplit):
@@ -99,6 +112,9 @@ class SequenceSource(Source):
     """
 
     def __init__(self, start: int = 0, end: int | None = None, rate: float | None = None) -> None:
+        check_number(start, "from_sequence start", minimum=None, integer=True)
+        check_number(end, "from_sequence end", minimum=None, integer=True, optional=True)
+        check_number(rate, "rate (records per second)", optional=True)
         self.start = start
         self.end = end
         self.rate = rate
@@ -129,6 +145,8 @@ class GeneratorSource(Source):
 
     def __init__(self, fn: Callable[[int], Any], count: int | None = None,
                  rate: float | None = None) -> None:
+        check_number(count, "from_generator count", strict=False, integer=True, optional=True)
+        check_number(rate, "rate (records per second)", optional=True)
         self.fn = fn
         self.count = count
         self.rate = rate
@@ -154,7 +172,13 @@ class _PrintWriter(SinkWriter):
 
 
 class PrintSink(Sink):
-    """Prints each record on its worker's stdout, prefixed with the subtask number like Flink."""
+    """Prints each record on its worker's stdout, prefixed with the subtask number like Flink.
+
+    At-least-once: output is flushed at every checkpoint barrier, and records printed after the
+    checkpoint a restarted job restores are printed again.
+    """
+
+    guarantee = AT_LEAST_ONCE
 
     def __init__(self, prefix: str = "", stream: str = "stdout") -> None:
         self.prefix = prefix
@@ -165,20 +189,53 @@ class PrintSink(Sink):
         return _PrintWriter(f"{self.prefix}{number}", self.stream)
 
 
-class _CollectWriter(SinkWriter):
+class _CollectWriter(TransactionalSinkWriter):
+    """Streams records to the driver tagged with this writer's epoch; the driver publishes an
+    epoch when the checkpoint that sealed it completes (see :mod:`epochal.control.collect`)."""
+
     def __init__(self, context: SinkContext) -> None:
-        self.context = context
+        self.send = context.send_to_driver
+        self.checkpointing = context.checkpointing
+        self.attempt = context.attempt
+        self.writer = f"{context.subtask_index}.{context.attempt}.{uuid.uuid4().hex[:12]}"
+        self.epoch = 0
+        self.dirty = False  # records sent in the current epoch
 
     def write_batch(self, records: list[Any]) -> None:
-        if records:
-            self.context.send_to_driver(list(records))
+        if not records:
+            return
+        if not self.checkpointing:
+            self.send(list(records))  # no epochs to commit: published as it arrives
+            return
+        self.send(CollectBatch(self.writer, self.attempt, self.epoch, list(records)))
+        self.dirty = True
+
+    def pre_commit(self, checkpoint_id: int) -> CollectEpoch | None:
+        if not self.dirty:
+            return None
+        committable = CollectEpoch(self.writer, self.attempt, self.epoch)
+        self.send(CollectSeal(self.writer, self.attempt, self.epoch, checkpoint_id))
+        self.epoch += 1
+        self.dirty = False
+        return committable
+
+    def commit(self, committables: list[Any]) -> None:
+        if committables:
+            self.send(CollectCommit(tuple(committables)))
 
 
 class CollectSink(Sink):
     """Sends every record back to the driver, where the job's result holds them.
 
+    Exactly-once under checkpointing: the driver stages each epoch's records and publishes them
+    (``JobClient.collected``, ``JobResult.collected``) when the checkpoint covering them
+    completes, so after restarts nothing is repeated or lost; records appear once per
+    checkpoint. Without checkpointing records are published as they arrive.
+
     Meant for tests, examples and small results: everything collected lives in driver memory.
     """
+
+    guarantee = EXACTLY_ONCE
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
         return _CollectWriter(context)
@@ -191,6 +248,8 @@ class _DiscardWriter(SinkWriter):
 
 class DiscardSink(Sink):
     """Drops every record: for benchmarks that measure the pipeline, not the sink."""
+
+    guarantee = NO_OUTPUT
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
         return _DiscardWriter()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.control.jobmaster import JobMaster, JobStatus
-from epochal.errors import EpochalError
+from epochal.errors import EpochalError, JobTimeoutError
 
 
 @dataclass
@@ -26,6 +26,11 @@ class JobResult:
     restarts: list[dict[str, Any]] = field(default_factory=list)
     #: Where this job's checkpoints are (empty without checkpointing).
     checkpoint_path: str = ""
+    #: Source records read before the last attempt, covered by the checkpoint it restored.
+    records_before_last_attempt: int = 0
+    #: State of the ``restore_from`` checkpoint that no operator claimed and that was skipped
+    #: because of ``allow_non_restored_state=True``: uid, name, kind and what state it held.
+    non_restored_state: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def completed_checkpoints(self) -> int:
@@ -33,8 +38,15 @@ class JobResult:
 
     @property
     def records_processed(self) -> int:
-        """Records handled by all workers (each record counted once per chain it enters)."""
-        return sum(m.get("records_processed", 0) for m in self.metrics.values())
+        """Records the job's sources produced, each counted once: not once per operator or
+        chain, and records replayed after a restart are not counted again."""
+        return self.records_before_last_attempt + sum(m.get("source_records", 0) for m in self.metrics.values())
+
+    @property
+    def late_records_dropped(self) -> int:
+        """Records event-time windows dropped because their window had already fired (in the
+        last attempt)."""
+        return sum(m.get("late_records_dropped", 0) for m in self.metrics.values())
 
     def operator_records(self) -> dict[str, int]:
         """Records that entered each operator, summed over its subtasks."""
@@ -73,7 +85,9 @@ class JobClient:
         return self._jobmaster.snapshot_metrics()
 
     def collected(self, sink: Any) -> list[Any]:
-        """Records a collect sink received so far (the list grows while the job runs)."""
+        """Records a collect sink published so far (the list grows while the job runs). Under
+        checkpointing records appear when the checkpoint covering them completes, each exactly
+        once across restarts; without checkpointing as they arrive."""
         return list(self._jobmaster.collected.get(getattr(sink, "collect_id", sink), []))
 
     def wait_until_running(self, timeout: float = 120.0) -> None:
@@ -96,16 +110,56 @@ class JobClient:
         if wait:
             self._jobmaster.done.wait(timeout)
 
+    def cancel_and_describe(self, reason: str, timeout: float | None = None) -> str:
+        """Cancel the job, wait for it to end (``timeout``: the JobMaster's cancel_timeout plus a
+        margin) and say how it ended: whether every worker stopped by itself or its Spark job had to
+        be killed. A second Ctrl-C while waiting kills the Spark job at once."""
+        jm = self._jobmaster
+        if timeout is None:
+            timeout = jm.config.cancel_timeout + 10.0
+        jm.cancel(reason)
+        try:
+            ended = jm.done.wait(timeout)
+        except KeyboardInterrupt:
+            from epochal.control.interrupts import deferred_interrupts
+
+            with deferred_interrupts():
+                jm.cancel_spark_job()
+            return (f"interrupted again while its {jm.num_workers} workers were stopping: its Spark job was "
+                    "killed")
+        if not ended:
+            return (f"it was told to cancel, but had not stopped after {timeout:g} s (status "
+                    f"{jm.status.value}); its Spark job group epochal-{jm.job_id} may still be running")
+        if jm.status == JobStatus.FINISHED:
+            return "it finished before the cancel took effect"
+        if jm.status == JobStatus.FAILED:
+            return f"it failed before the cancel took effect: {str(jm.error).splitlines()[0]}"
+        if jm.spark_done:
+            return f"all {jm.num_workers} workers stopped and its Spark job ended"
+        if not jm.workers:
+            return f"none of its {jm.num_workers} workers had started yet, so its Spark job was killed"
+        return (f"its workers did not all stop within cancel_timeout ({jm.config.cancel_timeout:g} s), so its "
+                "Spark job was killed")
+
     def result(self, timeout: float | None = None) -> JobResult:
-        """Wait for the job to end; return its result or raise the error that ended it."""
+        """Wait for the job to end; return its result or raise the error that ended it.
+
+        Raises :class:`~epochal.errors.JobTimeoutError` (a ``TimeoutError``) if the job is still
+        running after ``timeout`` seconds; the job keeps running.
+        """
         if not self._jobmaster.done.wait(timeout):
-            raise TimeoutError(f"job {self.job_id} still {self.status.value} after {timeout} s")
+            raise JobTimeoutError(
+                f"job '{self._jobmaster.job_name}' (id {self.job_id}) did not finish within {timeout:g} s and is "
+                f"still running (status {self.status.value}); call result() again to keep waiting, or cancel() "
+                "to stop it")
         jm = self._jobmaster
         if jm.error is not None:
             raise _fresh(jm.error)
         return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, dict(jm.collected),
                          jm.snapshot_metrics(), self.checkpoint_stats(), list(jm.restarts),
-                         jm.coordinator.storage.uri if jm.coordinator is not None else "")
+                         jm.coordinator.storage.uri if jm.coordinator is not None else "",
+                         jm.coordinator.records_base if jm.coordinator is not None else 0,
+                         non_restored_state=list((jm.restore or {}).get("non_restored_state", [])))
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""

@@ -23,10 +23,12 @@ from typing import Any
 
 from epochal.config import EngineConfig
 from epochal.control.checkpoints import CheckpointCoordinator
+from epochal.control.collect import CollectLedger
 from epochal.control.loops import LoopTermination
 from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, InsufficientSlotsError, JobCancelledError, JobFailedError
 from epochal.runtime import protocol
+from epochal.state.storage import CheckpointStorage
 
 
 class JobStatus(enum.Enum):
@@ -66,8 +68,9 @@ class WorkerInfo:
 
 
 # Which failure explains a job best when several arrive together (lower is more specific).
-_FAILURE_RANK = {"user": 0, "worker_lost": 1, "internal": 2, "checkpoint": 3, "spark": 4, "heartbeat": 5,
-                 "peer_lost": 6}
+# A damaged checkpoint ("restore") explains everything after it and is never restarted.
+_FAILURE_RANK = {"restore": -1, "user": 0, "worker_lost": 1, "internal": 2, "checkpoint": 3, "spark": 4,
+                 "heartbeat": 5, "peer_lost": 6}
 _ACTIVE = (JobStatus.DEPLOYING, JobStatus.RUNNING)
 
 
@@ -91,7 +94,9 @@ class JobMaster:
         self.slots_hint = slots_hint
         self.events: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         self.workers: dict[int, WorkerInfo] = {}
-        self.collected: dict[str, list[Any]] = {cid: [] for cid in collect_ids}
+        #: collect() sinks' records: staged per writer epoch, published when committed.
+        self.collects = CollectLedger(collect_ids)
+        self.collected: dict[str, list[Any]] = self.collects.published
         self.status = JobStatus.CREATED
         self.failures: list[dict[str, Any]] = []
         self.failing_since = 0.0
@@ -105,6 +110,8 @@ class JobMaster:
         self.coordinator = coordinator
         self.restart = restart or RestartStrategy()
         self.restore = restore
+        #: What the current attempt's workers restore (for errors about a damaged checkpoint).
+        self.restoring: dict[str, Any] | None = None
         self.attempt = 0
         self.restarts: list[dict[str, Any]] = []
         self.failure_detected = 0.0
@@ -230,7 +237,8 @@ class JobMaster:
                 self.status = JobStatus.CANCELLING
                 self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event[1]}")
                 self._broadcast({"type": "cancel", "reason": event[1]})
-                self.stop_deadline = time.monotonic() + self.config.cancel_timeout
+                # no worker registered yet (e.g. waiting for slots): nothing can stop by itself
+                self.stop_deadline = time.monotonic() + (self.config.cancel_timeout if self.workers else 0.0)
 
     def _on_message(self, index: int, sock: socket.socket, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -246,7 +254,7 @@ class JobMaster:
             with self._lock:
                 worker.metrics = message["metrics"]
         elif kind == "collect":
-            self.collected.setdefault(message["id"], []).extend(message["records"])
+            self.collects.receive(message["id"], message["records"])
         elif kind == "ready":
             worker.ready = True
             if self.status == JobStatus.RUNNING and all(w.ready for w in self.workers.values()) \
@@ -303,9 +311,19 @@ class JobMaster:
                 self.attempt > 0 or self.restore is None):
             checkpoint_id = self.coordinator.latest_completed
             storage = self.coordinator.storage
-            return {"storage": storage.uri, "checkpoint_id": checkpoint_id,
-                    "metadata": storage.read_metadata(checkpoint_id)}
+            metadata = storage.read_metadata(checkpoint_id)
+            storage.verify_files(checkpoint_id, metadata)  # cheap: sizes only; workers check checksums
+            return {"storage": storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata}
         return self.restore
+
+    def _earlier_checkpoints_hint(self) -> str:
+        """After a restore failed on a damaged checkpoint: which older ones could be used."""
+        restoring = self.restoring or {}
+        try:
+            storage = CheckpointStorage(restoring["storage"])
+            return storage.earlier_checkpoints_hint(restoring["checkpoint_id"])
+        except (KeyError, EpochalError, OSError):
+            return "Restore from an earlier checkpoint of the job, if one is retained"
 
     def _on_register(self, index: int, sock: socket.socket, message: dict[str, Any]) -> None:
         info = WorkerInfo(index=index, attempt=message["attempt"], pid=message["pid"], host=message["host"],
@@ -321,6 +339,7 @@ class JobMaster:
             peers = {i: (w.host, w.data_port) for i, w in self.workers.items()}
             try:
                 restore = self._restore_info()
+                self.restoring = restore
             except EpochalError as error:
                 self.error = error
                 self._stop(JobStatus.FAILED)
@@ -362,7 +381,8 @@ class JobMaster:
                     break
         elif self.status == JobStatus.FAILING and now - self.failing_since > 0.5:
             error = self._failure_error()
-            delay = self.restart.next_delay(now)
+            # a damaged checkpoint fails every attempt the same way: not a failure to restart from
+            delay = None if error.kind == "restore" else self.restart.next_delay(now)
             if delay is None:
                 if self.restarts:
                     error.args = (f"{error.args[0]}\n(after {len(self.restarts)} restarts; restart strategy: "
@@ -413,7 +433,13 @@ class JobMaster:
         self.loops.reset()
         if self.coordinator is not None:
             self.coordinator.paused = False
+            # the new attempt's sources resume at the latest checkpoint: what it covers is counted
+            latest = self.coordinator.latest_completed
+            self.coordinator.records_base = self.coordinator.source_records.get(latest, 0) if latest else 0
         self.attempt += 1
+        # collected epochs the restored checkpoint does not cover can never be published
+        self.collects.new_attempt(self.attempt, self.coordinator.latest_completed if self.coordinator else None,
+                                  checkpointing=self.coordinator is not None)
         self.status = JobStatus.DEPLOYING
         self.registration_deadline = now + self.config.registration_timeout
         self.submit_spark_job(self)
@@ -439,10 +465,14 @@ class JobMaster:
         failure = min(self.failures, key=lambda f: _FAILURE_RANK.get(f["kind"], 9))
         worker = failure.get("worker")
         if failure["kind"] == "user":
-            message = (f"job '{self.job_name}' failed: operator '{failure['operator']}' (worker {worker}) raised "
+            where = failure.get("where") or f"operator '{failure['operator']}'"
+            message = (f"job '{self.job_name}' failed: {where} (worker {worker}) raised "
                        f"{failure['error']}\n{failure.get('traceback', '')}".rstrip())
             return JobFailedError(message, operator=failure["operator"], worker=worker, kind="user")
         text = f"job '{self.job_name}' failed: {failure['error']}"
+        if failure["kind"] == "restore":
+            text += f"\n{self._earlier_checkpoints_hint()}\n(a damaged checkpoint is not a transient failure: " \
+                    "the job was not restarted)"
         if failure["kind"] == "internal" and failure.get("traceback"):
             text += f"\n{failure['traceback']}".rstrip()
         return JobFailedError(text, worker=worker, kind=failure["kind"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from epochal.validation import check_number
+
 
 class RestartStrategy:
     """Base: never restart."""
@@ -33,6 +35,10 @@ class FixedDelayRestart(RestartStrategy):
     delay: float = 1.0
     used: int = field(default=0, init=False)
 
+    def __post_init__(self) -> None:
+        check_number(self.attempts, "attempts", strict=False, integer=True)
+        check_number(self.delay, "delay (seconds)", strict=False)
+
     def next_delay(self, now: float) -> float | None:
         if self.used >= self.attempts:
             return None
@@ -54,6 +60,12 @@ class ExponentialBackoffRestart(RestartStrategy):
     max_delay: float = 60.0
     used: int = field(default=0, init=False)
 
+    def __post_init__(self) -> None:
+        check_number(self.attempts, "attempts", strict=False, integer=True)
+        check_number(self.initial, "initial (seconds)", strict=False)
+        check_number(self.multiplier, "multiplier", minimum=1, strict=False)
+        check_number(self.max_delay, "max_delay (seconds)", strict=False)
+
     def next_delay(self, now: float) -> float | None:
         if self.used >= self.attempts:
             return None
@@ -73,6 +85,11 @@ class FailureRateRestart(RestartStrategy):
     interval: float = 60.0
     delay: float = 1.0
     failures: deque = field(default_factory=deque, init=False)
+
+    def __post_init__(self) -> None:
+        check_number(self.max_failures, "max_failures", strict=False, integer=True)
+        check_number(self.interval, "interval (seconds)")
+        check_number(self.delay, "delay (seconds)", strict=False)
 
     def next_delay(self, now: float) -> float | None:
         self.failures.append(now)

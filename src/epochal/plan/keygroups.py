@@ -44,7 +44,7 @@ def stable_key_bytes(key: Any) -> bytes:
         if key.is_integer():
             return b"i" + str(int(key)).encode()
         return b"f" + repr(key).encode()
-    if isinstance(key, (tuple, list)):
+    if isinstance(key, tuple):
         parts = [b"t", _PACK_LEN(len(key))]
         for item in key:
             encoded = stable_key_bytes(item)
@@ -57,7 +57,7 @@ def stable_key_bytes(key: Any) -> bytes:
         return stable_key_bytes(int(key))
     if isinstance(key, float):
         return stable_key_bytes(float(key))
-    if isinstance(key, (bytearray, memoryview)):
+    if isinstance(key, memoryview) and key.readonly:
         return b"y" + bytes(key)
     if isinstance(key, (datetime.datetime, datetime.date, datetime.time)):
         return b"d" + key.isoformat().encode()
@@ -66,11 +66,22 @@ def stable_key_bytes(key: Any) -> bytes:
     item = getattr(key, "item", None)  # numpy scalars
     if callable(item) and type(key).__module__ == "numpy":
         return stable_key_bytes(item())
+    if kind.__hash__ is None:
+        hint = {list: "a tuple", bytearray: "bytes", set: "a tuple of its sorted items",
+                dict: "a tuple of its items"}.get(kind, "a tuple of its fields")
+        raise TypeError(
+            f"key {_short(key)} is a {kind.__name__}, which is unhashable: keys must be hashable "
+            f"(they index keyed state); return {hint} from the key selector instead")
     raise TypeError(
-        f"key {key!r} of type {kind.__name__} has no stable encoding; key_by must return "
+        f"key {_short(key)} of type {kind.__name__} has no stable encoding; key_by must return "
         "str, bytes, int, float, bool, None, date/time, a dataclass, a numpy scalar, "
         "or a tuple of these"
     )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 #: Type tags :func:`key_group_bytes` drops from a top-level key (str, int, bytes).

@@ -25,6 +25,8 @@ import tempfile
 from collections import deque
 from typing import Any, BinaryIO
 
+from epochal import serialization
+
 #: Entries whose item could not be pickled stay in memory as objects; they are charged this much.
 UNPICKLABLE_CHARGE = 1024
 
@@ -125,7 +127,7 @@ class AlignmentBuffer:
     def add(self, is_batch: bool, item: Any) -> None:
         spill = self.spill
         try:
-            data = pickle.dumps(item, protocol=5)
+            data = serialization.dumps(item)
         except Exception:  # records of an in-worker channel need not be picklable: keep the object
             self.entries.append((is_batch, item, -2, UNPICKLABLE_CHARGE))
             spill.in_memory += UNPICKLABLE_CHARGE

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from epochal.runtime import protocol
 from epochal.runtime.events import NO_WATERMARK
+from epochal.runtime.operators import UserFunctionError
 
 
 class Transport(Protocol):
@@ -31,18 +32,44 @@ class Transport(Protocol):
     def send_event(self, channel: int, event: Any) -> None: ...
 
 
+class RecordNotPicklable(TypeError):
+    """A batch bound for another worker holds a record that pickle cannot serialise."""
+
+    def __init__(self, message: str, record: Any) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def unpicklable_record(batch: list[Any], error: BaseException) -> RecordNotPicklable:
+    """Name the first record of ``batch`` that cannot be pickled (``error`` came from the batch)."""
+    culprit, cause = batch, error
+    for record in batch:
+        try:
+            protocol.dumps(record)
+        except Exception as record_error:
+            culprit, cause = record, record_error
+            break
+    text = repr(culprit)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return RecordNotPicklable(f"a {type(culprit).__name__} ({text}), which pickle cannot serialise "
+                              f"({type(cause).__name__}: {cause})", culprit)
+
+
 class OutputChannel:
     """The producer's end of one channel: credit, and batches waiting for credit."""
 
-    __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent")
+    __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent", "edge")
 
-    def __init__(self, channel_id: int, credit: int, transport: Transport) -> None:
+    def __init__(self, channel_id: int, credit: int, transport: Transport,
+                 edge: tuple[str, str] = ("", "")) -> None:
         self.id = channel_id
         self.credit = credit
         self.pending: deque[tuple[bool, Any]] = deque()
         self.transport = transport
         self.batches_sent = 0
         self.records_sent = 0
+        #: (producing operator, consuming operator): named in errors about records on this channel
+        self.edge = edge
 
     def send_batch(self, batch: list[Any]) -> None:
         """Send now if credit allows and nothing is queued, else queue behind what is."""
@@ -73,7 +100,14 @@ class OutputChannel:
         self.credit -= 1
         self.batches_sent += 1
         self.records_sent += len(batch)
-        self.transport.send_batch(self.id, batch)
+        try:
+            self.transport.send_batch(self.id, batch)
+        except RecordNotPicklable as error:
+            producer, consumer = self.edge
+            raise UserFunctionError(producer, RecordNotPicklable(
+                f"records sent to another worker must be picklable, but the edge '{producer}' -> '{consumer}' "
+                f"carried {error}. Emit plain data instead (e.g. a list or tuple, not a generator, lambda, "
+                "lock, file or socket)", error.record)) from None
 
     @property
     def backlogged(self) -> bool:
@@ -147,7 +181,10 @@ class PeerConnection:
             deliver(("peer_lost", self.peer, reason))
 
     def send_batch(self, channel: int, batch: list[Any]) -> None:
-        payload = protocol.dumps(batch)
+        try:
+            payload = protocol.dumps(batch)
+        except Exception as error:
+            raise unpicklable_record(batch, error) from error
         self.bytes_sent += len(payload)
         protocol.send_frame(self.sock, protocol.DATA, channel, payload)
 

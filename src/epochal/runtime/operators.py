@@ -7,7 +7,9 @@ wrapped in :class:`UserFunctionError`, which carries the operator's name to the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
@@ -16,12 +18,35 @@ from epochal.plan.keygroups import key_groups_of
 
 
 class UserFunctionError(Exception):
-    """A user function raised; ``operator`` names the operator it ran in."""
+    """A user function raised; ``operator`` names the operator it ran in.
 
-    def __init__(self, operator: str, error: BaseException) -> None:
-        super().__init__(f"{operator}: {type(error).__name__}: {error}")
+    ``where`` is how the error names the failing code to the user: ``operator 'Map'`` by
+    default, or a more precise phrase such as ``the key selector of key_by into 'Count'`` when
+    the function that raised is not the operator's own (key selectors, partitioners).
+    """
+
+    def __init__(self, operator: str, error: BaseException, where: str | None = None) -> None:
+        self.where = where or f"operator '{operator}'"
+        super().__init__(f"{self.where}: {type(error).__name__}: {error}")
         self.operator = operator
         self.error = error
+
+
+def key_selector_error(consumer: str, error: BaseException) -> UserFunctionError:
+    """The error for a key selector that raised (or returned an unusable key) on its way into
+    the keyed operator ``consumer``: it names the ``key_by``, not the operator behind it."""
+    return UserFunctionError(consumer, error, where=f"the key selector of key_by (into '{consumer}')")
+
+
+def keys_of(selector: Callable[[Any], Any], batch: list[Any], max_parallelism: int,
+            consumer: str) -> tuple[list[Any], list[int]]:
+    """Keys and key groups of every record of ``batch``; a failing selector or an unusable key
+    (unhashable, no stable encoding) is reported as the ``key_by``'s error."""
+    try:
+        keys = list(map(selector, batch))
+        return keys, key_groups_of(keys, max_parallelism)
+    except Exception as error:
+        raise key_selector_error(consumer, error) from error
 
 
 class Operator:
@@ -67,6 +92,10 @@ class Operator:
 
     def close(self) -> None:
         """Release resources; called once, also after a failure."""
+
+    def counters(self) -> dict[str, int]:
+        """Operator-specific counters reported with the worker's metrics (summed per job)."""
+        return {}
 
 
 class MapOperator(Operator):
@@ -120,12 +149,18 @@ class ProcessOperator(Operator):
         extend = out.extend
         ctx = self.ctx
         process = self.function.process_element
-        selector = self.key_selector
-        set_key = self.backend.set_current_key if self.backend is not None else None
-        for record in batch:
-            if selector is not None:
-                key = ctx.current_key = selector(record)  # type: ignore[union-attr]
-                set_key(key)  # type: ignore[misc]
+        backend = self.backend
+        if self.key_selector is None or backend is None:
+            for record in batch:
+                produced = process(record, ctx)  # type: ignore[arg-type]
+                if produced is not None:
+                    extend(produced)
+            return out
+        keys, groups = keys_of(self.key_selector, batch, backend.max_parallelism, self.name)
+        set_key = backend.set_current_key
+        for record, key, group in zip(batch, keys, groups, strict=True):
+            ctx.current_key = key  # type: ignore[union-attr]
+            set_key(key, group)
             produced = process(record, ctx)  # type: ignore[arg-type]
             if produced is not None:
                 extend(produced)
@@ -171,8 +206,7 @@ class KeyedReduceOperator(Operator):
     def process_batch(self, batch: list[Any]) -> list[Any]:
         # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
         # Keys and key groups are computed for the whole batch first (one C hash call per str key).
-        keys = list(map(self.key_selector, batch))
-        key_groups = key_groups_of(keys, self.backend.max_parallelism)
+        keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
         return self._loop(batch, keys, key_groups, self.backend.tables[self.STATE])
 
     def _aggregate_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
@@ -223,8 +257,13 @@ class SinkOperator(Operator):
     commit: on the barrier of checkpoint *n* the writer pre-commits the epoch's output and the
     returned committable is kept in operator state; when *n* completes, every committable up to
     *n* is committed. After a restore, the committables found in the restored state belong to
-    completed checkpoints and are committed again (commits are idempotent); the writer is told
-    to discard whatever else an earlier attempt left behind.
+    completed checkpoints and are committed again (commits are idempotent); what an earlier
+    attempt wrote after that checkpoint is never committed. Without checkpointing the writer
+    pre-commits and commits once, when its input ends.
+
+    A plain writer is flushed at every barrier instead, so everything it got before a checkpoint
+    is durable once the checkpoint completes: after a restart it may repeat records, never lose
+    them (at-least-once).
     """
 
     PENDING = "pending-commits"
@@ -239,7 +278,7 @@ class SinkOperator(Operator):
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         sink_context = SinkContext(operator_name=context.operator_name, subtask_index=context.subtask_index,
                                    parallelism=context.parallelism, send_to_driver=send_to_driver,
-                                   attempt=context.attempt)
+                                   attempt=context.attempt, checkpointing=context.checkpointing)
         self.writer = self.sink.create_writer(sink_context)
         self.transactional = hasattr(self.writer, "pre_commit")
         self.checkpointing = context.checkpointing
@@ -255,7 +294,8 @@ class SinkOperator(Operator):
     def end_input(self) -> list[Any]:
         self.writer.flush()  # type: ignore[union-attr]
         if self.transactional and not self.checkpointing:
-            self.writer.commit([self.writer.pre_commit(0)])  # type: ignore[union-attr]
+            committable = self.writer.pre_commit(0)  # type: ignore[union-attr]
+            self.writer.commit([] if committable is None else [committable])  # type: ignore[union-attr]
         return []
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
@@ -263,6 +303,8 @@ class SinkOperator(Operator):
             committable = self.writer.pre_commit(checkpoint_id)  # type: ignore[union-attr]
             if committable is not None:
                 self.pending.append((checkpoint_id, committable))
+        else:
+            self.writer.flush()  # type: ignore[union-attr]  # at-least-once: durable before the snapshot
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if not self.transactional:
@@ -307,6 +349,71 @@ class FoldAggregate:
     def __call__(self, acc: Any, record: Any) -> Any:
         value = record if self.value is None else self.value(record)
         return value if acc is _MISSING else self.combine(acc, value)
+
+
+def get_field(record: Any, field: str | int) -> Any:
+    """``record``'s field ``field``: a tuple/list index (int), else a mapping key or an attribute.
+
+    Raises a ``LookupError``/``AttributeError`` that names the field and the record."""
+    try:
+        if isinstance(field, int) or isinstance(record, Mapping):
+            return record[field]
+        return getattr(record, field)
+    except (LookupError, AttributeError, TypeError) as error:
+        text = repr(record)
+        text = text if len(text) <= 80 else text[:77] + "..."
+        raise type(error)(f"record {text} has no field {field!r} ({type(error).__name__}: {error})") from None
+
+
+def replace_field(record: Any, field: str | int, value: Any) -> Any:
+    """A copy of ``record`` whose field ``field`` is ``value`` (``record`` is not changed)."""
+    if isinstance(field, int):
+        if hasattr(record, "_replace"):  # named tuple
+            return record._replace(**{record._fields[field]: value})
+        if isinstance(record, tuple):
+            index = field % len(record)
+            return record[:index] + (value,) + record[index + 1:]
+        copied = list(record)
+        copied[field] = value
+        return copied
+    if isinstance(record, Mapping):
+        return {**record, field: value}
+    if dataclasses.is_dataclass(record):
+        return dataclasses.replace(record, **{field: value})  # type: ignore[type-var]
+    copied = copy.copy(record)
+    setattr(copied, field, value)
+    return copied
+
+
+class FieldAggregate:
+    """``sum/min/max(field)`` (Flink's field form): the key's first record, with ``field`` holding
+    the running aggregate of that field over the key's records."""
+
+    def __init__(self, field: str | int, combine: Callable[[Any, Any], Any]) -> None:
+        self.field = field
+        self.combine = combine
+
+    def __call__(self, acc: Any, record: Any) -> Any:
+        value = get_field(record, self.field)
+        if acc is _MISSING:
+            return record
+        return replace_field(acc, self.field, self.combine(get_field(acc, self.field), value))
+
+
+class ByFieldAggregate:
+    """``min_by/max_by``: the record with the smallest (largest) ``value(record)``; on ties the
+    earliest such record stays, as in Flink."""
+
+    def __init__(self, value: Callable[[Any], Any], largest: bool) -> None:
+        self.value = value
+        self.largest = largest
+
+    def __call__(self, acc: Any, record: Any) -> Any:
+        value = self.value(record)
+        if acc is _MISSING:
+            return record
+        best = self.value(acc)
+        return record if (value > best if self.largest else value < best) else acc
 
 
 def emit_value(key: Any, value: Any) -> Any:

@@ -10,10 +10,11 @@ unpickled, so a stray process that does not know the token cannot inject frames 
 from __future__ import annotations
 
 import hmac
-import pickle
 import socket
 import struct
 from typing import Any, BinaryIO
+
+from epochal import serialization
 
 HEADER = struct.Struct("!BII")
 HELLO_INDEX = struct.Struct("!i")
@@ -26,7 +27,6 @@ CONTROL = 5  # payload: pickled control message (dict) between a worker and the 
 
 CREDIT_VALUE = struct.Struct("!I")
 TOKEN_BYTES = 32
-PICKLE_PROTOCOL = 5
 
 
 class ProtocolError(Exception):
@@ -78,11 +78,11 @@ def check_hello(frame: tuple[int, int, bytes] | None, token: bytes) -> int:
 
 
 def dumps(obj: Any) -> bytes:
-    """Serialise a batch, event or control message (pickle protocol 5)."""
-    return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+    """Serialise a batch, event or control message (see :mod:`epochal.serialization`)."""
+    return serialization.dumps(obj)
 
 
-loads = pickle.loads
+loads = serialization.loads
 
 
 def configure_socket(sock: socket.socket) -> None:

@@ -14,12 +14,12 @@ from epochal.api.functions import RuntimeContext
 from epochal.connectors.base import SourceSplit
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_range
-from epochal.plan.partitioners import Partitioner
+from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
 from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.iteration import LOG_STATE, IterationHead
-from epochal.runtime.operators import Operator, UserFunctionError
+from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
@@ -28,21 +28,27 @@ from epochal.state.snapshot import RestoreSource
 class EdgeOutput:
     """A producer subtask's side of one job edge: partitioner, channels and their buffers."""
 
-    __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single")
+    __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single", "edge")
 
-    def __init__(self, partitioner: Partitioner, channels: list[OutputChannel], batch_size: int) -> None:
+    def __init__(self, partitioner: Partitioner, channels: list[OutputChannel], batch_size: int,
+                 edge: tuple[str, str] = ("", "")) -> None:
         self.partitioner = partitioner
         self.channels = channels
         self.buffers: list[list[Any]] = [[] for _ in channels]
         self.batch_size = batch_size
         self.single = len(channels) == 1
+        #: (producing operator, consuming operator), for errors of the partitioner's user function
+        self.edge = edge
 
     def emit(self, batch: list[Any]) -> None:
         """Add records to the per-channel buffers; send the buffers that are full."""
         if self.single:
             parts = [batch]
         else:
-            parts = self.partitioner.split(batch, len(self.channels))
+            try:
+                parts = self.partitioner.split(batch, len(self.channels))
+            except Exception as error:
+                raise self._partition_error(error) from error
         buffers = self.buffers
         size = self.batch_size
         for index, part in enumerate(parts):
@@ -56,6 +62,13 @@ class EdgeOutput:
             if len(buffer) >= size:
                 self.channels[index].send_batch(buffer)
                 buffers[index] = []
+
+    def _partition_error(self, error: Exception) -> UserFunctionError:
+        producer, consumer = self.edge
+        if isinstance(self.partitioner, KeyGroupPartitioner):
+            return key_selector_error(consumer, error)
+        return UserFunctionError(producer, error, where=f"the {self.partitioner.kind} partitioner of the edge "
+                                                        f"'{producer}' -> '{consumer}'")
 
     def flush(self) -> None:
         """Send partly filled buffers (on the buffer timeout, when idle, before events)."""
@@ -228,6 +241,8 @@ class Subtask:
         self.outputs: list[EdgeOutput] = []
         self.output_channels: list[OutputChannel] = []
         self.reader: SourceReader | None = None
+        #: Records this (source) subtask read in this attempt: counted once, where they enter the job.
+        self.records_read = 0
         self.ended_inputs = 0
         self.finished = False
         self.barriers: BarrierHandler | None = None
@@ -371,6 +386,7 @@ class Subtask:
             self.finish()
             return 0
         if records:
+            self.records_read += len(records)
             self.head.push(records)  # type: ignore[union-attr]
         return len(records)
 

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.api.functions import RuntimeContext
-from epochal.plan.keygroups import key_groups_of
 from epochal.runtime.events import NO_WATERMARK
-from epochal.runtime.operators import CountAggregate, KeyedReduceOperator, Operator
+from epochal.runtime.operators import CountAggregate, KeyedReduceOperator, Operator, keys_of
 
 
 class WatermarkGenerator(Operator):
@@ -93,8 +92,7 @@ class TumblingWindowOperator(Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         groups = self.backend.tables[self.STATE]
-        keys = list(map(self.key_selector, batch))
-        key_groups = key_groups_of(keys, self.backend.max_parallelism)
+        keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
         size = self.size
         last_fired = self.watermark - size + 1  # windows starting at or below this have fired
         open_windows = self.open_windows
@@ -121,6 +119,9 @@ class TumblingWindowOperator(Operator):
                     open_windows.setdefault(start, []).append((group, key))
                 windows[start] = aggregate(accumulator, record)
         return []
+
+    def counters(self) -> dict[str, int]:
+        return {"late_records_dropped": self.late_records}
 
     def on_watermark(self, watermark: Any) -> list[Any]:
         if watermark <= self.watermark:

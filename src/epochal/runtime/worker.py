@@ -38,7 +38,7 @@ from epochal.runtime.iteration import IterationHead
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.tasks import EdgeOutput, LoopRole, SourceReader, Subtask
 from epochal.state.snapshot import RestoreSource, handle_bytes, materialize
-from epochal.state.storage import CheckpointStorage
+from epochal.state.storage import CheckpointError, CheckpointStorage
 from epochal.testing.faults import crash
 
 #: Credit of a loop's back-edge channel: in effect unbounded (see runtime/iteration.py).
@@ -71,6 +71,16 @@ class PeerLost(Exception):
     def __init__(self, peer: int, reason: str) -> None:
         super().__init__(f"lost the connection to worker {peer}: {reason}")
         self.peer = peer
+
+
+class RestoreFailed(Exception):
+    """Restoring state raised a :class:`CheckpointError` (a missing, truncated or corrupt state
+    file): every attempt would fail the same way, so the JobMaster fails the job at once."""
+
+    def __init__(self, error: CheckpointError, checkpoint_id: int | None) -> None:
+        super().__init__(str(error))
+        self.path = error.path
+        self.checkpoint_id = checkpoint_id
 
 
 def user_traceback(error: BaseException) -> str:
@@ -247,13 +257,17 @@ class Worker:
                 transport = local if consumer_worker == self.index else self.peers[consumer_worker]
                 # a loop's back-edge never runs out of credit: a loop cannot deadlock on itself
                 credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
-                self.out_channels[channel.id] = OutputChannel(channel.id, credit, transport)
+                self.out_channels[channel.id] = OutputChannel(channel.id, credit, transport,
+                                                              _edge_names(job, channel.edge))
         loop_of_vertex = {v: loop for loop in job.loops for v in loop.vertices}
         for vertex_id, index in graph.subtasks_of_worker(self.index):
             vertex = job.vertices[vertex_id]
             subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
-            subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver,
-                         attempt=self.job_attempt, checkpointing=self.mode != NONE, restore=self.restore)
+            try:
+                subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._send_to_driver,
+                             attempt=self.job_attempt, checkpointing=self.mode != NONE, restore=self.restore)
+            except CheckpointError as error:
+                raise RestoreFailed(error, self.restore.checkpoint_id if self.restore else None) from error
             runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
             loop = loop_of_vertex.get(vertex_id)
             if loop is not None:
@@ -262,7 +276,8 @@ class Worker:
             for node_id in vertex.nodes:
                 for edge_id in job.nodes[node_id].out_edges:
                     channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
-                    output = EdgeOutput(job.edges[edge_id].partitioner, channels, config.batch_size)
+                    output = EdgeOutput(job.edges[edge_id].partitioner, channels, config.batch_size,
+                                        _edge_names(job, edge_id))
                     runners[node_id].outputs.append(output)
                     subtask.outputs.append(output)
                     subtask.output_channels.extend(channels)
@@ -610,8 +625,10 @@ class Worker:
         captured = subtask.capture(checkpoint_id)
         sync = time.monotonic() - started
         self._fault("after_sync", checkpoint_id)
-        return (checkpoint_id, subtask.vertex_id, subtask.index, captured,
-                {"alignment_s": alignment, "sync_s": sync, **(alignment_stats or {})})
+        stats = {"alignment_s": alignment, "sync_s": sync, **(alignment_stats or {})}
+        if subtask.reader is not None:
+            stats["source_records"] = subtask.records_read  # what this snapshot's positions cover
+        return (checkpoint_id, subtask.vertex_id, subtask.index, captured, stats)
 
     def _snapshot(self, subtask: Subtask, checkpoint_id: int, alignment: float,
                   alignment_stats: dict[str, int] | None = None) -> None:
@@ -718,13 +735,17 @@ class Worker:
     def metrics(self) -> dict[str, Any]:
         """A snapshot of counters, sent with heartbeats and at the end."""
         operators = {}
+        counters: dict[str, int] = {"late_records_dropped": 0}
         for subtask in list(self.subtasks):
             for runner in subtask.runners:
                 operators[f"{runner.name}#{subtask.index}"] = runner.records_in
+                for name, value in runner.operator.counters().items():
+                    counters[name] = counters.get(name, 0) + value
         pending = sum(len(c.pending) for c in list(self.out_channels.values()))
         queued = sum(len(c.queue) for c in list(self.in_channels.values()))
         return {
             "worker": self.index, "pid": os.getpid(), "records_processed": self.records_processed,
+            "source_records": sum(s.records_read for s in list(self.sources)), **counters,
             "operators": operators, "pending_batches": pending, "queued_batches": queued,
             "rss_bytes": _rss_bytes(), "uptime": time.monotonic() - self.started,
             "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values())),
@@ -761,9 +782,13 @@ class Worker:
             status = "finished" if self.reported_finished else f"stopped: {stop}"
         except UserFunctionError as error:
             status = "failed"
-            self._report_failure({"kind": "user", "operator": error.operator,
+            self._report_failure({"kind": "user", "operator": error.operator, "where": error.where,
                                   "error": f"{type(error.error).__name__}: {error.error}",
                                   "traceback": user_traceback(error.error)})
+        except RestoreFailed as error:
+            status = "failed"
+            self._report_failure({"kind": "restore", "error": str(error), "file": error.path,
+                                  "checkpoint_id": error.checkpoint_id})
         except PeerLost as error:
             status = "failed"
             self._report_failure({"kind": "peer_lost", "peer": error.peer, "error": str(error)})
@@ -793,6 +818,12 @@ class Worker:
                     sock.close()
                 except OSError:
                     pass
+
+
+def _edge_names(job: Any, edge_id: int) -> tuple[str, str]:
+    """(producing operator, first operator of the consuming chain) of a job edge, for errors."""
+    edge = job.edges[edge_id]
+    return job.nodes[edge.source_node].name, job.nodes[job.vertices[edge.target_vertex].head].name
 
 
 def _rss_bytes() -> int:

@@ -180,10 +180,12 @@ class HeapKeyedStateBackend:
         self.current_key: Any = None
         self.current_group = 0
 
-    def set_current_key(self, key: Any) -> None:
-        """Scope every state object to ``key`` (and its key group) until the next call."""
+    def set_current_key(self, key: Any, group: int | None = None) -> None:
+        """Scope every state object to ``key`` (and its key group) until the next call.
+
+        ``group`` may be passed when the caller already computed ``key_group_of(key)``."""
         self.current_key = key
-        self.current_group = key_group_of(key, self.max_parallelism)
+        self.current_group = key_group_of(key, self.max_parallelism) if group is None else group
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The state object for ``descriptor``; the same name must always have the same kind."""

@@ -6,7 +6,7 @@ Two ways in:
 * ``kill_worker(client, w)`` sends a signal to a running worker's process from the driver
   (works where driver and executors share a machine, e.g. Spark ``local[N]``);
 * ``Fault`` objects passed to ``Environment.execute(..., faults=[...])`` travel with the
-  deployment; the worker itself calls ``os._exit`` when it reaches the point: a real crash,
+  deployment; the worker SIGKILLs itself when it reaches the point: a real crash,
   no clean-up, no goodbye to its peers or the JobMaster.
 """
 
@@ -60,8 +60,9 @@ def random_faults(seed: int, workers: int, count: int = 3, window: tuple[float, 
 
 
 def crash() -> None:
-    """Die at once, like a killed process (exit status 137)."""
-    os._exit(137)
+    """Die at once by SIGKILL: no clean-up, no goodbye to peers or the JobMaster."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(137)  # not reached on POSIX; a hard exit where SIGKILL does not exist
 
 
 def kill_worker(client: JobClient, worker: int, sig: int = signal.SIGKILL) -> int:
