@@ -28,6 +28,7 @@ check:
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python -m benchmarks.throughput

@@ -157,7 +157,7 @@ class _TextSplit(_LazySplit):
         self.encoding = encoding
         self._offset = 0  # file offset of _buf[0]
         self._pos = 0  # index in _buf of the next unread byte
-        self._buf: bytes | None = None
+        self._buf = b""
         self._eof = False
         self._file: Any = None
 
@@ -237,7 +237,7 @@ class _TextSplit(_LazySplit):
             offset = self.position()
             self._file.close()
             self._file = None
-            self._offset, self._pos, self._buf = offset, 0, None
+            self._offset, self._pos, self._buf = offset, 0, b""
 
 
 class TextFileSource(Source):
@@ -439,6 +439,7 @@ class _ParquetSplit(_LazySplit):
     def read_batch(self, max_records: int) -> list[Any] | None:
         if self._parquet is None:
             self.open()
+        assert self._parquet is not None
         groups = self._parquet.num_row_groups
         out: list[Any] = []
         while len(out) < max_records and self._group < groups:

@@ -176,6 +176,7 @@ def _quiet_task_failures(spark: SparkSession) -> Iterator[None]:
     saved: list[tuple[str, Any]] = []
     try:
         jvm = spark.sparkContext._jvm
+        assert jvm is not None
         context = jvm.org.apache.logging.log4j.core.LoggerContext.getContext(False)
         configured = context.getConfiguration().getLoggers()
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
@@ -264,5 +265,5 @@ def _check_worker_python(spark: SparkSession, timeout: float) -> dict[str, Any]:
 
 
 def _slots_hint(spark: SparkSession) -> str:
-    slots = local_slots(spark.sparkContext.master)
+    slots = local_slots(spark.sparkContext.master or "")
     return f" (master '{spark.sparkContext.master}' has {slots} slots)" if slots is not None else ""

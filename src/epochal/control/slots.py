@@ -122,7 +122,8 @@ def check_slots(spark: SparkSession, workers: int, job_name: str = "epochal job"
     timeout bounds the wait, as it does on a cluster, where executors may still come and go.
     """
     sc = spark.sparkContext
-    slots = local_slots(sc.master)
+    master = sc.master or ""
+    slots = local_slots(master)
     if slots is not None:
         if workers > slots:
             raise InsufficientSlotsError(
@@ -132,7 +133,7 @@ def check_slots(spark: SparkSession, workers: int, job_name: str = "epochal job"
         jobs = running_jobs(spark)
         held = sum(job.workers for job in jobs)
         if held + workers > slots:
-            raise InsufficientSlotsError(describe_busy_slots(job_name, workers, sc.master, slots, jobs))
+            raise InsufficientSlotsError(describe_busy_slots(job_name, workers, master, slots, jobs))
         busy, others = _other_busy_tasks(spark, {job.group for job in jobs})
         if jobs or busy:
             parts = [f"{held} held by running epochal jobs"] if jobs else []

@@ -103,6 +103,7 @@ def _quiet_task_failure_logs(session: SparkSession) -> None:
     the failure as one readable error, so these loggers are silenced in sessions epochal starts."""
     try:
         jvm = session.sparkContext._jvm
+        assert jvm is not None
         level = jvm.org.apache.logging.log4j.Level.OFF
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
         for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
@@ -113,7 +114,7 @@ def _quiet_task_failure_logs(session: SparkSession) -> None:
         pass  # another logging backend: keep Spark's own output
 
 def is_local(spark: SparkSession) -> bool:
-    return spark.sparkContext.master.startswith("local")
+    return (spark.sparkContext.master or "").startswith("local")
 
 
 def driver_host(spark: SparkSession) -> str:

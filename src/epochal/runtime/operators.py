@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
@@ -188,13 +188,15 @@ class KeyedReduceOperator(Operator):
         self.aggregate = aggregate
         self.emit = emit
         self.backend: Any = None
+        #: The managed value state, accessed inline: key group -> key -> value (every owned group).
+        self.groups: Any = None
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         from epochal.state.descriptors import ValueStateDescriptor
 
         self.backend = context.keyed_state
         self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
-        self.backend.owned_table(self.STATE)
+        self.groups = self.backend.owned_table(self.STATE)
         # The batch loop, chosen once: reduce(fn) and count() have loops without a wrapper call.
         if type(self.aggregate) is ReduceAggregate and self.emit is emit_value:
             self._loop = self._reduce_batch
@@ -207,7 +209,7 @@ class KeyedReduceOperator(Operator):
         # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
         # Keys and key groups are computed for the whole batch first (one C hash call per str key).
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
-        return self._loop(batch, keys, key_groups, self.backend.tables[self.STATE])
+        return self._loop(batch, keys, key_groups, self.groups)
 
     def _aggregate_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
                          groups: dict[int, dict[Any, Any]]) -> list[Any]:
@@ -215,7 +217,7 @@ class KeyedReduceOperator(Operator):
         aggregate = self.aggregate
         emit = self.emit
         missing = self.MISSING
-        out = []
+        out: list[Any] = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):
             values = groups[group]
@@ -227,7 +229,7 @@ class KeyedReduceOperator(Operator):
     def _count_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
                      groups: dict[int, dict[Any, Any]]) -> list[Any]:
         """``count()``: ``(key, running count)`` per record."""
-        out = []
+        out: list[Any] = []
         append = out.append
         for key, group in zip(keys, key_groups, strict=True):
             values = groups[group]
@@ -238,8 +240,8 @@ class KeyedReduceOperator(Operator):
     def _reduce_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
                       groups: dict[int, dict[Any, Any]]) -> list[Any]:
         """``reduce(fn)``: the rolling value of each record's key is the output."""
-        fn = self.aggregate.fn
-        out = []
+        fn = cast(ReduceAggregate, self.aggregate).fn
+        out: list[Any] = []
         append = out.append
         for record, key, group in zip(batch, keys, key_groups, strict=True):
             values = groups[group]
@@ -284,7 +286,7 @@ class SinkOperator(Operator):
         self.checkpointing = context.checkpointing
         self.pending = context.get_list_state(self.PENDING)
         if self.transactional and self.pending:
-            self.writer.commit([c for _, c in self.pending])  # type: ignore[union-attr]
+            self.writer.commit([c for _, c in self.pending])  # type: ignore[attr-defined]
             self.pending.clear()
 
     def process_batch(self, batch: list[Any]) -> list[Any]:

@@ -20,6 +20,7 @@ from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.iteration import LOG_STATE, IterationHead
 from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
+from epochal.state.backend import KeyedStateBackend
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
@@ -91,7 +92,7 @@ class ChainRunner:
     def __init__(self, name: str, uid: str, operator: Operator) -> None:
         self.name = name
         self.uid = uid
-        self.keyed_state: HeapKeyedStateBackend | None = None
+        self.keyed_state: KeyedStateBackend | None = None
         self.operator_state = OperatorStateStore()
         self.operator = operator
         self.children: list[ChainRunner] = []

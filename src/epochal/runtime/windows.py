@@ -75,6 +75,8 @@ class TumblingWindowOperator(Operator):
         self.size = size
         self.aggregate = aggregate
         self.backend: Any = None
+        #: The window contents, accessed inline: key group -> key -> {window start: accumulator}.
+        self.groups: Any = None
         self.watermark: Any = NO_WATERMARK
         #: window start -> (key group, key) of every open window with that start; rebuilt on restore
         self.open_windows: dict[Any, list[tuple[int, Any]]] = {}
@@ -85,13 +87,14 @@ class TumblingWindowOperator(Operator):
 
         self.backend = context.keyed_state
         self.backend.get_state(MapStateDescriptor(self.STATE))  # per key: {window start: accumulator}
-        for group, entries in self.backend.owned_table(self.STATE).items():
+        self.groups = self.backend.owned_table(self.STATE)
+        for group, entries in self.groups.items():
             for key, windows in entries.items():
                 for start in windows:
                     self.open_windows.setdefault(start, []).append((group, key))
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        groups = self.backend.tables[self.STATE]
+        groups = self.groups
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
         size = self.size
         last_fired = self.watermark - size + 1  # windows starting at or below this have fired
@@ -107,7 +110,7 @@ class TumblingWindowOperator(Operator):
             entries = groups[group]
             windows = entries.get(key)
             if windows is None:
-                windows = entries[key] = {}
+                windows = {}
             if counting:
                 count = windows.get(start, 0)
                 if not count:
@@ -118,6 +121,7 @@ class TumblingWindowOperator(Operator):
                 if accumulator is missing:
                     open_windows.setdefault(start, []).append((group, key))
                 windows[start] = aggregate(accumulator, record)
+            entries[key] = windows  # written back (see KeyedStateBackend.owned_table)
         return []
 
     def counters(self) -> dict[str, int]:
@@ -135,14 +139,16 @@ class TumblingWindowOperator(Operator):
 
     def _fire(self, starts: list[Any]) -> list[Any]:
         """Emit and forget the windows with these starts, in order of start."""
-        groups = self.backend.tables[self.STATE]
-        out = []
+        groups = self.groups
+        out: list[Any] = []
         append = out.append
         for start in starts:
             for group, key in self.open_windows.pop(start):
                 entries = groups[group]
                 windows = entries[key]
                 append((key, start, windows.pop(start)))
-                if not windows:
+                if windows:
+                    entries[key] = windows
+                else:
                     del entries[key]
         return out

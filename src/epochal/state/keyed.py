@@ -1,23 +1,25 @@
-"""The heap keyed state backend: state per state name, per key group, per key.
+"""Keyed state objects (Value/List/Reducing/Aggregating/Map) and the heap backend.
 
-Layout: ``tables[state name][key group][key] = value``. Every record on a keyed operator sets
-the current key (and so its key group) once; state objects read and write the entry of that
-key. Keeping key groups apart is what lets a snapshot be written per key group and a restore
-with another parallelism read only the groups it owns (papers/001 §3.1.2).
+The state objects work on any :class:`~epochal.state.backend.KeyedStateBackend`: they read and
+write the current key's entry in ``backend.owned_table(name)[current group]`` and write a value
+back after changing it, so a backend whose tables are views (RocksDB) sees every change.
 
-Snapshots have a cheap synchronous part, :meth:`HeapKeyedStateBackend.capture` (shallow copies
-of the per-group dicts; lists and maps, the only values state objects mutate in place, are
-copied one level deeper), and an asynchronous part done by the caller on another thread
-(serialising what was captured), while records keep updating the live tables.
+The heap backend keeps ``tables[state name][key group][key] = value`` in Python dicts. Keeping
+key groups apart is what lets a snapshot be written per key group and a restore with another
+parallelism read only the groups it owns (papers/001 §3.1.2). Snapshots have a cheap
+synchronous part, :meth:`HeapKeyedStateBackend.capture` (shallow copies of the per-group dicts;
+lists and maps, the only values state objects change in place, are copied one level deeper), and
+an asynchronous part done by the caller on another thread (serialising what was captured), while
+records keep updating the live tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from epochal.errors import PlanError
-from epochal.plan.keygroups import key_group_of
+from epochal.state.backend import Captured, KeyedStateBackend
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
@@ -32,17 +34,12 @@ Tables = dict[str, dict[int, dict[Any, Any]]]
 class _BoundState:
     __slots__ = ("backend", "groups")
 
-    def __init__(self, backend: HeapKeyedStateBackend, name: str) -> None:
+    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
         self.backend = backend
-        self.groups = backend.tables.setdefault(name, {})
+        self.groups = backend.owned_table(descriptor.name)
 
-    def _entries(self) -> dict[Any, Any]:
-        groups = self.groups
-        group = self.backend.current_group
-        entries = groups.get(group)
-        if entries is None:
-            entries = groups[group] = {}
-        return entries
+    def _entries(self) -> MutableMapping[Any, Any]:
+        return self.groups[self.backend.current_group]
 
     def clear(self) -> None:
         """Remove the current key's state."""
@@ -54,15 +51,12 @@ class ValueState(_BoundState):
 
     __slots__ = ("default",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, descriptor: ValueStateDescriptor) -> None:
-        super().__init__(backend, descriptor.name)
+    def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
         self.default = descriptor.default
 
     def value(self) -> Any:
-        entries = self.groups.get(self.backend.current_group)
-        if entries is None:
-            return self.default
-        return entries.get(self.backend.current_key, self.default)
+        return self._entries().get(self.backend.current_key, self.default)
 
     def update(self, value: Any) -> None:
         self._entries()[self.backend.current_key] = value
@@ -75,10 +69,16 @@ class ListState(_BoundState):
         return list(self._entries().get(self.backend.current_key, ()))
 
     def add(self, value: Any) -> None:
-        self._entries().setdefault(self.backend.current_key, []).append(value)
+        self.add_all([value])
 
     def add_all(self, values: list[Any]) -> None:
-        self._entries().setdefault(self.backend.current_key, []).extend(values)
+        entries = self._entries()
+        key = self.backend.current_key
+        current = entries.get(key)
+        if current is None:
+            current = []
+        current.extend(values)
+        entries[key] = current  # written back: a view-based backend sees the change
 
     def update(self, values: list[Any]) -> None:
         self._entries()[self.backend.current_key] = list(values)
@@ -89,8 +89,8 @@ class ReducingState(_BoundState):
 
     __slots__ = ("reduce_fn",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, descriptor: ReducingStateDescriptor) -> None:
-        super().__init__(backend, descriptor.name)
+    def __init__(self, backend: KeyedStateBackend, descriptor: ReducingStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
         if descriptor.reduce_fn is None:
             raise PlanError(f"ReducingStateDescriptor '{descriptor.name}' needs a reduce_fn")
         self.reduce_fn = descriptor.reduce_fn
@@ -109,8 +109,8 @@ class AggregatingState(_BoundState):
 
     __slots__ = ("function",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, descriptor: AggregatingStateDescriptor) -> None:
-        super().__init__(backend, descriptor.name)
+    def __init__(self, backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
         if descriptor.aggregate_function is None:
             raise PlanError(f"AggregatingStateDescriptor '{descriptor.name}' needs an aggregate_function")
         self.function = descriptor.aggregate_function
@@ -130,81 +130,62 @@ class AggregatingState(_BoundState):
 class MapState(_BoundState):
     """A dict for the current key."""
 
-    def _map(self, create: bool) -> dict[Any, Any] | None:
-        entries = self._entries()
-        key = self.backend.current_key
-        found = entries.get(key)
-        if found is None and create:
-            found = entries[key] = {}
-        return found
+    def _map(self) -> dict[Any, Any] | None:
+        return self._entries().get(self.backend.current_key)
 
     def get(self, user_key: Any, default: Any = None) -> Any:
-        found = self._map(False)
+        found = self._map()
         return default if found is None else found.get(user_key, default)
 
     def put(self, user_key: Any, value: Any) -> None:
-        self._map(True)[user_key] = value  # type: ignore[index]
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if found is None:
+            found = {}
+        found[user_key] = value
+        entries[key] = found  # written back: a view-based backend sees the change
 
     def contains(self, user_key: Any) -> bool:
-        found = self._map(False)
+        found = self._map()
         return found is not None and user_key in found
 
     def remove(self, user_key: Any) -> None:
-        found = self._map(False)
-        if found is not None:
-            found.pop(user_key, None)
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if found is not None and user_key in found:
+            del found[user_key]
+            entries[key] = found
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list((self._map(False) or {}).items()))
+        return iter(list((self._map() or {}).items()))
 
     def keys(self) -> Iterator[Any]:
-        return iter(list(self._map(False) or {}))
+        return iter(list(self._map() or {}))
 
     def is_empty(self) -> bool:
-        return not self._map(False)
+        return not self._map()
 
 
-_STATE_TYPES = {"value": ValueState, "list": ListState, "reducing": ReducingState,
-                "aggregating": AggregatingState, "map": MapState}
+STATE_TYPES: dict[str, type[_BoundState]] = {"value": ValueState, "list": ListState, "reducing": ReducingState,
+                                             "aggregating": AggregatingState, "map": MapState}
 _DEEP_KINDS = {"list": list, "map": dict}
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(KeyedStateBackend):
     """Keyed state of one operator subtask, kept in Python dicts, partitioned by key group."""
 
     def __init__(self, max_parallelism: int, key_groups: range) -> None:
-        self.max_parallelism = max_parallelism
-        self.key_groups = key_groups
+        super().__init__(max_parallelism, key_groups)
         self.tables: Tables = {}
-        self.kinds: dict[str, str] = {}
-        self.current_key: Any = None
-        self.current_group = 0
 
-    def set_current_key(self, key: Any, group: int | None = None) -> None:
-        """Scope every state object to ``key`` (and its key group) until the next call.
-
-        ``group`` may be passed when the caller already computed ``key_group_of(key)``."""
-        self.current_key = key
-        self.current_group = key_group_of(key, self.max_parallelism) if group is None else group
-
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        """The state object for ``descriptor``; the same name must always have the same kind."""
-        known = self.kinds.get(descriptor.name)
-        if known is not None and known != descriptor.kind:
-            raise PlanError(f"state '{descriptor.name}' was declared as {known} state and now as "
-                            f"{descriptor.kind} state; use another name")
-        self.kinds[descriptor.name] = descriptor.kind
-        state_type = _STATE_TYPES[descriptor.kind]
-        if descriptor.kind in ("list", "map"):
-            return state_type(self, descriptor.name)
-        return state_type(self, descriptor)
-
-    def capture(self) -> dict[int, dict[str, dict[Any, Any]]]:
+    def capture(self) -> Captured:
         """Synchronous part of a snapshot: a copy per key group, ``{group: {name: {key: value}}}``.
 
         After it returns the live tables may change freely; the copy is serialised later.
         """
-        by_group: dict[int, dict[str, dict[Any, Any]]] = {}
+        by_group: Captured = {}
         for name, groups in self.tables.items():
             deep = _DEEP_KINDS.get(self.kinds.get(name, "value"))
             for group, entries in groups.items():
@@ -214,13 +195,15 @@ class HeapKeyedStateBackend:
                 by_group.setdefault(group, {})[name] = copied
         return by_group
 
-    def owned_table(self, name: str) -> dict[int, dict[Any, Any]]:
+    def owned_table(self, name: str) -> dict[int, dict[Any, Any]]:  # type: ignore[override]
         """State ``name``'s table with a dict for every key group this subtask owns, so that
         operators accessing state inline (built-in aggregations, windows) index it by key group
         without a missing-group check per record. Empty groups are left out of snapshots."""
-        table = self.tables.setdefault(name, {})
-        for group in self.key_groups:
-            table.setdefault(group, {})
+        table = self.tables.get(name)
+        if table is None or len(table) < len(self.key_groups):  # once per name: it is on hot paths
+            table = self.tables.setdefault(name, {})
+            for group in self.key_groups:
+                table.setdefault(group, {})
         return table
 
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
