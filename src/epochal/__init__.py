@@ -2,40 +2,82 @@
 
 Build a dataflow on an :class:`Environment`, then ``execute`` it: it runs as long-lived
 workers on Spark executors (``local[N]`` by default).
+
+The names below are loaded on first use (PEP 562), not when the package is imported: a worker
+process imports ``epochal.runtime.worker`` and must not pull in the driver (``epochal.api``,
+``epochal.control``) through this package's ``__init__``.
 """
 
-from epochal.api.datastream import CollectedStream, DataStream, KeyedStream, WindowedStream
-from epochal.api.environment import Environment
-from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
-from epochal.config import CheckpointConfig, EngineConfig
-from epochal.connectors.transactional import ExactlyOnceFileSink
-from epochal.control.client import JobClient, JobResult
-from epochal.control.jobmaster import JobStatus
-from epochal.control.restart import (
-                                     ExponentialBackoffRestart,
-                                     FailureRateRestart,
-                                     FixedDelayRestart,
-                                     NoRestart,
-                                     RestartStrategy,
-)
-from epochal.errors import (
-                                     EnvironmentSetupError,
-                                     EpochalError,
-                                     InsufficientSlotsError,
-                                     JavaNotFoundError,
-                                     JobCancelledError,
-                                     JobFailedError,
-                                     JobTimeoutError,
-                                     PlanError,
-                                     SourceError,
-)
-from epochal.state.descriptors import (
-                                     AggregatingStateDescriptor,
-                                     ListStateDescriptor,
-                                     MapStateDescriptor,
-                                     ReducingStateDescriptor,
-                                     ValueStateDescriptor,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from epochal.api.datastream import CollectedStream, DataStream, KeyedStream, WindowedStream
+    from epochal.api.environment import Environment
+    from epochal.config import CheckpointConfig, EngineConfig
+    from epochal.connectors.transactional import ExactlyOnceFileSink
+    from epochal.control.client import JobClient, JobResult
+    from epochal.control.jobmaster import JobStatus
+    from epochal.control.restart import (
+                                         ExponentialBackoffRestart,
+                                         FailureRateRestart,
+                                         FixedDelayRestart,
+                                         NoRestart,
+                                         RestartStrategy,
+    )
+    from epochal.errors import (
+                                         EnvironmentSetupError,
+                                         EpochalError,
+                                         InsufficientSlotsError,
+                                         JavaNotFoundError,
+                                         JobCancelledError,
+                                         JobFailedError,
+                                         JobTimeoutError,
+                                         PlanError,
+                                         SourceError,
+    )
+    from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
+    from epochal.state.descriptors import (
+                                         AggregatingStateDescriptor,
+                                         ListStateDescriptor,
+                                         MapStateDescriptor,
+                                         ReducingStateDescriptor,
+                                         ValueStateDescriptor,
+    )
+
+#: Exported name -> the module defining it.
+_EXPORTS = {
+    **dict.fromkeys(("CollectedStream", "DataStream", "KeyedStream", "WindowedStream"), "epochal.api.datastream"),
+    "Environment": "epochal.api.environment",
+    **dict.fromkeys(("ProcessContext", "ProcessFunction", "RuntimeContext"), "epochal.runtime.functions"),
+    **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
+    "ExactlyOnceFileSink": "epochal.connectors.transactional",
+    **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
+    "JobStatus": "epochal.control.jobmaster",
+    **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
+                     "RestartStrategy"), "epochal.control.restart"),
+    **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
+                     "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SourceError"),
+                    "epochal.errors"),
+    **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
+                     "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'epochal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __version__ = "0.1.0"
 

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 
 from epochal.validation import check_number
 
+#: Checkpoint modes (see :class:`CheckpointConfig`); the runtime's barrier handling implements them.
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+SYNCHRONOUS = "synchronous"
+NONE = "none"
+MODES = (EXACTLY_ONCE, AT_LEAST_ONCE, SYNCHRONOUS, NONE)
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -90,7 +97,7 @@ class CheckpointConfig:
     """
 
     interval: float | None = None
-    mode: str = "exactly_once"
+    mode: str = EXACTLY_ONCE
     timeout: float = 60.0
     min_pause: float = 0.0
     max_concurrent: int = 1
@@ -100,7 +107,6 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
-        from epochal.runtime.barriers import MODES
 
         if self.mode not in MODES:
             raise PlanError(f"checkpoint mode must be one of {', '.join(MODES)}, got {self.mode!r}")
@@ -113,4 +119,4 @@ class CheckpointConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.interval is not None and self.mode != "none"
+        return self.interval is not None and self.mode != NONE

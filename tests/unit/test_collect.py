@@ -12,7 +12,8 @@ import pytest
 
 from epochal.api.functions import RuntimeContext
 from epochal.connectors.memory import CollectSink
-from epochal.control.collect import CollectBatch, CollectCommit, CollectEpoch, CollectLedger, CollectSeal
+from epochal.control.collect import CollectLedger
+from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
 from epochal.runtime.operators import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 

@@ -10,6 +10,7 @@ import pytest
 from epochal.config import CheckpointConfig
 from epochal.control.checkpoints import CheckpointCoordinator, check_restore
 from epochal.errors import PlanError
+from epochal.messages import Ack
 from epochal.state.snapshot import RestoreSource, file_stem, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -65,8 +66,7 @@ def test_metadata_records_each_operators_name_and_kind(tmp_path):
     checkpoint_id = coordinator.trigger(0.0)
     handles = materialize(storage, checkpoint_id, 0, {"sum:totals": {"keyed": {5: {"sum": {"a": 1}}}}})
     stats = {"bytes": 1, "alignment_s": 0, "sync_s": 0, "async_s": 0}
-    coordinator.on_ack({"checkpoint_id": checkpoint_id, "vertex": 0, "subtask": 0, "handles": handles,
-                        "stats": stats}, 0.1)
+    coordinator.on_ack(Ack(checkpoint_id, vertex=0, subtask=0, worker=0, handles=handles, stats=stats), 0.1)
     entry = storage.read_metadata(checkpoint_id)["operators"]["sum:totals"]
     assert (entry["name"], entry["kind"]) == ("totals", "sum")
     assert entry["subtasks"]["0"]["keyed"]["file"] == f"{file_stem('sum:totals')}-0.keyed"

@@ -24,9 +24,12 @@ from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
 from epochal.errors import EpochalError, JobTimeoutError, PlanError
+from epochal.messages import ToWorker
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
+from epochal.runtime.hooks import Fault, FaultInjector
+from epochal.runtime.operators import Operator
 from epochal.runtime.protocol import TOKEN_BYTES
 from epochal.runtime.worker import Bootstrap
 from epochal.state.storage import CheckpointStorage, resolve_restore_path
@@ -112,8 +115,9 @@ class Environment:
     def _from_source(self, source: Source, name: str | None, default_name: str | None = None) -> DataStream:
         if not isinstance(source, Source):
             raise PlanError(f"from_source() takes an epochal Source, got {type(source).__name__}")
+        # a source's records pass through an identity operator first: its state holds the split positions
         node = self.graph.add("source", name or default_name or f"Source: {type(source).__name__}", [],
-                              source=source, functions=[source], user_named=name is not None)
+                              source=source, operator=Operator(), functions=[source], user_named=name is not None)
         return DataStream(self, node)
 
     def from_collection(self, items: Sequence[Any]) -> DataStream:
@@ -155,7 +159,7 @@ class Environment:
         return build_job_graph(self.graph, self.parallelism, self.max_parallelism)
 
     def execute_async(self, job_name: str = "epochal job", *, restore_from: str | None = None,
-                      allow_non_restored_state: bool = False, faults: list[Any] | None = None) -> JobClient:
+                      allow_non_restored_state: bool = False, faults: list[Fault] | None = None) -> JobClient:
         """Plan, ship and start the job; returns at once with a :class:`JobClient`.
 
         ``restore_from`` starts from a checkpoint: a ``chk-<n>`` directory or a job's checkpoint
@@ -167,7 +171,7 @@ class Environment:
         """
         job = self.plan()
         job_id = uuid.uuid4().hex[:12]
-        restore = None
+        restore: dict[str, Any] | None = None
         operators = {n.uid: {"name": n.name, "kind": n.kind} for n in job.nodes.values()}
         if restore_from is not None:
             restore_storage, checkpoint_id = resolve_restore_path(restore_from)
@@ -190,7 +194,8 @@ class Environment:
         if checkpoint.enabled:
             safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
             storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
-        deployment = Deployment(job_name, job_id, graph, self.config, checkpoint, storage_uri, list(faults or []))
+        deployment = Deployment(job_name, job_id, graph, self.config, checkpoint, storage_uri,
+                                hook=FaultInjector.of(faults or []))
         functions: dict[str, list[Any]] = {}
         for node in self.graph.nodes:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
@@ -219,8 +224,9 @@ class Environment:
         coordinator = None
         jobmaster: JobMaster | None = None
 
-        def broadcast(message: dict[str, Any]) -> None:
-            jobmaster._broadcast(message)  # type: ignore[union-attr]
+        def broadcast(message: ToWorker) -> None:  # the coordinator exists before its JobMaster
+            assert jobmaster is not None
+            jobmaster.broadcast(message)
 
         if checkpoint.enabled:
             coordinator = CheckpointCoordinator(
@@ -239,7 +245,7 @@ class Environment:
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,
-                faults: list[Any] | None = None) -> JobResult:
+                faults: list[Fault] | None = None) -> JobResult:
         """Run the job until it finishes (bounded sources) and return its result.
 
         ``restore_from`` and ``allow_non_restored_state``: see :meth:`execute_async`.

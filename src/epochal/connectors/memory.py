@@ -24,7 +24,7 @@ from epochal.connectors.base import (
     SourceSplit,
     TransactionalSinkWriter,
 )
-from epochal.control.collect import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
+from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
 from epochal.validation import check_number
 
 

@@ -12,6 +12,7 @@ in memory and appended as JSON lines to ``<storage>/checkpoint_stats.jsonl``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 from epochal.config import CheckpointConfig
 from epochal.errors import PlanError
+from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, ToWorker, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
 
 
@@ -30,7 +32,7 @@ class PendingCheckpoint:
     triggered_at: float  # wall clock, for the statistics
     started: float  # monotonic, for timeouts and durations
     expected: set[tuple[int, int]]
-    acks: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    acks: dict[tuple[int, int], Ack] = field(default_factory=dict)
 
 
 class CheckpointCoordinator:
@@ -39,7 +41,7 @@ class CheckpointCoordinator:
     def __init__(self, config: CheckpointConfig, storage: CheckpointStorage, job_name: str,
                  subtasks: dict[tuple[int, int], str],
                  vertex_parallelism: dict[int, int], max_parallelism: int,
-                 broadcast: Callable[[dict[str, Any]], None], first_id: int = 1,
+                 broadcast: Callable[[ToWorker], None], first_id: int = 1,
                  split_layout: dict[str, int] | None = None,
                  operators: dict[str, dict[str, str]] | None = None) -> None:
         self.config = config
@@ -60,7 +62,10 @@ class CheckpointCoordinator:
         self.source_records: dict[int, int] = {}
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[int] = storage.completed()
+        #: Statistics of every checkpoint; appended under ``_stats_lock`` (read from other threads
+        #: through :meth:`stats_snapshot`).
         self.stats: list[dict[str, Any]] = []
+        self._stats_lock = threading.Lock()
         self.consecutive_failures = 0
         self.last_end = 0.0
         self.last_trigger = 0.0
@@ -86,16 +91,16 @@ class CheckpointCoordinator:
         self.next_id += 1
         self.last_trigger = now
         self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, time.time(), now, set(self.subtasks))
-        self.broadcast({"type": "trigger_checkpoint", "checkpoint_id": checkpoint_id})
+        self.broadcast(TriggerCheckpoint(checkpoint_id))
         return checkpoint_id
 
     # ---------------------------------------------------------------- acknowledgements
-    def on_ack(self, message: dict[str, Any], now: float) -> int | None:
+    def on_ack(self, message: Ack, now: float) -> int | None:
         """Record one subtask's acknowledgement; returns the id if the checkpoint completed."""
-        pending = self.pending.get(message["checkpoint_id"])
+        pending = self.pending.get(message.checkpoint_id)
         if pending is None:
             return None  # late ack of an aborted checkpoint
-        pending.acks[(message["vertex"], message["subtask"])] = message
+        pending.acks[(message.vertex, message.subtask)] = message
         if set(pending.acks) != pending.expected:
             return None
         self._complete(pending, now)
@@ -104,7 +109,7 @@ class CheckpointCoordinator:
     def _complete(self, pending: PendingCheckpoint, now: float) -> None:
         operators: dict[str, Any] = {}
         for (vertex, subtask), ack in pending.acks.items():
-            for uid, handle in ack["handles"].items():
+            for uid, handle in ack.handles.items():
                 entry = operators.setdefault(uid, {"vertex": vertex, "parallelism": self.vertex_parallelism[vertex],
                                                    **self.operators.get(uid, {}), "subtasks": {}})
                 entry["subtasks"][str(subtask)] = handle
@@ -118,23 +123,23 @@ class CheckpointCoordinator:
             self.abort(older, "a newer checkpoint completed", now, count_failure=False)
         self.completed.append(pending.checkpoint_id)
         self.source_records[pending.checkpoint_id] = self.records_base + sum(
-            a["stats"].get("source_records", 0) for a in pending.acks.values())
+            int(a.stats.get("source_records", 0)) for a in pending.acks.values())
         self.consecutive_failures = 0
         self.last_end = now
         acks = list(pending.acks.values())
         self._record({
             "checkpoint_id": pending.checkpoint_id, "status": "completed", "trigger_time": pending.triggered_at,
             "duration_s": now - pending.started,
-            "bytes": sum(a["stats"]["bytes"] for a in acks),
-            "alignment_s_max": max(a["stats"]["alignment_s"] for a in acks),
-            "sync_s_max": max(a["stats"]["sync_s"] for a in acks),
-            "async_s_max": max(a["stats"]["async_s"] for a in acks),
-            "alignment_buffered_bytes": sum(a["stats"].get("buffered_bytes", 0) for a in acks),
-            "alignment_spilled_bytes": sum(a["stats"].get("spilled_bytes", 0) for a in acks),
-            "loop_log_records": sum(a["stats"].get("loop_log_records", 0) for a in acks),
-            "subtasks": {f"{v}/{s}": a["stats"] for (v, s), a in pending.acks.items()},
+            "bytes": sum(a.stats["bytes"] for a in acks),
+            "alignment_s_max": max(a.stats["alignment_s"] for a in acks),
+            "sync_s_max": max(a.stats["sync_s"] for a in acks),
+            "async_s_max": max(a.stats["async_s"] for a in acks),
+            "alignment_buffered_bytes": sum(a.stats.get("buffered_bytes", 0) for a in acks),
+            "alignment_spilled_bytes": sum(a.stats.get("spilled_bytes", 0) for a in acks),
+            "loop_log_records": sum(a.stats.get("loop_log_records", 0) for a in acks),
+            "subtasks": {f"{v}/{s}": a.stats for (v, s), a in pending.acks.items()},
         })
-        self.broadcast({"type": "checkpoint_complete", "checkpoint_id": pending.checkpoint_id})
+        self.broadcast(CheckpointComplete(pending.checkpoint_id))
         self._retain()
 
     def _retain(self) -> None:
@@ -142,10 +147,9 @@ class CheckpointCoordinator:
             self.storage.delete(self.completed.pop(0))
 
     # ---------------------------------------------------------------- failures
-    def on_decline(self, message: dict[str, Any], now: float) -> bool:
+    def on_decline(self, message: Decline, now: float) -> bool:
         """A subtask could not write its snapshot; returns False when failures exceed tolerance."""
-        return self.abort(message["checkpoint_id"], f"declined by worker {message['worker']}: {message['reason']}",
-                          now)
+        return self.abort(message.checkpoint_id, f"declined by worker {message.worker}: {message.reason}", now)
 
     def check_timeouts(self, now: float) -> bool:
         for pending in list(self.pending.values()):
@@ -163,7 +167,7 @@ class CheckpointCoordinator:
         self.storage.delete(checkpoint_id)
         self._record({"checkpoint_id": checkpoint_id, "status": "aborted", "reason": reason,
                       "trigger_time": pending.triggered_at, "duration_s": now - pending.started})
-        self.broadcast({"type": "checkpoint_abort", "checkpoint_id": checkpoint_id})
+        self.broadcast(CheckpointAbort(checkpoint_id))
         if count_failure:
             self.consecutive_failures += 1
         return self.consecutive_failures <= self.config.tolerable_failures
@@ -174,8 +178,14 @@ class CheckpointCoordinator:
         for checkpoint_id in list(self.pending):
             self.abort(checkpoint_id, reason, now, count_failure=False)
 
+    def stats_snapshot(self) -> list[dict[str, Any]]:
+        """A copy of the statistics so far (safe from any thread)."""
+        with self._stats_lock:
+            return list(self.stats)
+
     def _record(self, entry: dict[str, Any]) -> None:
-        self.stats.append(entry)
+        with self._stats_lock:
+            self.stats.append(entry)
         try:
             self.storage.fs.create_dir(self.storage.root, recursive=True)
             with self.storage.fs.open_append_stream(f"{self.storage.root}/checkpoint_stats.jsonl") as out:

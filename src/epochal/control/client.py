@@ -59,7 +59,11 @@ class JobResult:
 
 
 class JobClient:
-    """A running job: wait for it, cancel it, look at its workers and metrics."""
+    """A running job: wait for it, cancel it, look at its workers and metrics.
+
+    It runs on the user's thread while the JobMaster coordinates on its own: everything it
+    reads goes through the JobMaster's query methods (which take its lock) or is a single
+    reference to an immutable value (status, attempt, error)."""
 
     def __init__(self, jobmaster: JobMaster) -> None:
         self._jobmaster = jobmaster
@@ -73,9 +77,9 @@ class JobClient:
         return self._jobmaster.status
 
     def workers(self) -> dict[int, dict[str, Any]]:
-        """Registered workers: pid, host and data port of each (for tools and fault injection)."""
-        return {i: {"pid": w.pid, "host": w.host, "hostname": w.hostname, "data_port": w.data_port,
-                    "attempt": w.attempt} for i, w in list(self._jobmaster.workers.items())}
+        """Registered workers: pid, host, hostname, data port and ``attempt`` (the Spark task
+        attempt) of each (for tools and fault injection)."""
+        return self._jobmaster.worker_infos()
 
     def jobmaster_address(self) -> tuple[str, int]:
         return self._jobmaster.address
@@ -88,15 +92,14 @@ class JobClient:
         """Records a collect sink published so far (the list grows while the job runs). Under
         checkpointing records appear when the checkpoint covering them completes, each exactly
         once across restarts; without checkpointing as they arrive."""
-        return list(self._jobmaster.collected.get(getattr(sink, "collect_id", sink), []))
+        return self._jobmaster.published(getattr(sink, "collect_id", sink))
 
     def wait_until_running(self, timeout: float = 120.0) -> None:
         """Block until every worker has registered (or the job ended)."""
         deadline = time.monotonic() + timeout
         jm = self._jobmaster
         while time.monotonic() < deadline and not jm.done.is_set():
-            if jm.status == JobStatus.RUNNING and len(jm.workers) == jm.num_workers and \
-                    all(w.ready for w in jm.workers.values()):
+            if jm.all_running():
                 return
             time.sleep(0.02)
         if jm.done.is_set() and jm.error is not None:
@@ -136,7 +139,7 @@ class JobClient:
             return f"it failed before the cancel took effect: {str(jm.error).splitlines()[0]}"
         if jm.spark_done:
             return f"all {jm.num_workers} workers stopped and its Spark job ended"
-        if not jm.workers:
+        if not jm.registered_workers():
             return f"none of its {jm.num_workers} workers had started yet, so its Spark job was killed"
         return (f"its workers did not all stop within cancel_timeout ({jm.config.cancel_timeout:g} s), so its "
                 "Spark job was killed")
@@ -155,16 +158,15 @@ class JobClient:
         jm = self._jobmaster
         if jm.error is not None:
             raise _fresh(jm.error)
-        return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, dict(jm.collected),
-                         jm.snapshot_metrics(), self.checkpoint_stats(), list(jm.restarts),
+        return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, jm.published_all(),
+                         jm.snapshot_metrics(), self.checkpoint_stats(), jm.restart_history(),
                          jm.coordinator.storage.uri if jm.coordinator is not None else "",
                          jm.coordinator.records_base if jm.coordinator is not None else 0,
                          non_restored_state=list((jm.restore or {}).get("non_restored_state", [])))
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""
-        coordinator = self._jobmaster.coordinator
-        return list(coordinator.stats) if coordinator is not None else []
+        return self._jobmaster.checkpoint_stats()
 
     @property
     def checkpoint_path(self) -> str:
@@ -176,7 +178,7 @@ class JobClient:
         """One entry per restart so far: the failed attempt, its cause, and (once back)
         ``recovered_s`` (failure detected -> every worker restored and started) and ``resumed_s``
         (failure detected -> the first record processed by the new attempt)."""
-        return [dict(r) for r in self._jobmaster.restarts]
+        return self._jobmaster.restart_history()
 
     @property
     def attempt(self) -> int:

@@ -14,7 +14,8 @@ do not pile up in driver memory.
 
 Without checkpointing writers send plain lists of records, published at once.
 
-Messages arrive from one worker over one connection, in order: an epoch's records before its
+The messages (defined in :mod:`epochal.messages`, since the worker's sink writer builds them)
+arrive from one worker over one connection, in order: an epoch's records before its
 seal, its seal before the checkpoint's acknowledgement (so before the checkpoint can complete),
 and before any commit. :class:`CollectLedger` is pure bookkeeping (no sockets, no threads): the
 JobMaster feeds it events on its coordinator thread.
@@ -22,44 +23,11 @@ JobMaster feeds it events on its coordinator thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectPayload, CollectSeal
 
-@dataclass(frozen=True, slots=True)
-class CollectEpoch:
-    """One epoch of one collect writer: the committable kept in the sink's checkpointed state."""
-
-    writer: str
-    attempt: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class CollectBatch:
-    """Worker -> driver: records of writer ``writer`` (of job attempt ``attempt``), epoch ``epoch``."""
-
-    writer: str
-    attempt: int
-    epoch: int
-    records: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class CollectSeal:
-    """Worker -> driver: epoch ``epoch`` is complete; it ends at checkpoint ``checkpoint_id``."""
-
-    writer: str
-    attempt: int
-    epoch: int
-    checkpoint_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class CollectCommit:
-    """Worker -> driver: publish these sealed epochs (their checkpoints completed)."""
-
-    epochs: tuple[CollectEpoch, ...]
+__all__ = ["CollectBatch", "CollectCommit", "CollectEpoch", "CollectLedger", "CollectSeal"]
 
 
 class _Writer:
@@ -108,8 +76,8 @@ class CollectLedger:
         self.unknown_commits = 0
 
     # ------------------------------------------------------------------ events
-    def receive(self, collect_id: str, payload: Any) -> None:
-        """One collect message from a worker (the payload of its ``collect`` control message)."""
+    def receive(self, collect_id: str, payload: CollectPayload) -> None:
+        """One collect message from a worker (the payload of its :class:`~epochal.messages.Collect`)."""
         if isinstance(payload, CollectBatch):
             self._stage(collect_id, payload)
         elif isinstance(payload, CollectSeal):

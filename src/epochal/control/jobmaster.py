@@ -7,12 +7,16 @@ reports, lost connections and the Spark job itself. The first failure wins (afte
 period in which a more specific cause, such as a user exception, may still arrive), every worker
 is told to cancel, and the Spark job is killed if workers do not stop by themselves.
 
-All decisions are taken on one coordinator thread; socket readers only enqueue events.
+All decisions are taken on one coordinator thread; socket readers only enqueue events
+(:mod:`epochal.control.inbox`), and messages are the typed ones of :mod:`epochal.messages`,
+dispatched by type (``_INBOX``, ``_ON``). Other threads (``JobClient``) read the job's state
+through the query methods, which take the lock under which the coordinator thread changes it.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import queue
 import socket
 import threading
@@ -24,9 +28,33 @@ from typing import Any
 from epochal.config import EngineConfig
 from epochal.control.checkpoints import CheckpointCoordinator
 from epochal.control.collect import CollectLedger
+from epochal.control.inbox import CancelRequested, Disconnected, InboxEvent, Received, SparkEnded
 from epochal.control.loops import LoopTermination
 from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, InsufficientSlotsError, JobCancelledError, JobFailedError
+from epochal.messages import (
+    Ack,
+    Cancel,
+    Collect,
+    Committed,
+    Decline,
+    Deploy,
+    Dispatch,
+    Failed,
+    Finished,
+    Heartbeat,
+    LoopReady,
+    LoopVote,
+    Metrics,
+    Processing,
+    Ready,
+    Register,
+    Reject,
+    RestorePoint,
+    Shutdown,
+    Start,
+    ToWorker,
+)
 from epochal.runtime import protocol
 from epochal.state.storage import CheckpointStorage
 
@@ -55,7 +83,8 @@ class WorkerInfo:
     """A registered worker: where it runs and how to reach it."""
 
     index: int
-    attempt: int
+    #: Spark's attempt number of the task running the worker.
+    task_attempt: int
     pid: int
     host: str
     hostname: str
@@ -64,7 +93,7 @@ class WorkerInfo:
     last_seen: float
     ready: bool = False
     finished: bool = False
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=dict)
 
 
 # Which failure explains a job best when several arrive together (lower is more specific).
@@ -72,6 +101,22 @@ class WorkerInfo:
 _FAILURE_RANK = {"restore": -1, "user": 0, "worker_lost": 1, "internal": 2, "checkpoint": 3, "spark": 4,
                  "heartbeat": 5, "peer_lost": 6}
 _ACTIVE = (JobStatus.DEPLOYING, JobStatus.RUNNING)
+#: The coordinator thread's handlers: inbox event type -> handler, and message type -> handler.
+_INBOX = Dispatch("JobMaster inbox")
+_ON = Dispatch("JobMaster messages")
+_WorkerHandler = Callable[["JobMaster", WorkerInfo, Any], None]
+
+
+def _from_registered(handler: _WorkerHandler) -> Callable[[JobMaster, Received], None]:
+    """Only messages of a registered worker, on its current connection, reach ``handler``."""
+
+    @functools.wraps(handler)
+    def checked(self: JobMaster, event: Received) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is not None and worker.connection is event.connection:
+            handler(self, worker, event.message)
+
+    return checked
 
 
 class JobMaster:
@@ -92,13 +137,13 @@ class JobMaster:
         self.submit_spark_job = submit_spark_job
         self.cancel_spark_job = cancel_spark_job
         self.slots_hint = slots_hint
-        self.events: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
+        #: Registered workers; changed under ``_lock`` (JobClient reads them from its thread).
         self.workers: dict[int, WorkerInfo] = {}
-        #: collect() sinks' records: staged per writer epoch, published when committed.
+        #: collect() sinks' records: staged per writer epoch, published when committed; under ``_lock``.
         self.collects = CollectLedger(collect_ids)
-        self.collected: dict[str, list[Any]] = self.collects.published
         self.status = JobStatus.CREATED
-        self.failures: list[dict[str, Any]] = []
+        self.failures: list[Failed] = []
         self.failing_since = 0.0
         self.stop_deadline = 0.0
         self.spark_done = False
@@ -113,6 +158,7 @@ class JobMaster:
         #: What the current attempt's workers restore (for errors about a damaged checkpoint).
         self.restoring: dict[str, Any] | None = None
         self.attempt = 0
+        #: One entry per restart; changed under ``_lock``.
         self.restarts: list[dict[str, Any]] = []
         self.failure_detected = 0.0
         self.restart_at = 0.0
@@ -137,15 +183,56 @@ class JobMaster:
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Ask every worker to stop; the job ends as CANCELLED."""
-        self.events.put(("cancel", reason))
+        self.events.put(CancelRequested(reason))
 
     def spark_finished(self, results: list[Any] | None, error: BaseException | None) -> None:
         """Called by the Spark launcher thread when the Spark job returns or fails."""
-        self.events.put(("spark", results, error))
+        self.events.put(SparkEnded(results, error))
 
-    def snapshot_metrics(self) -> dict[int, dict[str, Any]]:
+    def broadcast(self, message: ToWorker) -> None:
+        """Send ``message`` to every registered worker. Only on the coordinator thread, which
+        is where the checkpoint coordinator and the loop detector call it."""
+        for worker in list(self.workers.values()):
+            self._send(worker, message)
+
+    # ------------------------------------------------------------------ queries (any thread)
+    # Status, attempt, error and spark_done are single references to immutable values, read
+    # as they are; the containers below change under the lock these methods take.
+    def snapshot_metrics(self) -> dict[int, Metrics]:
         with self._lock:
             return {i: dict(w.metrics) for i, w in self.workers.items()}
+
+    def worker_infos(self) -> dict[int, dict[str, Any]]:
+        """Registered workers: pid, host, hostname, data port and Spark task attempt of each."""
+        with self._lock:
+            return {i: {"pid": w.pid, "host": w.host, "hostname": w.hostname, "data_port": w.data_port,
+                        "attempt": w.task_attempt} for i, w in self.workers.items()}
+
+    def registered_workers(self) -> int:
+        with self._lock:
+            return len(self.workers)
+
+    def all_running(self) -> bool:
+        """Every worker registered and ready, and the job running."""
+        with self._lock:
+            return self.status == JobStatus.RUNNING and len(self.workers) == self.num_workers and \
+                all(w.ready for w in self.workers.values())
+
+    def published(self, collect_id: str) -> list[Any]:
+        """A copy of the records collect sink ``collect_id`` published so far."""
+        with self._lock:
+            return list(self.collects.published.get(collect_id, []))
+
+    def published_all(self) -> dict[str, list[Any]]:
+        with self._lock:
+            return {cid: list(records) for cid, records in self.collects.published.items()}
+
+    def restart_history(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self.restarts]
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        return self.coordinator.stats_snapshot() if self.coordinator is not None else []
 
     # ------------------------------------------------------------------ sockets
     def _accept_loop(self) -> None:
@@ -174,20 +261,16 @@ class JobMaster:
                     break
                 if frame[0] != protocol.CONTROL:
                     raise protocol.ProtocolError(f"unexpected frame type {frame[0]}")
-                self.events.put(("message", index, sock, protocol.loads(frame[2])))
+                self.events.put(Received(index, sock, protocol.loads(frame[2])))
         except Exception:
             pass
-        self.events.put(("disconnected", index, sock))
+        self.events.put(Disconnected(index, sock))
 
-    def _send(self, worker: WorkerInfo, message: dict[str, Any]) -> None:
+    def _send(self, worker: WorkerInfo, message: ToWorker) -> None:
         try:
             protocol.send_frame(worker.connection, protocol.CONTROL, 0, protocol.dumps(message))
         except OSError:
             pass  # the disconnect event reports it
-
-    def _broadcast(self, message: dict[str, Any]) -> None:
-        for worker in list(self.workers.values()):
-            self._send(worker, message)
 
     # ------------------------------------------------------------------ coordination
     def _coordinate(self) -> None:
@@ -211,97 +294,137 @@ class JobMaster:
                 pass
         self.done.set()
 
-    def _handle(self, event: tuple) -> None:
-        kind = event[0]
-        if kind == "message":
-            self._on_message(event[1], event[2], event[3])
-        elif kind == "disconnected":
-            worker = self.workers.get(event[1])
-            if worker is not None and worker.connection is event[2] and not worker.finished \
-                    and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
-                self.failure_detected = self.failure_detected or time.monotonic()
-                self._fail("worker_lost", worker=worker.index, error=(
-                    f"worker {worker.index} (Spark task attempt {worker.attempt}, pid {worker.pid} on "
-                    f"{worker.hostname}) died or lost its connection to the driver"))
-        elif kind == "spark":
-            _, results, error = event
-            self.spark_done = True
-            self.spark_results = results or []
-            if error is not None and self.status in _ACTIVE:
-                self._fail("spark", error=f"the Spark job running the workers failed: {summarize_spark_error(error)}")
-            elif error is None and self.status in _ACTIVE:
-                self._fail("internal", error="the Spark job ended before the workers reported finished")
-        elif kind == "cancel":
-            if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING, JobStatus.RESTARTING,
-                               JobStatus.FAILING):
-                self.status = JobStatus.CANCELLING
-                self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event[1]}")
-                self._broadcast({"type": "cancel", "reason": event[1]})
-                # no worker registered yet (e.g. waiting for slots): nothing can stop by itself
-                self.stop_deadline = time.monotonic() + (self.config.cancel_timeout if self.workers else 0.0)
+    def _handle(self, event: InboxEvent) -> None:
+        _INBOX.handlers[type(event)](self, event)
 
-    def _on_message(self, index: int, sock: socket.socket, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        worker = self.workers.get(index)
-        if worker is not None and worker.connection is sock:
+    @_INBOX.on(Disconnected)
+    def _on_disconnected(self, event: Disconnected) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is not None and worker.connection is event.connection and not worker.finished \
+                and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
+            self.failure_detected = self.failure_detected or time.monotonic()
+            self._fail(Failed("worker_lost", worker=worker.index, error=(
+                f"worker {worker.index} (Spark task attempt {worker.task_attempt}, pid {worker.pid} on "
+                f"{worker.hostname}) died or lost its connection to the driver")))
+
+    @_INBOX.on(SparkEnded)
+    def _on_spark_ended(self, event: SparkEnded) -> None:
+        self.spark_done = True
+        self.spark_results = event.results or []
+        if event.error is not None and self.status in _ACTIVE:
+            self._fail(Failed("spark", f"the Spark job running the workers failed: "
+                                       f"{summarize_spark_error(event.error)}"))
+        elif event.error is None and self.status in _ACTIVE:
+            self._fail(Failed("internal", "the Spark job ended before the workers reported finished"))
+
+    @_INBOX.on(CancelRequested)
+    def _on_cancel(self, event: CancelRequested) -> None:
+        if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING, JobStatus.RESTARTING,
+                           JobStatus.FAILING):
+            self.status = JobStatus.CANCELLING
+            self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event.reason}")
+            self.broadcast(Cancel(event.reason))
+            # no worker registered yet (e.g. waiting for slots): nothing can stop by itself
+            self.stop_deadline = time.monotonic() + (self.config.cancel_timeout if self.workers else 0.0)
+
+    @_INBOX.on(Received)
+    def _on_received(self, event: Received) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is not None and worker.connection is event.connection:
             worker.last_seen = time.monotonic()
-        if kind == "register":
-            self._on_register(index, sock, message)
-            return
-        if worker is None or worker.connection is not sock:
-            return
-        if kind == "heartbeat":
-            with self._lock:
-                worker.metrics = message["metrics"]
-        elif kind == "collect":
-            self.collects.receive(message["id"], message["records"])
-        elif kind == "ready":
+        handler = _ON.handlers.get(type(event.message))
+        if handler is not None:  # a message of another version of epochal: ignored
+            handler(self, event)
+
+    # ------------------------------------------------------------------ messages
+    @_ON.on(Heartbeat)
+    @_from_registered
+    def _on_heartbeat(self, worker: WorkerInfo, message: Heartbeat) -> None:
+        with self._lock:
+            worker.metrics = message.metrics
+
+    @_ON.on(Collect)
+    @_from_registered
+    def _on_collect(self, worker: WorkerInfo, message: Collect) -> None:
+        with self._lock:
+            self.collects.receive(message.collect_id, message.payload)
+
+    @_ON.on(Ready)
+    @_from_registered
+    def _on_ready(self, worker: WorkerInfo, message: Ready) -> None:
+        with self._lock:
             worker.ready = True
-            if self.status == JobStatus.RUNNING and all(w.ready for w in self.workers.values()) \
-                    and len(self.workers) == self.num_workers:
-                self._broadcast({"type": "start"})
-                self.started_running = True
-                if self.restarts and "recovered_s" not in self.restarts[-1]:
+        if self.status == JobStatus.RUNNING and all(w.ready for w in self.workers.values()) \
+                and len(self.workers) == self.num_workers:
+            self.broadcast(Start())
+            self.started_running = True
+            if self.restarts and "recovered_s" not in self.restarts[-1]:
+                with self._lock:
                     self.restarts[-1]["recovered_s"] = time.monotonic() - self.restarts[-1]["detected"]
-        elif kind == "finished":
-            worker.finished = True
-            with self._lock:
-                worker.metrics = message["metrics"]
-            if self.status == JobStatus.RUNNING and all(w.finished for w in self.workers.values()):
-                if self.coordinator is None:
-                    self._shutdown()
-                elif self.final_checkpoint is None:
-                    # every record is processed: one last checkpoint commits the sinks' final epoch
-                    self.coordinator.paused = True
-                    self.final_checkpoint = self.coordinator.trigger(time.monotonic())
-        elif kind == "ack" and self.coordinator is not None:
+
+    @_ON.on(Finished)
+    @_from_registered
+    def _on_finished(self, worker: WorkerInfo, message: Finished) -> None:
+        worker.finished = True
+        with self._lock:
+            worker.metrics = message.metrics
+        if self.status == JobStatus.RUNNING and all(w.finished for w in self.workers.values()):
+            if self.coordinator is None:
+                self._shutdown()
+            elif self.final_checkpoint is None:
+                # every record is processed: one last checkpoint commits the sinks' final epoch
+                self.coordinator.paused = True
+                self.final_checkpoint = self.coordinator.trigger(time.monotonic())
+
+    @_ON.on(Ack)
+    @_from_registered
+    def _on_ack(self, worker: WorkerInfo, message: Ack) -> None:
+        if self.coordinator is not None:
             self.coordinator.on_ack(message, time.monotonic())
-        elif kind == "decline" and self.coordinator is not None:
-            if not self.coordinator.on_decline(message, time.monotonic()):
-                self._fail("checkpoint", error=(
-                    f"checkpoint {message['checkpoint_id']} failed ({message['reason']}) and more than "
-                    f"{self.coordinator.config.tolerable_failures} consecutive checkpoint failures are tolerated"))
-        elif kind == "processing":
-            if self.started_running and self.restarts and "resumed_s" not in self.restarts[-1]:
+
+    @_ON.on(Decline)
+    @_from_registered
+    def _on_decline(self, worker: WorkerInfo, message: Decline) -> None:
+        if self.coordinator is not None and not self.coordinator.on_decline(message, time.monotonic()):
+            self._fail(Failed("checkpoint", (
+                f"checkpoint {message.checkpoint_id} failed ({message.reason}) and more than "
+                f"{self.coordinator.config.tolerable_failures} consecutive checkpoint failures are tolerated")))
+
+    @_ON.on(Processing)
+    @_from_registered
+    def _on_processing(self, worker: WorkerInfo, message: Processing) -> None:
+        if self.started_running and self.restarts and "resumed_s" not in self.restarts[-1]:
+            with self._lock:
                 self.restarts[-1]["resumed_s"] = time.monotonic() - self.restarts[-1]["detected"]
-        elif kind == "loop_ready":
-            for reply in self.loops.on_ready(message["loop"], message["subtask"]):
-                self._broadcast(reply)
-        elif kind == "loop_round":
-            for reply in self.loops.on_vote(message["loop"], message["round"], message["subtask"], message["quiet"]):
-                self._broadcast(reply)
-        elif kind == "committed":
-            if message["checkpoint_id"] == self.final_checkpoint:
-                self.committed.add(index)
-                if len(self.committed) == self.num_workers and self.status == JobStatus.RUNNING:
-                    self._shutdown()
-        elif kind == "failed":
-            self._fail(message.get("kind", "internal"), **{k: v for k, v in message.items()
-                                                         if k not in ("type", "kind")})
+
+    @_ON.on(LoopReady)
+    @_from_registered
+    def _on_loop_ready(self, worker: WorkerInfo, message: LoopReady) -> None:
+        for reply in self.loops.on_ready(message.loop, message.subtask):
+            self.broadcast(reply)
+
+    @_ON.on(LoopVote)
+    @_from_registered
+    def _on_loop_vote(self, worker: WorkerInfo, message: LoopVote) -> None:
+        for reply in self.loops.on_vote(message.loop, message.round, message.subtask, message.quiet):
+            self.broadcast(reply)
+
+    @_ON.on(Committed)
+    @_from_registered
+    def _on_committed(self, worker: WorkerInfo, message: Committed) -> None:
+        if message.checkpoint_id == self.final_checkpoint:
+            self.committed.add(worker.index)
+            if len(self.committed) == self.num_workers and self.status == JobStatus.RUNNING:
+                self._shutdown()
+
+    @_ON.on(Failed)
+    @_from_registered
+    def _on_failed(self, worker: WorkerInfo, message: Failed) -> None:
+        self._fail(message)
 
     def _shutdown(self) -> None:
         self.status = JobStatus.FINISHING
-        self._broadcast({"type": "shutdown"})
+        self.broadcast(Shutdown())
         self.stop_deadline = time.monotonic() + self.config.cancel_timeout
 
     def _restore_info(self) -> dict[str, Any] | None:
@@ -325,16 +448,20 @@ class JobMaster:
         except (KeyError, EpochalError, OSError):
             return "Restore from an earlier checkpoint of the job, if one is retained"
 
-    def _on_register(self, index: int, sock: socket.socket, message: dict[str, Any]) -> None:
-        info = WorkerInfo(index=index, attempt=message["attempt"], pid=message["pid"], host=message["host"],
-                          hostname=message["hostname"], data_port=message["data_port"], connection=sock,
+    @_ON.on(Register)
+    def _on_register(self, event: Received) -> None:
+        index, message = event.worker, event.message
+        assert isinstance(message, Register)
+        info = WorkerInfo(index=index, task_attempt=message.task_attempt, pid=message.pid, host=message.host,
+                          hostname=message.hostname, data_port=message.data_port, connection=event.connection,
                           last_seen=time.monotonic())
         if self.status != JobStatus.DEPLOYING or not 0 <= index < self.num_workers or index in self.workers \
-                or message.get("job_attempt", 0) != self.attempt:
-            self._send(info, {"type": "reject", "reason": f"job is {self.status.value}; worker {index} "
-                                                          f"attempt {info.attempt} is not needed"})
+                or message.job_attempt != self.attempt:
+            self._send(info, Reject(f"job is {self.status.value}; worker {index} "
+                                    f"attempt {info.task_attempt} is not needed"))
             return
-        self.workers[index] = info
+        with self._lock:
+            self.workers[index] = info
         if len(self.workers) == self.num_workers:
             peers = {i: (w.host, w.data_port) for i, w in self.workers.items()}
             try:
@@ -345,10 +472,12 @@ class JobMaster:
                 self._stop(JobStatus.FAILED)
                 return
             self.status = JobStatus.RUNNING
-            self._broadcast({"type": "deploy", "deployment": self.deployment, "peers": peers, "restore": restore})
+            point = None if restore is None else RestorePoint(restore["storage"], restore["checkpoint_id"],
+                                                              restore["metadata"])
+            self.broadcast(Deploy(self.deployment, peers, point))
 
-    def _fail(self, kind: str, **details: Any) -> None:
-        self.failures.append({"kind": kind, **details})
+    def _fail(self, failure: Failed) -> None:
+        self.failures.append(failure)
         if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING):
             self.status = JobStatus.FAILING
             self.failing_since = time.monotonic()
@@ -368,16 +497,16 @@ class JobMaster:
             if self.coordinator is not None and self.started_running:
                 self.coordinator.maybe_trigger(now)
                 if not self.coordinator.check_timeouts(now):
-                    self._fail("checkpoint", error=(
+                    self._fail(Failed("checkpoint", (
                         f"checkpoints keep failing (more than {self.coordinator.config.tolerable_failures} "
-                        "consecutive timeouts or declines)"))
+                        "consecutive timeouts or declines)")))
                     return
             timeout = self.config.heartbeat_timeout
             for worker in self.workers.values():
                 if not worker.finished and now - worker.last_seen > timeout:
-                    self._fail("heartbeat", worker=worker.index, error=(
+                    self._fail(Failed("heartbeat", worker=worker.index, error=(
                         f"worker {worker.index} (pid {worker.pid} on {worker.hostname}) sent no heartbeat for "
-                        f"{timeout:g} s; it is hung or unreachable"))
+                        f"{timeout:g} s; it is hung or unreachable")))
                     break
         elif self.status == JobStatus.FAILING and now - self.failing_since > 0.5:
             error = self._failure_error()
@@ -407,11 +536,12 @@ class JobMaster:
 
     def _begin_restart(self, error: JobFailedError, delay: float, now: float) -> None:
         """Stop this attempt's workers; a new attempt starts once its Spark job is gone."""
-        self.restarts.append({"attempt": self.attempt, "cause": str(error).splitlines()[0],
-                              "detected": self.failure_detected or now})
+        with self._lock:
+            self.restarts.append({"attempt": self.attempt, "cause": str(error).splitlines()[0],
+                                  "detected": self.failure_detected or now})
         if self.coordinator is not None:
             self.coordinator.abort_all(f"job attempt {self.attempt} failed")
-        self._broadcast({"type": "cancel", "reason": f"restarting: {error}"})
+        self.broadcast(Cancel(f"restarting: {error}"))
         self.status = JobStatus.RESTARTING
         self.stop_deadline = now + self.config.cancel_timeout
         self.restart_at = now + delay
@@ -423,7 +553,8 @@ class JobMaster:
                 worker.connection.close()
             except OSError:
                 pass
-        self.workers = {}
+        with self._lock:
+            self.workers = {}
         self.failures = []
         self.failure_detected = 0.0
         self.spark_done = False
@@ -438,15 +569,16 @@ class JobMaster:
             self.coordinator.records_base = self.coordinator.source_records.get(latest, 0) if latest else 0
         self.attempt += 1
         # collected epochs the restored checkpoint does not cover can never be published
-        self.collects.new_attempt(self.attempt, self.coordinator.latest_completed if self.coordinator else None,
-                                  checkpointing=self.coordinator is not None)
+        with self._lock:
+            self.collects.new_attempt(self.attempt, self.coordinator.latest_completed if self.coordinator else None,
+                                      checkpointing=self.coordinator is not None)
         self.status = JobStatus.DEPLOYING
         self.registration_deadline = now + self.config.registration_timeout
         self.submit_spark_job(self)
 
     def _stop(self, final: JobStatus) -> None:
         """Tell workers to stop, wait (bounded) for the Spark job to end, kill it otherwise."""
-        self._broadcast({"type": "cancel", "reason": str(self.error)})
+        self.broadcast(Cancel(str(self.error)))
         deadline = time.monotonic() + self.config.cancel_timeout
         if final == JobStatus.FAILED and not self.workers:
             deadline = time.monotonic()  # nothing runs that could stop by itself
@@ -455,27 +587,27 @@ class JobMaster:
                 event = self.events.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if event[0] == "spark":
+            if isinstance(event, SparkEnded):
                 self.spark_done = True
         if not self.spark_done:
             self.cancel_spark_job()
         self.status = final
 
     def _failure_error(self) -> JobFailedError:
-        failure = min(self.failures, key=lambda f: _FAILURE_RANK.get(f["kind"], 9))
-        worker = failure.get("worker")
-        if failure["kind"] == "user":
-            where = failure.get("where") or f"operator '{failure['operator']}'"
+        failure = min(self.failures, key=lambda f: _FAILURE_RANK.get(f.kind, 9))
+        worker = failure.worker
+        if failure.kind == "user":
+            where = failure.where or f"operator '{failure.operator}'"
             message = (f"job '{self.job_name}' failed: {where} (worker {worker}) raised "
-                       f"{failure['error']}\n{failure.get('traceback', '')}".rstrip())
-            return JobFailedError(message, operator=failure["operator"], worker=worker, kind="user")
-        text = f"job '{self.job_name}' failed: {failure['error']}"
-        if failure["kind"] == "restore":
+                       f"{failure.error}\n{failure.traceback}".rstrip())
+            return JobFailedError(message, operator=failure.operator, worker=worker, kind="user")
+        text = f"job '{self.job_name}' failed: {failure.error}"
+        if failure.kind == "restore":
             text += f"\n{self._earlier_checkpoints_hint()}\n(a damaged checkpoint is not a transient failure: " \
                     "the job was not restarted)"
-        if failure["kind"] == "internal" and failure.get("traceback"):
-            text += f"\n{failure['traceback']}".rstrip()
-        return JobFailedError(text, worker=worker, kind=failure["kind"])
+        if failure.kind == "internal" and failure.traceback:
+            text += f"\n{failure.traceback}".rstrip()
+        return JobFailedError(text, worker=worker, kind=failure.kind)
 
 
 def summarize_spark_error(error: BaseException) -> str:

@@ -20,7 +20,7 @@ enters from outside, the loop is empty.
 
 from __future__ import annotations
 
-from typing import Any
+from epochal.messages import EndLoop, StartLoopProbe
 
 
 class LoopTermination:
@@ -43,14 +43,14 @@ class LoopTermination:
         #: Rounds each loop needed before it ended (for tests and metrics).
         self.rounds_used: dict[int, int] = {}
 
-    def on_ready(self, loop: int, subtask: int) -> list[dict[str, Any]]:
+    def on_ready(self, loop: int, subtask: int) -> list[StartLoopProbe | EndLoop]:
         """Head ``subtask`` of ``loop`` will receive nothing more from outside the loop."""
         self.ready[loop].add(subtask)
         if len(self.ready[loop]) == self.heads[loop] and self.round[loop] == 0:
             return [self._next_round(loop)]
         return []
 
-    def on_vote(self, loop: int, probe_round: int, subtask: int, quiet: bool) -> list[dict[str, Any]]:
+    def on_vote(self, loop: int, probe_round: int, subtask: int, quiet: bool) -> list[StartLoopProbe | EndLoop]:
         """Head ``subtask`` saw probe ``probe_round`` come back; ``quiet``: no feedback meanwhile."""
         if loop in self.ended or probe_round != self.round[loop]:
             return []
@@ -61,10 +61,10 @@ class LoopTermination:
         if all(votes.values()):
             self.ended.add(loop)
             self.rounds_used[loop] = probe_round
-            return [{"type": "loop_end", "loop": loop}]
+            return [EndLoop(loop)]
         return [self._next_round(loop)]
 
-    def _next_round(self, loop: int) -> dict[str, Any]:
+    def _next_round(self, loop: int) -> StartLoopProbe:
         self.round[loop] += 1
         self.votes[loop] = {}
-        return {"type": "loop_probe", "loop": loop, "round": self.round[loop]}
+        return StartLoopProbe(loop, self.round[loop])

@@ -13,7 +13,7 @@ import sys
 import sysconfig
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -21,6 +21,9 @@ from epochal.config import CheckpointConfig, EngineConfig
 from epochal.connectors.base import SourceSplit
 from epochal.errors import PlanError
 from epochal.plan.jobgraph import JobGraph
+
+if TYPE_CHECKING:
+    from epochal.runtime.hooks import WorkerHook
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,9 @@ class Deployment:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     #: Root of this job's checkpoints (``<storage>/<job name>``); empty when checkpointing is off.
     storage_uri: str = ""
-    #: Faults to inject (epochal.testing.faults.Fault), for chaos tests.
-    faults: list[Any] = field(default_factory=list)
+    #: Called at named points of the worker's protocol: fault injection for chaos tests
+    #: (``epochal.testing.faults.FaultInjector``), else None.
+    hook: WorkerHook | None = None
 
 
 _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {

@@ -16,12 +16,15 @@ Algorithm 2) and termination detection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from epochal.connectors.base import Source
 from epochal.errors import PlanError
 from epochal.plan.logical import LogicalGraph, Transformation
 from epochal.plan.partitioners import ForwardPartitioner, Partitioner, RebalancePartitioner
-from epochal.runtime.operators import Operator
+
+if TYPE_CHECKING:
+    from epochal.runtime.operators import Operator
 
 
 @dataclass
@@ -174,9 +177,10 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
     vertex_of: dict[int, int] = {}
     vertices: list[JobVertex] = []
     for node in physical:
-        assert node.operator is not None or node.source is not None
+        if node.operator is None:  # the API gives every node that runs, sources included, an operator
+            raise PlanError(f"node '{node.name}' ({node.kind}) has no operator")
         nodes[node.id] = ChainedNode(node.id, node.kind, node.name, uid_of[node.id],
-                                     node.operator or Operator(), collect_id=node.collect_id)
+                                     node.operator, collect_id=node.collect_id)
         nodes[node.id].operator.name = node.name
         nodes[node.id].operator.uid = uid_of[node.id]
         if chained_to_producer(node):

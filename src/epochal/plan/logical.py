@@ -8,19 +8,23 @@ edge is partitioned; planning folds them into edges.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epochal.connectors.base import Source
 from epochal.plan.partitioners import Partitioner
-from epochal.runtime.operators import Operator
+
+if TYPE_CHECKING:
+    from epochal.runtime.operators import Operator
 
 
 @dataclass
 class Transformation:
     """One node of the logical graph.
 
-    Exactly one of ``source``, ``operator``, ``partitioner`` is set: a source node, an
-    operator node (map, sink, union, ...) or a virtual partitioning node.
+    A node is a source node (``source`` set, and ``operator`` the operator its records pass
+    through first: the identity), an operator node (``operator`` only: map, sink, union, ...)
+    or a virtual partitioning node (``partitioner`` only). The API layer creates the operators;
+    planning only arranges them.
     """
 
     id: int

@@ -24,12 +24,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-EXACTLY_ONCE = "exactly_once"
-AT_LEAST_ONCE = "at_least_once"
-SYNCHRONOUS = "synchronous"
-NONE = "none"
-MODES = (EXACTLY_ONCE, AT_LEAST_ONCE, SYNCHRONOUS, NONE)
-
 
 class BlockableInput(Protocol):
     """What the handler needs of an input channel."""

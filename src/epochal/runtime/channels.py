@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from epochal.runtime import protocol
 from epochal.runtime.events import NO_WATERMARK
+from epochal.runtime.mailbox import MailboxEvent, PeerClosed, PeerCredit, PeerData, PeerEvent
 from epochal.runtime.operators import UserFunctionError
 
 
@@ -141,11 +142,11 @@ class InputChannel:
 class PeerConnection:
     """The one TCP connection to another worker, shared by all channels between the two.
 
-    A reader thread turns incoming frames into mailbox events; the mailbox thread is the only
-    writer, so sends need no lock.
+    A reader thread turns incoming frames into mailbox events (:mod:`epochal.runtime.mailbox`);
+    the mailbox thread is the only writer, so sends need no lock.
     """
 
-    def __init__(self, peer: int, sock: socket.socket, deliver: Callable[[tuple], None]) -> None:
+    def __init__(self, peer: int, sock: socket.socket, deliver: Callable[[MailboxEvent], None]) -> None:
         self.peer = peer
         self.sock = sock
         self.deliver = deliver
@@ -159,6 +160,7 @@ class PeerConnection:
     def _read_loop(self) -> None:
         deliver = self.deliver
         loads = protocol.loads
+        credit_value = protocol.CREDIT_VALUE.unpack
         reason = "closed the connection"
         try:
             stream = self.sock.makefile("rb", buffering=1 << 16)
@@ -168,17 +170,17 @@ class PeerConnection:
                     break
                 frame_type, channel, payload = frame
                 if frame_type == protocol.DATA:
-                    deliver(("data", channel, loads(payload)))
+                    deliver(PeerData(channel, loads(payload)))
                 elif frame_type == protocol.CREDIT:
-                    deliver(("credit", channel, protocol.CREDIT_VALUE.unpack(payload)[0]))
+                    deliver(PeerCredit(channel, credit_value(payload)[0]))
                 elif frame_type == protocol.EVENT:
-                    deliver(("event", channel, loads(payload)))
+                    deliver(PeerEvent(channel, loads(payload)))
                 else:
                     raise protocol.ProtocolError(f"unexpected frame type {frame_type}")
         except Exception as error:  # socket errors, protocol violations, undecodable payloads
             reason = f"connection error: {type(error).__name__}: {error}"
         if not self.closing:
-            deliver(("peer_lost", self.peer, reason))
+            deliver(PeerClosed(self.peer, reason))
 
     def send_batch(self, channel: int, batch: list[Any]) -> None:
         try:

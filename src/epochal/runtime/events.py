@@ -40,3 +40,6 @@ class Watermark:
 
 #: Event time before any watermark arrived (every real watermark is above it).
 NO_WATERMARK = float("-inf")
+
+#: Every event that travels in-band.
+InBandEvent = EndOfPartition | CheckpointBarrier | LoopProbe | Watermark

@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from epochal.api.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
 from epochal.plan.keygroups import key_groups_of
+from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
 
 
 class UserFunctionError(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import socket
 import struct
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 from epochal import serialization
 
@@ -46,7 +46,13 @@ def send_frame(sock: socket.socket, frame_type: int, channel: int, payload: byte
         sock.sendall(rest)
 
 
-def read_frame(stream: BinaryIO) -> tuple[int, int, bytes] | None:
+class Readable(Protocol):
+    """A buffered binary stream, e.g. ``socket.makefile("rb")``."""
+
+    def read(self, size: int = ..., /) -> bytes | None: ...
+
+
+def read_frame(stream: Readable) -> tuple[int, int, bytes] | None:
     """Read one frame from a buffered stream; ``None`` at a clean end of stream."""
     header = stream.read(HEADER.size)
     if not header:
@@ -54,7 +60,7 @@ def read_frame(stream: BinaryIO) -> tuple[int, int, bytes] | None:
     if len(header) < HEADER.size:
         raise ProtocolError("connection closed in the middle of a frame header")
     frame_type, channel, length = HEADER.unpack(header)
-    payload = stream.read(length) if length else b""
+    payload = (stream.read(length) or b"") if length else b""
     if len(payload) < length:
         raise ProtocolError("connection closed in the middle of a frame")
     return frame_type, channel, payload

@@ -7,10 +7,10 @@ buffers and send full buffers as batches. Source subtasks pull from their splits
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from epochal.api.functions import RuntimeContext
 from epochal.connectors.base import SourceSplit
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_range
@@ -18,7 +18,9 @@ from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
 from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
+from epochal.runtime.functions import RuntimeContext
 from epochal.runtime.iteration import LOG_STATE, IterationHead
+from epochal.runtime.mailbox import SnapshotUpload
 from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
 from epochal.state.backend import KeyedStateBackend
 from epochal.state.keyed import HeapKeyedStateBackend
@@ -219,7 +221,7 @@ class LoopRole:
         self.loop_outputs: list[EdgeOutput] = []
         #: head: back-edge logs being recorded, and captured states waiting for them.
         self.logs: dict[int, list[Any]] = {}
-        self.held: dict[int, tuple] = {}
+        self.held: dict[int, SnapshotUpload] = {}
         #: head: termination-probe round in progress, and whether feedback arrived during it.
         self.probe_round = 0
         self.dirty = False
@@ -282,9 +284,8 @@ class Subtask:
                 key_groups=key_groups if node.operator.keyed else range(0),
                 keyed_state=runner.keyed_state, operator_state=runner.operator_state,
                 attempt=attempt, checkpointing=checkpointing)
-            collect_id = node.collect_id
             try:
-                node.operator.open(context, lambda payload, cid=collect_id: send_to_driver(cid, payload))
+                node.operator.open(context, functools.partial(send_to_driver, node.collect_id))
             except Exception as error:
                 raise UserFunctionError(node.name, error) from error
             runners[node_id] = runner

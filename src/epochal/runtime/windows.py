@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal.api.functions import RuntimeContext
 from epochal.runtime.events import NO_WATERMARK
+from epochal.runtime.functions import RuntimeContext
 from epochal.runtime.operators import CountAggregate, KeyedReduceOperator, Operator, keys_of
 
 

@@ -9,7 +9,12 @@ Life of a worker (see docs/architecture.md):
    cancelled, or fails.
 
 One thread, the mailbox loop, runs all operators, so user code never sees concurrency.
-Helper threads only read sockets (turning frames into mailbox events) and send heartbeats.
+Helper threads only read sockets (turning frames into mailbox events, :mod:`epochal.runtime.mailbox`),
+send heartbeats and upload snapshots. Control messages are the typed ones of
+:mod:`epochal.messages`; the mailbox dispatches events and messages by type (``_MAILBOX``).
+
+A worker process imports no driver code (``epochal.control``, ``epochal.api``); fault injection
+reaches it as the deployment's hook (:mod:`epochal.runtime.hooks`).
 """
 
 from __future__ import annotations
@@ -23,27 +28,70 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import cloudpickle
 
+from epochal.config import EXACTLY_ONCE, NONE, SYNCHRONOUS
 from epochal.connectors.base import assign_splits
+from epochal.messages import (
+    Ack,
+    Cancel,
+    CheckpointAbort,
+    CheckpointComplete,
+    Collect,
+    CollectPayload,
+    Committed,
+    Decline,
+    Deploy,
+    Dispatch,
+    EndLoop,
+    Failed,
+    Finished,
+    Heartbeat,
+    LoopReady,
+    LoopVote,
+    Metrics,
+    Processing,
+    Ready,
+    Register,
+    Reject,
+    Shutdown,
+    Start,
+    StartLoopProbe,
+    Stop,
+    ToJobMaster,
+    ToWorker,
+    TriggerCheckpoint,
+)
 from epochal.plan.execution import Deployment
 from epochal.runtime import protocol
 from epochal.runtime.alignment import AlignmentBuffer, AlignmentSpill
-from epochal.runtime.barriers import EXACTLY_ONCE, NONE, SYNCHRONOUS, BarrierHandler
+from epochal.runtime.barriers import BarrierHandler
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, PeerConnection
 from epochal.runtime.events import CheckpointBarrier, EndOfPartition, LoopProbe
+from epochal.runtime.hooks import HookPoint, WorkerHook
 from epochal.runtime.iteration import IterationHead
+from epochal.runtime.mailbox import (
+    JobMasterLost,
+    MailboxEvent,
+    PeerClosed,
+    PeerCredit,
+    PeerData,
+    PeerEvent,
+    SnapshotUpload,
+)
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.tasks import EdgeOutput, LoopRole, SourceReader, Subtask
 from epochal.state.snapshot import RestoreSource, handle_bytes, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
-from epochal.testing.faults import crash
 
 #: Credit of a loop's back-edge channel: in effect unbounded (see runtime/iteration.py).
 UNBOUNDED_CREDIT = 1 << 40
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The worker's handlers: mailbox event or control message type -> handler (see ``_handle``).
+_MAILBOX = Dispatch("worker mailbox")
+_Wanted = TypeVar("_Wanted", bound=ToWorker)
 
 
 @dataclass(frozen=True)
@@ -58,7 +106,7 @@ class Bootstrap:
     #: Interface the worker's data port listens on: loopback for Spark local mode.
     bind_host: str = ""
     #: Job attempt this Spark job belongs to (0 first, +1 per restart).
-    attempt: int = 0
+    job_attempt: int = 0
 
 
 class WorkerStopped(Exception):
@@ -94,13 +142,14 @@ def user_traceback(error: BaseException) -> str:
 
 
 class Worker:
-    """Runs the subtasks that slot sharing places on worker ``index``."""
+    """Runs the subtasks that slot sharing places on worker ``index``; ``task_attempt`` is Spark's
+    attempt number of the task running it (the job attempt comes with the bootstrap)."""
 
-    def __init__(self, bootstrap: Bootstrap, index: int, attempt: int = 0) -> None:
+    def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         self.bootstrap = bootstrap
         self.index = index
-        self.attempt = attempt
-        self.mailbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self.task_attempt = task_attempt
+        self.mailbox: queue.SimpleQueue[MailboxEvent] = queue.SimpleQueue()
         self.control: socket.socket | None = None
         self.control_lock = threading.Lock()
         self.listener: socket.socket | None = None
@@ -115,20 +164,22 @@ class Worker:
         self.records_processed = 0
         self.reported_finished = False
         self.stopped = threading.Event()
-        self.job_attempt = bootstrap.attempt
+        self.job_attempt = bootstrap.job_attempt
         self.restore: RestoreSource | None = None
         self.storage: CheckpointStorage | None = None
         self.mode = NONE
         self.halted_sources: set[int] = set()  # checkpoint ids halting sources (synchronous mode)
         self.expected_checkpoints: list[int] = []
-        self.uploads: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
-        self.faults: list[Any] = []
+        self.uploads: queue.SimpleQueue[SnapshotUpload | None] = queue.SimpleQueue()
+        #: The deployment's hook (fault injection) and the points it asked for on this worker.
+        self.hook: WorkerHook | None = None
+        self.hook_points: frozenset[str] = frozenset()
         self.processing_started = 0.0
         self.spill: AlignmentSpill | None = None
 
     # ------------------------------------------------------------------ control connection
-    def send_control(self, message: dict[str, Any]) -> None:
-        """Send one message to the JobMaster (thread safe: mailbox and heartbeat both send)."""
+    def send_control(self, message: ToJobMaster) -> None:
+        """Send one message to the JobMaster (thread safe: mailbox, heartbeat and uploader send)."""
         payload = protocol.dumps(message)
         with self.control_lock:
             protocol.send_frame(self.control, protocol.CONTROL, 0, payload)  # type: ignore[arg-type]
@@ -140,41 +191,40 @@ class Worker:
                 frame = protocol.read_frame(stream)
                 if frame is None:
                     break
-                self.mailbox.put(("control", protocol.loads(frame[2])))
+                self.mailbox.put(protocol.loads(frame[2]))  # a ToWorker message
         except (OSError, protocol.ProtocolError):
             pass
-        self.mailbox.put(("jobmaster_lost", "the driver closed the control connection"))
+        self.mailbox.put(JobMasterLost("the driver closed the control connection"))
 
     def _heartbeat_loop(self, interval: float) -> None:
         while not self.stopped.wait(interval):
             try:
-                self.send_control({"type": "heartbeat", "metrics": self.metrics()})
+                self.send_control(Heartbeat(self.metrics()))
             except OSError:
                 return
 
-    def _await_control(self, wanted: str, timeout: float) -> dict[str, Any]:
-        """Wait for a control message of type ``wanted`` before the mailbox loop runs."""
+    def _await_control(self, wanted: type[_Wanted], timeout: float) -> _Wanted:
+        """Wait for a control message of type ``wanted`` before the mailbox loop runs; other
+        control messages are skipped, a :class:`~epochal.messages.Stop` stops the worker."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise WorkerStopped(f"no '{wanted}' from the JobMaster within {timeout:.0f} s")
+                raise WorkerStopped(f"no '{wanted.__name__}' from the JobMaster within {timeout:.0f} s")
             try:
                 event = self.mailbox.get(timeout=remaining)
             except queue.Empty:
                 continue
-            if event[0] == "jobmaster_lost":
-                raise WorkerStopped(event[1])
-            if event[0] == "peer_lost":
-                raise PeerLost(event[1], event[2])
-            if event[0] != "control":
+            if isinstance(event, wanted):
+                return event
+            if isinstance(event, Stop):
+                raise WorkerStopped(event.reason)
+            if isinstance(event, JobMasterLost):
+                raise WorkerStopped(event.reason)
+            if isinstance(event, PeerClosed):
+                raise PeerLost(event.peer, event.reason)
+            if not isinstance(event, ToWorker):
                 self._handle(event)  # early data from a faster peer
-                continue
-            message = event[1]
-            if message["type"] == wanted:
-                return message
-            if message["type"] in ("cancel", "reject", "shutdown"):
-                raise WorkerStopped(message.get("reason", message["type"]))
 
     # ------------------------------------------------------------------ set-up
     def _register(self) -> Deployment:
@@ -185,22 +235,22 @@ class Worker:
         protocol.configure_socket(self.control)
         protocol.send_frame(self.control, protocol.HELLO, 0, protocol.hello_payload(b.token, self.index))
         threading.Thread(target=self._control_reader, name="epochal-control", daemon=True).start()
-        self.send_control({
-            "type": "register", "worker": self.index, "attempt": self.attempt, "job_attempt": self.job_attempt,
-            "pid": os.getpid(),
-            "host": self.control.getsockname()[0], "data_port": self.listener.getsockname()[1],
-            "hostname": socket.gethostname()})
-        message = self._await_control("deploy", b.registration_timeout + 30)
-        self.peer_addresses: dict[int, tuple[str, int]] = message["peers"]
-        deployment: Deployment = cloudpickle.loads(message["deployment"])
+        self.send_control(Register(
+            worker=self.index, task_attempt=self.task_attempt, job_attempt=self.job_attempt, pid=os.getpid(),
+            host=self.control.getsockname()[0], data_port=self.listener.getsockname()[1],
+            hostname=socket.gethostname()))
+        message = self._await_control(Deploy, b.registration_timeout + 30)
+        self.peer_addresses: dict[int, tuple[str, int]] = message.peers
+        deployment: Deployment = cloudpickle.loads(message.deployment)
         self.mode = deployment.checkpoint.mode if deployment.checkpoint.enabled else NONE
         if deployment.storage_uri:
             self.storage = CheckpointStorage(deployment.storage_uri)
-        restore = message.get("restore")
+        restore = message.restore
         if restore is not None:
-            self.restore = RestoreSource(CheckpointStorage(restore["storage"]), restore["checkpoint_id"],
-                                         restore["metadata"])
-        self.faults = [f for f in deployment.faults if f.worker == self.index and f.attempt == self.job_attempt]
+            self.restore = RestoreSource(CheckpointStorage(restore.storage), restore.checkpoint_id, restore.metadata)
+        if deployment.hook is not None:
+            self.hook = deployment.hook
+            self.hook_points = deployment.hook.points(self.index, self.job_attempt)
         return deployment
 
     def _connect_peers(self, timeout: float) -> None:
@@ -320,32 +370,59 @@ class Worker:
             channel.scheduled = True
             self.ready.append(channel)
 
-    def _handle(self, event: tuple) -> None:
-        kind = event[0]
-        if kind == "data" or kind == "event":
-            self._deliver_local(event[1], kind == "data", event[2])
-        elif kind == "credit":
-            self.out_channels[event[1]].add_credit(event[2])
-        elif kind == "control":
-            message = event[1]
-            kind = message["type"]
-            if kind == "trigger_checkpoint":
-                self._trigger_checkpoint(message["checkpoint_id"])
-            elif kind == "checkpoint_complete":
-                self._checkpoint_complete(message["checkpoint_id"])
-            elif kind == "checkpoint_abort":
-                self._checkpoint_aborted(message["checkpoint_id"])
-            elif kind == "loop_probe":
-                self._start_probe(message["loop"], message["round"])
-            elif kind == "loop_end":
-                self._end_loop(message["loop"])
-            elif kind in ("cancel", "shutdown"):
-                raise WorkerStopped(message.get("reason", kind))
-        elif kind == "peer_lost":
-            if not self._all_finished():
-                raise PeerLost(event[1], event[2])
-        elif kind == "jobmaster_lost":
-            raise WorkerStopped(event[1])
+    def _handle(self, event: MailboxEvent) -> None:
+        """Dispatch one mailbox event or control message by its type (unknown ones are ignored)."""
+        _MAILBOX.handlers.get(type(event), Worker._ignore)(self, event)
+
+    @_MAILBOX.on(PeerData)
+    def _on_data(self, event: PeerData) -> None:
+        self._deliver_local(event.channel, True, event.batch)
+
+    @_MAILBOX.on(PeerEvent)
+    def _on_event(self, event: PeerEvent) -> None:
+        self._deliver_local(event.channel, False, event.event)
+
+    @_MAILBOX.on(PeerCredit)
+    def _on_credit(self, event: PeerCredit) -> None:
+        self.out_channels[event.channel].add_credit(event.credit)
+
+    @_MAILBOX.on(PeerClosed)
+    def _on_peer_closed(self, event: PeerClosed) -> None:
+        if not self._all_finished():
+            raise PeerLost(event.peer, event.reason)
+
+    @_MAILBOX.on(JobMasterLost)
+    def _on_jobmaster_lost(self, event: JobMasterLost) -> None:
+        raise WorkerStopped(event.reason)
+
+    @_MAILBOX.on(TriggerCheckpoint)
+    def _on_trigger(self, message: TriggerCheckpoint) -> None:
+        self._trigger_checkpoint(message.checkpoint_id)
+
+    @_MAILBOX.on(CheckpointComplete)
+    def _on_complete(self, message: CheckpointComplete) -> None:
+        self._checkpoint_complete(message.checkpoint_id)
+
+    @_MAILBOX.on(CheckpointAbort)
+    def _on_abort(self, message: CheckpointAbort) -> None:
+        self._checkpoint_aborted(message.checkpoint_id)
+
+    @_MAILBOX.on(StartLoopProbe)
+    def _on_start_probe(self, message: StartLoopProbe) -> None:
+        self._start_probe(message.loop, message.round)
+
+    @_MAILBOX.on(EndLoop)
+    def _on_end_loop(self, message: EndLoop) -> None:
+        self._end_loop(message.loop)
+
+    @_MAILBOX.on(Cancel, Shutdown)
+    def _on_stop(self, message: Cancel | Shutdown) -> None:
+        raise WorkerStopped(message.reason)
+
+    @_MAILBOX.on(Deploy, Start, Reject)
+    def _ignore(self, event: Any) -> None:
+        """Messages that only answer a starting worker (see ``_await_control``); a running
+        worker ignores them."""
 
     def _drain_mailbox(self, timeout: float | None) -> bool:
         """Handle queued events; wait up to ``timeout`` for the first one if none is queued."""
@@ -354,14 +431,15 @@ class Worker:
             event = get() if timeout is None else self.mailbox.get(timeout=timeout)
         except queue.Empty:
             return False
-        handle = self._handle
-        handle(event)
+        handlers = _MAILBOX.handlers
+        ignore = Worker._ignore
+        handlers.get(type(event), ignore)(self, event)
         for _ in range(10_000):
             try:
                 event = get()
             except queue.Empty:
                 break
-            handle(event)
+            handlers.get(type(event), ignore)(self, event)
         return True
 
     def _run_inputs(self, budget: int) -> bool:
@@ -431,14 +509,14 @@ class Worker:
     def _give_up_alignment(self, subtask: Subtask, spill: AlignmentSpill) -> None:
         """Blocked inputs hold more than ``alignment_max_bytes``: decline the pending checkpoint
         and release the alignment (its buffers are replayed), rather than fill the disk."""
-        checkpoint_id = subtask.barriers.pending if subtask.barriers is not None else None
-        if checkpoint_id is None:
+        barriers = subtask.barriers
+        checkpoint_id = barriers.pending if barriers is not None else None
+        if barriers is None or checkpoint_id is None:
             return
         reason = (f"alignment of {subtask.name}#{subtask.index} buffered {spill.buffered} bytes, more than "
                   f"alignment_max_bytes={spill.max_bytes}")
-        subtask.barriers.abort(checkpoint_id, reason)
-        self.send_control({"type": "decline", "checkpoint_id": checkpoint_id, "worker": self.index,
-                           "reason": reason})
+        barriers.abort(checkpoint_id, reason)
+        self.send_control(Decline(checkpoint_id, self.index, reason))
 
     def _schedule_buffered(self, channels: list[InputChannel]) -> None:
         """Alignment ended: unblocked channels with buffered or queued data become ready."""
@@ -479,8 +557,7 @@ class Worker:
             return
         if channel.back_edge:  # the probe came around: vote for this round
             if role.head is not None and probe.round == role.probe_round:
-                self.send_control({"type": "loop_round", "loop": role.loop_id, "round": probe.round,
-                                   "subtask": subtask.index, "quiet": not role.dirty})
+                self.send_control(LoopVote(role.loop_id, probe.round, subtask.index, quiet=not role.dirty))
             return
         role.probes.setdefault(probe.round, set()).add(channel.id)
         self._forward_probes(subtask)
@@ -512,7 +589,7 @@ class Worker:
             # nothing more enters the loop: termination detection may begin, and checkpoints
             # can no longer arrive as barriers, so the head starts the expected ones itself
             role.ready_sent = True
-            self.send_control({"type": "loop_ready", "loop": role.loop_id, "subtask": subtask.index})
+            self.send_control(LoopReady(role.loop_id, subtask.index))
             if subtask.barriers is not None:
                 for checkpoint_id in self.expected_checkpoints:
                     if checkpoint_id > subtask.last_snapshot:
@@ -549,17 +626,11 @@ class Worker:
 
     # ------------------------------------------------------------------ checkpoints
     def _fault(self, point: str, checkpoint_id: int | None = None) -> None:
-        """Crash here if a fault for this point is planned (chaos tests)."""
-        for fault in self.faults:
-            if fault.point != point:
-                continue
-            if point == "time" and time.monotonic() - self.processing_started < fault.after:
-                continue
-            if point == "records" and self.records_processed < fault.after:
-                continue
-            if fault.checkpoint is not None and checkpoint_id != fault.checkpoint:
-                continue
-            crash()
+        """Tell the hook (fault injection in chaos tests) that this worker reached ``point``."""
+        if point in self.hook_points:
+            self.hook.reached(HookPoint(  # type: ignore[union-attr]
+                point, self.index, self.job_attempt, checkpoint_id, time.monotonic() - self.processing_started,
+                self.records_processed))
 
     def _trigger_checkpoint(self, checkpoint_id: int) -> None:
         """The coordinator starts ``checkpoint_id``: sources snapshot their positions and emit the
@@ -602,15 +673,14 @@ class Worker:
         held = role.held.pop(checkpoint_id, None)
         if held is None:
             return
-        checkpoint, vertex_id, index, captured, stats = held
         parts = role.head.log_state(log, self.deployment.graph.job.max_parallelism)  # type: ignore[union-attr]
-        mine = captured[role.head.uid]
+        mine = held.captured[role.head.uid]
         if parts["keyed"]:
             mine["keyed"] = {**(mine.get("keyed") or {}), **parts["keyed"]}
         if parts["operator"]:
             mine["operator"] = {**(mine.get("operator") or {}), **parts["operator"]}
-        stats["loop_log_records"] = len(log)
-        self._submit_upload((checkpoint, vertex_id, index, captured, stats))
+        held.stats["loop_log_records"] = len(log)
+        self._submit_upload(held)
 
     def _snapshot_finished(self, subtask: Subtask) -> None:
         """A finished subtask's state is final: it answers every expected checkpoint with it."""
@@ -619,22 +689,22 @@ class Worker:
                 self._snapshot(subtask, checkpoint_id, 0.0)
 
     def _capture(self, subtask: Subtask, checkpoint_id: int, alignment: float,
-                 alignment_stats: dict[str, int] | None = None) -> tuple:
+                 alignment_stats: dict[str, int] | None = None) -> SnapshotUpload:
         """The synchronous part of a snapshot, as an upload job."""
         started = time.monotonic()
         captured = subtask.capture(checkpoint_id)
         sync = time.monotonic() - started
         self._fault("after_sync", checkpoint_id)
-        stats = {"alignment_s": alignment, "sync_s": sync, **(alignment_stats or {})}
+        stats: dict[str, float] = {"alignment_s": alignment, "sync_s": sync, **(alignment_stats or {})}
         if subtask.reader is not None:
             stats["source_records"] = subtask.records_read  # what this snapshot's positions cover
-        return (checkpoint_id, subtask.vertex_id, subtask.index, captured, stats)
+        return SnapshotUpload(checkpoint_id, subtask.vertex_id, subtask.index, captured, stats)
 
     def _snapshot(self, subtask: Subtask, checkpoint_id: int, alignment: float,
                   alignment_stats: dict[str, int] | None = None) -> None:
         self._submit_upload(self._capture(subtask, checkpoint_id, alignment, alignment_stats))
 
-    def _submit_upload(self, job: tuple) -> None:
+    def _submit_upload(self, job: SnapshotUpload) -> None:
         if self.mode == SYNCHRONOUS:
             self._upload(job)  # the baseline writes state on the processing thread
         else:
@@ -647,24 +717,22 @@ class Worker:
                 return
             self._upload(job)
 
-    def _upload(self, job: tuple) -> None:
+    def _upload(self, job: SnapshotUpload) -> None:
         """Asynchronous part: serialise and write the captured state, then acknowledge."""
-        checkpoint_id, vertex_id, index, captured, stats = job
+        checkpoint_id = job.checkpoint_id
         started = time.monotonic()
         try:
-            if any(f.point == "during_upload" for f in self.faults):
-                self._fault_during_upload(checkpoint_id, index, captured)
-            handles = materialize(self.storage, checkpoint_id, index, captured)  # type: ignore[arg-type]
+            if "during_upload" in self.hook_points:
+                self._fault_during_upload(checkpoint_id, job.subtask)
+            handles = materialize(self.storage, checkpoint_id, job.subtask, job.captured)  # type: ignore[arg-type]
         except Exception as error:
-            self.send_control({"type": "decline", "checkpoint_id": checkpoint_id, "worker": self.index,
-                               "reason": f"{type(error).__name__}: {error}"})
+            self.send_control(Decline(checkpoint_id, self.index, f"{type(error).__name__}: {error}"))
             return
-        stats = {**stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
-        self.send_control({"type": "ack", "checkpoint_id": checkpoint_id, "vertex": vertex_id, "subtask": index,
-                           "worker": self.index, "handles": handles, "stats": stats})
+        stats = {**job.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.send_control(Ack(checkpoint_id, job.vertex, job.subtask, self.index, handles, stats))
         self._fault("after_ack", checkpoint_id)
 
-    def _fault_during_upload(self, checkpoint_id: int, index: int, captured: dict[str, Any]) -> None:
+    def _fault_during_upload(self, checkpoint_id: int, index: int) -> None:
         """Write part of the snapshot, then crash: the checkpoint must never complete."""
         self.storage.write_file(checkpoint_id, f"partial-{self.index}-{index}", b"partial")  # type: ignore[union-attr]
         self._fault("during_upload", checkpoint_id)
@@ -676,7 +744,7 @@ class Worker:
         for subtask in self.subtasks:
             subtask.notify_complete(checkpoint_id)
         if self.reported_finished:
-            self.send_control({"type": "committed", "checkpoint_id": checkpoint_id, "worker": self.index})
+            self.send_control(Committed(checkpoint_id, self.index))
 
     def _checkpoint_aborted(self, checkpoint_id: int) -> None:
         self.expected_checkpoints = [c for c in self.expected_checkpoints if c != checkpoint_id]
@@ -705,7 +773,7 @@ class Worker:
         last_flush = time.monotonic()
         self.processing_started = last_flush
         self._replay_back_edge_logs()
-        timed_fault = any(f.point in ("time", "records") for f in self.faults)
+        timed_fault = "time" in self.hook_points or "records" in self.hook_points
         processing_reported = False
         while True:
             if timed_fault:
@@ -716,23 +784,24 @@ class Worker:
             worked = self._run_sources(batch_size) or worked
             if not processing_reported and self.records_processed:
                 processing_reported = True  # the JobMaster times recovery up to the first record
-                self.send_control({"type": "processing", "worker": self.index})
+                self.send_control(Processing(self.index))
             now = time.monotonic()
             if not worked or now - last_flush >= buffer_timeout:
                 self._flush()
                 last_flush = now
             if not self.reported_finished and self._all_finished() and self._drained():
                 self.reported_finished = True
-                self.send_control({"type": "finished", "metrics": self.metrics()})
+                self.send_control(Finished(self.metrics()))
             if not worked:
                 idle_sources = any(not s.finished for s in self.sources)
                 self._drain_mailbox(0.005 if idle_sources else 0.2)
 
     # ------------------------------------------------------------------ driver-facing
-    def _send_to_driver(self, collect_id: str | None, payload: Any) -> None:
-        self.send_control({"type": "collect", "id": collect_id, "worker": self.index, "records": payload})
+    def _send_to_driver(self, collect_id: str | None, payload: CollectPayload) -> None:
+        # only collect sinks send, and each has a collect id
+        self.send_control(Collect(cast(str, collect_id), self.index, payload))
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> Metrics:
         """A snapshot of counters, sent with heartbeats and at the end."""
         operators = {}
         counters: dict[str, int] = {"late_records_dropped": 0}
@@ -753,13 +822,13 @@ class Worker:
             "alignment_spilled_bytes": self.spill.spilled_total if self.spill is not None else 0,
         }
 
-    def _report_failure(self, message: dict[str, Any]) -> None:
+    def _report_failure(self, failure: Failed) -> None:
         try:
-            self.send_control({"type": "failed", "worker": self.index, **message})
+            self.send_control(failure)
         except OSError:
             return
         try:  # give the JobMaster a moment to cancel everyone, so peers do not report us as lost
-            self._await_control("cancel", 5.0)
+            self._await_control(Cancel, 5.0)
         except Exception:
             pass
 
@@ -772,8 +841,8 @@ class Worker:
             for peer in self.peers.values():
                 peer.start()
             self._build(self.deployment)
-            self.send_control({"type": "ready", "worker": self.index})
-            self._await_control("start", self.deployment.config.connect_timeout + 30)
+            self.send_control(Ready(self.index))
+            self._await_control(Start, self.deployment.config.connect_timeout + 30)
             threading.Thread(target=self._heartbeat_loop, args=(self.deployment.config.heartbeat_interval,),
                              name="epochal-heartbeat", daemon=True).start()
             threading.Thread(target=self._upload_loop, name="epochal-uploader", daemon=True).start()
@@ -782,28 +851,28 @@ class Worker:
             status = "finished" if self.reported_finished else f"stopped: {stop}"
         except UserFunctionError as error:
             status = "failed"
-            self._report_failure({"kind": "user", "operator": error.operator, "where": error.where,
-                                  "error": f"{type(error.error).__name__}: {error.error}",
-                                  "traceback": user_traceback(error.error)})
+            self._report_failure(Failed("user", f"{type(error.error).__name__}: {error.error}", self.index,
+                                        operator=error.operator, where=error.where,
+                                        traceback=user_traceback(error.error)))
         except RestoreFailed as error:
             status = "failed"
-            self._report_failure({"kind": "restore", "error": str(error), "file": error.path,
-                                  "checkpoint_id": error.checkpoint_id})
+            self._report_failure(Failed("restore", str(error), self.index, file=error.path,
+                                        checkpoint_id=error.checkpoint_id))
         except PeerLost as error:
             status = "failed"
-            self._report_failure({"kind": "peer_lost", "peer": error.peer, "error": str(error)})
+            self._report_failure(Failed("peer_lost", str(error), self.index, peer=error.peer))
         except Exception as error:  # an epochal bug or an environment problem
             status = "failed"
             if self.control is not None:
-                self._report_failure({"kind": "internal", "error": f"{type(error).__name__}: {error}",
-                                      "traceback": traceback.format_exc()})
+                self._report_failure(Failed("internal", f"{type(error).__name__}: {error}", self.index,
+                                            traceback=traceback.format_exc()))
             else:
                 raise
         finally:
             self.stopped.set()
             self.uploads.put(None)
             self._close()
-        return {"worker": self.index, "attempt": self.attempt, "status": status, "metrics": self.metrics()}
+        return {"worker": self.index, "attempt": self.task_attempt, "status": status, "metrics": self.metrics()}
 
     def _close(self) -> None:
         for subtask in self.subtasks:
@@ -841,6 +910,6 @@ def run_worker_partition(bootstrap: Bootstrap, _: Any) -> Any:
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
-    attempt = context.attemptNumber() if context is not None else 0
-    summary = Worker(bootstrap, index, attempt).run()
+    task_attempt = context.attemptNumber() if context is not None else 0
+    summary = Worker(bootstrap, index, task_attempt).run()
     return iter([summary])

@@ -1,0 +1,131 @@
+"""The JobMaster's dispatch of typed messages, driven in-process (no Spark, no threads): inbox
+events go in through ``_handle``, what it sends comes out of socket pairs standing in for the
+workers' control connections, and JobClient-facing queries read the result."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from epochal.config import EngineConfig
+from epochal.control.inbox import CancelRequested, Disconnected, Received
+from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.messages import (
+    Cancel,
+    Collect,
+    Deploy,
+    Failed,
+    Heartbeat,
+    Ready,
+    Register,
+    Reject,
+    Start,
+    ToWorker,
+)
+from epochal.runtime import protocol
+
+
+class _Link:
+    """One worker's control connection: the JobMaster's end and the worker's end."""
+
+    def __init__(self) -> None:
+        self.jobmaster_end, self.worker_end = socket.socketpair()
+        self.worker_end.settimeout(5)
+        self.stream = self.worker_end.makefile("rb")
+
+    def received(self) -> ToWorker:
+        frame = protocol.read_frame(self.stream)
+        assert frame is not None and frame[0] == protocol.CONTROL
+        return protocol.loads(frame[2])
+
+    def close(self) -> None:
+        self.stream.close()
+        self.jobmaster_end.close()
+        self.worker_end.close()
+
+
+@pytest.fixture
+def deploying():
+    jm = JobMaster("job", "id", b"deployment", 2, EngineConfig(), b"\0" * 32, "127.0.0.1", ["sink"],
+                   submit_spark_job=lambda jm: None, cancel_spark_job=lambda: None)
+    jm.status = JobStatus.DEPLOYING  # what start() does, without its threads and Spark job
+    links = [_Link(), _Link()]
+    yield jm, links
+    jm.server.close()
+    for link in links:
+        link.close()
+
+
+def _register(jm: JobMaster, link: _Link, worker: int, job_attempt: int = 0) -> None:
+    jm._handle(Received(worker, link.jobmaster_end, Register(worker, 0, job_attempt, 100 + worker, "127.0.0.1",
+                                                             6000 + worker, "host")))
+
+
+def test_registration_deploys_and_readiness_starts(deploying):
+    jm, links = deploying
+    _register(jm, links[0], 0)
+    assert jm.status == JobStatus.DEPLOYING and jm.registered_workers() == 1
+    _register(jm, links[1], 1)
+    assert jm.status == JobStatus.RUNNING
+    for link in links:
+        assert link.received() == Deploy(b"deployment", {0: ("127.0.0.1", 6000), 1: ("127.0.0.1", 6001)}, None)
+    assert jm.worker_infos()[1] == {"pid": 101, "host": "127.0.0.1", "hostname": "host", "data_port": 6001,
+                                    "attempt": 0}
+    jm._handle(Received(0, links[0].jobmaster_end, Ready(0)))
+    assert not jm.all_running()
+    jm._handle(Received(1, links[1].jobmaster_end, Ready(1)))
+    assert jm.all_running()
+    assert [link.received() for link in links] == [Start(), Start()]
+
+
+def test_a_registration_from_a_stale_attempt_or_a_duplicate_is_rejected(deploying):
+    jm, links = deploying
+    _register(jm, links[0], 0, job_attempt=1)  # the job is at attempt 0
+    reply = links[0].received()
+    assert isinstance(reply, Reject) and "worker 0 attempt 0 is not needed" in reply.reason
+    assert jm.registered_workers() == 0
+    _register(jm, links[0], 0)
+    _register(jm, links[1], 0)  # a second worker 0
+    assert isinstance(links[1].received(), Reject)
+    assert jm.registered_workers() == 1
+
+
+def test_messages_count_only_from_the_registered_connection(deploying):
+    jm, links = deploying
+    _register(jm, links[0], 0)
+    _register(jm, links[1], 1)
+    jm._handle(Received(0, links[1].jobmaster_end, Heartbeat({"records_processed": 5})))  # wrong connection
+    jm._handle(Received(1, links[1].jobmaster_end, Heartbeat({"records_processed": 7})))
+    assert jm.snapshot_metrics() == {0: {}, 1: {"records_processed": 7}}
+    jm._handle(Received(1, links[1].jobmaster_end, Collect("sink", 1, ["a", "b"])))
+    assert jm.published("sink") == ["a", "b"] and jm.published_all() == {"sink": ["a", "b"]}
+
+
+def test_the_most_specific_failure_explains_the_job(deploying):
+    jm, links = deploying
+    _register(jm, links[0], 0)
+    _register(jm, links[1], 1)
+    jm._handle(Received(1, links[1].jobmaster_end, Failed("peer_lost", "lost the connection to worker 0", 1,
+                                                          peer=0)))
+    assert jm.status == JobStatus.FAILING
+    jm._handle(Disconnected(0, links[0].jobmaster_end))
+    jm._handle(Received(1, links[1].jobmaster_end, Failed("user", "ValueError: bad", 1, operator="Map",
+                                                          traceback="Traceback ...")))
+    error = jm._failure_error()
+    assert error.kind == "user" and error.operator == "Map" and error.worker == 1
+    assert str(error) == "job 'job' failed: operator 'Map' (worker 1) raised ValueError: bad\nTraceback ..."
+    jm.failures = [f for f in jm.failures if f.kind != "user"]
+    error = jm._failure_error()
+    assert error.kind == "worker_lost" and "worker 0 (Spark task attempt 0, pid 100 on host) died" in str(error)
+
+
+def test_cancel_reaches_every_worker(deploying):
+    jm, links = deploying
+    _register(jm, links[0], 0)
+    _register(jm, links[1], 1)
+    for link in links:
+        link.received()  # the deployment
+    jm._handle(CancelRequested("cancelled by the user"))
+    assert jm.status == JobStatus.CANCELLING
+    assert [link.received() for link in links] == [Cancel("cancelled by the user")] * 2

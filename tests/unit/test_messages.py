@@ -1,0 +1,255 @@
+"""The typed protocol: every control message, mailbox event, inbox event and upload job is a
+frozen, slotted dataclass that survives the wire encoding, and every one has a handler."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import socket
+import typing
+
+import pytest
+
+from epochal import messages
+from epochal.control import inbox
+from epochal.control.jobmaster import _INBOX, _ON
+from epochal.messages import (
+    Ack,
+    Cancel,
+    CheckpointAbort,
+    CheckpointComplete,
+    Collect,
+    CollectBatch,
+    CollectCommit,
+    CollectEpoch,
+    CollectSeal,
+    Committed,
+    Decline,
+    Deploy,
+    Dispatch,
+    EndLoop,
+    Failed,
+    Finished,
+    Heartbeat,
+    LoopReady,
+    LoopVote,
+    Processing,
+    Ready,
+    Register,
+    Reject,
+    RestorePoint,
+    Shutdown,
+    Start,
+    StartLoopProbe,
+    ToJobMaster,
+    ToWorker,
+    TriggerCheckpoint,
+    message_types,
+)
+from epochal.runtime import mailbox, protocol
+from epochal.runtime.events import CheckpointBarrier
+from epochal.runtime.hooks import Fault, FaultInjector, HookPoint
+from epochal.runtime.mailbox import JobMasterLost, PeerClosed, PeerCredit, PeerData, PeerEvent, SnapshotUpload
+from epochal.runtime.worker import _MAILBOX, Bootstrap, PeerLost, Worker, WorkerStopped
+
+_EPOCH = CollectEpoch("0.0.abc", 0, 3)
+_SOCK_A, _SOCK_B = socket.socketpair()
+
+#: One instance of every type of the protocol; a new type without a sample fails the tests below.
+SAMPLES: dict[type, object] = {
+    # worker -> JobMaster
+    Register: Register(worker=1, task_attempt=0, job_attempt=2, pid=4242, host="127.0.0.1", data_port=5000,
+                       hostname="node-1"),
+    Ready: Ready(worker=1),
+    Heartbeat: Heartbeat({"worker": 1, "records_processed": 10, "uptime": 1.5, "operators": {"Map#1": 10}}),
+    Processing: Processing(worker=1),
+    Finished: Finished({"worker": 1, "records_processed": 10}),
+    Ack: Ack(checkpoint_id=3, vertex=0, subtask=1, worker=1,
+             handles={"map-0": {"operator": {"file": "map-0-1.operator", "size": 10}}},
+             stats={"alignment_s": 0.0, "sync_s": 0.01, "async_s": 0.02, "bytes": 10}),
+    Decline: Decline(checkpoint_id=3, worker=1, reason="OSError: disk full"),
+    Committed: Committed(checkpoint_id=3, worker=1),
+    LoopReady: LoopReady(loop=0, subtask=1),
+    LoopVote: LoopVote(loop=0, round=2, subtask=1, quiet=True),
+    Collect: Collect("collect-1", 1, CollectBatch("0.0.abc", 0, 3, [1, "a", (2, 3)])),
+    Failed: Failed("user", "ValueError: bad", worker=1, operator="Map", where=None, traceback="Traceback ..."),
+    # JobMaster -> worker
+    Deploy: Deploy(b"\x80\x05deployment", {0: ("127.0.0.1", 5000), 1: ("127.0.0.1", 5001)},
+                   RestorePoint("file:///tmp/chk", 2, {"operators": {}})),
+    Start: Start(),
+    TriggerCheckpoint: TriggerCheckpoint(3),
+    CheckpointComplete: CheckpointComplete(3),
+    CheckpointAbort: CheckpointAbort(3),
+    StartLoopProbe: StartLoopProbe(loop=0, round=2),
+    EndLoop: EndLoop(loop=0),
+    Cancel: Cancel("cancelled by the user"),
+    Shutdown: Shutdown(),
+    Reject: Reject("job is running; worker 1 attempt 0 is not needed"),
+    # payloads and parts
+    RestorePoint: RestorePoint("file:///tmp/chk", 2, {"operators": {}}),
+    CollectEpoch: _EPOCH,
+    CollectBatch: CollectBatch("0.0.abc", 0, 3, [1, 2]),
+    CollectSeal: CollectSeal("0.0.abc", 0, 3, checkpoint_id=4),
+    CollectCommit: CollectCommit((_EPOCH,)),
+    # the worker's mailbox and uploader
+    PeerData: PeerData(7, [1, 2, 3]),
+    PeerEvent: PeerEvent(7, CheckpointBarrier(3, 1.5)),
+    PeerCredit: PeerCredit(7, 2),
+    PeerClosed: PeerClosed(2, "closed the connection"),
+    JobMasterLost: JobMasterLost("the driver closed the control connection"),
+    SnapshotUpload: SnapshotUpload(3, 0, 1, {"map-0": {"keyed": None, "operator": {"positions": [("s", 4)]}}},
+                                   {"alignment_s": 0.0, "sync_s": 0.01}),
+    HookPoint: HookPoint("after_ack", worker=1, job_attempt=0, checkpoint_id=3, processing_s=1.5,
+                         records_processed=100),
+    # the JobMaster's inbox (holds sockets and exceptions: never pickled)
+    inbox.Received: inbox.Received(1, _SOCK_A, Ready(1)),
+    inbox.Disconnected: inbox.Disconnected(1, _SOCK_A),
+    inbox.SparkEnded: inbox.SparkEnded(None, RuntimeError("boom")),
+    inbox.CancelRequested: inbox.CancelRequested("cancelled by the user"),
+}
+_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelRequested}
+
+
+def _dataclasses_of(module: object) -> set[type]:
+    return {cls for _, cls in inspect.getmembers(module, inspect.isclass)
+            if cls.__module__ == module.__name__ and dataclasses.is_dataclass(cls)}  # type: ignore[attr-defined]
+
+
+def _union_members(alias: object) -> set[type]:
+    return set(typing.get_args(alias))
+
+
+def test_every_type_of_the_protocol_has_a_sample():
+    defined = _dataclasses_of(messages) | _dataclasses_of(mailbox) | _dataclasses_of(inbox) | {HookPoint}
+    assert defined - set(SAMPLES) == set(), "add a sample of each new type to SAMPLES"
+
+
+@pytest.mark.parametrize("cls", [c for c in SAMPLES if c not in _IN_PROCESS_ONLY], ids=lambda c: c.__name__)
+def test_round_trips_through_the_wire_encoding(cls):
+    sample = SAMPLES[cls]
+    payload = protocol.dumps(sample)
+    assert payload[:2] == b"\x80\x05"  # pickle protocol 5, as every frame payload
+    copy = protocol.loads(payload)
+    assert type(copy) is cls
+    assert copy == sample
+
+
+@pytest.mark.parametrize("cls", list(SAMPLES), ids=lambda c: c.__name__)
+def test_is_frozen_and_slotted(cls):
+    sample = SAMPLES[cls]
+    assert dataclasses.is_dataclass(sample)
+    assert not hasattr(sample, "__dict__")
+    assert type(sample).__dataclass_params__.frozen  # type: ignore[attr-defined]
+    for field in dataclasses.fields(sample):  # type: ignore[arg-type]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(sample, field.name, None)
+
+
+def test_messages_travel_in_control_frames():
+    a, b = socket.socketpair()
+    try:
+        sent = [SAMPLES[Register], SAMPLES[Ack], SAMPLES[Deploy], SAMPLES[Collect]]
+        for message in sent:
+            protocol.send_frame(a, protocol.CONTROL, 0, protocol.dumps(message))
+        a.shutdown(socket.SHUT_WR)
+        stream = b.makefile("rb")
+        received = []
+        while (frame := protocol.read_frame(stream)) is not None:
+            assert frame[0] == protocol.CONTROL
+            received.append(protocol.loads(frame[2]))
+        assert received == sent
+    finally:
+        a.close()
+        b.close()
+
+
+def test_directions_are_disjoint_and_complete():
+    to_worker, to_jobmaster = set(message_types(ToWorker)), set(message_types(ToJobMaster))
+    assert not to_worker & to_jobmaster
+    assert to_worker == {Deploy, Start, TriggerCheckpoint, CheckpointComplete, CheckpointAbort, StartLoopProbe,
+                         EndLoop, Cancel, Shutdown, Reject}
+    assert to_jobmaster == {Register, Ready, Heartbeat, Processing, Finished, Ack, Decline, Committed, LoopReady,
+                            LoopVote, Collect, Failed}
+
+
+# ---------------------------------------------------------------------- dispatch tables
+def test_the_worker_handles_every_mailbox_event_and_every_message_to_it():
+    mailbox_types = _union_members(mailbox.MailboxEvent) - {ToWorker}
+    assert mailbox_types == _dataclasses_of(mailbox) - {SnapshotUpload}, "list new mailbox events in MailboxEvent"
+    assert _MAILBOX.missing([*mailbox_types, *message_types(ToWorker)]) == []
+
+
+def test_the_jobmaster_handles_every_message_to_it_and_every_inbox_event():
+    assert _ON.missing(message_types(ToJobMaster)) == []
+    inbox_types = _union_members(inbox.InboxEvent)
+    assert inbox_types == _dataclasses_of(inbox), "list new inbox events in InboxEvent"
+    assert _INBOX.missing(inbox_types) == []
+
+
+def test_tables_hold_only_known_types():
+    assert set(_ON.handlers) <= set(message_types(ToJobMaster))
+    assert set(_MAILBOX.handlers) <= _union_members(mailbox.MailboxEvent) | set(message_types(ToWorker))
+
+
+def test_a_type_gets_one_handler():
+    table = Dispatch("test")
+    table.on(Start)(lambda owner, message: None)
+    with pytest.raises(TypeError, match="Start already has a handler"):
+        table.on(Start)(lambda owner, message: None)
+    assert table.missing([Start, Shutdown]) == [Shutdown]
+
+
+# ---------------------------------------------------------------------- the worker's dispatch
+def _worker() -> Worker:
+    return Worker(Bootstrap("127.0.0.1", 1, b"\0" * 32, "job", 1.0), index=0)
+
+
+@pytest.mark.parametrize(("message", "reason"), [(Cancel("restarting: x"), "restarting: x"),
+                                                 (Shutdown(), "shutdown")])
+def test_a_running_worker_stops_on_cancel_and_shutdown(message, reason):
+    with pytest.raises(WorkerStopped, match=reason):
+        _worker()._handle(message)
+
+
+def test_a_running_worker_ignores_messages_of_the_start_up():
+    worker = _worker()
+    for message in (Reject("not needed"), Start(), SAMPLES[Deploy]):
+        worker._handle(message)
+
+
+def test_lost_connections_end_a_running_worker():
+    worker = _worker()
+    with pytest.raises(WorkerStopped, match="driver closed"):
+        worker._handle(JobMasterLost("the driver closed the control connection"))
+    worker.subtasks = [type("Running", (), {"finished": False})()]  # type: ignore[list-item]
+    with pytest.raises(PeerLost, match="worker 2"):
+        worker._handle(PeerClosed(2, "closed the connection"))
+    worker.subtasks = []  # all finished: a peer closing is expected
+    worker._handle(PeerClosed(2, "closed the connection"))
+
+
+def test_the_worker_waits_for_the_wanted_message_skipping_others():
+    worker = _worker()
+    worker.mailbox.put(Start())
+    worker.mailbox.put(SAMPLES[Deploy])
+    assert worker._await_control(Deploy, 1.0) == SAMPLES[Deploy]
+    worker.mailbox.put(Reject("job is running"))
+    with pytest.raises(WorkerStopped, match="job is running"):
+        worker._await_control(Deploy, 1.0)
+    with pytest.raises(WorkerStopped, match="no 'Start' from the JobMaster"):
+        worker._await_control(Start, 0.01)
+
+
+def test_fault_hooks_see_only_the_points_they_asked_for(monkeypatch):
+    crashes: list[bool] = []
+    monkeypatch.setattr("epochal.runtime.hooks.crash", lambda: crashes.append(True))
+    hook = FaultInjector.of([Fault("after_ack", worker=0, attempt=1, checkpoint=3), Fault("time", worker=1, after=1.0)])
+    assert hook is not None and FaultInjector.of([]) is None
+    assert hook.points(0, 1) == {"after_ack"} and hook.points(0, 0) == frozenset() and hook.points(1, 0) == {"time"}
+    for at in (HookPoint("after_ack", 0, 1, 2, 0.0, 0), HookPoint("after_ack", 0, 0, 3, 0.0, 0),
+               HookPoint("time", 1, 0, None, 0.5, 0), HookPoint("after_sync", 0, 1, 3, 0.0, 0)):
+        hook.reached(at)
+    assert crashes == []
+    hook.reached(HookPoint("after_ack", 0, 1, 3, 0.0, 0))
+    hook.reached(HookPoint("time", 1, 0, None, 1.0, 0))
+    assert crashes == [True, True]
