@@ -14,42 +14,44 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from epochal.api.datastream import CollectedStream, DataStream, KeyedStream, WindowedStream
+    from epochal.api.datastream import CollectedStream, DataStream, KeyedStream
     from epochal.api.environment import Environment
+    from epochal.api.windowed import WindowedStream
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
     from epochal.control.restart import (
-                                         ExponentialBackoffRestart,
-                                         FailureRateRestart,
-                                         FixedDelayRestart,
-                                         NoRestart,
-                                         RestartStrategy,
+        ExponentialBackoffRestart,
+        FailureRateRestart,
+        FixedDelayRestart,
+        NoRestart,
+        RestartStrategy,
     )
     from epochal.errors import (
-                                         EnvironmentSetupError,
-                                         EpochalError,
-                                         InsufficientSlotsError,
-                                         JavaNotFoundError,
-                                         JobCancelledError,
-                                         JobFailedError,
-                                         JobTimeoutError,
-                                         PlanError,
-                                         SourceError,
+        EnvironmentSetupError,
+        EpochalError,
+        InsufficientSlotsError,
+        JavaNotFoundError,
+        JobCancelledError,
+        JobFailedError,
+        JobTimeoutError,
+        PlanError,
+        SourceError,
     )
     from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
     from epochal.state.descriptors import (
-                                         AggregatingStateDescriptor,
-                                         ListStateDescriptor,
-                                         MapStateDescriptor,
-                                         ReducingStateDescriptor,
-                                         ValueStateDescriptor,
+        AggregatingStateDescriptor,
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ReducingStateDescriptor,
+        ValueStateDescriptor,
     )
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
-    **dict.fromkeys(("CollectedStream", "DataStream", "KeyedStream", "WindowedStream"), "epochal.api.datastream"),
+    **dict.fromkeys(("CollectedStream", "DataStream", "KeyedStream"), "epochal.api.datastream"),
+    "WindowedStream": "epochal.api.windowed",
     "Environment": "epochal.api.environment",
     **dict.fromkeys(("ProcessContext", "ProcessFunction", "RuntimeContext"), "epochal.runtime.functions"),
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),

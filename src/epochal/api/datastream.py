@@ -11,12 +11,13 @@ stream and return the same stream, so they chain::
 
 from __future__ import annotations
 
-import functools
 import operator as _op
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.api.functions import ProcessFunction, as_process_function
+from epochal.api.windowed import WindowedStream
 from epochal.connectors.base import Sink
 from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
 from epochal.errors import PlanError
@@ -45,37 +46,12 @@ from epochal.runtime.operators import (
     SinkOperator,
     emit_key_value,
     emit_value,
-    get_field,
 )
-from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
+from epochal.runtime.windows import WatermarkGenerator
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
-
-
-def _check_callable(fn: Any, what: str) -> None:
-    if not callable(fn):
-        raise PlanError(f"{what}() takes a function, got {type(fn).__name__}: {fn!r}")
-
-
-#: How aggregations name a record's value: a function of the record, a field name (dict key or
-#: attribute), a tuple index, or None for the record itself.
-Field = Callable[[Any], Any] | str | int | None
-
-
-def _check_field(field: Any, method: str) -> str | int:
-    """A field name or tuple index for ``method``, or a :class:`PlanError` at plan time."""
-    if isinstance(field, bool) or not isinstance(field, (str, int)):
-        raise PlanError(f"{method}() takes a field name (str), a tuple index (int) or a function of the record, "
-                        f"got {type(field).__name__}: {field!r}")
-    return field
-
-
-def _field_getter(field: Any, method: str) -> Callable[[Any], Any]:
-    if callable(field):
-        return field
-    return functools.partial(get_field, field=_check_field(field, method))
 
 
 class CollectedStream:
@@ -151,17 +127,17 @@ class DataStream:
 
     def map(self, fn: Callable[[Any], Any]) -> DataStream:
         """One output record per input record."""
-        _check_callable(fn, "map")
+        check_callable(fn, "map")
         return self._add("map", "Map", MapOperator(fn), [fn])
 
     def filter(self, fn: Callable[[Any], bool]) -> DataStream:
         """Keep the records for which ``fn`` is true."""
-        _check_callable(fn, "filter")
+        check_callable(fn, "filter")
         return self._add("filter", "Filter", FilterOperator(fn), [fn])
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any] | None]) -> DataStream:
         """Any number of output records per input record (``fn`` returns an iterable)."""
-        _check_callable(fn, "flat_map")
+        check_callable(fn, "flat_map")
         return self._add("flat_map", "FlatMap", FlatMapOperator(fn), [fn])
 
     def process(self, fn: ProcessFunction | Callable[..., Any]) -> DataStream:
@@ -177,7 +153,7 @@ class DataStream:
         fire on. ``max_out_of_orderness=0`` suits event times that ascend within each subtask
         (Flink's ``for_monotonous_timestamps``). Watermarks from further upstream are replaced.
         """
-        _check_callable(timestamp, "with_watermarks")
+        check_callable(timestamp, "with_watermarks")
         check_number(max_out_of_orderness, "max_out_of_orderness", strict=False)
         return self._add("watermarks", "Watermarks", WatermarkGenerator(timestamp, max_out_of_orderness), [timestamp])
 
@@ -215,7 +191,7 @@ class DataStream:
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: equal keys go to the same subtask, through their key group."""
-        _check_callable(key_selector, "key_by")
+        check_callable(key_selector, "key_by")
         partitioner = KeyGroupPartitioner(key_selector, self.env.max_parallelism)
         node = self.env.graph.add("partition", "KeyBy", [self.node.id], partitioner=partitioner,
                                   functions=[key_selector])
@@ -236,7 +212,7 @@ class DataStream:
     def partition_custom(self, partitioner: Callable[[Any, int], int],
                          key_selector: Callable[[Any], Any] = lambda record: record) -> DataStream:
         """``partitioner(key, num_partitions) -> index`` picks the subtask for each record."""
-        _check_callable(partitioner, "partition_custom")
+        check_callable(partitioner, "partition_custom")
         node = self.env.graph.add("partition", "Custom", [self.node.id],
                                   partitioner=CustomPartitioner(partitioner, key_selector),
                                   functions=[partitioner, key_selector])
@@ -328,7 +304,7 @@ class IterativeStream(DataStream):
             raise PlanError(f"loop '{self.node.name}' is already closed: call close_with() once per iterate()")
         upstream = feedback
         if key_by is not None:
-            _check_callable(key_by, "close_with(key_by=...)")
+            check_callable(key_by, "close_with(key_by=...)")
             upstream = feedback.key_by(key_by)
             head.feedback_key = key_by
         # the tail is never chained: its edge to the head must stay a channel (the back-edge)
@@ -360,7 +336,7 @@ class KeyedStream(DataStream):
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
         """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record."""
-        _check_callable(fn, "reduce")
+        check_callable(fn, "reduce")
         return self._aggregate("reduce", "Reduce", ReduceAggregate(fn), emit_value, [fn])
 
     def count(self) -> DataStream:
@@ -370,7 +346,7 @@ class KeyedStream(DataStream):
     def _fold(self, kind: str, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
         if value is None or callable(value):
             return self._aggregate(kind, name, FoldAggregate(value, combine), emit_key_value, [value])
-        return self._aggregate(kind, name, FieldAggregate(_check_field(value, kind), combine), emit_value, [])
+        return self._aggregate(kind, name, FieldAggregate(check_field(value, kind), combine), emit_value, [])
 
     def sum(self, value: Field = None) -> DataStream:
         """Rolling sum per key.
@@ -394,13 +370,13 @@ class KeyedStream(DataStream):
     def min_by(self, field: Field) -> DataStream:
         """Rolling: the key's record with the smallest ``field`` (name, index or function) so far;
         on ties the earliest stays (Flink's ``minBy``)."""
-        return self._aggregate("min_by", "MinBy", ByFieldAggregate(_field_getter(field, "min_by"), largest=False),
+        return self._aggregate("min_by", "MinBy", ByFieldAggregate(field_getter(field, "min_by"), largest=False),
                                emit_value, [field] if callable(field) else [])
 
     def max_by(self, field: Field) -> DataStream:
         """Rolling: the key's record with the largest ``field`` (name, index or function) so far;
         on ties the earliest stays (Flink's ``maxBy``)."""
-        return self._aggregate("max_by", "MaxBy", ByFieldAggregate(_field_getter(field, "max_by"), largest=True),
+        return self._aggregate("max_by", "MaxBy", ByFieldAggregate(field_getter(field, "max_by"), largest=True),
                                emit_value, [field] if callable(field) else [])
 
     def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
@@ -411,49 +387,6 @@ class KeyedStream(DataStream):
         before the input ends). Window ``[start, start + size)`` fires once the watermark reaches
         ``start + size - 1``; every open window fires at the end of a bounded input.
         """
-        _check_callable(timestamp, "window")
+        check_callable(timestamp, "window")
         check_number(size, "window size")
         return WindowedStream(self, size, timestamp)
-
-
-class WindowedStream:
-    """A keyed stream cut into tumbling event-time windows; an aggregation makes it a stream
-    of ``(key, window start, result)``, one record per key and window."""
-
-    def __init__(self, keyed: KeyedStream, size: float, timestamp: Callable[[Any], Any]) -> None:
-        self.keyed = keyed
-        self.size = size
-        self.timestamp = timestamp
-
-    def _window(self, name: str, aggregate: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
-        keyed = self.keyed
-        operator = TumblingWindowOperator(keyed.key_selector, self.timestamp, self.size, aggregate)
-        return keyed._add("window", f"Window({self.size}) {name}", operator,
-                          [keyed.key_selector, self.timestamp, *functions])
-
-    def count(self) -> DataStream:
-        """Records per key and window."""
-        return self._window("Count", CountAggregate(), [])
-
-    def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
-        """``fn(accumulated, record)`` over each key's records in the window."""
-        _check_callable(fn, "reduce")
-        return self._window("Reduce", ReduceAggregate(fn), [fn])
-
-    def _fold(self, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
-        if value is None or callable(value):
-            return self._window(name, FoldAggregate(value, combine), [value])
-        return self._window(name, FieldAggregate(_check_field(value, name.lower()), combine), [])
-
-    def sum(self, value: Field = None) -> DataStream:
-        """Sum of ``value(record)`` (the record itself by default) per key and window; with a
-        field name or tuple index, the window's first record with that field holding the sum."""
-        return self._fold("Sum", value, _op.add)
-
-    def min(self, value: Field = None) -> DataStream:
-        """Minimum of ``value(record)`` (or of a field, as :meth:`sum`) per key and window."""
-        return self._fold("Min", value, min)
-
-    def max(self, value: Field = None) -> DataStream:
-        """Maximum of ``value(record)`` (or of a field, as :meth:`sum`) per key and window."""
-        return self._fold("Max", value, max)
