@@ -5,12 +5,15 @@ workers' control connections, and JobClient-facing queries read the result."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from epochal.config import EngineConfig
-from epochal.control.inbox import CancelRequested, Disconnected, Received
+from epochal.control.inbox import CancelRequested, Disconnected, Received, SparkEnded
 from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.control.lifecycle import Started
+from epochal.control.restart import FixedDelayRestart
 from epochal.messages import (
     Cancel,
     Collect,
@@ -49,7 +52,7 @@ class _Link:
 def deploying():
     jm = JobMaster("job", "id", b"deployment", 2, EngineConfig(), b"\0" * 32, "127.0.0.1", ["sink"],
                    submit_spark_job=lambda jm: None, cancel_spark_job=lambda: None)
-    jm.status = JobStatus.DEPLOYING  # what start() does, without its threads and Spark job
+    jm.lifecycle.handle(Started())  # what start() does, without its threads and Spark job
     links = [_Link(), _Link()]
     yield jm, links
     jm.server.close()
@@ -129,3 +132,41 @@ def test_cancel_reaches_every_worker(deploying):
     jm._handle(CancelRequested("cancelled by the user"))
     assert jm.status == JobStatus.CANCELLING
     assert [link.received() for link in links] == [Cancel("cancelled by the user")] * 2
+
+
+def test_restart_after_restart_through_the_jobmaster_then_a_stale_registration():
+    """The lifecycle and restart machines wired into the JobMaster: two failures, two restarts
+    (a registration of the failed attempt is then rejected), a third failure ends the job."""
+    submitted: list[int] = []
+    jm = JobMaster("job", "id", b"deployment", 1, EngineConfig(cancel_timeout=0.2), b"\0" * 32, "127.0.0.1", [],
+                   submit_spark_job=lambda jm: submitted.append(jm.attempt), cancel_spark_job=lambda: None,
+                   restart=FixedDelayRestart(attempts=2, delay=0.0))
+    jm.lifecycle.handle(Started())
+    links = []
+    try:
+        for attempt in range(3):
+            link = _Link()
+            links.append(link)
+            if attempt:
+                _register(jm, link, 0, job_attempt=attempt - 1)  # a late worker of the failed attempt
+                assert isinstance(link.received(), Reject) and jm.registered_workers() == 0
+            _register(jm, link, 0, job_attempt=attempt)
+            assert jm.status == JobStatus.RUNNING and isinstance(link.received(), Deploy)
+            jm._handle(Disconnected(0, link.jobmaster_end))
+            assert jm.status == JobStatus.FAILING
+            jm._check_timers(time.monotonic())  # within the grace period: nothing yet
+            assert jm.status == JobStatus.FAILING
+            jm._check_timers(time.monotonic() + 1.0)
+            if attempt == 2:
+                break
+            assert jm.status == JobStatus.RESTARTING and len(jm.restart_history()) == attempt + 1
+            jm._handle(SparkEnded([], None))
+            jm._check_timers(time.monotonic() + 1.0)
+            assert jm.status == JobStatus.DEPLOYING and jm.attempt == attempt + 1
+        assert jm.status == JobStatus.FAILED and submitted == [1, 2]
+        assert [r["attempt"] for r in jm.restart_history()] == [0, 1]
+        assert "(after 2 restarts; restart strategy: fixed delay (2 attempts, 0 s apart))" in str(jm.error)
+    finally:
+        jm.server.close()
+        for link in links:
+            link.close()

@@ -19,7 +19,7 @@ from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import executor_python, interrupts, slots
 from epochal.control import spark as spark_support
-from epochal.control.checkpoints import CheckpointCoordinator, check_restore
+from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy

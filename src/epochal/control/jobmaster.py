@@ -5,7 +5,10 @@ admits only connections that present the job's token, registers the workers, dep
 execution graph to them, tells them to start, and then watches: heartbeats, finished and failed
 reports, lost connections and the Spark job itself. The first failure wins (after a short grace
 period in which a more specific cause, such as a user exception, may still arrive), every worker
-is told to cancel, and the Spark job is killed if workers do not stop by themselves.
+is told to cancel, and the Spark job is killed if workers do not stop by themselves. The job's
+status belongs to the lifecycle machine (:mod:`epochal.control.lifecycle`) and restart decisions
+and timing to the restart machine (:class:`epochal.control.restart.RestartMachine`): the
+JobMaster feeds them events and carries out the instructions they return.
 
 All decisions are taken on one coordinator thread; socket readers only enqueue events
 (:mod:`epochal.control.inbox`), and messages are the typed ones of :mod:`epochal.messages`,
@@ -15,7 +18,6 @@ through the query methods, which take the lock under which the coordinator threa
 
 from __future__ import annotations
 
-import enum
 import functools
 import queue
 import socket
@@ -26,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.config import EngineConfig
-from epochal.control.checkpoints import CheckpointCoordinator
+from epochal.control import lifecycle
+from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.collect import CollectLedger
 from epochal.control.inbox import CancelRequested, Disconnected, InboxEvent, Received, SparkEnded
+from epochal.control.lifecycle import JobLifecycle, JobStatus
 from epochal.control.loops import LoopTermination
-from epochal.control.restart import RestartStrategy
+from epochal.control.restart import RestartMachine, RestartStrategy
 from epochal.errors import EpochalError, InsufficientSlotsError, JobCancelledError, JobFailedError
 from epochal.messages import (
     Ack,
@@ -51,31 +55,13 @@ from epochal.messages import (
     Register,
     Reject,
     RestorePoint,
-    Shutdown,
     Start,
     ToWorker,
 )
 from epochal.runtime import protocol
 from epochal.state.storage import CheckpointStorage
 
-
-class JobStatus(enum.Enum):
-    """Where a job is in its life."""
-
-    CREATED = "created"
-    DEPLOYING = "deploying"
-    RUNNING = "running"
-    FINISHING = "finishing"
-    FINISHED = "finished"
-    FAILING = "failing"
-    RESTARTING = "restarting"
-    FAILED = "failed"
-    CANCELLING = "cancelling"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELLED)
+__all__ = ["JobMaster", "JobStatus", "WorkerInfo", "summarize_spark_error"]
 
 
 @dataclass
@@ -142,9 +128,9 @@ class JobMaster:
         self.workers: dict[int, WorkerInfo] = {}
         #: collect() sinks' records: staged per writer epoch, published when committed; under ``_lock``.
         self.collects = CollectLedger(collect_ids)
-        self.status = JobStatus.CREATED
+        #: The job lifecycle (``status``) and the restart sub-machine: see docs/architecture.md.
+        self.lifecycle = JobLifecycle()
         self.failures: list[Failed] = []
-        self.failing_since = 0.0
         self.stop_deadline = 0.0
         self.spark_done = False
         self.spark_results: list[Any] = []
@@ -154,15 +140,12 @@ class JobMaster:
         self.done = threading.Event()
         self.coordinator = coordinator
         self.restart = restart or RestartStrategy()
+        #: Restart decisions and timing; its ``restarts`` (one entry per restart) change under ``_lock``.
+        self.restarting = RestartMachine(self.restart, config.cancel_timeout)
         self.restore = restore
         #: What the current attempt's workers restore (for errors about a damaged checkpoint).
         self.restoring: dict[str, Any] | None = None
         self.attempt = 0
-        #: One entry per restart; changed under ``_lock``.
-        self.restarts: list[dict[str, Any]] = []
-        self.failure_detected = 0.0
-        self.restart_at = 0.0
-        self.spark_killed = False
         self.started_running = False
         self.final_checkpoint: int | None = None
         self.committed: set[int] = set()
@@ -175,7 +158,7 @@ class JobMaster:
     def start(self) -> None:
         """Open for registrations, submit the Spark job, and coordinate on a background thread."""
         self.started_at = time.monotonic()
-        self.status = JobStatus.DEPLOYING
+        self._transition(lifecycle.Started())
         self.registration_deadline = self.started_at + self.config.registration_timeout
         threading.Thread(target=self._accept_loop, name="epochal-jm-accept", daemon=True).start()
         threading.Thread(target=self._coordinate, name="epochal-jm", daemon=True).start()
@@ -188,6 +171,14 @@ class JobMaster:
     def spark_finished(self, results: list[Any] | None, error: BaseException | None) -> None:
         """Called by the Spark launcher thread when the Spark job returns or fails."""
         self.events.put(SparkEnded(results, error))
+
+    @property
+    def status(self) -> JobStatus:
+        return self.lifecycle.status
+
+    @property
+    def restarts(self) -> list[dict[str, Any]]:
+        return self.restarting.restarts
 
     def broadcast(self, message: ToWorker) -> None:
         """Send ``message`` to every registered worker. Only on the coordinator thread, which
@@ -302,7 +293,7 @@ class JobMaster:
         worker = self.workers.get(event.worker)
         if worker is not None and worker.connection is event.connection and not worker.finished \
                 and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
-            self.failure_detected = self.failure_detected or time.monotonic()
+            self.restarting.failure_seen(time.monotonic())
             self._fail(Failed("worker_lost", worker=worker.index, error=(
                 f"worker {worker.index} (Spark task attempt {worker.task_attempt}, pid {worker.pid} on "
                 f"{worker.hostname}) died or lost its connection to the driver")))
@@ -319,11 +310,10 @@ class JobMaster:
 
     @_INBOX.on(CancelRequested)
     def _on_cancel(self, event: CancelRequested) -> None:
-        if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING, JobStatus.RESTARTING,
-                           JobStatus.FAILING):
-            self.status = JobStatus.CANCELLING
+        cancel = lifecycle.CancelRequested(event.reason)
+        if self.lifecycle.accepts(cancel):  # else: not started yet, or already stopping
             self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event.reason}")
-            self.broadcast(Cancel(event.reason))
+            self._transition(cancel)
             # no worker registered yet (e.g. waiting for slots): nothing can stop by itself
             self.stop_deadline = time.monotonic() + (self.config.cancel_timeout if self.workers else 0.0)
 
@@ -358,9 +348,8 @@ class JobMaster:
                 and len(self.workers) == self.num_workers:
             self.broadcast(Start())
             self.started_running = True
-            if self.restarts and "recovered_s" not in self.restarts[-1]:
-                with self._lock:
-                    self.restarts[-1]["recovered_s"] = time.monotonic() - self.restarts[-1]["detected"]
+            with self._lock:
+                self.restarting.all_ready(time.monotonic())
 
     @_ON.on(Finished)
     @_from_registered
@@ -370,11 +359,11 @@ class JobMaster:
             worker.metrics = message.metrics
         if self.status == JobStatus.RUNNING and all(w.finished for w in self.workers.values()):
             if self.coordinator is None:
-                self._shutdown()
+                self._shutdown(lifecycle.AllFinished())
             elif self.final_checkpoint is None:
                 # every record is processed: one last checkpoint commits the sinks' final epoch
                 self.coordinator.paused = True
-                self.final_checkpoint = self.coordinator.trigger(time.monotonic())
+                self.final_checkpoint = self.coordinator.trigger(time.monotonic(), time.time())
 
     @_ON.on(Ack)
     @_from_registered
@@ -393,9 +382,9 @@ class JobMaster:
     @_ON.on(Processing)
     @_from_registered
     def _on_processing(self, worker: WorkerInfo, message: Processing) -> None:
-        if self.started_running and self.restarts and "resumed_s" not in self.restarts[-1]:
+        if self.started_running:
             with self._lock:
-                self.restarts[-1]["resumed_s"] = time.monotonic() - self.restarts[-1]["detected"]
+                self.restarting.processing(time.monotonic())
 
     @_ON.on(LoopReady)
     @_from_registered
@@ -415,16 +404,15 @@ class JobMaster:
         if message.checkpoint_id == self.final_checkpoint:
             self.committed.add(worker.index)
             if len(self.committed) == self.num_workers and self.status == JobStatus.RUNNING:
-                self._shutdown()
+                self._shutdown(lifecycle.FinalCheckpointCommitted())
 
     @_ON.on(Failed)
     @_from_registered
     def _on_failed(self, worker: WorkerInfo, message: Failed) -> None:
         self._fail(message)
 
-    def _shutdown(self) -> None:
-        self.status = JobStatus.FINISHING
-        self.broadcast(Shutdown())
+    def _shutdown(self, event: lifecycle.AllFinished | lifecycle.FinalCheckpointCommitted) -> None:
+        self._transition(event)  # broadcasts Shutdown
         self.stop_deadline = time.monotonic() + self.config.cancel_timeout
 
     def _restore_info(self) -> dict[str, Any] | None:
@@ -469,9 +457,9 @@ class JobMaster:
                 self.restoring = restore
             except EpochalError as error:
                 self.error = error
-                self._stop(JobStatus.FAILED)
+                self._stop(lifecycle.RestoreUnreadable())
                 return
-            self.status = JobStatus.RUNNING
+            self._transition(lifecycle.AllRegistered())
             point = None if restore is None else RestorePoint(restore["storage"], restore["checkpoint_id"],
                                                               restore["metadata"])
             self.broadcast(Deploy(self.deployment, peers, point))
@@ -479,9 +467,8 @@ class JobMaster:
     def _fail(self, failure: Failed) -> None:
         self.failures.append(failure)
         if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING):
-            self.status = JobStatus.FAILING
-            self.failing_since = time.monotonic()
-            self.failure_detected = self.failure_detected or self.failing_since
+            self._transition(lifecycle.FailureReported(time.monotonic()))
+            self.restarting.failure_seen(self.lifecycle.failing_since)
 
     def _check_timers(self, now: float) -> None:
         if self.status == JobStatus.DEPLOYING and now > self.registration_deadline:
@@ -492,10 +479,10 @@ class JobMaster:
                 f"task slots{self.slots_hint}. Lower the parallelism, give Spark more cores or executors "
                 "(e.g. master 'local[N]' with N >= the parallelism), wait for other jobs to finish, or raise "
                 "registration_timeout")
-            self._stop(JobStatus.FAILED)
+            self._stop(lifecycle.RegistrationTimedOut())
         elif self.status == JobStatus.RUNNING:
             if self.coordinator is not None and self.started_running:
-                self.coordinator.maybe_trigger(now)
+                self.coordinator.maybe_trigger(now, time.time())
                 if not self.coordinator.check_timeouts(now):
                     self._fail(Failed("checkpoint", (
                         f"checkpoints keep failing (more than {self.coordinator.config.tolerable_failures} "
@@ -508,44 +495,35 @@ class JobMaster:
                         f"worker {worker.index} (pid {worker.pid} on {worker.hostname}) sent no heartbeat for "
                         f"{timeout:g} s; it is hung or unreachable")))
                     break
-        elif self.status == JobStatus.FAILING and now - self.failing_since > 0.5:
+        elif self.lifecycle.grace_over(now):
             error = self._failure_error()
-            # a damaged checkpoint fails every attempt the same way: not a failure to restart from
-            delay = None if error.kind == "restore" else self.restart.next_delay(now)
+            delay = self.restarting.decide(error.kind or "", now)
             if delay is None:
                 if self.restarts:
-                    error.args = (f"{error.args[0]}\n(after {len(self.restarts)} restarts; restart strategy: "
-                                  f"{self.restart.describe()})",)
+                    error.args = (f"{error.args[0]}{self.restarting.give_up_note()}",)
                 self.error = error
-                self._stop(JobStatus.FAILED)
+                self._stop(lifecycle.RestartsExhausted())
             else:
                 self._begin_restart(error, delay, now)
         elif self.status == JobStatus.RESTARTING:
-            if not self.spark_done and not self.spark_killed and now > self.stop_deadline:
-                self.cancel_spark_job()
-                self.spark_killed = True
-            if self.spark_done and now >= self.restart_at:
-                self._new_attempt(now)
+            for instruction in self.restarting.tick(now, self.spark_done):
+                if isinstance(instruction, lifecycle.StartAttempt):
+                    self._new_attempt(now)
+                else:
+                    self._carry_out([instruction])
         elif self.status in (JobStatus.FINISHING, JobStatus.CANCELLING):
-            target = JobStatus.FINISHED if self.status == JobStatus.FINISHING else JobStatus.CANCELLED
             if self.spark_done:
-                self.status = target
+                self._transition(lifecycle.SparkStopped())
             elif now > self.stop_deadline:
-                self.cancel_spark_job()
-                self.status = target
+                self._transition(lifecycle.StopDeadlinePassed())  # kills the Spark job
 
     def _begin_restart(self, error: JobFailedError, delay: float, now: float) -> None:
         """Stop this attempt's workers; a new attempt starts once its Spark job is gone."""
         with self._lock:
-            self.restarts.append({"attempt": self.attempt, "cause": str(error).splitlines()[0],
-                                  "detected": self.failure_detected or now})
+            self.restarting.begin(self.attempt, str(error).splitlines()[0], delay, now)
         if self.coordinator is not None:
-            self.coordinator.abort_all(f"job attempt {self.attempt} failed")
-        self.broadcast(Cancel(f"restarting: {error}"))
-        self.status = JobStatus.RESTARTING
-        self.stop_deadline = now + self.config.cancel_timeout
-        self.restart_at = now + delay
-        self.spark_killed = False
+            self.coordinator.abort_all(f"job attempt {self.attempt} failed", now)
+        self._transition(lifecycle.RestartDecided(str(error)))  # broadcasts Cancel
 
     def _new_attempt(self, now: float) -> None:
         for worker in self.workers.values():
@@ -556,7 +534,7 @@ class JobMaster:
         with self._lock:
             self.workers = {}
         self.failures = []
-        self.failure_detected = 0.0
+        self.restarting.new_attempt()
         self.spark_done = False
         self.started_running = False
         self.committed = set()
@@ -572,15 +550,17 @@ class JobMaster:
         with self._lock:
             self.collects.new_attempt(self.attempt, self.coordinator.latest_completed if self.coordinator else None,
                                       checkpointing=self.coordinator is not None)
-        self.status = JobStatus.DEPLOYING
+        self._transition(lifecycle.NewAttempt())
         self.registration_deadline = now + self.config.registration_timeout
         self.submit_spark_job(self)
 
-    def _stop(self, final: JobStatus) -> None:
-        """Tell workers to stop, wait (bounded) for the Spark job to end, kill it otherwise."""
+    def _stop(self, failed: lifecycle.RestoreUnreadable | lifecycle.RegistrationTimedOut
+              | lifecycle.RestartsExhausted) -> None:
+        """Tell workers to stop, wait (bounded) for the Spark job to end, kill it otherwise; the
+        job is then FAILED."""
         self.broadcast(Cancel(str(self.error)))
         deadline = time.monotonic() + self.config.cancel_timeout
-        if final == JobStatus.FAILED and not self.workers:
+        if not self.workers:
             deadline = time.monotonic()  # nothing runs that could stop by itself
         while not self.spark_done and time.monotonic() < deadline:
             try:
@@ -591,7 +571,20 @@ class JobMaster:
                 self.spark_done = True
         if not self.spark_done:
             self.cancel_spark_job()
-        self.status = final
+        self._transition(failed)
+
+    def _transition(self, event: lifecycle.LifecycleEvent) -> None:
+        """Feed the lifecycle one event and carry out its instructions."""
+        self._carry_out(self.lifecycle.handle(event))
+
+    def _carry_out(self, instructions: list[lifecycle.Instruction]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, lifecycle.Broadcast):
+                self.broadcast(instruction.message)
+            elif isinstance(instruction, lifecycle.KillSparkJob):
+                self.cancel_spark_job()
+            else:
+                raise AssertionError(f"the JobMaster starts attempts itself, not via {instruction}")
 
     def _failure_error(self) -> JobFailedError:
         failure = min(self.failures, key=lambda f: _FAILURE_RANK.get(f.kind, 9))

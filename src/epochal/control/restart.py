@@ -2,13 +2,17 @@
 
 Each strategy answers ``next_delay(now)`` with the seconds to wait before the next attempt, or
 ``None`` when the limit is reached and the job must fail (with the failure that ended it).
+:class:`RestartMachine` is the JobMaster's restart sub-machine built on them (decisions, restart
+timing and history; time passed in).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
+from epochal.control.lifecycle import KillSparkJob, StartAttempt
 from epochal.validation import check_number
 
 
@@ -101,3 +105,67 @@ class FailureRateRestart(RestartStrategy):
 
     def describe(self) -> str:
         return f"failure rate (at most {self.max_failures} failures in {self.interval:g} s)"
+
+
+class RestartMachine:
+    """The restart sub-machine of the JobMaster: whether and when a failed job restarts, and
+    the history of its restarts (``restarts``: attempt, cause, detected, then ``recovered_s``
+    once the new attempt's workers are all ready and ``resumed_s`` once they process records).
+
+    Pure: time comes in as an argument, and ``tick`` answers with the lifecycle instructions
+    the driver carries out (kill the failed attempt's Spark job, start the next attempt).
+    """
+
+    def __init__(self, strategy: RestartStrategy, stop_timeout: float) -> None:
+        self.strategy = strategy
+        self.stop_timeout = stop_timeout
+        self.restarts: list[dict[str, Any]] = []
+        #: When the current attempt's first failure was seen (0: none yet).
+        self.detected = 0.0
+        self.restart_at = 0.0
+        self.stop_deadline = 0.0
+        self.spark_killed = False
+
+    def failure_seen(self, now: float) -> None:
+        self.detected = self.detected or now
+
+    def decide(self, kind: str, now: float) -> float | None:
+        """The delay before the next attempt, or None when the job must fail. A damaged
+        checkpoint ("restore") fails every attempt the same way: never restarted."""
+        return None if kind == "restore" else self.strategy.next_delay(now)
+
+    def give_up_note(self) -> str:
+        """What a final failure's message adds after restarts."""
+        if not self.restarts:
+            return ""
+        return f"\n(after {len(self.restarts)} restarts; restart strategy: {self.strategy.describe()})"
+
+    def begin(self, attempt: int, cause: str, delay: float, now: float) -> None:
+        """Attempt ``attempt`` failed with ``cause`` and restarts after ``delay`` seconds."""
+        self.restarts.append({"attempt": attempt, "cause": cause, "detected": self.detected or now})
+        self.stop_deadline = now + self.stop_timeout
+        self.restart_at = now + delay
+        self.spark_killed = False
+
+    def tick(self, now: float, spark_done: bool) -> list[KillSparkJob | StartAttempt]:
+        """While RESTARTING: kill the old Spark job once its workers overran the stop deadline;
+        start the next attempt once it is gone and the delay has passed."""
+        if not spark_done and not self.spark_killed and now > self.stop_deadline:
+            self.spark_killed = True
+            return [KillSparkJob()]
+        if spark_done and now >= self.restart_at:
+            return [StartAttempt()]
+        return []
+
+    def new_attempt(self) -> None:
+        self.detected = 0.0
+
+    def all_ready(self, now: float) -> None:
+        """The restarted attempt's workers are all ready: the job recovered."""
+        if self.restarts and "recovered_s" not in self.restarts[-1]:
+            self.restarts[-1]["recovered_s"] = now - self.restarts[-1]["detected"]
+
+    def processing(self, now: float) -> None:
+        """The restarted attempt processes records again."""
+        if self.restarts and "resumed_s" not in self.restarts[-1]:
+            self.restarts[-1]["resumed_s"] = now - self.restarts[-1]["detected"]

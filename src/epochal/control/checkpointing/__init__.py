@@ -1,0 +1,18 @@
+"""Checkpoint coordination on the driver, split into one owner per concern (as Flink does).
+
+``coordinator`` (:class:`CheckpointCoordinator`: trigger timing, the pending checkpoints, the
+order of completion and abort), ``pending`` (:class:`PendingCheckpoint`, :class:`AckResult`),
+``failures`` (:class:`CheckpointFailureManager`, :class:`AbortKind`: what counts as a failure),
+``store`` (:class:`CompletedCheckpointStore`: completed ids, retention, record totals),
+``stats`` (:class:`CheckpointStatsTracker`) and ``restore`` (:func:`check_restore`).
+"""
+
+from epochal.control.checkpointing.coordinator import CheckpointCoordinator
+from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
+from epochal.control.checkpointing.restore import check_restore
+from epochal.control.checkpointing.stats import CheckpointStatsTracker
+from epochal.control.checkpointing.store import CompletedCheckpointStore
+
+__all__ = ["AbortKind", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointStatsTracker",
+           "CompletedCheckpointStore", "PendingCheckpoint", "check_restore"]

@@ -1,0 +1,171 @@
+"""The checkpoint coordinator on the driver (papers/000 §4.2, papers/001 §3.2).
+
+It triggers checkpoint *n* on every worker (sources inject barrier *n*), collects one
+acknowledgement per subtask with the handles of its state files, and completes *n* by writing
+the metadata atomically; only then does it notify the workers, which is when transactional
+sinks commit. A checkpoint that times out or is declined (an upload failed) is aborted; more
+consecutive failures than tolerated fail the job.
+
+The coordinator owns only the trigger timing (interval, pause, concurrency), the pending
+checkpoints by id and the order of the steps; it composes one owner per concern, as Flink does:
+:class:`PendingCheckpoint` (acks, classified by :class:`AckResult`), the
+:class:`CheckpointFailureManager`, the :class:`CompletedCheckpointStore` (ids, retention,
+record totals) and the :class:`CheckpointStatsTracker`. It reads no clock: every call takes the
+monotonic ``now`` (and a trigger the wall time) from its caller, the JobMaster. Its only effects
+are the storage (metadata, deletions, statistics) and the ``broadcast`` callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from epochal.config import CheckpointConfig
+from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
+from epochal.control.checkpointing.stats import CheckpointStatsTracker
+from epochal.control.checkpointing.store import CompletedCheckpointStore
+from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, ToWorker, TriggerCheckpoint
+from epochal.state.storage import CheckpointStorage
+
+
+class CheckpointCoordinator:
+    """Triggers, completes, aborts and retains checkpoints of one job."""
+
+    def __init__(self, config: CheckpointConfig, storage: CheckpointStorage, job_name: str,
+                 subtasks: dict[tuple[int, int], str],
+                 vertex_parallelism: dict[int, int], max_parallelism: int,
+                 broadcast: Callable[[ToWorker], None], first_id: int = 1,
+                 split_layout: dict[str, int] | None = None,
+                 operators: dict[str, dict[str, str]] | None = None) -> None:
+        self.config = config
+        self.storage = storage
+        self.job_name = job_name
+        self.subtasks = subtasks
+        self.vertex_parallelism = vertex_parallelism
+        self.max_parallelism = max_parallelism
+        self.broadcast = broadcast
+        self.split_layout = split_layout or {}
+        #: uid -> {"name", "kind"} of every operator, recorded in the metadata so that a restore
+        #: into a changed job can say whose state nobody claims.
+        self.operators = operators or {}
+        self.next_id = first_id
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.store = CompletedCheckpointStore(storage, config.retained)
+        self.failures = CheckpointFailureManager(config.tolerable_failures)
+        self.tracker = CheckpointStatsTracker(storage)
+        self.last_end = 0.0
+        self.last_trigger = 0.0
+        self.paused = False
+
+    # ---------------------------------------------------------------- views of the parts
+    @property
+    def latest_completed(self) -> int | None:
+        return self.store.latest
+
+    @property
+    def completed(self) -> list[int]:
+        return self.store.completed
+
+    @property
+    def source_records(self) -> dict[int, int]:
+        return self.store.source_records
+
+    @property
+    def records_base(self) -> int:
+        return self.store.records_base
+
+    @records_base.setter
+    def records_base(self, value: int) -> None:
+        self.store.records_base = value
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self.failures.consecutive_failures
+
+    @property
+    def stats(self) -> list[dict[str, Any]]:
+        return self.tracker.entries
+
+    def stats_snapshot(self) -> list[dict[str, Any]]:
+        """A copy of the statistics so far (safe from any thread)."""
+        return self.tracker.snapshot()
+
+    # ---------------------------------------------------------------- triggering
+    def maybe_trigger(self, now: float, wall: float) -> int | None:
+        """Trigger a periodic checkpoint when the interval, pause and concurrency allow."""
+        if self.paused or self.config.interval is None:
+            return None
+        if len(self.pending) >= self.config.max_concurrent:
+            return None
+        if now - self.last_trigger < self.config.interval or now - self.last_end < self.config.min_pause:
+            return None
+        return self.trigger(now, wall)
+
+    def trigger(self, now: float, wall: float) -> int:
+        """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time)."""
+        checkpoint_id = self.next_id
+        self.next_id += 1
+        self.last_trigger = now
+        self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall, now, set(self.subtasks))
+        self.broadcast(TriggerCheckpoint(checkpoint_id))
+        return checkpoint_id
+
+    # ---------------------------------------------------------------- acknowledgements
+    def on_ack(self, message: Ack, now: float) -> AckResult:
+        """Record one subtask's acknowledgement; the last one completes the checkpoint."""
+        pending = self.pending.get(message.checkpoint_id)
+        if pending is None:
+            return AckResult.UNKNOWN  # late ack of an aborted (or completed) checkpoint
+        result = pending.acknowledge(message)
+        if result is AckResult.SUCCESS and pending.fully_acknowledged:
+            self._complete(pending, now)
+        return result
+
+    def _complete(self, pending: PendingCheckpoint, now: float) -> None:
+        checkpoint_id = pending.checkpoint_id
+        self.store.write(checkpoint_id, pending.metadata(self.job_name, self.max_parallelism, self.vertex_parallelism,
+                                                         self.split_layout, self.operators))
+        del self.pending[checkpoint_id]
+        # older pending checkpoints can no longer be useful
+        for older in [c for c in self.pending if c < checkpoint_id]:
+            self.abort(older, AbortKind.SUPERSEDED, "a newer checkpoint completed", now)
+        self.store.add(checkpoint_id, pending.source_records())
+        self.failures.on_completed()
+        self.last_end = now
+        self.tracker.completed(pending, now)
+        self.broadcast(CheckpointComplete(checkpoint_id))
+        self.store.retain()
+
+    # ---------------------------------------------------------------- failures
+    def on_decline(self, message: Decline, now: float) -> bool:
+        """A subtask could not write its snapshot; returns False when failures exceed tolerance."""
+        return self.abort(message.checkpoint_id, AbortKind.DECLINED,
+                          f"declined by worker {message.worker}: {message.reason}", now)
+
+    def check_timeouts(self, now: float) -> bool:
+        """Abort the checkpoints pending longer than the timeout; False when failures exceed tolerance."""
+        for pending in list(self.pending.values()):
+            if now - pending.started > self.config.timeout:
+                if not self.abort(pending.checkpoint_id, AbortKind.TIMED_OUT,
+                                  f"timed out after {self.config.timeout:g} s", now):
+                    return False
+        return True
+
+    def abort(self, checkpoint_id: int, kind: AbortKind, reason: str, now: float) -> bool:
+        """Abort a pending checkpoint; returns False when failures exceed the tolerated number.
+        The failure manager decides whether ``kind`` counts."""
+        pending = self.pending.pop(checkpoint_id, None)
+        if pending is None:
+            return True
+        pending.discard()
+        self.last_end = now
+        self.store.discard(checkpoint_id)
+        self.tracker.aborted(pending, reason, now)
+        self.broadcast(CheckpointAbort(checkpoint_id))
+        return self.failures.on_aborted(kind)
+
+    def abort_all(self, reason: str, now: float) -> None:
+        """On a job failure: forget pending checkpoints (they can never complete)."""
+        for checkpoint_id in list(self.pending):
+            self.abort(checkpoint_id, AbortKind.JOB_FAILED, reason, now)

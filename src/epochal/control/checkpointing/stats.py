@@ -1,0 +1,60 @@
+"""Statistics of every checkpoint: kept in memory and appended to ``checkpoint_stats.jsonl``.
+
+Owns the list of entries (one per completed or aborted checkpoint, in the order they ended) and
+their fields. Entries are appended on the JobMaster's coordinator thread and read from any
+thread through :meth:`CheckpointStatsTracker.snapshot`, under a lock. Writing the JSON lines
+file is best effort: statistics never fail a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from epochal.control.checkpointing.pending import PendingCheckpoint
+from epochal.state.storage import CheckpointStorage
+
+
+class CheckpointStatsTracker:
+    """The statistics of a job's checkpoints."""
+
+    def __init__(self, storage: CheckpointStorage) -> None:
+        self.storage = storage
+        self.entries: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def completed(self, pending: PendingCheckpoint, now: float) -> dict[str, Any]:
+        acks = list(pending.acks.values())
+        return self._record({
+            "checkpoint_id": pending.checkpoint_id, "status": "completed", "trigger_time": pending.triggered_at,
+            "duration_s": now - pending.started,
+            "bytes": sum(a.stats["bytes"] for a in acks),
+            "alignment_s_max": max(a.stats["alignment_s"] for a in acks),
+            "sync_s_max": max(a.stats["sync_s"] for a in acks),
+            "async_s_max": max(a.stats["async_s"] for a in acks),
+            "alignment_buffered_bytes": sum(a.stats.get("buffered_bytes", 0) for a in acks),
+            "alignment_spilled_bytes": sum(a.stats.get("spilled_bytes", 0) for a in acks),
+            "loop_log_records": sum(a.stats.get("loop_log_records", 0) for a in acks),
+            "subtasks": {f"{v}/{s}": a.stats for (v, s), a in pending.acks.items()},
+        })
+
+    def aborted(self, pending: PendingCheckpoint, reason: str, now: float) -> dict[str, Any]:
+        return self._record({"checkpoint_id": pending.checkpoint_id, "status": "aborted", "reason": reason,
+                             "trigger_time": pending.triggered_at, "duration_s": now - pending.started})
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """A copy of the statistics so far (safe from any thread)."""
+        with self._lock:
+            return list(self.entries)
+
+    def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.entries.append(entry)
+        try:
+            self.storage.fs.create_dir(self.storage.root, recursive=True)
+            with self.storage.fs.open_append_stream(f"{self.storage.root}/checkpoint_stats.jsonl") as out:
+                out.write((json.dumps(entry) + "\n").encode())
+        except (OSError, NotImplementedError):
+            pass  # statistics must never fail a checkpoint (object stores may not append)
+        return entry
