@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.connectors.base import SourceSplit
-from epochal.plan.jobgraph import ChainedNode
+from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
 from epochal.runtime.barriers import BarrierHandler
@@ -26,6 +26,12 @@ from epochal.state.backend import KeyedStateBackend
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
+
+
+def edge_names(job: JobGraph, edge_id: int) -> tuple[str, str]:
+    """(producing operator, first operator of the consuming chain) of a job edge, for errors."""
+    edge = job.edges[edge_id]
+    return job.nodes[edge.source_node].name, job.nodes[job.vertices[edge.target_vertex].head].name
 
 
 class EdgeOutput:
@@ -305,6 +311,21 @@ class Subtask:
         for name, items in lists.items():
             mode = "union" if name == SourceReader.POSITIONS else "split"
             runner.operator_state.get_list_state(name, mode).extend(items)
+
+    def connect_outputs(self, job: JobGraph, outputs_of: dict[tuple[int, int], list[int]],
+                        out_channels: dict[int, OutputChannel], batch_size: int) -> list[tuple[int, EdgeOutput]]:
+        """Give every operator of the (opened) chain an :class:`EdgeOutput` per job edge leaving it,
+        over the channels ``outputs_of[(edge, subtask index)]``; returns ``(edge id, output)`` pairs."""
+        created = []
+        for node_id, runner in zip(job.vertices[self.vertex_id].nodes, self.runners, strict=True):
+            for edge_id in job.nodes[node_id].out_edges:
+                channels = [out_channels[c] for c in outputs_of[(edge_id, self.index)]]
+                output = EdgeOutput(job.edges[edge_id].partitioner, channels, batch_size, edge_names(job, edge_id))
+                runner.outputs.append(output)
+                self.outputs.append(output)
+                self.output_channels.extend(channels)
+                created.append((edge_id, output))
+        return created
 
     def attach_source(self, reader: SourceReader) -> None:
         """Make this a source subtask; restored positions (if any) are applied as splits open."""

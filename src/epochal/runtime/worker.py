@@ -82,7 +82,7 @@ from epochal.runtime.mailbox import (
     SnapshotUpload,
 )
 from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.tasks import EdgeOutput, LoopRole, SourceReader, Subtask
+from epochal.runtime.tasks import LoopRole, SourceReader, Subtask, edge_names
 from epochal.state.snapshot import RestoreSource, handle_bytes, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -308,7 +308,7 @@ class Worker:
                 # a loop's back-edge never runs out of credit: a loop cannot deadlock on itself
                 credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
                 self.out_channels[channel.id] = OutputChannel(channel.id, credit, transport,
-                                                              _edge_names(job, channel.edge))
+                                                              edge_names(job, channel.edge))
         loop_of_vertex = {v: loop for loop in job.loops for v in loop.vertices}
         for vertex_id, index in graph.subtasks_of_worker(self.index):
             vertex = job.vertices[vertex_id]
@@ -318,21 +318,13 @@ class Worker:
                              attempt=self.job_attempt, checkpointing=self.mode != NONE, restore=self.restore)
             except CheckpointError as error:
                 raise RestoreFailed(error, self.restore.checkpoint_id if self.restore else None) from error
-            runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
             loop = loop_of_vertex.get(vertex_id)
             if loop is not None:
                 head = subtask.runners[0].operator if vertex_id == loop.head_vertex else None
                 subtask.loop = LoopRole(loop.id, head if isinstance(head, IterationHead) else None)
-            for node_id in vertex.nodes:
-                for edge_id in job.nodes[node_id].out_edges:
-                    channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
-                    output = EdgeOutput(job.edges[edge_id].partitioner, channels, config.batch_size,
-                                        _edge_names(job, edge_id))
-                    runners[node_id].outputs.append(output)
-                    subtask.outputs.append(output)
-                    subtask.output_channels.extend(channels)
-                    if subtask.loop is not None and job.edges[edge_id].loop == subtask.loop.loop_id:
-                        subtask.loop.loop_outputs.append(output)
+            for edge_id, output in subtask.connect_outputs(job, graph.outputs, self.out_channels, config.batch_size):
+                if subtask.loop is not None and job.edges[edge_id].loop == subtask.loop.loop_id:
+                    subtask.loop.loop_outputs.append(output)
             for channel_id in graph.inputs[(vertex_id, index)]:
                 channel = graph.channels[channel_id]
                 producer_worker = graph.worker_of(channel.producer)
@@ -887,12 +879,6 @@ class Worker:
                     sock.close()
                 except OSError:
                     pass
-
-
-def _edge_names(job: Any, edge_id: int) -> tuple[str, str]:
-    """(producing operator, first operator of the consuming chain) of a job edge, for errors."""
-    edge = job.edges[edge_id]
-    return job.nodes[edge.source_node].name, job.nodes[job.vertices[edge.target_vertex].head].name
 
 
 def _rss_bytes() -> int:

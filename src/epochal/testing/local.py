@@ -36,11 +36,10 @@ from epochal.control.client import JobResult
 from epochal.control.collect import CollectLedger
 from epochal.errors import JobFailedError, PlanError
 from epochal.plan.execution import Deployment, ExecutionGraph, build_execution_graph, serialize_deployment
-from epochal.plan.jobgraph import JobGraph
 from epochal.runtime import protocol
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, unpicklable_record
 from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.tasks import EdgeOutput, SourceReader, Subtask
+from epochal.runtime.tasks import SourceReader, Subtask, edge_names
 from epochal.runtime.windows import WatermarkGenerator
 
 if TYPE_CHECKING:
@@ -69,11 +68,6 @@ class _PicklingTransport(LocalTransport):
         except Exception as error:
             raise unpicklable_record(batch, error) from error
         self.deliver_local(channel, True, protocol.loads(payload))
-
-
-def _edge_names(job: JobGraph, edge_id: int) -> tuple[str, str]:
-    edge = job.edges[edge_id]
-    return job.nodes[edge.source_node].name, job.nodes[job.vertices[edge.target_vertex].head].name
 
 
 def run_locally(env: Environment, job_name: str = "local job", **options: Any) -> LocalResult:
@@ -147,7 +141,7 @@ class LocalRunner:
             same_worker = first.worker_of(channel.producer) == first.worker_of(channel.consumer)
             credit = _UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
             self.out_channels[channel.id] = OutputChannel(channel.id, credit, plain if same_worker else crossing,
-                                                          _edge_names(job, channel.edge))
+                                                          edge_names(job, channel.edge))
         for worker, graph in enumerate(plans):
             job = graph.job
             self.loop_heads.update(loop.head_vertex for loop in job.loops)
@@ -166,15 +160,7 @@ class LocalRunner:
         self._current = subtask
         subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._to_driver, attempt=0,
                      checkpointing=False, restore=None)
-        runners = dict(zip(vertex.nodes, subtask.runners, strict=True))
-        for node_id in vertex.nodes:
-            for edge_id in job.nodes[node_id].out_edges:
-                channels = [self.out_channels[c] for c in graph.outputs[(edge_id, index)]]
-                output = EdgeOutput(job.edges[edge_id].partitioner, channels, self.batch_size,
-                                    _edge_names(job, edge_id))
-                runners[node_id].outputs.append(output)
-                subtask.outputs.append(output)
-                subtask.output_channels.extend(channels)
+        subtask.connect_outputs(job, graph.outputs, self.out_channels, self.batch_size)
         for channel_id in graph.inputs[(vertex_id, index)]:
             channel = InputChannel(channel_id, subtask, self.out_channels[channel_id].add_credit)
             channel.back_edge = job.edges[graph.channels[channel_id].edge].back_edge
