@@ -153,7 +153,7 @@ def test_text_batches_of_various_sizes(text_dir: tuple[Path, list[list[str]]]) -
 
 
 def test_text_long_lines_cross_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import epochal.connectors.files as files
+    import epochal.connectors.text_file_source as files
 
     monkeypatch.setattr(files, "_TEXT_CHUNK", 7)
     lines = ["x" * 20, "", "ab", "ü" * 9, "tail"]
@@ -255,7 +255,7 @@ def test_csv_seek_round_trip(csv_dir: tuple[Path, list[list[dict[str, Any]]]]) -
 
 def test_csv_seek_across_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Many small blocks: seeking must skip whole record batches and slice into the last one.
-    import epochal.connectors.files as files
+    import epochal.connectors.table_file_sources as files
 
     monkeypatch.setattr(files, "_CSV_BLOCK_SIZE", 4096)
     lines = "".join(f"{i},{'v' * 30}{i}\n" for i in range(3000))

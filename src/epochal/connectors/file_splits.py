@@ -1,0 +1,106 @@
+"""What the file sources share: which files a source path names, and the base of their splits.
+
+A path is a plain local path, a ``file://`` URI, or any URI that
+:meth:`pyarrow.fs.FileSystem.from_uri` understands. It names a file, a directory (its regular
+files, sorted, not recursive) or, for local paths only, a glob pattern; hidden files (``.`` or
+``_`` names) are skipped unless named explicitly. :func:`list_files` turns it into one picklable
+:class:`FileRef` per file, and every file source makes one :class:`FileSplit` per file.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from epochal.connectors.base import SourceSplit
+from epochal.connectors.filesystems import is_hidden as _is_hidden
+from epochal.connectors.filesystems import is_uri as _is_uri
+from epochal.connectors.filesystems import join as _join
+from epochal.connectors.filesystems import resolve as _resolve
+from epochal.errors import SourceError
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+__all__ = ["FileRef", "FileSplit", "list_files"]
+
+
+class FileRef:
+    """Where one file lives, as picklable strings.
+
+    ``root`` is the URI the user gave (to recreate the filesystem on a worker) or ``None`` for a
+    local path; ``path`` is the filesystem-internal path of the file; ``display`` is how messages
+    and split ids name it (the URI or local path of the file itself).
+    """
+
+    __slots__ = ("display", "path", "root")
+
+    def __init__(self, root: str | None, path: str, display: str) -> None:
+        self.root = root
+        self.path = path
+        self.display = display
+
+    def __getstate__(self) -> tuple[str | None, str, str]:
+        return self.root, self.path, self.display
+
+    def __setstate__(self, state: tuple[str | None, str, str]) -> None:
+        self.root, self.path, self.display = state
+
+    def filesystem(self) -> pafs.FileSystem:
+        if self.root is None:
+            return pafs.LocalFileSystem()
+        return pafs.FileSystem.from_uri(self.root)[0]
+
+    def __str__(self) -> str:
+        return self.display
+
+
+def list_files(location: str, kind: str) -> list[FileRef]:
+    """The files ``location`` names (file, directory or local glob), sorted; raise if none."""
+    try:
+        fs, path = _resolve(location)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SourceError(f"{kind} source: cannot resolve path {location!r}: {exc}") from exc
+    root = location if _is_uri(location) else None
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            return [FileRef(root, path, location if root else path)]
+        if info.type == pafs.FileType.Directory:
+            entries = fs.get_file_info(pafs.FileSelector(path, recursive=False))
+            files = sorted(e.path for e in entries if e.type == pafs.FileType.File and not _is_hidden(e.path))
+            if not files:
+                raise SourceError(f"{kind} source: directory {location!r} contains no (non-hidden) files")
+            return [FileRef(root, f, _join(location, f[len(path):].lstrip("/")) if root else f)
+                    for f in files]
+        if isinstance(fs, pafs.LocalFileSystem) and _GLOB_CHARS.search(path):
+            files = sorted(p for p in glob.glob(path) if os.path.isfile(p) and not _is_hidden(p))
+            if not files:
+                raise SourceError(f"{kind} source: pattern {location!r} matches no files")
+            # Each match is a local file: refer to it by its plain path.
+            return [FileRef(None, os.path.abspath(f), os.path.abspath(f)) for f in files]
+    except SourceError:
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"{kind} source: cannot list {location!r}: {exc}") from exc
+    raise SourceError(f"{kind} source: path {location!r} does not exist")
+
+
+class FileSplit(SourceSplit):
+    """Base of the file splits: drops the attributes named in ``_TRANSIENT`` when pickled."""
+
+    _TRANSIENT: tuple[str, ...] = ()
+    file: FileRef
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self._TRANSIENT:
+            state[name] = None
+        return state
+
+    def _fail(self, what: str, exc: BaseException) -> SourceError:
+        return SourceError(f"cannot read {self.file}: {what}: {exc}")
