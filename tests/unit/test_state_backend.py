@@ -16,15 +16,17 @@ import pytest
 
 from epochal.api.functions import ProcessFunction, RuntimeContext, as_process_function
 from epochal.plan.keygroups import key_group_range
-from epochal.runtime.events import NO_WATERMARK
-from epochal.runtime.operators import (
+from epochal.runtime.aggregates import (
     CountAggregate,
     FoldAggregate,
-    KeyedReduceOperator,
-    ProcessOperator,
     ReduceAggregate,
     emit_key_value,
     emit_value,
+)
+from epochal.runtime.events import NO_WATERMARK
+from epochal.runtime.operators import (
+    KeyedReduceOperator,
+    ProcessOperator,
 )
 from epochal.runtime.windows import TumblingWindowOperator
 from epochal.state.backend import KeyedStateBackend

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from epochal.api.functions import RuntimeContext
 from epochal.plan.keygroups import key_group_range
+from epochal.runtime.aggregates import CountAggregate, ReduceAggregate
 from epochal.runtime.channels import InputChannel
 from epochal.runtime.events import END_OF_PARTITION, Watermark
-from epochal.runtime.operators import CountAggregate, Operator, ReduceAggregate
+from epochal.runtime.operators import Operator
 from epochal.runtime.tasks import ChainRunner, Subtask
 from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
 from epochal.state.keyed import HeapKeyedStateBackend

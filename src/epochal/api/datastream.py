@@ -30,22 +30,24 @@ from epochal.plan.partitioners import (
     Partitioner,
     RebalancePartitioner,
 )
-from epochal.runtime.iteration import IterationHead, IterationTail
-from epochal.runtime.operators import (
+from epochal.runtime.aggregates import (
     ByFieldAggregate,
     CountAggregate,
     FieldAggregate,
+    FoldAggregate,
+    ReduceAggregate,
+    emit_key_value,
+    emit_value,
+)
+from epochal.runtime.iteration import IterationHead, IterationTail
+from epochal.runtime.operators import (
     FilterOperator,
     FlatMapOperator,
-    FoldAggregate,
     KeyedReduceOperator,
     MapOperator,
     Operator,
     ProcessOperator,
-    ReduceAggregate,
     SinkOperator,
-    emit_key_value,
-    emit_value,
 )
 from epochal.runtime.windows import WatermarkGenerator
 from epochal.validation import check_number

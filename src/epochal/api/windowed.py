@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.fields import Field, check_callable, check_field
-from epochal.runtime.operators import CountAggregate, FieldAggregate, FoldAggregate, ReduceAggregate
+from epochal.runtime.aggregates import CountAggregate, FieldAggregate, FoldAggregate, ReduceAggregate
 from epochal.runtime.windows import TumblingWindowOperator
 
 if TYPE_CHECKING:

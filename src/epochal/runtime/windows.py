@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from epochal.runtime.aggregates import CountAggregate
 from epochal.runtime.events import NO_WATERMARK
 from epochal.runtime.functions import RuntimeContext
-from epochal.runtime.operators import CountAggregate, KeyedReduceOperator, Operator, keys_of
+from epochal.runtime.operators import KeyedReduceOperator, Operator, keys_of
 
 
 class WatermarkGenerator(Operator):
