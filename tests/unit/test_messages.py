@@ -50,7 +50,9 @@ from epochal.runtime import mailbox, protocol
 from epochal.runtime.events import CheckpointBarrier
 from epochal.runtime.hooks import Fault, FaultInjector, HookPoint
 from epochal.runtime.mailbox import JobMasterLost, PeerClosed, PeerCredit, PeerData, PeerEvent, SnapshotUpload
-from epochal.runtime.worker import _MAILBOX, Bootstrap, PeerLost, Worker, WorkerStopped
+from epochal.runtime.worker import _DATA, _DO, Bootstrap, PeerLost, Worker, WorkerStopped
+from epochal.runtime.worker_events import Instruction, StopWorker
+from epochal.runtime.worker_machine import _HANDLERS, WorkerPhase
 
 _EPOCH = CollectEpoch("0.0.abc", 0, 3)
 _SOCK_A, _SOCK_B = socket.socketpair()
@@ -176,7 +178,13 @@ def test_directions_are_disjoint_and_complete():
 def test_the_worker_handles_every_mailbox_event_and_every_message_to_it():
     mailbox_types = _union_members(mailbox.MailboxEvent) - {ToWorker}
     assert mailbox_types == _dataclasses_of(mailbox) - {SnapshotUpload}, "list new mailbox events in MailboxEvent"
-    assert _MAILBOX.missing([*mailbox_types, *message_types(ToWorker)]) == []
+    handled = set(_DATA.handlers) | set(_HANDLERS.handlers)
+    assert not set(_DATA.handlers) & set(_HANDLERS.handlers), "one owner per event: data path or machine"
+    assert [t for t in [*mailbox_types, *message_types(ToWorker)] if t not in handled] == []
+
+
+def test_the_worker_driver_carries_out_every_instruction():
+    assert _DO.missing(_union_members(Instruction)) == []
 
 
 def test_the_jobmaster_handles_every_message_to_it_and_every_inbox_event():
@@ -188,7 +196,7 @@ def test_the_jobmaster_handles_every_message_to_it_and_every_inbox_event():
 
 def test_tables_hold_only_known_types():
     assert set(_ON.handlers) <= set(message_types(ToJobMaster))
-    assert set(_MAILBOX.handlers) <= _union_members(mailbox.MailboxEvent) | set(message_types(ToWorker))
+    assert set(_DATA.handlers) <= _union_members(mailbox.MailboxEvent)
 
 
 def test_a_type_gets_one_handler():
@@ -200,8 +208,10 @@ def test_a_type_gets_one_handler():
 
 
 # ---------------------------------------------------------------------- the worker's dispatch
-def _worker() -> Worker:
-    return Worker(Bootstrap("127.0.0.1", 1, b"\0" * 32, "job", 1.0), index=0)
+def _worker(phase: WorkerPhase = WorkerPhase.RUNNING) -> Worker:
+    worker = Worker(Bootstrap("127.0.0.1", 1, b"\0" * 32, "job", 1.0), index=0)
+    worker.machine.phase = phase
+    return worker
 
 
 @pytest.mark.parametrize(("message", "reason"), [(Cancel("restarting: x"), "restarting: x"),
@@ -215,29 +225,33 @@ def test_a_running_worker_ignores_messages_of_the_start_up():
     worker = _worker()
     for message in (Reject("not needed"), Start(), SAMPLES[Deploy]):
         worker._handle(message)
+    assert worker.machine.phase is WorkerPhase.RUNNING
 
 
 def test_lost_connections_end_a_running_worker():
     worker = _worker()
     with pytest.raises(WorkerStopped, match="driver closed"):
         worker._handle(JobMasterLost("the driver closed the control connection"))
-    worker.subtasks = [type("Running", (), {"finished": False})()]  # type: ignore[list-item]
+    worker = _worker()
+    worker.machine.subtasks[(0, 0)] = None  # type: ignore[assignment]  # one subtask, running
     with pytest.raises(PeerLost, match="worker 2"):
         worker._handle(PeerClosed(2, "closed the connection"))
-    worker.subtasks = []  # all finished: a peer closing is expected
+    worker = _worker()
+    worker.machine.subtasks[(0, 0)] = None  # type: ignore[assignment]
+    worker.machine.finished.add((0, 0))  # all finished: a peer closing is expected
     worker._handle(PeerClosed(2, "closed the connection"))
 
 
-def test_the_worker_waits_for_the_wanted_message_skipping_others():
-    worker = _worker()
-    worker.mailbox.put(Start())
-    worker.mailbox.put(SAMPLES[Deploy])
-    assert worker._await_control(Deploy, 1.0) == SAMPLES[Deploy]
-    worker.mailbox.put(Reject("job is running"))
-    with pytest.raises(WorkerStopped, match="job is running"):
-        worker._await_control(Deploy, 1.0)
-    with pytest.raises(WorkerStopped, match="no 'Start' from the JobMaster"):
-        worker._await_control(Start, 0.01)
+def test_a_starting_worker_waits_for_the_wanted_message_skipping_others():
+    machine = _worker(WorkerPhase.REGISTERING).machine
+    assert machine.handle(Start()) == []
+    assert [type(i).__name__ for i in machine.handle(SAMPLES[Deploy])] == ["ConnectAndBuild"]
+    machine = _worker(WorkerPhase.REGISTERING).machine
+    assert machine.handle(Reject("job is running")) == [StopWorker("job is running")]
+    worker = _worker(WorkerPhase.READY)
+    worker.machine.deadline, worker.machine.timeout = 0.0, 1.0
+    with pytest.raises(WorkerStopped, match="no 'Start' from the JobMaster within 1 s"):
+        worker._pump(lambda: False)
 
 
 def test_fault_hooks_see_only_the_points_they_asked_for(monkeypatch):

@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from epochal.connectors.base import SourceSplit
 from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
@@ -20,8 +19,8 @@ from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.functions import RuntimeContext
 from epochal.runtime.iteration import LOG_STATE, IterationHead
-from epochal.runtime.mailbox import SnapshotUpload
 from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
+from epochal.runtime.source_reader import SourceReader
 from epochal.state.backend import KeyedStateBackend
 from epochal.state.keyed import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
@@ -161,54 +160,9 @@ class ChainRunner:
             child.end_input()
 
 
-class SourceReader:
-    """Reads a source subtask's splits one after the other.
-
-    Read positions are operator state (union list of ``(split id, position)``), so a restore
-    with any parallelism finds the position of every split it is assigned.
-    """
-
-    POSITIONS = "split-positions"
-
-    def __init__(self, splits: list[SourceSplit]) -> None:
-        self.splits = splits
-        self.current = 0
-        self.opened = False
-        self.restored: dict[str, Any] = {}
-
-    def restore(self, positions: list[tuple[str, Any]]) -> None:
-        self.restored = dict(positions)
-
-    def read(self, max_records: int) -> list[Any] | None:
-        """Next records; ``[]`` if none now, ``None`` once every split is exhausted."""
-        while self.current < len(self.splits):
-            split = self.splits[self.current]
-            if not self.opened:
-                split.open()
-                self.opened = True
-                if split.split_id in self.restored:
-                    split.seek(self.restored.pop(split.split_id))
-            records = split.read_batch(max_records)
-            if records is not None:
-                return records
-            split.close()
-            self.current += 1
-            self.opened = False
-        return None
-
-    def positions(self) -> list[tuple[str, Any]]:
-        """Read position of every split this subtask owns (not yet opened ones as restored)."""
-        # A restored position is dropped when its split opens, so one still here is not applied yet.
-        return [(split.split_id, self.restored.get(split.split_id, split.position())) for split in self.splits]
-
-    def close(self) -> None:
-        if self.opened and self.current < len(self.splits):
-            self.splits[self.current].close()
-            self.opened = False
-
-
 class LoopRole:
-    """What a subtask of a loop's vertex needs for snapshots and termination detection.
+    """Where a subtask of a loop's vertex sits in the loop (its protocol state is the worker
+    machine's, :mod:`epochal.runtime.loop_heads`).
 
     Attributes:
         loop_id: the loop.
@@ -225,15 +179,6 @@ class LoopRole:
         self.loop_inputs: set[int] = set()
         self.external_inputs: set[int] = set()
         self.loop_outputs: list[EdgeOutput] = []
-        #: head: back-edge logs being recorded, and captured states waiting for them.
-        self.logs: dict[int, list[Any]] = {}
-        self.held: dict[int, SnapshotUpload] = {}
-        #: head: termination-probe round in progress, and whether feedback arrived during it.
-        self.probe_round = 0
-        self.dirty = False
-        self.ready_sent = False
-        #: probe rounds seen on some loop inputs but not yet forwarded: round -> channel ids
-        self.probes: dict[int, set[int]] = {}
 
 
 class Subtask:

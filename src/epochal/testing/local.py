@@ -39,14 +39,13 @@ from epochal.plan.execution import Deployment, ExecutionGraph, build_execution_g
 from epochal.runtime import protocol
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, unpicklable_record
 from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.tasks import SourceReader, Subtask, edge_names
+from epochal.runtime.source_reader import SourceReader
+from epochal.runtime.tasks import Subtask, edge_names
 from epochal.runtime.windows import WatermarkGenerator
+from epochal.runtime.wiring import UNBOUNDED_CREDIT
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
-
-#: Credit of a loop's back-edge channel: in effect unbounded, as on workers.
-_UNBOUNDED_CREDIT = 1 << 40
 
 
 @dataclass
@@ -139,7 +138,7 @@ class LocalRunner:
         for channel in first.channels:  # every output channel first: consumers return credit to them
             job = plans[first.worker_of(channel.producer)].job
             same_worker = first.worker_of(channel.producer) == first.worker_of(channel.consumer)
-            credit = _UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
+            credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
             self.out_channels[channel.id] = OutputChannel(channel.id, credit, plain if same_worker else crossing,
                                                           edge_names(job, channel.edge))
         for worker, graph in enumerate(plans):
