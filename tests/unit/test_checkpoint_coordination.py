@@ -1,6 +1,7 @@
 """The checkpoint coordinator and its parts, driven by event sequences without Spark: trigger,
 all acks, late ack, duplicate ack, decline, timeout, abort by a newer checkpoint, abort on a job
-failure, retention, statistics. A real CheckpointStorage on tmp_path; broadcasts are recorded."""
+failure, retention, statistics. A real CheckpointStorage on tmp_path; every call returns the
+messages to broadcast, and the tests check them."""
 
 from __future__ import annotations
 
@@ -24,13 +25,11 @@ STATS = {"bytes": 10, "alignment_s": 0.5, "sync_s": 0.1, "async_s": 0.2, "source
 
 
 def make(tmp_path, **config):
-    sent = []
     options = {"interval": 1.0, "timeout": 10.0, "storage": str(tmp_path), **config}
-    coordinator = CheckpointCoordinator(
+    return CheckpointCoordinator(
         CheckpointConfig(**options), CheckpointStorage(str(tmp_path / "job")), "job",
-        subtasks=dict(SUBTASKS), vertex_parallelism={0: 1, 1: 2}, max_parallelism=128, broadcast=sent.append,
+        subtasks=dict(SUBTASKS), vertex_parallelism={0: 1, 1: 2}, max_parallelism=128,
         operators={"sum-0": {"name": "Sum", "kind": "sum"}})
-    return coordinator, sent
 
 
 def ack(checkpoint_id, vertex, subtask, records=0, **stats):
@@ -40,38 +39,42 @@ def ack(checkpoint_id, vertex, subtask, records=0, **stats):
 
 
 def ack_all(coordinator, checkpoint_id, now, records=0):
-    return [coordinator.on_ack(ack(checkpoint_id, v, s, records if v == 0 else 0), now) for v, s in SUBTASKS]
+    """Every subtask acknowledges: (what each ack did, every message the acks asked to broadcast)."""
+    results, sent = [], []
+    for v, s in SUBTASKS:
+        result, messages = coordinator.on_ack(ack(checkpoint_id, v, s, records if v == 0 else 0), now)
+        results.append(result)
+        sent += messages
+    return results, sent
 
 
 def test_trigger_broadcasts_and_waits_for_every_subtask(tmp_path):
-    coordinator, sent = make(tmp_path)
-    assert coordinator.trigger(5.0, 1000.0) == 1
-    assert sent == [TriggerCheckpoint(1)]
+    coordinator = make(tmp_path)
+    assert coordinator.trigger(5.0, 1000.0) == (1, [TriggerCheckpoint(1)])
     pending = coordinator.pending[1]
     assert (pending.started, pending.triggered_at, pending.expected) == (5.0, 1000.0, set(SUBTASKS))
-    assert coordinator.trigger(6.0, 1001.0) == 2  # ids grow; nothing completed yet
+    assert coordinator.trigger(6.0, 1001.0) == (2, [TriggerCheckpoint(2)])  # ids grow; nothing completed yet
     assert coordinator.latest_completed is None
 
 
 def test_maybe_trigger_respects_interval_concurrency_pause_and_min_pause(tmp_path):
-    coordinator, sent = make(tmp_path, interval=2.0, min_pause=1.0)
-    assert coordinator.maybe_trigger(1.0, 0.0) is None  # interval not yet elapsed since 0
-    assert coordinator.maybe_trigger(2.0, 0.0) == 1
-    assert coordinator.maybe_trigger(10.0, 0.0) is None  # max_concurrent = 1
+    coordinator = make(tmp_path, interval=2.0, min_pause=1.0)
+    assert coordinator.maybe_trigger(1.0, 0.0) == []  # interval not yet elapsed since 0
+    assert coordinator.maybe_trigger(2.0, 0.0) == [TriggerCheckpoint(1)]
+    assert coordinator.maybe_trigger(10.0, 0.0) == []  # max_concurrent = 1
     ack_all(coordinator, 1, 10.0)
-    assert coordinator.maybe_trigger(10.5, 0.0) is None  # min_pause after the end at 10.0
+    assert coordinator.maybe_trigger(10.5, 0.0) == []  # min_pause after the end at 10.0
     coordinator.paused = True
-    assert coordinator.maybe_trigger(20.0, 0.0) is None
+    assert coordinator.maybe_trigger(20.0, 0.0) == []
     coordinator.paused = False
-    assert coordinator.maybe_trigger(20.0, 0.0) == 2
+    assert coordinator.maybe_trigger(20.0, 0.0) == [TriggerCheckpoint(2)]
 
 
 def test_all_acks_complete_write_metadata_notify_and_abort_older_pending(tmp_path):
-    coordinator, sent = make(tmp_path, max_concurrent=2)
+    coordinator = make(tmp_path, max_concurrent=2)
     coordinator.trigger(0.0, 100.0)
     coordinator.trigger(1.0, 101.0)
-    sent.clear()
-    results = ack_all(coordinator, 2, 3.0, records=7)
+    results, sent = ack_all(coordinator, 2, 3.0, records=7)
     assert results == [AckResult.SUCCESS] * 3
     assert coordinator.latest_completed == 2 and coordinator.completed == [2]
     assert coordinator.pending == {}
@@ -86,42 +89,41 @@ def test_all_acks_complete_write_metadata_notify_and_abort_older_pending(tmp_pat
 
 
 def test_completion_waits_for_the_last_ack(tmp_path):
-    coordinator, sent = make(tmp_path)
+    coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_ack(ack(1, 0, 0), 1.0) is AckResult.SUCCESS
-    assert coordinator.on_ack(ack(1, 1, 0), 1.0) is AckResult.SUCCESS
+    assert coordinator.on_ack(ack(1, 0, 0), 1.0) == (AckResult.SUCCESS, [])
+    assert coordinator.on_ack(ack(1, 1, 0), 1.0) == (AckResult.SUCCESS, [])  # no CheckpointComplete yet
     assert coordinator.latest_completed is None and coordinator.storage.completed() == []
-    assert CheckpointComplete(1) not in sent
+    assert coordinator.on_ack(ack(1, 1, 1), 1.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
 
 
 def test_late_ack_of_an_aborted_checkpoint_is_unknown_and_ignored(tmp_path):
-    coordinator, sent = make(tmp_path, tolerable_failures=5)
+    coordinator = make(tmp_path, tolerable_failures=5)
     coordinator.trigger(0.0, 0.0)
     coordinator.on_decline(Decline(1, worker=0, reason="disk full"), 1.0)
-    sent.clear()
-    assert [coordinator.on_ack(ack(1, v, s), 2.0) for v, s in SUBTASKS] == [AckResult.UNKNOWN] * 3
-    assert sent == [] and coordinator.latest_completed is None and coordinator.storage.completed() == []
+    assert [coordinator.on_ack(ack(1, v, s), 2.0) for v, s in SUBTASKS] == [(AckResult.UNKNOWN, [])] * 3
+    assert coordinator.latest_completed is None and coordinator.storage.completed() == []
 
 
 def test_ack_of_an_unexpected_subtask_is_unknown(tmp_path):
-    coordinator, _ = make(tmp_path)
+    coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_ack(ack(1, 7, 0), 1.0) is AckResult.UNKNOWN
+    assert coordinator.on_ack(ack(1, 7, 0), 1.0) == (AckResult.UNKNOWN, [])
     assert coordinator.pending[1].acks == {}
 
 
 def test_duplicate_ack_is_ignored_and_never_completes_twice(tmp_path):
-    coordinator, sent = make(tmp_path)
+    coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
     first = ack(1, 1, 0, bytes=1)
-    assert coordinator.on_ack(first, 1.0) is AckResult.SUCCESS
-    assert coordinator.on_ack(ack(1, 1, 0, bytes=99), 1.0) is AckResult.DUPLICATE
+    assert coordinator.on_ack(first, 1.0) == (AckResult.SUCCESS, [])
+    assert coordinator.on_ack(ack(1, 1, 0, bytes=99), 1.0) == (AckResult.DUPLICATE, [])
     assert coordinator.pending[1].acks[(1, 0)] is first  # the first ack counts
     assert coordinator.latest_completed is None  # a duplicate does not stand in for a missing ack
-    coordinator.on_ack(ack(1, 0, 0), 2.0)
-    assert coordinator.on_ack(ack(1, 1, 1), 2.0) is AckResult.SUCCESS
-    assert coordinator.on_ack(ack(1, 1, 1), 2.0) is AckResult.UNKNOWN  # after completion
-    assert sent.count(CheckpointComplete(1)) == 1 and coordinator.completed == [1]
+    assert coordinator.on_ack(ack(1, 0, 0), 2.0) == (AckResult.SUCCESS, [])
+    assert coordinator.on_ack(ack(1, 1, 1), 2.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
+    assert coordinator.on_ack(ack(1, 1, 1), 2.0) == (AckResult.UNKNOWN, [])  # after completion: no second one
+    assert coordinator.completed == [1]
     assert [s["status"] for s in coordinator.stats] == ["completed"]
 
 
@@ -137,80 +139,79 @@ def test_pending_checkpoint_classifies_acks():
 
 
 def test_decline_aborts_counts_a_failure_and_signals_past_tolerance(tmp_path):
-    coordinator, sent = make(tmp_path, tolerable_failures=1)
+    coordinator = make(tmp_path, tolerable_failures=1)
     coordinator.trigger(0.0, 0.0)
     coordinator.storage.write_file(1, "partial", b"x")  # an upload that did happen
     assert (tmp_path / "job" / "chk-1").exists()
-    assert coordinator.on_decline(Decline(1, worker=2, reason="upload failed"), 1.0) is True
-    assert sent[-1] == CheckpointAbort(1) and 1 not in coordinator.pending
+    assert coordinator.on_decline(Decline(1, worker=2, reason="upload failed"), 1.0) == (True, [CheckpointAbort(1)])
+    assert 1 not in coordinator.pending
     assert coordinator.consecutive_failures == 1
     assert not (tmp_path / "job" / "chk-1").exists()  # what it wrote is deleted
     assert coordinator.stats[-1]["reason"] == "declined by worker 2: upload failed"
     coordinator.trigger(2.0, 0.0)
-    assert coordinator.on_decline(Decline(2, worker=0, reason="again"), 3.0) is False  # 2 > 1 tolerated
+    assert coordinator.on_decline(Decline(2, worker=0, reason="again"), 3.0) == (False, [CheckpointAbort(2)])
     # a decline of a checkpoint no longer pending changes nothing (and signals nothing again)
-    assert coordinator.on_decline(Decline(1, worker=0, reason="late"), 4.0) is True
+    assert coordinator.on_decline(Decline(1, worker=0, reason="late"), 4.0) == (True, [])
     assert coordinator.consecutive_failures == 2
 
 
 def test_a_completed_checkpoint_resets_the_failure_count(tmp_path):
-    coordinator, _ = make(tmp_path, tolerable_failures=1)
+    coordinator = make(tmp_path, tolerable_failures=1)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_decline(Decline(1, worker=0, reason="x"), 1.0)
+    assert coordinator.on_decline(Decline(1, worker=0, reason="x"), 1.0)[0]
     coordinator.trigger(2.0, 0.0)
     ack_all(coordinator, 2, 3.0)
     assert coordinator.consecutive_failures == 0
     coordinator.trigger(4.0, 0.0)
-    assert coordinator.on_decline(Decline(3, worker=0, reason="y"), 5.0) is True
+    assert coordinator.on_decline(Decline(3, worker=0, reason="y"), 5.0)[0] is True
 
 
 def test_timeout_aborts_and_counts(tmp_path):
-    coordinator, sent = make(tmp_path, timeout=10.0, tolerable_failures=0)
+    coordinator = make(tmp_path, timeout=10.0, tolerable_failures=0)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.check_timeouts(10.0) is True  # not past the timeout yet
+    assert coordinator.check_timeouts(10.0) == (True, [])  # not past the timeout yet
     assert 1 in coordinator.pending
-    assert coordinator.check_timeouts(10.5) is False  # aborted, and 1 > 0 tolerated
-    assert sent[-1] == CheckpointAbort(1) and coordinator.pending == {}
+    assert coordinator.check_timeouts(10.5) == (False, [CheckpointAbort(1)])  # aborted, and 1 > 0 tolerated
+    assert coordinator.pending == {}
     entry = coordinator.stats[-1]
     assert entry == {"checkpoint_id": 1, "status": "aborted", "reason": "timed out after 10 s",
                      "trigger_time": 0.0, "duration_s": 10.5}
 
 
 def test_abort_by_a_newer_completed_checkpoint_is_not_a_failure(tmp_path):
-    coordinator, sent = make(tmp_path, max_concurrent=3, tolerable_failures=0)
+    coordinator = make(tmp_path, max_concurrent=3, tolerable_failures=0)
     for now in (0.0, 1.0, 2.0):
         coordinator.trigger(now, now)
-    ack_all(coordinator, 2, 3.0)
+    assert ack_all(coordinator, 2, 3.0)[1] == [CheckpointAbort(1), CheckpointComplete(2)]
     assert coordinator.consecutive_failures == 0
     assert list(coordinator.pending) == [3]  # the newer one still runs
     assert [(s["checkpoint_id"], s["status"], s.get("reason")) for s in coordinator.stats] == [
         (1, "aborted", "a newer checkpoint completed"), (2, "completed", None)]
-    assert coordinator.on_ack(ack(1, 0, 0), 4.0) is AckResult.UNKNOWN
+    assert coordinator.on_ack(ack(1, 0, 0), 4.0) == (AckResult.UNKNOWN, [])
     ack_all(coordinator, 3, 5.0)
     assert coordinator.completed == [3]
 
 
 def test_abort_all_on_a_job_failure_is_not_a_failure(tmp_path):
-    coordinator, sent = make(tmp_path, max_concurrent=2, tolerable_failures=0)
+    coordinator = make(tmp_path, max_concurrent=2, tolerable_failures=0)
     coordinator.trigger(0.0, 0.0)
     coordinator.trigger(1.0, 0.0)
-    sent.clear()
-    coordinator.abort_all("job attempt 0 failed", 4.0)
-    assert coordinator.pending == {} and sent == [CheckpointAbort(1), CheckpointAbort(2)]
+    assert coordinator.abort_all("job attempt 0 failed", 4.0) == [CheckpointAbort(1), CheckpointAbort(2)]
+    assert coordinator.pending == {}
     assert coordinator.consecutive_failures == 0
     assert [s["reason"] for s in coordinator.stats] == ["job attempt 0 failed"] * 2
     assert coordinator.stats[0]["duration_s"] == 4.0
-    assert coordinator.check_timeouts(100.0) is True
+    assert coordinator.check_timeouts(100.0) == (True, [])
 
 
 def test_retention_deletes_the_oldest_beyond_retained_never_the_latest(tmp_path):
-    coordinator, _ = make(tmp_path, retained=2)
+    coordinator = make(tmp_path, retained=2)
     for checkpoint_id in (1, 2, 3, 4):
-        assert coordinator.trigger(float(checkpoint_id), 0.0) == checkpoint_id
+        assert coordinator.trigger(float(checkpoint_id), 0.0)[0] == checkpoint_id
         ack_all(coordinator, checkpoint_id, checkpoint_id + 0.5)
     assert coordinator.completed == [3, 4]
     assert coordinator.storage.completed() == [3, 4]
-    coordinator, _ = make(tmp_path, retained=1)  # a new coordinator finds the stored ones
+    coordinator = make(tmp_path, retained=1)  # a new coordinator finds the stored ones
     assert coordinator.completed == [3, 4] and coordinator.latest_completed == 4
     coordinator.next_id = 5
     coordinator.trigger(9.0, 0.0)
@@ -219,7 +220,7 @@ def test_retention_deletes_the_oldest_beyond_retained_never_the_latest(tmp_path)
 
 
 def test_source_records_accumulate_over_attempts(tmp_path):
-    coordinator, _ = make(tmp_path)
+    coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
     ack_all(coordinator, 1, 1.0, records=5)
     coordinator.records_base = coordinator.source_records[1]
@@ -229,7 +230,7 @@ def test_source_records_accumulate_over_attempts(tmp_path):
 
 
 def test_statistics_of_a_completed_checkpoint_in_memory_and_jsonl(tmp_path):
-    coordinator, _ = make(tmp_path)
+    coordinator = make(tmp_path)
     coordinator.trigger(1.0, 500.0)
     coordinator.on_ack(ack(1, 0, 0, buffered_bytes=3), 1.5)
     coordinator.on_ack(ack(1, 1, 0, alignment_s=2.0, spilled_bytes=4), 1.5)

@@ -1,6 +1,7 @@
 """The JobMaster's dispatch of typed messages, driven in-process (no Spark, no threads): inbox
-events go in through ``_handle``, what it sends comes out of socket pairs standing in for the
-workers' control connections, and JobClient-facing queries read the result."""
+events go in through ``_process`` (timers through ``_tick``), what it sends comes out of socket
+pairs standing in for the workers' control connections (added to its control server as accepted
+connections), and JobClient-facing queries read the result."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ from epochal.runtime import protocol
 class _Link:
     """One worker's control connection: the JobMaster's end and the worker's end."""
 
-    def __init__(self) -> None:
+    def __init__(self, jm: JobMaster) -> None:
         self.jobmaster_end, self.worker_end = socket.socketpair()
         self.worker_end.settimeout(5)
         self.stream = self.worker_end.makefile("rb")
+        self.connection = jm.server.add(self.jobmaster_end)  # as if accepted, its HELLO checked
 
     def received(self) -> ToWorker:
         frame = protocol.read_frame(self.stream)
@@ -52,17 +54,17 @@ class _Link:
 def deploying():
     jm = JobMaster("job", "id", b"deployment", 2, EngineConfig(), b"\0" * 32, "127.0.0.1", ["sink"],
                    submit_spark_job=lambda jm: None, cancel_spark_job=lambda: None)
-    jm.lifecycle.handle(Started())  # what start() does, without its threads and Spark job
-    links = [_Link(), _Link()]
+    jm.machine.lifecycle.handle(Started())  # what start() does, without its threads and Spark job
+    links = [_Link(jm), _Link(jm)]
     yield jm, links
-    jm.server.close()
+    jm.server.close_all()
     for link in links:
         link.close()
 
 
 def _register(jm: JobMaster, link: _Link, worker: int, job_attempt: int = 0) -> None:
-    jm._handle(Received(worker, link.jobmaster_end, Register(worker, 0, job_attempt, 100 + worker, "127.0.0.1",
-                                                             6000 + worker, "host")))
+    jm._process(Received(worker, link.connection, Register(worker, 0, job_attempt, 100 + worker, "127.0.0.1",
+                                                           6000 + worker, "host")))
 
 
 def test_registration_deploys_and_readiness_starts(deploying):
@@ -75,9 +77,9 @@ def test_registration_deploys_and_readiness_starts(deploying):
         assert link.received() == Deploy(b"deployment", {0: ("127.0.0.1", 6000), 1: ("127.0.0.1", 6001)}, None)
     assert jm.worker_infos()[1] == {"pid": 101, "host": "127.0.0.1", "hostname": "host", "data_port": 6001,
                                     "attempt": 0}
-    jm._handle(Received(0, links[0].jobmaster_end, Ready(0)))
+    jm._process(Received(0, links[0].connection, Ready(0)))
     assert not jm.all_running()
-    jm._handle(Received(1, links[1].jobmaster_end, Ready(1)))
+    jm._process(Received(1, links[1].connection, Ready(1)))
     assert jm.all_running()
     assert [link.received() for link in links] == [Start(), Start()]
 
@@ -98,10 +100,10 @@ def test_messages_count_only_from_the_registered_connection(deploying):
     jm, links = deploying
     _register(jm, links[0], 0)
     _register(jm, links[1], 1)
-    jm._handle(Received(0, links[1].jobmaster_end, Heartbeat({"records_processed": 5})))  # wrong connection
-    jm._handle(Received(1, links[1].jobmaster_end, Heartbeat({"records_processed": 7})))
+    jm._process(Received(0, links[1].connection, Heartbeat({"records_processed": 5})))  # wrong connection
+    jm._process(Received(1, links[1].connection, Heartbeat({"records_processed": 7})))
     assert jm.snapshot_metrics() == {0: {}, 1: {"records_processed": 7}}
-    jm._handle(Received(1, links[1].jobmaster_end, Collect("sink", 1, ["a", "b"])))
+    jm._process(Received(1, links[1].connection, Collect("sink", 1, ["a", "b"])))
     assert jm.published("sink") == ["a", "b"] and jm.published_all() == {"sink": ["a", "b"]}
 
 
@@ -109,17 +111,17 @@ def test_the_most_specific_failure_explains_the_job(deploying):
     jm, links = deploying
     _register(jm, links[0], 0)
     _register(jm, links[1], 1)
-    jm._handle(Received(1, links[1].jobmaster_end, Failed("peer_lost", "lost the connection to worker 0", 1,
-                                                          peer=0)))
+    jm._process(Received(1, links[1].connection, Failed("peer_lost", "lost the connection to worker 0", 1,
+                                                        peer=0)))
     assert jm.status == JobStatus.FAILING
-    jm._handle(Disconnected(0, links[0].jobmaster_end))
-    jm._handle(Received(1, links[1].jobmaster_end, Failed("user", "ValueError: bad", 1, operator="Map",
-                                                          traceback="Traceback ...")))
-    error = jm._failure_error()
+    jm._process(Disconnected(0, links[0].connection))
+    jm._process(Received(1, links[1].connection, Failed("user", "ValueError: bad", 1, operator="Map",
+                                                        traceback="Traceback ...")))
+    error = jm.machine.failure_error()
     assert error.kind == "user" and error.operator == "Map" and error.worker == 1
     assert str(error) == "job 'job' failed: operator 'Map' (worker 1) raised ValueError: bad\nTraceback ..."
-    jm.failures = [f for f in jm.failures if f.kind != "user"]
-    error = jm._failure_error()
+    jm.machine.failures = [f for f in jm.machine.failures if f.kind != "user"]
+    error = jm.machine.failure_error()
     assert error.kind == "worker_lost" and "worker 0 (Spark task attempt 0, pid 100 on host) died" in str(error)
 
 
@@ -129,7 +131,7 @@ def test_cancel_reaches_every_worker(deploying):
     _register(jm, links[1], 1)
     for link in links:
         link.received()  # the deployment
-    jm._handle(CancelRequested("cancelled by the user"))
+    jm._process(CancelRequested("cancelled by the user"))
     assert jm.status == JobStatus.CANCELLING
     assert [link.received() for link in links] == [Cancel("cancelled by the user")] * 2
 
@@ -141,32 +143,34 @@ def test_restart_after_restart_through_the_jobmaster_then_a_stale_registration()
     jm = JobMaster("job", "id", b"deployment", 1, EngineConfig(cancel_timeout=0.2), b"\0" * 32, "127.0.0.1", [],
                    submit_spark_job=lambda jm: submitted.append(jm.attempt), cancel_spark_job=lambda: None,
                    restart=FixedDelayRestart(attempts=2, delay=0.0))
-    jm.lifecycle.handle(Started())
+    jm.machine.lifecycle.handle(Started())
     links = []
     try:
         for attempt in range(3):
-            link = _Link()
+            link = _Link(jm)
             links.append(link)
             if attempt:
                 _register(jm, link, 0, job_attempt=attempt - 1)  # a late worker of the failed attempt
                 assert isinstance(link.received(), Reject) and jm.registered_workers() == 0
             _register(jm, link, 0, job_attempt=attempt)
             assert jm.status == JobStatus.RUNNING and isinstance(link.received(), Deploy)
-            jm._handle(Disconnected(0, link.jobmaster_end))
+            jm._process(Disconnected(0, link.connection))
             assert jm.status == JobStatus.FAILING
-            jm._check_timers(time.monotonic())  # within the grace period: nothing yet
+            jm._tick(time.monotonic())  # within the grace period: nothing yet
             assert jm.status == JobStatus.FAILING
-            jm._check_timers(time.monotonic() + 1.0)
+            jm._tick(time.monotonic() + 1.0)
             if attempt == 2:
+                # stopping is a state now (no blocking wait): it ends on a tick past cancel_timeout
+                jm._tick(time.monotonic() + 2.0)
                 break
             assert jm.status == JobStatus.RESTARTING and len(jm.restart_history()) == attempt + 1
-            jm._handle(SparkEnded([], None))
-            jm._check_timers(time.monotonic() + 1.0)
+            jm._process(SparkEnded([], None))
+            jm._tick(time.monotonic() + 1.0)
             assert jm.status == JobStatus.DEPLOYING and jm.attempt == attempt + 1
         assert jm.status == JobStatus.FAILED and submitted == [1, 2]
         assert [r["attempt"] for r in jm.restart_history()] == [0, 1]
         assert "(after 2 restarts; restart strategy: fixed delay (2 attempts, 0 s apart))" in str(jm.error)
     finally:
-        jm.server.close()
+        jm.server.close_all()
         for link in links:
             link.close()

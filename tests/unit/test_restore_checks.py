@@ -61,9 +61,9 @@ def test_metadata_records_each_operators_name_and_kind(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "job"))
     coordinator = CheckpointCoordinator(
         CheckpointConfig(interval=1.0, storage=str(tmp_path)), storage, "job", subtasks={(0, 0): "v"},
-        vertex_parallelism={0: 1}, max_parallelism=128, broadcast=lambda message: None,
+        vertex_parallelism={0: 1}, max_parallelism=128,
         operators={"sum:totals": {"name": "totals", "kind": "sum"}})
-    checkpoint_id = coordinator.trigger(0.0, 0.0)
+    checkpoint_id, _ = coordinator.trigger(0.0, 0.0)
     handles = materialize(storage, checkpoint_id, 0, {"sum:totals": {"keyed": {5: {"sum": {"a": 1}}}}})
     stats = {"bytes": 1, "alignment_s": 0, "sync_s": 0, "async_s": 0}
     coordinator.on_ack(Ack(checkpoint_id, vertex=0, subtask=0, worker=0, handles=handles, stats=stats), 0.1)

@@ -24,7 +24,6 @@ from epochal.control.client import JobClient, JobResult
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
 from epochal.errors import EpochalError, JobTimeoutError, PlanError
-from epochal.messages import ToWorker
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
@@ -222,18 +221,12 @@ class Environment:
                 launcher.cancel()
 
         coordinator = None
-        jobmaster: JobMaster | None = None
-
-        def broadcast(message: ToWorker) -> None:  # the coordinator exists before its JobMaster
-            assert jobmaster is not None
-            jobmaster.broadcast(message)
-
         if checkpoint.enabled:
             coordinator = CheckpointCoordinator(
                 checkpoint, CheckpointStorage(storage_uri), job_name,
                 subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
                 vertex_parallelism={v.id: v.parallelism for v in job.vertices},
-                max_parallelism=self.max_parallelism, broadcast=broadcast, split_layout=graph.split_layout,
+                max_parallelism=self.max_parallelism, split_layout=graph.split_layout,
                 first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators)
         jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
                               collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,

@@ -1,13 +1,15 @@
-"""The JobMaster's inbox: the events its coordinator thread takes decisions on.
+"""The JobMaster's inbox: what other threads tell its coordinator thread.
 
-Socket reader threads, the Spark launcher thread and the user's thread (cancel) never touch
-the JobMaster's state; they put one of these events into its queue and the coordinator thread
-dispatches on the event's type (``JobMaster._handle``).
+The control server's reader threads (:mod:`epochal.control.server`), the Spark launcher thread
+and the user's thread (cancel) never touch the job's state; they put one of these events into
+the JobMaster's queue. The coordinator thread (:class:`~epochal.control.jobmaster.JobMaster`)
+takes them in order, stamps them with the time and hands them to the state machine as its events
+(:mod:`epochal.control.jobmaster_events`), dispatching on the inbox event's type (``_INBOX``).
+Connections are named by the control server's connection ids, never by sockets.
 """
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,19 +18,19 @@ from epochal.messages import ToJobMaster
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """``message`` arrived from the worker that said it is ``worker`` on ``connection``."""
+    """``message`` arrived on connection ``connection`` of the worker that said it is ``worker``."""
 
     worker: int
-    connection: socket.socket
+    connection: int
     message: ToJobMaster
 
 
 @dataclass(frozen=True, slots=True)
 class Disconnected:
-    """The control connection ``connection`` of worker ``worker`` ended."""
+    """Connection ``connection`` of worker ``worker`` ended."""
 
     worker: int
-    connection: socket.socket
+    connection: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,14 @@
-"""The job lifecycle: a pure state machine over :class:`JobStatus`, owned by the JobMaster.
+"""The job lifecycle: a pure state machine over :class:`JobStatus`, owned by the JobMaster's machine.
 
-Events in, instructions out: the JobMaster (the driver, which owns the sockets, threads, timers
-and the Spark job) feeds :class:`JobLifecycle` typed lifecycle events and carries out the
-instructions ``handle`` returns. No sockets, threads or clocks inside: time is an event field.
+Events in, instructions out: :class:`~epochal.control.jobmaster_machine.JobMasterMachine` feeds
+:class:`JobLifecycle` typed lifecycle events and turns the instructions ``handle`` returns into
+its own, which the JobMaster (the driver, owning the sockets, threads, timers and the Spark job)
+carries out. No sockets, threads or clocks inside: time is an event field.
 
 ``TRANSITIONS`` is the whole lifecycle, ``{(status, event type): new status}``. ``IGNORED`` names
 the pairs that are legal but change nothing (a cancel after the job is already stopping, a
 failure report while the attempt is already being torn down). Any other pair is a bug in the
-driver and raises :class:`IllegalTransition`.
+JobMaster's machine and raises :class:`IllegalTransition`.
 """
 
 from __future__ import annotations

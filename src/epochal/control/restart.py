@@ -2,7 +2,8 @@
 
 Each strategy answers ``next_delay(now)`` with the seconds to wait before the next attempt, or
 ``None`` when the limit is reached and the job must fail (with the failure that ended it).
-:class:`RestartMachine` is the JobMaster's restart sub-machine built on them (decisions, restart
+:class:`RestartMachine` is the restart sub-machine of the JobMaster's machine
+(:class:`~epochal.control.jobmaster_machine.JobMasterMachine`) built on them (decisions, restart
 timing and history; time passed in).
 """
 
@@ -113,7 +114,7 @@ class RestartMachine:
     once the new attempt's workers are all ready and ``resumed_s`` once they process records).
 
     Pure: time comes in as an argument, and ``tick`` answers with the lifecycle instructions
-    the driver carries out (kill the failed attempt's Spark job, start the next attempt).
+    the JobMaster's machine acts on (kill the failed attempt's Spark job, start the next attempt).
     """
 
     def __init__(self, strategy: RestartStrategy, stop_timeout: float) -> None:

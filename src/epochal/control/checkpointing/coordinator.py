@@ -11,13 +11,15 @@ checkpoints by id and the order of the steps; it composes one owner per concern,
 :class:`PendingCheckpoint` (acks, classified by :class:`AckResult`), the
 :class:`CheckpointFailureManager`, the :class:`CompletedCheckpointStore` (ids, retention,
 record totals) and the :class:`CheckpointStatsTracker`. It reads no clock: every call takes the
-monotonic ``now`` (and a trigger the wall time) from its caller, the JobMaster. Its only effects
-are the storage (metadata, deletions, statistics) and the ``broadcast`` callback.
+monotonic ``now`` (and a trigger the wall time) from its caller, the JobMaster's machine
+(:mod:`epochal.control.jobmaster_machine`). It sends nothing itself: every method that changes
+what the workers must hear returns those messages (:data:`Outbox`, in the order they are to be
+broadcast), and the caller broadcasts them. Its only effects are on the storage (metadata,
+deletions, statistics).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from epochal.config import CheckpointConfig
@@ -25,8 +27,11 @@ from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureM
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
-from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, ToWorker, TriggerCheckpoint
+from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
+
+#: The messages a coordinator call asks to broadcast to every worker, in order.
+Outbox = list[TriggerCheckpoint | CheckpointComplete | CheckpointAbort]
 
 
 class CheckpointCoordinator:
@@ -34,8 +39,7 @@ class CheckpointCoordinator:
 
     def __init__(self, config: CheckpointConfig, storage: CheckpointStorage, job_name: str,
                  subtasks: dict[tuple[int, int], str],
-                 vertex_parallelism: dict[int, int], max_parallelism: int,
-                 broadcast: Callable[[ToWorker], None], first_id: int = 1,
+                 vertex_parallelism: dict[int, int], max_parallelism: int, first_id: int = 1,
                  split_layout: dict[str, int] | None = None,
                  operators: dict[str, dict[str, str]] | None = None) -> None:
         self.config = config
@@ -44,7 +48,6 @@ class CheckpointCoordinator:
         self.subtasks = subtasks
         self.vertex_parallelism = vertex_parallelism
         self.max_parallelism = max_parallelism
-        self.broadcast = broadcast
         self.split_layout = split_layout or {}
         #: uid -> {"name", "kind"} of every operator, recorded in the metadata so that a restore
         #: into a changed job can say whose state nobody claims.
@@ -92,80 +95,92 @@ class CheckpointCoordinator:
         return self.tracker.snapshot()
 
     # ---------------------------------------------------------------- triggering
-    def maybe_trigger(self, now: float, wall: float) -> int | None:
-        """Trigger a periodic checkpoint when the interval, pause and concurrency allow."""
+    def maybe_trigger(self, now: float, wall: float) -> Outbox:
+        """Trigger a periodic checkpoint when the interval, pause and concurrency allow; returns
+        its ``TriggerCheckpoint`` (nothing when none is due)."""
         if self.paused or self.config.interval is None:
-            return None
+            return []
         if len(self.pending) >= self.config.max_concurrent:
-            return None
+            return []
         if now - self.last_trigger < self.config.interval or now - self.last_end < self.config.min_pause:
-            return None
-        return self.trigger(now, wall)
+            return []
+        return self.trigger(now, wall)[1]
 
-    def trigger(self, now: float, wall: float) -> int:
-        """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time)."""
+    def trigger(self, now: float, wall: float) -> tuple[int, Outbox]:
+        """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time); returns
+        its id and the ``TriggerCheckpoint`` to broadcast."""
         checkpoint_id = self.next_id
         self.next_id += 1
         self.last_trigger = now
         self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall, now, set(self.subtasks))
-        self.broadcast(TriggerCheckpoint(checkpoint_id))
-        return checkpoint_id
+        return checkpoint_id, [TriggerCheckpoint(checkpoint_id)]
 
     # ---------------------------------------------------------------- acknowledgements
-    def on_ack(self, message: Ack, now: float) -> AckResult:
-        """Record one subtask's acknowledgement; the last one completes the checkpoint."""
+    def on_ack(self, message: Ack, now: float) -> tuple[AckResult, Outbox]:
+        """Record one subtask's acknowledgement; the last one completes the checkpoint. Returns
+        what the ack did and, when it completed the checkpoint, the aborts of older pending
+        checkpoints followed by the ``CheckpointComplete``."""
         pending = self.pending.get(message.checkpoint_id)
         if pending is None:
-            return AckResult.UNKNOWN  # late ack of an aborted (or completed) checkpoint
+            return AckResult.UNKNOWN, []  # late ack of an aborted (or completed) checkpoint
         result = pending.acknowledge(message)
         if result is AckResult.SUCCESS and pending.fully_acknowledged:
-            self._complete(pending, now)
-        return result
+            return result, self._complete(pending, now)
+        return result, []
 
-    def _complete(self, pending: PendingCheckpoint, now: float) -> None:
+    def _complete(self, pending: PendingCheckpoint, now: float) -> Outbox:
         checkpoint_id = pending.checkpoint_id
         self.store.write(checkpoint_id, pending.metadata(self.job_name, self.max_parallelism, self.vertex_parallelism,
                                                          self.split_layout, self.operators))
         del self.pending[checkpoint_id]
+        outbox: Outbox = []
         # older pending checkpoints can no longer be useful
         for older in [c for c in self.pending if c < checkpoint_id]:
-            self.abort(older, AbortKind.SUPERSEDED, "a newer checkpoint completed", now)
+            outbox += self.abort(older, AbortKind.SUPERSEDED, "a newer checkpoint completed", now)[1]
         self.store.add(checkpoint_id, pending.source_records())
         self.failures.on_completed()
         self.last_end = now
         self.tracker.completed(pending, now)
-        self.broadcast(CheckpointComplete(checkpoint_id))
+        outbox.append(CheckpointComplete(checkpoint_id))
         self.store.retain()
+        return outbox
 
     # ---------------------------------------------------------------- failures
-    def on_decline(self, message: Decline, now: float) -> bool:
-        """A subtask could not write its snapshot; returns False when failures exceed tolerance."""
+    def on_decline(self, message: Decline, now: float) -> tuple[bool, Outbox]:
+        """A subtask could not write its snapshot: abort the checkpoint. Returns False (with the
+        abort) when failures exceed tolerance."""
         return self.abort(message.checkpoint_id, AbortKind.DECLINED,
                           f"declined by worker {message.worker}: {message.reason}", now)
 
-    def check_timeouts(self, now: float) -> bool:
-        """Abort the checkpoints pending longer than the timeout; False when failures exceed tolerance."""
+    def check_timeouts(self, now: float) -> tuple[bool, Outbox]:
+        """Abort the checkpoints pending longer than the timeout; False (with the aborts so far)
+        as soon as failures exceed tolerance."""
+        outbox: Outbox = []
         for pending in list(self.pending.values()):
             if now - pending.started > self.config.timeout:
-                if not self.abort(pending.checkpoint_id, AbortKind.TIMED_OUT,
-                                  f"timed out after {self.config.timeout:g} s", now):
-                    return False
-        return True
+                tolerable, aborts = self.abort(pending.checkpoint_id, AbortKind.TIMED_OUT,
+                                               f"timed out after {self.config.timeout:g} s", now)
+                outbox += aborts
+                if not tolerable:
+                    return False, outbox
+        return True, outbox
 
-    def abort(self, checkpoint_id: int, kind: AbortKind, reason: str, now: float) -> bool:
-        """Abort a pending checkpoint; returns False when failures exceed the tolerated number.
-        The failure manager decides whether ``kind`` counts."""
+    def abort(self, checkpoint_id: int, kind: AbortKind, reason: str, now: float) -> tuple[bool, Outbox]:
+        """Abort a pending checkpoint; returns False when failures exceed the tolerated number,
+        and the ``CheckpointAbort`` to broadcast (nothing if it was not pending). The failure
+        manager decides whether ``kind`` counts."""
         pending = self.pending.pop(checkpoint_id, None)
         if pending is None:
-            return True
+            return True, []
         pending.discard()
         self.last_end = now
         self.store.discard(checkpoint_id)
         self.tracker.aborted(pending, reason, now)
-        self.broadcast(CheckpointAbort(checkpoint_id))
-        return self.failures.on_aborted(kind)
+        return self.failures.on_aborted(kind), [CheckpointAbort(checkpoint_id)]
 
-    def abort_all(self, reason: str, now: float) -> None:
-        """On a job failure: forget pending checkpoints (they can never complete)."""
+    def abort_all(self, reason: str, now: float) -> Outbox:
+        """On a job failure: forget pending checkpoints (they can never complete); returns their aborts."""
+        outbox: Outbox = []
         for checkpoint_id in list(self.pending):
-            self.abort(checkpoint_id, AbortKind.JOB_FAILED, reason, now)
+            outbox += self.abort(checkpoint_id, AbortKind.JOB_FAILED, reason, now)[1]
+        return outbox

@@ -1,0 +1,150 @@
+"""The vocabulary of the JobMaster's state machine: the events it handles and the instructions it returns.
+
+:class:`~epochal.control.jobmaster_machine.JobMasterMachine` is pure: ``handle(event)`` takes one
+of the events below and returns a list of the instructions below, which the driver
+(:class:`~epochal.control.jobmaster.JobMaster`) carries out. Events carry every input the
+machine needs, time included (``now`` is ``time.monotonic()``, ``wall`` is ``time.time()``, both
+read by the driver); instructions carry everything the driver needs to carry them out. A worker's
+control connection is named by a *connection id*, an int the driver's
+:class:`~epochal.control.server.ControlServer` assigns per accepted connection, so the machine
+never holds a socket. All are frozen dataclasses, compared by value in the tests.
+
+Things that need I/O are round trips: :class:`ResolveRestore` asks the driver to read and check
+the checkpoint an attempt restores, and the driver answers with :class:`RestoreResolved` or
+:class:`RestoreFailed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from epochal.control.lifecycle import KillSparkJob
+from epochal.errors import EpochalError
+from epochal.messages import RestorePoint, ToJobMaster, ToWorker
+from epochal.state.storage import CheckpointStorage
+
+__all__ = ["Broadcast", "CancelRequested", "CloseConnections", "Event", "Instruction", "JobStarted",
+           "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo", "SparkJobEnded",
+           "SubmitSparkJob", "Tick", "WorkerDisconnected", "WorkerMessage"]
+
+
+# ---------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    """The driver opened for registrations: the first attempt's Spark job is to be submitted."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerMessage:
+    """``message`` arrived on connection ``connection`` of the worker that said (in its HELLO) it is
+    ``worker``. ``wall`` dates a checkpoint the message triggers (the final one)."""
+
+    worker: int
+    connection: int
+    message: ToJobMaster
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDisconnected:
+    """Connection ``connection`` of worker ``worker`` ended (the peer closed it, or it broke)."""
+
+    worker: int
+    connection: int
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class SparkJobEnded:
+    """The Spark job running the workers returned ``results`` or failed; ``error`` is the failure's
+    summary (see ``summarize_spark_error``), None when it did not fail."""
+
+    results: list[Any] | None
+    error: str | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """The user (or a timeout) cancels the job."""
+
+    reason: str
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The clock moved (the driver sends one every ~50 ms): every timer is checked on it."""
+
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResolved:
+    """The answer to :class:`ResolveRestore`: what the attempt restores (None: nothing), and what
+    to suggest instead should that checkpoint turn out damaged."""
+
+    point: RestorePoint | None
+    hint: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreFailed:
+    """The answer to :class:`ResolveRestore` when the checkpoint cannot be read or is incomplete."""
+
+    error: EpochalError
+    now: float
+
+
+Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | Tick | RestoreResolved
+         | RestoreFailed)
+
+
+# ---------------------------------------------------------------------- instructions
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    """Send ``message`` on connection ``connection`` (a failed send is reported by the disconnect)."""
+
+    connection: int
+    message: ToWorker
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Send ``message`` on each of ``connections``: the registered workers' when it was decided."""
+
+    message: ToWorker
+    connections: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitSparkJob:
+    """Submit the Spark job of the current attempt (its workers register with the current
+    ``JobMasterMachine.attempt``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveRestore:
+    """Find what the current attempt's workers restore and answer :class:`RestoreResolved` (or
+    :class:`RestoreFailed`): checkpoint ``checkpoint_id`` of ``storage``, read and checked, when
+    ``checkpoint_id`` is set; else ``given`` (the user's ``restore_from``, already read and checked
+    when the job was submitted: ``storage``, ``checkpoint_id`` and ``metadata``), or nothing."""
+
+    storage: CheckpointStorage | None
+    checkpoint_id: int | None
+    given: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConnections:
+    """Close these connections: the previous attempt's workers', or one no registered worker uses."""
+
+    connections: tuple[int, ...]
+
+
+Instruction = SendTo | Broadcast | SubmitSparkJob | KillSparkJob | ResolveRestore | CloseConnections

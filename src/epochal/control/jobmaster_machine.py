@@ -1,0 +1,334 @@
+"""The heart of the JobMaster: a pure state machine, ``handle(event) -> list[Instruction]``.
+
+:class:`JobMasterMachine` owns everything the JobMaster decides on: the registered workers'
+records (:class:`~epochal.control.jobmaster_messages.WorkerInfo`, each with the id of its control
+connection), the job lifecycle (:class:`~epochal.control.lifecycle.JobLifecycle`), the restart
+sub-machine (:class:`~epochal.control.restart.RestartMachine`), the checkpoint coordinator, loop
+termination detection, the ``collect()`` ledger, the failures of the current attempt (ranked by
+:mod:`epochal.control.job_failures`), the attempt counter, the final checkpoint and who committed
+it, and the deadlines (registration, stop). No sockets, threads or clocks inside: the events and
+instructions of :mod:`epochal.control.jobmaster_events` carry time in and effects out, and the
+driver (:class:`~epochal.control.jobmaster.JobMaster`) owns the sockets, threads and timers.
+
+Events are dispatched by type (``EVENTS``); a :class:`WorkerMessage` goes on by its message's type
+to :mod:`epochal.control.jobmaster_messages` (``MESSAGES``), which registers workers and handles
+their reports. Every timer (registration, heartbeats, checkpoint interval and timeouts, failure
+grace, restart delay, stop deadlines) is checked on :class:`Tick`.
+
+The first failure wins, after a grace period in which a more specific cause may still arrive;
+then either the restart strategy allows another attempt (every worker is told to cancel, and the
+next attempt starts once the Spark job is gone) or the job fails: the machine broadcasts
+``Cancel`` and *stops*: it waits for the Spark job to end, or for ``cancel_timeout`` to pass (at
+once if no worker registered; then it instructs to kill the Spark job), before the terminal
+transition. While stopping only :class:`SparkJobEnded` and :class:`Tick` matter; every other
+event is dropped. Not thread safe: the driver calls ``handle`` and the queries under one lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from epochal.config import EngineConfig
+from epochal.control import job_failures, lifecycle
+from epochal.control.checkpointing import CheckpointCoordinator
+from epochal.control.collect import CollectLedger
+from epochal.control.jobmaster_events import (
+    Broadcast,
+    CancelRequested,
+    CloseConnections,
+    Event,
+    Instruction,
+    JobStarted,
+    KillSparkJob,
+    RestoreFailed,
+    RestoreResolved,
+    SparkJobEnded,
+    SubmitSparkJob,
+    Tick,
+    WorkerDisconnected,
+    WorkerMessage,
+)
+from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo
+from epochal.control.lifecycle import JobLifecycle, JobStatus
+from epochal.control.loops import LoopTermination
+from epochal.control.restart import RestartMachine, RestartStrategy
+from epochal.errors import EpochalError, JobCancelledError, JobFailedError
+from epochal.messages import Cancel, Deploy, Dispatch, Failed, ToWorker
+
+__all__ = ["DEFAULT_RESTORE_HINT", "EVENTS", "MESSAGES", "JobMasterMachine", "WorkerInfo"]
+
+_ACTIVE = (JobStatus.DEPLOYING, JobStatus.RUNNING)
+#: What a damaged checkpoint's error suggests when nothing better is known.
+DEFAULT_RESTORE_HINT = "Restore from an earlier checkpoint of the job, if one is retained"
+#: Event type -> handler (``WorkerMessage``s go on to ``jobmaster_messages.MESSAGES``).
+EVENTS = Dispatch("JobMaster events")
+
+
+@dataclass(frozen=True)
+class _Stopping:
+    """The job fails for good once the Spark job ended or ``deadline`` passed (then it is killed)."""
+
+    failed: lifecycle.RestoreUnreadable | lifecycle.RegistrationTimedOut | lifecycle.RestartsExhausted
+    deadline: float
+
+
+class JobMasterMachine:
+    """The decisions of one job's JobMaster; see the module docstring."""
+
+    def __init__(self, job_name: str, deployment: bytes, num_workers: int, config: EngineConfig,
+                 collect_ids: list[str], slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
+                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
+                 loops: dict[int, int] | None = None) -> None:
+        self.job_name = job_name
+        self.deployment = deployment
+        self.num_workers = num_workers
+        self.config = config
+        self.slots_hint = slots_hint
+        self.workers: dict[int, WorkerInfo] = {}
+        #: collect() sinks' records: staged per writer epoch, published when committed.
+        self.collects = CollectLedger(collect_ids)
+        self.lifecycle = JobLifecycle()
+        self.failures: list[Failed] = []
+        self.registration_deadline = 0.0
+        self.stop_deadline = 0.0
+        self.spark_done = False
+        self.spark_results: list[Any] = []
+        self.error: EpochalError | None = None
+        self.coordinator = coordinator
+        self.restart = restart or RestartStrategy()
+        self.restarting = RestartMachine(self.restart, config.cancel_timeout)
+        #: The checkpoint the user asked the first attempt to start from (read when submitted).
+        self.restore = restore
+        #: What to suggest should the current attempt's checkpoint turn out damaged.
+        self.restore_hint = DEFAULT_RESTORE_HINT
+        self.resolving = False  # a ResolveRestore is out, not answered yet
+        self.attempt = 0
+        self.started_running = False
+        self.final_checkpoint: int | None = None
+        self.committed: set[int] = set()
+        self.loops = LoopTermination(loops or {})
+        self._stopping: _Stopping | None = None
+        self._out: list[Instruction] = []
+
+    @property
+    def status(self) -> JobStatus:
+        return self.lifecycle.status
+
+    def handle(self, event: Event) -> list[Instruction]:
+        """Take one event; return the instructions to carry out, in order."""
+        if self._stopping is None or isinstance(event, (SparkJobEnded, Tick)):
+            EVENTS.handlers[type(event)](self, event)
+        out, self._out = self._out, []
+        return out
+
+    # ------------------------------------------------------------------ queries
+    def connections(self) -> tuple[int, ...]:
+        """The registered workers' connection ids, in registration order."""
+        return tuple(w.connection for w in self.workers.values())
+
+    def all_running(self) -> bool:
+        """Every worker registered and ready, and the job running."""
+        return self.status == JobStatus.RUNNING and len(self.workers) == self.num_workers and \
+            all(w.ready for w in self.workers.values())
+
+    # ------------------------------------------------------------------ events
+    @EVENTS.on(JobStarted)
+    def _on_started(self, event: JobStarted) -> None:
+        self._transition(lifecycle.Started())
+        self.registration_deadline = event.now + self.config.registration_timeout
+        self.emit(SubmitSparkJob())
+
+    @EVENTS.on(WorkerDisconnected)
+    def _on_disconnected(self, event: WorkerDisconnected) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is None or worker.connection != event.connection:
+            self.emit(CloseConnections((event.connection,)))  # no registered worker's: nothing uses it
+        elif not worker.finished and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
+            self.restarting.failure_seen(event.now)
+            self.fail(job_failures.worker_lost(worker.index, worker.task_attempt, worker.pid, worker.hostname),
+                      event.now)
+
+    @EVENTS.on(SparkJobEnded)
+    def _on_spark_ended(self, event: SparkJobEnded) -> None:
+        self.spark_done = True
+        if self._stopping is not None:
+            self._end_stop()
+            return
+        self.spark_results = event.results or []
+        if self.status in _ACTIVE:
+            ended = job_failures.spark_ended_early() if event.error is None else job_failures.spark_failed(event.error)
+            self.fail(ended, event.now)
+
+    @EVENTS.on(CancelRequested)
+    def _on_cancel(self, event: CancelRequested) -> None:
+        cancel = lifecycle.CancelRequested(event.reason)
+        if self.lifecycle.accepts(cancel):  # else: not started yet, or already stopping
+            self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event.reason}")
+            self._transition(cancel)
+            # no worker registered yet (e.g. waiting for slots): nothing can stop by itself
+            self.stop_deadline = event.now + (self.config.cancel_timeout if self.workers else 0.0)
+
+    @EVENTS.on(WorkerMessage)
+    def _on_message(self, event: WorkerMessage) -> None:
+        worker = self.workers.get(event.worker)
+        if worker is not None and worker.connection == event.connection:
+            worker.last_seen = event.now
+        handler = MESSAGES.handlers.get(type(event.message))
+        if handler is not None:  # a message of another version of epochal: ignored
+            handler(self, event)
+
+    @EVENTS.on(RestoreResolved)
+    def _on_restore_resolved(self, event: RestoreResolved) -> None:
+        if not self.resolving or self.status != JobStatus.DEPLOYING:
+            return
+        self.resolving = False
+        self.restore_hint = event.hint
+        peers = {i: (w.host, w.data_port) for i, w in self.workers.items()}
+        self._transition(lifecycle.AllRegistered())
+        self.broadcast([Deploy(self.deployment, peers, event.point)])
+
+    @EVENTS.on(RestoreFailed)
+    def _on_restore_failed(self, event: RestoreFailed) -> None:
+        if not self.resolving or self.status != JobStatus.DEPLOYING:
+            return
+        self.resolving = False
+        self.error = event.error
+        self._stop(lifecycle.RestoreUnreadable(), event.now)
+
+    @EVENTS.on(Tick)
+    def _on_tick(self, event: Tick) -> None:
+        now = event.now
+        if self._stopping is not None:
+            if now >= self._stopping.deadline:
+                self._end_stop()
+        elif self.status == JobStatus.DEPLOYING and now > self.registration_deadline and not self.resolving:
+            self.error = job_failures.too_few_slots(self.job_name, self.num_workers, len(self.workers),
+                                                    self.config.registration_timeout, self.slots_hint)
+            self._stop(lifecycle.RegistrationTimedOut(), now)
+        elif self.status == JobStatus.RUNNING:
+            self._check_running(now, event.wall)
+        elif self.lifecycle.grace_over(now):
+            self._decide(now)
+        elif self.status == JobStatus.RESTARTING:
+            for instruction in self.restarting.tick(now, self.spark_done):
+                if isinstance(instruction, lifecycle.StartAttempt):
+                    self._new_attempt(now)
+                else:
+                    self.emit(instruction)
+        elif self.status in (JobStatus.FINISHING, JobStatus.CANCELLING):
+            if self.spark_done:
+                self._transition(lifecycle.SparkStopped())
+            elif now > self.stop_deadline:
+                self._transition(lifecycle.StopDeadlinePassed())  # kills the Spark job
+
+    # ------------------------------------------------------------------ decisions
+    def _check_running(self, now: float, wall: float) -> None:
+        """While RUNNING: periodic checkpoints and their timeouts, then the workers' heartbeats."""
+        coordinator = self.coordinator
+        if coordinator is not None and self.started_running:
+            self.broadcast(coordinator.maybe_trigger(now, wall))
+            tolerable, aborts = coordinator.check_timeouts(now)
+            self.broadcast(aborts)
+            if not tolerable:
+                self.fail(job_failures.checkpoints_failing(coordinator.config.tolerable_failures), now)
+                return
+        timeout = self.config.heartbeat_timeout
+        for worker in self.workers.values():
+            if not worker.finished and now - worker.last_seen > timeout:
+                self.fail(job_failures.heartbeat_missed(worker.index, worker.pid, worker.hostname, timeout), now)
+                break
+
+    def fail(self, failure: Failed, now: float) -> None:
+        """Record ``failure`` of the current attempt; the first one starts the grace period."""
+        self.failures.append(failure)
+        if self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FINISHING):
+            self._transition(lifecycle.FailureReported(now))
+            self.restarting.failure_seen(self.lifecycle.failing_since)
+
+    def _decide(self, now: float) -> None:
+        """The grace period is over: restart, or fail for good with the best-ranked failure."""
+        error = self.failure_error()
+        delay = self.restarting.decide(error.kind or "", now)
+        if delay is None:
+            if self.restarting.restarts:
+                error.args = (f"{error.args[0]}{self.restarting.give_up_note()}",)
+            self.error = error
+            self._stop(lifecycle.RestartsExhausted(), now)
+            return
+        # stop this attempt's workers; the next attempt starts once its Spark job is gone
+        self.restarting.begin(self.attempt, str(error).splitlines()[0], delay, now)
+        if self.coordinator is not None:
+            self.broadcast(self.coordinator.abort_all(f"job attempt {self.attempt} failed", now))
+        self._transition(lifecycle.RestartDecided(str(error)))  # broadcasts Cancel
+
+    def _new_attempt(self, now: float) -> None:
+        """The failed attempt is gone: forget its workers and failures, submit the next one."""
+        self.emit(CloseConnections(self.connections()))
+        self.workers = {}
+        self.failures = []
+        self.restarting.new_attempt()
+        self.spark_done = False
+        self.started_running = False
+        self.committed = set()
+        self.final_checkpoint = None
+        self.loops.reset()
+        coordinator = self.coordinator
+        if coordinator is not None:
+            coordinator.paused = False
+            # the new attempt's sources resume at the latest checkpoint: what it covers is counted
+            latest = coordinator.latest_completed
+            coordinator.records_base = coordinator.source_records.get(latest, 0) if latest else 0
+        self.attempt += 1
+        # collected epochs the restored checkpoint does not cover can never be published
+        self.collects.new_attempt(self.attempt, coordinator.latest_completed if coordinator else None,
+                                  checkpointing=coordinator is not None)
+        self._transition(lifecycle.NewAttempt())
+        self.registration_deadline = now + self.config.registration_timeout
+        self.emit(SubmitSparkJob())
+
+    def shutdown(self, event: lifecycle.AllFinished | lifecycle.FinalCheckpointCommitted, now: float) -> None:
+        """The job finished: tell the workers to shut down; they have ``cancel_timeout`` to stop."""
+        self._transition(event)  # broadcasts Shutdown
+        self.stop_deadline = now + self.config.cancel_timeout
+
+    def _stop(self, failed: lifecycle.RestoreUnreadable | lifecycle.RegistrationTimedOut
+              | lifecycle.RestartsExhausted, now: float) -> None:
+        """Tell the workers to stop; the job fails once the Spark job ended, or when
+        ``cancel_timeout`` passed (at once if no worker could stop by itself), killing it."""
+        self.broadcast([Cancel(str(self.error))])
+        self._stopping = _Stopping(failed, now + self.config.cancel_timeout if self.workers else now)
+        if self.spark_done or not self.workers:
+            self._end_stop()
+
+    def _end_stop(self) -> None:
+        assert self._stopping is not None
+        failed, self._stopping = self._stopping.failed, None
+        if not self.spark_done:
+            self.emit(KillSparkJob())
+        self._transition(failed)
+
+    def failure_error(self) -> JobFailedError:
+        """The error that explains the current attempt's failures best (``job_failures.FAILURE_RANK``)."""
+        return job_failures.failure_error(self.failures, self.job_name, self.restore_hint)
+
+    # ------------------------------------------------------------------ instructions
+    def emit(self, *instructions: Instruction) -> None:
+        """Add instructions to those ``handle`` returns."""
+        self._out.extend(instructions)
+
+    def broadcast(self, messages: Iterable[ToWorker]) -> None:
+        """Instruct to send each of ``messages`` to the workers registered now."""
+        connections = self.connections()
+        self._out.extend(Broadcast(message, connections) for message in messages)
+
+    def _transition(self, event: lifecycle.LifecycleEvent) -> None:
+        """Feed the lifecycle one event and turn its instructions into the machine's."""
+        for instruction in self.lifecycle.handle(event):
+            if isinstance(instruction, lifecycle.Broadcast):
+                self.broadcast([instruction.message])
+            elif isinstance(instruction, lifecycle.KillSparkJob):
+                self.emit(instruction)
+            else:
+                raise AssertionError(f"the JobMaster machine starts attempts itself, not via {instruction}")
