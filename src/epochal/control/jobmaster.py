@@ -71,7 +71,7 @@ class JobMaster:
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
                  slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
                  restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None) -> None:
+                 loops: dict[int, int] | None = None, recovery: str = "restart_job") -> None:
         self.job_name = job_name
         self.job_id = job_id
         self.num_workers = num_workers
@@ -82,7 +82,7 @@ class JobMaster:
         self.restore = restore
         #: Every decision, and the state it is taken on; changed only under ``_lock``.
         self.machine = JobMasterMachine(job_name, deployment, num_workers, config, collect_ids, slots_hint,
-                                        coordinator, restart, restore, loops)
+                                        coordinator, restart, restore, loops, recovery)
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
         self.server = ControlServer(bind_host, token, self.events.put)
         self.address = self.server.address

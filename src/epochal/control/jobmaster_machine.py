@@ -53,7 +53,8 @@ from epochal.control.jobmaster_events import (
 from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo
 from epochal.control.lifecycle import JobLifecycle, JobStatus
 from epochal.control.loops import LoopTermination
-from epochal.control.restart import RestartMachine, RestartStrategy
+from epochal.control.recovery import recovery_machine
+from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, JobCancelledError, JobFailedError
 from epochal.messages import Cancel, Deploy, Dispatch, Failed, ToWorker
 
@@ -80,7 +81,7 @@ class JobMasterMachine:
     def __init__(self, job_name: str, deployment: bytes, num_workers: int, config: EngineConfig,
                  collect_ids: list[str], slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
                  restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None) -> None:
+                 loops: dict[int, int] | None = None, recovery: str = "restart_job") -> None:
         self.job_name = job_name
         self.deployment = deployment
         self.num_workers = num_workers
@@ -98,7 +99,8 @@ class JobMasterMachine:
         self.error: EpochalError | None = None
         self.coordinator = coordinator
         self.restart = restart or RestartStrategy()
-        self.restarting = RestartMachine(self.restart, config.cancel_timeout)
+        #: The recovery mode's machine (:mod:`epochal.control.recovery`): whether and when to recover.
+        self.restarting = recovery_machine(recovery, self.restart, config.cancel_timeout)
         #: The checkpoint the user asked the first attempt to start from (read when submitted).
         self.restore = restore
         #: What to suggest should the current attempt's checkpoint turn out damaged.

@@ -144,7 +144,7 @@ class SparkJobLauncher:
     def _run(self, jobmaster: JobMaster) -> None:
         from functools import partial
 
-        from epochal.runtime.worker import run_worker_partition
+        from epochal.runtime.kinds import run_worker_partition
 
         sc = self.spark.sparkContext
         results: list[Any] | None = None

@@ -36,6 +36,8 @@ class Bootstrap:
     bind_host: str = ""
     #: Job attempt this Spark job belongs to (0 first, +1 per restart).
     job_attempt: int = 0
+    #: What the task runs (:mod:`epochal.runtime.kinds`).
+    job_kind: str = "dataflow"
 
 
 class ControlLink:

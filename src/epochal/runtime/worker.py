@@ -57,7 +57,7 @@ from epochal.runtime.worker_machine import WorkerMachine, WorkerPhase
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage
 
-__all__ = ["Bootstrap", "PeerLost", "RestoreFailed", "Worker", "WorkerStopped", "run_worker_partition"]
+__all__ = ["Bootstrap", "PeerLost", "RestoreFailed", "Worker", "WorkerStopped"]
 
 #: The data path's own mailbox events (everything else goes to the machine).
 _DATA = Dispatch("worker data path")
@@ -380,14 +380,3 @@ class Worker:
             self.listener.close()
         if self.link is not None:
             self.link.close()
-
-
-def run_worker_partition(bootstrap: Bootstrap, _: Any) -> Any:
-    """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
-    task_attempt = context.attemptNumber() if context is not None else 0
-    summary = Worker(bootstrap, index, task_attempt).run()
-    return iter([summary])
