@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("worker", {"runtime"}),
     ("driver", {"control"}),
     ("user API", {"api"}),
+    ("graph jobs", {"graph"}),
     ("tools", {"testing", "__main__", "__init__"}),
 ]
 #: What runs in a worker process; none of it may import these.

@@ -1,0 +1,168 @@
+"""One worker's part of a graph: its masters, their edges, its replicas, and how replicas are fed.
+
+:func:`build_partitions` cuts a :class:`~epochal.graph.model.Graph` by an owner array into one
+:class:`Partition` per worker, the layout of papers/003 Fig. 4: a worker stores the *masters* it
+owns with their in-edges (and out-edges), and a *replica* of every remote vertex its masters read.
+Values live in one *table* per worker: slots ``0..n-1`` are the masters (in id order), slots
+``n..n+r-1`` the replicas (in id order). Edges name table slots, so computing over a partition is
+array arithmetic, and the *sync plan* says which master values go to which peer and into which
+replica slots there (``send_index[peer]`` on the sender lines up with ``receive_slots[sender]`` on
+the peer).
+
+``directions`` chooses what a vertex reads: ``"in"`` (its in-neighbours; PageRank, BFS, SSSP) or
+``"both"`` (in- and out-neighbours; WCC, CDLP, LCC). An undirected graph is both ways anyway.
+With ``adjacency`` every table vertex (replicas too) also carries its out-neighbour ids, for
+algorithms that read neighbours' adjacency (LCC). The driver builds all partitions, so the plan
+needs no exchange between workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from epochal.graph.model import Graph
+
+
+@dataclass
+class Partition:
+    """Worker ``worker``'s part of the graph (see the module docstring)."""
+
+    worker: int
+    num_workers: int
+    #: master ids (sorted); table slots 0..n-1
+    ids: np.ndarray
+    #: replica ids (sorted); table slots n..n+r-1
+    replica_ids: np.ndarray
+    #: the neighbours each master reads (in-edges, or both ways), as CSR over table slots
+    nbr_ptr: np.ndarray
+    nbr_slot: np.ndarray
+    nbr_weight: np.ndarray | None
+    #: out-edges of each master, CSR, targets as global ids (for messages along out-edges)
+    out_ptr: np.ndarray
+    out_ids: np.ndarray
+    out_weight: np.ndarray | None
+    #: global out-degree and in-degree of each master
+    out_degree: np.ndarray
+    in_degree: np.ndarray
+    #: global out-degree of every table vertex, replicas included (e.g. PageRank's contributions)
+    table_out_degree: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: peer -> master slots whose replicas the peer holds; sender -> replica slots they fill
+    send_index: dict[int, np.ndarray] = field(default_factory=dict)
+    receive_slots: dict[int, np.ndarray] = field(default_factory=dict)
+    #: every vertex id and its owner (sorted ids), to route messages to any vertex
+    all_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: with ``adjacency``: out-neighbour ids of every table vertex (CSR over table slots)
+    table_out_ptr: np.ndarray | None = None
+    table_out_ids: np.ndarray | None = None
+    directed: bool = True
+    directions: str = "in"
+    #: per-vertex properties of the masters
+    properties: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def num_masters(self) -> int:
+        return int(self.ids.size)
+
+    @property
+    def table_size(self) -> int:
+        return int(self.ids.size + self.replica_ids.size)
+
+    @property
+    def table_ids(self) -> np.ndarray:
+        """The id of every table slot (masters, then replicas)."""
+        return np.concatenate([self.ids, self.replica_ids])
+
+    def owner_of(self, ids: np.ndarray) -> np.ndarray:
+        """The worker owning each of ``ids`` (all must be vertices of the graph)."""
+        return self.owner[np.searchsorted(self.all_ids, ids)]
+
+    def slot_of(self, ids: np.ndarray) -> np.ndarray:
+        """Master slots of ``ids``, all of which must be masters here."""
+        return np.searchsorted(self.ids, ids)
+
+
+def _csr(rows: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr, order)``: CSR pointers of ``rows`` (values in 0..n-1) and the stable sort order."""
+    order = np.argsort(rows, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return ptr, order
+
+
+def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directions: str = "in",
+                     adjacency: bool = False) -> list[Partition]:
+    """Cut ``graph`` into ``num_workers`` partitions (``owner[i]``: the worker of vertex ``i``; a
+    worker may own no vertex)."""
+    if directions not in ("in", "both"):
+        raise ValueError(f"directions must be 'in' or 'both', not {directions!r}")
+    n = graph.num_vertices
+    s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
+    w = graph.weights
+    # directed edge list as the engine sees it (an undirected edge goes both ways)
+    if not graph.directed:
+        s, d = np.concatenate([s, d]), np.concatenate([d, s])
+        w = None if w is None else np.concatenate([w, w])
+    out_degree = np.bincount(s, minlength=n).astype(np.int64)
+    in_degree = np.bincount(d, minlength=n).astype(np.int64)
+    # what each vertex reads: (reader, read) pairs
+    if directions == "in" or not graph.directed:
+        reader, read, rw = d, s, w
+    else:
+        reader, read = np.concatenate([d, s]), np.concatenate([s, d])
+        rw = None if w is None else np.concatenate([w, w])
+    out_ptr_all, out_order = _csr(s, n)
+    out_sorted = d[out_order]
+    out_w_sorted = None if w is None else w[out_order]
+    parts: list[Partition] = []
+    replica_sets: list[np.ndarray] = []
+    for worker in range(num_workers):
+        masters = np.flatnonzero(owner == worker)  # dense indices, sorted = id order
+        mine = owner[reader] == worker
+        r_reader, r_read = reader[mine], read[mine]
+        r_w = None if rw is None else rw[mine]
+        remote = owner[r_read] != worker
+        replicas = np.unique(r_read[remote])
+        replica_sets.append(replicas)
+        # table slot of every vertex this worker reads
+        slot_of = np.full(n, -1, dtype=np.int64)
+        slot_of[masters] = np.arange(masters.size)
+        slot_of[replicas] = masters.size + np.arange(replicas.size)
+        local_reader = slot_of[r_reader]
+        ptr, order = _csr(local_reader, masters.size)
+        nbr_slot = slot_of[r_read][order]
+        nbr_weight = None if r_w is None else r_w[order]
+        # out-edges of the masters, as global ids
+        lo, hi = out_ptr_all[masters], out_ptr_all[masters + 1]
+        counts = hi - lo
+        out_ptr = np.zeros(masters.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=out_ptr[1:])
+        take = np.repeat(lo - out_ptr[:-1], counts) + np.arange(int(out_ptr[-1]))
+        out_ids = graph.vertices[out_sorted[take]]
+        out_weight = None if out_w_sorted is None else out_w_sorted[take]
+        part = Partition(worker, num_workers, graph.vertices[masters], graph.vertices[replicas], ptr, nbr_slot,
+                         nbr_weight, out_ptr, out_ids, out_weight, out_degree[masters], in_degree[masters],
+                         all_ids=graph.vertices, owner=owner, directed=graph.directed, directions=directions,
+                         properties={k: v[masters] for k, v in graph.properties.items()},
+                         table_out_degree=out_degree[np.concatenate([masters, replicas])])
+        if adjacency:
+            table = np.concatenate([masters, replicas])
+            lo, hi = out_ptr_all[table], out_ptr_all[table + 1]
+            counts = hi - lo
+            tptr = np.zeros(table.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=tptr[1:])
+            take = np.repeat(lo - tptr[:-1], counts) + np.arange(int(tptr[-1]))
+            part.table_out_ptr, part.table_out_ids = tptr, graph.vertices[out_sorted[take]]
+        parts.append(part)
+    # the sync plan: worker r holds replicas of some of w's masters
+    for r, replicas in enumerate(replica_sets):
+        owners = owner[replicas]
+        base = parts[r].num_masters
+        for w_ in np.unique(owners):
+            sel = owners == w_
+            masters_w = np.flatnonzero(owner == w_)
+            parts[int(w_)].send_index[r] = np.searchsorted(masters_w, replicas[sel])
+            parts[r].receive_slots[int(w_)] = base + np.flatnonzero(sel)
+    return parts
