@@ -220,6 +220,15 @@ class Failed(ToJobMaster):
     peer: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class KindReport(ToJobMaster):
+    """A report of the job's kind from ``worker`` (a graph job: superstep *n* done), handed to the
+    kind's coordinator on the JobMaster (:mod:`epochal.control.kinds`)."""
+
+    worker: int
+    payload: Any
+
+
 # ---------------------------------------------------------------------- JobMaster -> worker
 @dataclass(frozen=True, slots=True)
 class RestorePoint:
@@ -280,6 +289,14 @@ class EndLoop(ToWorker):
     """Loop ``loop`` is empty and nothing can enter it: its heads end it."""
 
     loop: int
+
+
+@dataclass(frozen=True, slots=True)
+class KindCommand(ToWorker):
+    """A command of the job's kind to every worker (a graph job: run superstep *n*, halt). The
+    payload is a frozen dataclass the kind's module defines; other kinds' workers ignore it."""
+
+    payload: Any
 
 
 class Stop(ToWorker):

@@ -31,6 +31,8 @@ from epochal.messages import (
     Failed,
     Finished,
     Heartbeat,
+    KindCommand,
+    KindReport,
     LoopReady,
     LoopVote,
     Processing,
@@ -75,6 +77,8 @@ SAMPLES: dict[type, object] = {
     LoopVote: LoopVote(loop=0, round=2, subtask=1, quiet=True),
     Collect: Collect("collect-1", 1, CollectBatch("0.0.abc", 0, 3, [1, "a", (2, 3)])),
     Failed: Failed("user", "ValueError: bad", worker=1, operator="Map", where=None, traceback="Traceback ..."),
+    KindReport: KindReport(1, ("superstep", 3)),
+    KindCommand: KindCommand(("run", 4)),
     # JobMaster -> worker
     Deploy: Deploy(b"\x80\x05deployment", {0: ("127.0.0.1", 5000), 1: ("127.0.0.1", 5001)},
                    RestorePoint("file:///tmp/chk", 2, {"operators": {}})),
@@ -169,9 +173,9 @@ def test_directions_are_disjoint_and_complete():
     to_worker, to_jobmaster = set(message_types(ToWorker)), set(message_types(ToJobMaster))
     assert not to_worker & to_jobmaster
     assert to_worker == {Deploy, Start, TriggerCheckpoint, CheckpointComplete, CheckpointAbort, StartLoopProbe,
-                         EndLoop, Cancel, Shutdown, Reject}
+                         EndLoop, KindCommand, Cancel, Shutdown, Reject}
     assert to_jobmaster == {Register, Ready, Heartbeat, Processing, Finished, Ack, Decline, Committed, LoopReady,
-                            LoopVote, Collect, Failed}
+                            LoopVote, Collect, Failed, KindReport}
 
 
 # ---------------------------------------------------------------------- dispatch tables

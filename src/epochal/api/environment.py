@@ -6,7 +6,6 @@ import copy
 import logging
 import os
 import re
-import secrets
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -14,23 +13,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
+from epochal.api.running import wait
 from epochal.config import CheckpointConfig, EngineConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
-from epochal.control import executor_python, interrupts, slots
+from epochal.control import interrupts
 from epochal.control import spark as spark_support
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient, JobResult
-from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
-from epochal.errors import EpochalError, JobTimeoutError, PlanError
+from epochal.errors import EpochalError, PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
 from epochal.runtime.hooks import Fault, FaultInjector
 from epochal.runtime.operators import Operator
-from epochal.runtime.protocol import TOKEN_BYTES
-from epochal.runtime.worker import Bootstrap
 from epochal.state.storage import CheckpointStorage, resolve_restore_path
 from epochal.validation import check_number
 
@@ -200,26 +198,7 @@ class Environment:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
         blob = serialize_deployment(deployment, functions)
 
-        spark = self.spark
-        slots_hint = slots.check_slots(spark, graph.num_workers, job_name)
-        executor_python.check_worker_python(spark, self.config.registration_timeout)  # once per SparkContext
-        local = spark_support.is_local(spark)
-        token = secrets.token_bytes(TOKEN_BYTES)
-        bind_host = "127.0.0.1" if local else ""
         collect_ids = [n.collect_id for n in self.graph.nodes if n.collect_id]
-        launcher: spark_support.SparkJobLauncher | None = None
-
-        def submit(jm: JobMaster) -> None:
-            nonlocal launcher
-            bootstrap = Bootstrap(spark_support.driver_host(spark), jm.address[1], token, job_id,
-                                  self.config.registration_timeout, bind_host, jm.attempt)
-            launcher = spark_support.SparkJobLauncher(spark, bootstrap, graph.num_workers, job_name)
-            launcher.submit(jm)
-
-        def cancel_spark() -> None:
-            if launcher is not None:
-                launcher.cancel()
-
         coordinator = None
         if checkpoint.enabled:
             coordinator = CheckpointCoordinator(
@@ -228,13 +207,10 @@ class Environment:
                 vertex_parallelism={v.id: v.parallelism for v in job.vertices},
                 max_parallelism=self.max_parallelism, split_layout=graph.split_layout,
                 first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators)
-        jobmaster = JobMaster(job_name, job_id, blob, graph.num_workers, self.config, token, bind_host,
-                              collect_ids, submit, cancel_spark, slots_hint, coordinator=coordinator,
-                              restart=copy.deepcopy(self.restart_strategy), restore=restore,
-                              loops={loop.id: loop.parallelism for loop in graph.job.loops})
-        jobmaster.start()
-        slots.track_job(spark, job_id, job_name, graph.num_workers, jobmaster.done)
-        return JobClient(jobmaster)
+        return launch(self.spark, self.config, job_name=job_name, job_id=job_id, deployment=blob,
+                      num_workers=graph.num_workers, restart=copy.deepcopy(self.restart_strategy),
+                      coordinator=coordinator, restore=restore, collect_ids=collect_ids,
+                      loops={loop.id: loop.parallelism for loop in graph.job.loops})
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,
@@ -252,28 +228,11 @@ class Environment:
             KeyboardInterrupt: Ctrl-C; the job was cancelled first (the message says how it ended).
         """
         check_number(timeout, "execute timeout (seconds)", optional=True)
-        client: JobClient | None = None
         try:
-            with interrupts.deferred_interrupts():  # Ctrl-C waits for the Py4J calls of the start
-                client = self.execute_async(job_name, restore_from=restore_from,
-                                            allow_non_restored_state=allow_non_restored_state, faults=faults)
-            with interrupts.plain_interrupts():  # Ctrl-C cancels this job only, not all of Spark's
-                result = client.result(timeout)
-        except JobTimeoutError:
-            assert client is not None
-            with interrupts.plain_interrupts():
-                how = client.cancel_and_describe(f"it did not finish within the timeout of {timeout:g} s")
-            if client.status != JobStatus.FINISHED:
-                raise JobTimeoutError(f"job '{job_name}' did not finish within {timeout:g} s and was cancelled: "
-                                      f"{how}", cancelled=True) from None
-            result = client.result(0)
+            _, result = wait(lambda: self.execute_async(job_name, restore_from=restore_from,
+                                                        allow_non_restored_state=allow_non_restored_state,
+                                                        faults=faults), job_name, timeout)
         except EpochalError as error:  # shown from the user's call, without epochal's inner frames
             raise error.with_traceback(None) from None
-        except KeyboardInterrupt:
-            if client is None:
-                raise KeyboardInterrupt(f"job '{job_name}' was not started (Ctrl-C)") from None
-            with interrupts.plain_interrupts():  # a second Ctrl-C kills this job's Spark job only
-                how = client.cancel_and_describe("interrupted by the user (Ctrl-C)")
-            raise KeyboardInterrupt(f"job '{job_name}' was cancelled (Ctrl-C): {how}") from None
         self.last_result = result
         return result

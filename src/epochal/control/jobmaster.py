@@ -47,6 +47,7 @@ from epochal.control.jobmaster_events import (
 )
 from epochal.control.jobmaster_events import CancelRequested as CancelJob
 from epochal.control.jobmaster_machine import DEFAULT_RESTORE_HINT, MESSAGES, JobMasterMachine, WorkerInfo
+from epochal.control.kinds import KindCoordinator
 from epochal.control.lifecycle import JobStatus
 from epochal.control.restart import RestartStrategy
 from epochal.control.server import ControlServer
@@ -71,7 +72,8 @@ class JobMaster:
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
                  slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
                  restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None, recovery: str = "restart_job") -> None:
+                 loops: dict[int, int] | None = None, recovery: str = "restart_job",
+                 kind: KindCoordinator | None = None) -> None:
         self.job_name = job_name
         self.job_id = job_id
         self.num_workers = num_workers
@@ -82,7 +84,7 @@ class JobMaster:
         self.restore = restore
         #: Every decision, and the state it is taken on; changed only under ``_lock``.
         self.machine = JobMasterMachine(job_name, deployment, num_workers, config, collect_ids, slots_hint,
-                                        coordinator, restart, restore, loops, recovery)
+                                        coordinator, restart, restore, loops, recovery, kind)
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
         self.server = ControlServer(bind_host, token, self.events.put)
         self.address = self.server.address

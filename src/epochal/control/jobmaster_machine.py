@@ -51,6 +51,7 @@ from epochal.control.jobmaster_events import (
     WorkerMessage,
 )
 from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo
+from epochal.control.kinds import KindCoordinator
 from epochal.control.lifecycle import JobLifecycle, JobStatus
 from epochal.control.loops import LoopTermination
 from epochal.control.recovery import recovery_machine
@@ -81,7 +82,8 @@ class JobMasterMachine:
     def __init__(self, job_name: str, deployment: bytes, num_workers: int, config: EngineConfig,
                  collect_ids: list[str], slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
                  restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None, recovery: str = "restart_job") -> None:
+                 loops: dict[int, int] | None = None, recovery: str = "restart_job",
+                 kind: KindCoordinator | None = None) -> None:
         self.job_name = job_name
         self.deployment = deployment
         self.num_workers = num_workers
@@ -111,6 +113,8 @@ class JobMasterMachine:
         self.final_checkpoint: int | None = None
         self.committed: set[int] = set()
         self.loops = LoopTermination(loops or {})
+        #: the job kind's coordinator (a graph job's barrier), or None for a dataflow job
+        self.kind = kind
         self._stopping: _Stopping | None = None
         self._out: list[Instruction] = []
 
@@ -276,6 +280,8 @@ class JobMasterMachine:
         self.committed = set()
         self.final_checkpoint = None
         self.loops.reset()
+        if self.kind is not None:
+            self.kind.new_attempt()
         coordinator = self.coordinator
         if coordinator is not None:
             coordinator.paused = False

@@ -30,6 +30,8 @@ from epochal.messages import (
     Failed,
     Finished,
     Heartbeat,
+    KindCommand,
+    KindReport,
     LoopReady,
     LoopVote,
     Metrics,
@@ -97,7 +99,9 @@ def _on_register(jm: JobMasterMachine, event: WorkerMessage) -> None:
     if len(jm.workers) == jm.num_workers:
         jm.resolving = True
         coordinator = jm.coordinator
-        if coordinator is not None and coordinator.latest_completed is not None and (
+        if jm.kind is not None:
+            jm.emit(jm.kind.restore_request(jm.attempt))
+        elif coordinator is not None and coordinator.latest_completed is not None and (
                 jm.attempt > 0 or jm.restore is None):
             # a restarted attempt (or a job run again) resumes at its own latest checkpoint
             jm.emit(ResolveRestore(coordinator.storage, coordinator.latest_completed, None))
@@ -125,6 +129,8 @@ def _on_ready(jm: JobMasterMachine, worker: WorkerInfo, message: Ready, event: W
         jm.broadcast([Start()])
         jm.started_running = True
         jm.restarting.all_ready(event.now)
+        if jm.kind is not None:
+            jm.broadcast([KindCommand(p) for p in jm.kind.started(event.now)])
 
 
 @MESSAGES.on(Finished)
@@ -187,6 +193,13 @@ def _on_committed(jm: JobMasterMachine, worker: WorkerInfo, message: Committed, 
         jm.committed.add(worker.index)
         if len(jm.committed) == jm.num_workers and jm.status == JobStatus.RUNNING:
             jm.shutdown(lifecycle.FinalCheckpointCommitted(), event.now)
+
+
+@MESSAGES.on(KindReport)
+@_from_registered
+def _on_kind_report(jm: JobMasterMachine, worker: WorkerInfo, message: KindReport, event: WorkerMessage) -> None:
+    if jm.kind is not None and jm.status == JobStatus.RUNNING:
+        jm.broadcast([KindCommand(p) for p in jm.kind.on_report(worker.index, message.payload, event.now)])
 
 
 @MESSAGES.on(Failed)

@@ -125,7 +125,7 @@ _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {
 })
 
 
-def _ship_module_by_value(fn: Any) -> None:
+def ship_module_by_value(fn: Any) -> None:
     """Let functions from the user's own modules (scripts, tests, notebooks' helpers) run on
     executors that cannot import those modules: pickle such modules by value, not by name.
     Installed packages stay pickled by reference."""
@@ -150,8 +150,8 @@ def serialize_deployment(deployment: Deployment, functions: dict[str, list[Any]]
     functions = {name: [fn for fn in fns if fn is not None] for name, fns in functions.items()}
     for fns in functions.values():
         for fn in fns:
-            _ship_module_by_value(fn)
-            _ship_module_by_value(type(fn))
+            ship_module_by_value(fn)
+            ship_module_by_value(type(fn))
     for name, fns in functions.items():
         for fn in fns:
             try:

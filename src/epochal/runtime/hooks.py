@@ -33,6 +33,8 @@ POINTS = (
     "after_ack",       # after acknowledging a checkpoint, before it completes
     "before_commit",   # after the checkpoint completed, before the sink committed it
     "back_edge_log",   # at a loop head, while it logs the loop's in-transit records for a snapshot
+    "superstep",       # graph job: a superstep computed and sent, before the global barrier
+    "barrier",         # graph job: at the global barrier, after reporting the superstep done
 )
 
 
@@ -43,7 +45,8 @@ class HookPoint:
     point: str
     worker: int
     job_attempt: int
-    #: The checkpoint the point belongs to (None for time and records).
+    #: The checkpoint the point belongs to (None for time and records; the superstep for the
+    #: graph points).
     checkpoint_id: int | None
     #: Seconds since the worker started processing.
     processing_s: float
@@ -68,7 +71,8 @@ class Fault:
     """Crash worker ``worker`` of job attempt ``attempt`` at ``point``.
 
     ``after`` is seconds for ``time`` and a record count for ``records``; for the checkpoint
-    points, ``checkpoint`` picks the checkpoint id (the first one reaching the point if None).
+    points, ``checkpoint`` picks the checkpoint id (the first one reaching the point if None); for
+    the graph points ``superstep`` and ``barrier``, ``superstep`` picks the superstep.
     """
 
     point: str
@@ -76,6 +80,7 @@ class Fault:
     attempt: int = 0
     after: float = 0.0
     checkpoint: int | None = None
+    superstep: int | None = None
 
     def __post_init__(self) -> None:
         if self.point not in POINTS:
@@ -106,7 +111,8 @@ class FaultInjector:
                 continue
             if at.point == "records" and at.records_processed < fault.after:
                 continue
-            if fault.checkpoint is not None and at.checkpoint_id != fault.checkpoint:
+            wanted = fault.superstep if fault.superstep is not None else fault.checkpoint
+            if wanted is not None and at.checkpoint_id != wanted:
                 continue
             crash()
 

@@ -22,6 +22,7 @@ from epochal.runtime.links import Bootstrap
 #: Job kind -> ``"module:Class"`` of its worker body.
 JOB_KINDS: dict[str, str] = {
     "dataflow": "epochal.runtime.worker:Worker",
+    "graph": "epochal.graph.worker:GraphWorker",
 }
 
 

@@ -22,34 +22,27 @@ upload snapshots. A worker process imports no driver code (``epochal.control``,
 
 from __future__ import annotations
 
-import os
 import queue
-import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any, cast
 
 import cloudpickle
 
 from epochal.config import NONE, SYNCHRONOUS
-from epochal.messages import Collect, CollectPayload, Dispatch, Failed, Heartbeat, Register, Stop
+from epochal.messages import Collect, CollectPayload, Dispatch
 from epochal.plan.execution import Deployment
 from epochal.runtime import worker_events as ev
-from epochal.runtime.channels import PeerConnection
 from epochal.runtime.datapath import DataPath, alignment_stats, key_of
 from epochal.runtime.events import CheckpointBarrier, LoopProbe
-from epochal.runtime.hooks import HookPoint, WorkerHook
-from epochal.runtime.links import Bootstrap, ControlLink, connect_peers
+from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import (
-    JobMasterLost,
     MailboxEvent,
-    PeerClosed,
     PeerCredit,
     PeerData,
     PeerEvent,
 )
-from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
+from epochal.runtime.reports import PeerLost, WorkerStopped
+from epochal.runtime.shell import WorkerShell
 from epochal.runtime.tasks import Subtask
 from epochal.runtime.uploads import Uploader, add_back_edge_log, capture
 from epochal.runtime.wiring import RestoreFailed, WorkerCallbacks, wire_worker
@@ -65,20 +58,13 @@ _DATA = Dispatch("worker data path")
 _DO = Dispatch("worker instructions")
 
 
-class Worker:
+class Worker(WorkerShell):
     """Runs the subtasks that slot sharing places on worker ``index``; ``task_attempt`` is Spark's
     attempt number of the task running it (the job attempt comes with the bootstrap)."""
 
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
-        self.bootstrap = bootstrap
-        self.index = index
-        self.task_attempt = task_attempt
-        self.job_attempt = bootstrap.job_attempt
+        super().__init__(bootstrap, index, task_attempt)
         self.machine = WorkerMachine(index)
-        self.mailbox: queue.SimpleQueue[MailboxEvent] = queue.SimpleQueue()
-        self.link: ControlLink | None = None
-        self.listener: socket.socket | None = None
-        self.peers: dict[int, PeerConnection] = {}
         self.data = DataPath(self._feed)
         self.by_key: dict[ev.SubtaskKey, Subtask] = {}
         self.uploader: Uploader | None = None
@@ -86,20 +72,16 @@ class Worker:
         self.restore: RestoreSource | None = None
         self.storage: CheckpointStorage | None = None
         self.mode = NONE
-        self.started = time.monotonic()
-        self.processing_started = 0.0
-        self.stopped = threading.Event()
-        #: The deployment's hook (fault injection) and the points it asked for on this worker.
-        self.hook: WorkerHook | None = None
-        self.hook_points: frozenset[str] = frozenset()
 
     @property
     def reported_finished(self) -> bool:
         return self.machine.reported_finished
 
-    def send_control(self, message: Any) -> None:
-        """Send one message to the JobMaster (thread safe)."""
-        self.link.send(message)  # type: ignore[union-attr]
+    def _finished(self) -> bool:
+        return self.machine.reported_finished
+
+    def _records(self) -> int:
+        return self.data.records_processed
 
     # ------------------------------------------------------------------ events and instructions
     def _handle(self, event: MailboxEvent | ev.Tick) -> None:
@@ -112,6 +94,9 @@ class Worker:
 
     def _feed(self, event: Any) -> None:
         self._execute(self.machine.handle(event))
+
+    def _tick(self, now: float) -> None:
+        self._feed(ev.Tick(now))
 
     def _execute(self, instructions: list[ev.Instruction]) -> None:
         for instruction in instructions:
@@ -133,33 +118,11 @@ class Worker:
     def _fault(self, instruction: ev.ReachPoint) -> None:
         self._reach(instruction.point, instruction.checkpoint_id)
 
-    def _reach(self, point: str, checkpoint_id: int | None = None) -> None:
-        """Tell the hook (fault injection in chaos tests) that this worker reached ``point``."""
-        if point in self.hook_points:
-            self.hook.reached(HookPoint(  # type: ignore[union-attr]
-                point, self.index, self.job_attempt, checkpoint_id, time.monotonic() - self.processing_started,
-                self.data.records_processed))
-
     # ------------------------------------------------------------------ set-up
-    def _register(self) -> None:
-        b = self.bootstrap
-        self.listener = socket.create_server((b.bind_host, 0), backlog=64)
-        self.link = ControlLink(b.jobmaster_host, b.jobmaster_port, b.token, self.index, self.mailbox.put)
-        self.send_control(Register(
-            worker=self.index, task_attempt=self.task_attempt, job_attempt=self.job_attempt, pid=os.getpid(),
-            host=self.link.local_host, data_port=self.listener.getsockname()[1], hostname=socket.gethostname()))
-        self._feed(ev.Registered(time.monotonic(), b.registration_timeout + 30))
-
-    def _pump(self, until: Callable[[], bool]) -> None:
-        """Handle mailbox events (and the machine's deadlines) until ``until()`` holds."""
-        while not until():
-            try:
-                event = self.mailbox.get(timeout=0.05)
-            except queue.Empty:
-                pass
-            else:
-                self._handle(event)
-            self._feed(ev.Tick(time.monotonic()))
+    def _serve(self) -> None:
+        self._feed(ev.Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))
+        self._pump(lambda: self.machine.phase is WorkerPhase.RUNNING)
+        self._loop()
 
     @_DO.on(ev.ConnectAndBuild)
     def _connect_and_build(self, instruction: ev.ConnectAndBuild) -> None:
@@ -173,15 +136,8 @@ class Worker:
         if message.restore is not None:
             point = message.restore
             self.restore = RestoreSource(CheckpointStorage(point.storage), point.checkpoint_id, point.metadata)
-        if deployment.hook is not None:
-            self.hook = deployment.hook
-            self.hook_points = deployment.hook.points(self.index, self.job_attempt)
-        assert self.listener is not None
-        self.peers = connect_peers(self.index, self.listener, message.peers, self.bootstrap.token,
-                                   config.connect_timeout, self.mailbox.put)
-        self.listener = None  # closed: nobody else may connect once the mesh is complete
-        for peer in self.peers.values():
-            peer.start()
+        self._use_hook(deployment.hook)
+        self._connect_mesh(message.peers, config.connect_timeout)
         callbacks = WorkerCallbacks(self.data.deliver_local, self._send_to_driver, self._on_aligned,
                                     self.data.schedule_buffered, self._on_loop_closed)
         wired = wire_worker(self.index, deployment, self.mode, self.peers, callbacks, self.job_attempt, self.restore)
@@ -194,16 +150,8 @@ class Worker:
 
     @_DO.on(ev.StartProcessing)
     def _start_processing(self, instruction: ev.StartProcessing) -> None:
-        interval = self.deployment.config.heartbeat_interval  # type: ignore[union-attr]
-        threading.Thread(target=self._heartbeat_loop, args=(interval,), name="epochal-heartbeat", daemon=True).start()
+        self._start_heartbeats(self.deployment.config.heartbeat_interval)  # type: ignore[union-attr]
         self.uploader.start()  # type: ignore[union-attr]
-
-    def _heartbeat_loop(self, interval: float) -> None:
-        while not self.stopped.wait(interval):
-            try:
-                self.send_control(Heartbeat(self.metrics()))
-            except OSError:
-                return
 
     # ------------------------------------------------------------------ data path events
     @_DATA.on(PeerData)
@@ -328,55 +276,12 @@ class Worker:
 
     def metrics(self) -> dict[str, Any]:
         """A snapshot of counters, sent with heartbeats and at the end."""
-        return {"worker": self.index, "pid": os.getpid(), **self.data.counters(), "rss_bytes": rss_bytes(),
-                "uptime": time.monotonic() - self.started,
-                "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values()))}
+        return {**super().metrics(), **self.data.counters()}
 
-    def _report_failure(self, failure: Failed) -> None:
-        """Report ``failure``, then give the JobMaster a moment to cancel everyone, so that peers
-        do not report this worker as lost."""
-        try:
-            self.send_control(failure)
-        except OSError:
-            return
-        deadline = time.monotonic() + 5.0
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                event = self.mailbox.get(timeout=remaining)
-            except queue.Empty:
-                return
-            if isinstance(event, (Stop, JobMasterLost, PeerClosed)):
-                return
-
-    def run(self) -> dict[str, Any]:
-        """Run until the job ends; returns a summary for the Spark task result."""
-        status = "finished"
-        try:
-            self._register()
-            self._pump(lambda: self.machine.phase is WorkerPhase.RUNNING)
-            self._loop()
-        except WorkerStopped as stop:
-            status = "finished" if self.machine.reported_finished else f"stopped: {stop}"
-        except Exception as error:  # a user function, a damaged checkpoint, a lost peer, or a bug
-            status = "failed"
-            if self.link is None:
-                raise
-            self._report_failure(failure_report(error, self.index))
-        finally:
-            self.stopped.set()
-            if self.uploader is not None:
-                self.uploader.stop()
-            self._close()
-        return {"worker": self.index, "attempt": self.task_attempt, "status": status, "metrics": self.metrics()}
-
-    def _close(self) -> None:
+    def _close_body(self) -> None:
+        if self.uploader is not None:
+            self.uploader.stop()
         for subtask in self.data.subtasks:
             subtask.close()
-        for peer in self.peers.values():
-            peer.close()
         if self.data.spill is not None:
             self.data.spill.close()
-        if self.listener is not None:
-            self.listener.close()
-        if self.link is not None:
-            self.link.close()

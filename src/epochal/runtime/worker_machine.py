@@ -28,6 +28,7 @@ from epochal.messages import (
     Dispatch,
     EndLoop,
     Finished,
+    KindCommand,
     Processing,
     Ready,
     Reject,
@@ -170,6 +171,10 @@ class WorkerMachine:
         if self.phase is WorkerPhase.RUNNING:
             return []  # a rejection answers a registration; a running worker was not rejected
         return self._stop(message.reason)
+
+    @_HANDLERS.on(KindCommand)
+    def _kind_command(self, message: KindCommand) -> list[Instruction]:
+        return []  # commands of other job kinds (a dataflow job sends none)
 
     @_HANDLERS.on(JobMasterLost)
     def _jobmaster_lost(self, event: JobMasterLost) -> list[Instruction]:

@@ -1,0 +1,178 @@
+"""What every worker body shares, whatever its job kind: the shell around its machine.
+
+:class:`WorkerShell` owns a worker's process-level plumbing: the mailbox, the control link to
+the JobMaster and the registration, the data port and the peer mesh, the heartbeat thread, the
+fault-injection hook, and the end of a run (a failure reported once, then a moment for the
+JobMaster to cancel everyone; sockets closed). A job kind's worker body (the dataflow
+:class:`~epochal.runtime.worker.Worker`, the graph worker) subclasses it and supplies its machine
+(``_handle``, ``_tick``), its work (``_serve``), its counters (``metrics``) and its clean-up.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from epochal.messages import Heartbeat, Register, Stop, ToJobMaster
+from epochal.runtime.channels import PeerConnection
+from epochal.runtime.hooks import HookPoint, WorkerHook
+from epochal.runtime.links import Bootstrap, ControlLink, connect_peers
+from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed
+from epochal.runtime.reports import WorkerStopped, failure_report, rss_bytes
+
+
+class WorkerShell:
+    """The plumbing of worker ``index`` (``task_attempt``: Spark's attempt of the task)."""
+
+    def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
+        self.bootstrap = bootstrap
+        self.index = index
+        self.task_attempt = task_attempt
+        self.job_attempt = bootstrap.job_attempt
+        self.mailbox: queue.SimpleQueue[MailboxEvent] = queue.SimpleQueue()
+        self.link: ControlLink | None = None
+        self.listener: socket.socket | None = None
+        self.peers: dict[int, PeerConnection] = {}
+        self.started = time.monotonic()
+        self.processing_started = 0.0
+        self.stopped = threading.Event()
+        #: The deployment's hook (fault injection) and the points it asked for on this worker.
+        self.hook: WorkerHook | None = None
+        self.hook_points: frozenset[str] = frozenset()
+
+    # ------------------------------------------------------------------ what a body supplies
+    def _handle(self, event: Any) -> None:
+        """Handle one mailbox event (feed it to the body's machine)."""
+        raise NotImplementedError
+
+    def _tick(self, now: float) -> None:
+        """Time passed: let the machine check its deadlines."""
+        raise NotImplementedError
+
+    def _serve(self) -> None:
+        """After registration: everything until the job ends (raises :class:`WorkerStopped`)."""
+        raise NotImplementedError
+
+    def _records(self) -> int:
+        """Records (or vertices) processed so far, for hook points."""
+        return 0
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters sent with heartbeats and at the end."""
+        return {"worker": self.index, "pid": os.getpid(), "rss_bytes": rss_bytes(),
+                "uptime": time.monotonic() - self.started,
+                "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values()))}
+
+    def _close_body(self) -> None:
+        """Release the body's own resources (operators, partitions); errors are ignored."""
+
+    # ------------------------------------------------------------------ plumbing
+    def send_control(self, message: ToJobMaster) -> None:
+        """Send one message to the JobMaster (thread safe)."""
+        self.link.send(message)  # type: ignore[union-attr]
+
+    def _register(self) -> None:
+        """Open the data port, connect to the JobMaster and register."""
+        b = self.bootstrap
+        self.listener = socket.create_server((b.bind_host, 0), backlog=64)
+        self.link = ControlLink(b.jobmaster_host, b.jobmaster_port, b.token, self.index, self.mailbox.put)
+        self.send_control(Register(
+            worker=self.index, task_attempt=self.task_attempt, job_attempt=self.job_attempt, pid=os.getpid(),
+            host=self.link.local_host, data_port=self.listener.getsockname()[1], hostname=socket.gethostname()))
+
+    def _pump(self, until: Callable[[], bool]) -> None:
+        """Handle mailbox events (and the machine's deadlines) until ``until()`` holds."""
+        while not until():
+            try:
+                event = self.mailbox.get(timeout=0.05)
+            except queue.Empty:
+                pass
+            else:
+                self._handle(event)
+            self._tick(time.monotonic())
+
+    def _connect_mesh(self, addresses: dict[int, tuple[str, int]], timeout: float) -> None:
+        """Connect to every peer (then nobody else may connect) and start reading from them."""
+        assert self.listener is not None
+        self.peers = connect_peers(self.index, self.listener, addresses, self.bootstrap.token, timeout,
+                                   self.mailbox.put)
+        self.listener = None
+        for peer in self.peers.values():
+            peer.start()
+
+    def _use_hook(self, hook: WorkerHook | None) -> None:
+        if hook is not None:
+            self.hook = hook
+            self.hook_points = hook.points(self.index, self.job_attempt)
+
+    def _reach(self, point: str, checkpoint_id: int | None = None) -> None:
+        """Tell the hook (fault injection in chaos tests) that this worker reached ``point``."""
+        if point in self.hook_points:
+            self.hook.reached(HookPoint(  # type: ignore[union-attr]
+                point, self.index, self.job_attempt, checkpoint_id, time.monotonic() - self.processing_started,
+                self._records()))
+
+    def _start_heartbeats(self, interval: float) -> None:
+        def beat() -> None:
+            while not self.stopped.wait(interval):
+                try:
+                    self.send_control(Heartbeat(self.metrics()))
+                except OSError:
+                    return
+
+        threading.Thread(target=beat, name="epochal-heartbeat", daemon=True).start()
+
+    def _report_failure(self, error: Exception) -> None:
+        """Report ``error``, then give the JobMaster a moment to cancel everyone, so that peers
+        do not report this worker as lost."""
+        try:
+            self.send_control(failure_report(error, self.index))
+        except OSError:
+            return
+        deadline = time.monotonic() + 5.0
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                event = self.mailbox.get(timeout=remaining)
+            except queue.Empty:
+                return
+            if isinstance(event, (Stop, JobMasterLost, PeerClosed)):
+                return
+
+    def _finished(self) -> bool:
+        """Whether the worker told the JobMaster it finished (a stop is then the normal end)."""
+        return False
+
+    def run(self) -> dict[str, Any]:
+        """Run until the job ends; returns a summary for the Spark task result."""
+        status = "finished"
+        try:
+            self._register()
+            self._serve()
+        except WorkerStopped as stop:
+            status = "finished" if self._finished() else f"stopped: {stop}"
+        except Exception as error:  # a user function, a damaged checkpoint, a lost peer, or a bug
+            status = "failed"
+            if self.link is None:
+                raise
+            self._report_failure(error)
+        finally:
+            self.stopped.set()
+            self._close()
+        return {"worker": self.index, "attempt": self.task_attempt, "status": status, "metrics": self.metrics()}
+
+    def _close(self) -> None:
+        try:
+            self._close_body()
+        except Exception:
+            pass
+        for peer in self.peers.values():
+            peer.close()
+        if self.listener is not None:
+            self.listener.close()
+        if self.link is not None:
+            self.link.close()
