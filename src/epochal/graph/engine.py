@@ -154,6 +154,10 @@ class VectorEngine:
         self.changed_table[:self.part.num_masters] = changed
         self.dirty[:] = False
 
+    def commit_resync(self) -> None:
+        """Every peer's resync arrived: the replicas hold the restored values."""
+        self.commit()
+
     def resync(self, superstep: int) -> dict[int, Exchange]:
         """Every master's value (and changed flag) for the peers' replicas, after a restore."""
         assert self.table is not None
@@ -285,6 +289,9 @@ class VertexEngine:
     def restore(self, values: list[Any], halted: np.ndarray, inbox: dict[int, Any]) -> None:
         self.values, self.halted, self.inbox = list(values), halted.copy(), dict(inbox)
         self.dirty[:] = False
+
+    def commit_resync(self) -> None:
+        """Nothing to do: vertex programs keep no replicas (the restored messages stay)."""
 
     def resync(self, superstep: int) -> dict[int, Exchange]:
         """Vertex programs keep no replicas: nothing to send but the (empty) exchanges."""

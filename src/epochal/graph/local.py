@@ -31,6 +31,11 @@ class GraphResult:
     halt_reason: str
     replication_factor: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: a Spark run: wall time of the job, its restarts, per-superstep timings, restored checkpoints
+    duration_s: float = 0.0
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    restored_from: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[int, Any]:
         values = self.values.tolist() if isinstance(self.values, np.ndarray) else list(self.values)

@@ -102,9 +102,10 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
     s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
     w = graph.weights
     # directed edge list as the engine sees it (an undirected edge goes both ways)
-    if not graph.directed:
-        s, d = np.concatenate([s, d]), np.concatenate([d, s])
-        w = None if w is None else np.concatenate([w, w])
+    if not graph.directed:  # each undirected edge both ways (a self-loop once)
+        back = s != d
+        s, d = np.concatenate([s, d[back]]), np.concatenate([d, s[back]])
+        w = None if w is None else np.concatenate([w, w[back]])
     out_degree = np.bincount(s, minlength=n).astype(np.int64)
     in_degree = np.bincount(d, minlength=n).astype(np.int64)
     # what each vertex reads: (reader, read) pairs

@@ -95,7 +95,7 @@ def replication_factor(graph: Graph, owner: np.ndarray) -> float:
         return 0.0
     s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
     if not graph.directed:
-        s, d = np.concatenate([s, d]), np.concatenate([d, s])
+        s, d = np.concatenate([s, d]), np.concatenate([d, s])  # a self-loop is never remote
     remote = owner[s] != owner[d]
     pairs = np.unique(s[remote].astype(np.int64) * np.int64(owner.max() + 1) + owner[d[remote]])
     return (n + pairs.size) / n

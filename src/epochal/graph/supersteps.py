@@ -26,6 +26,18 @@ class RunSuperstep:
     superstep: int
     aggregates: dict[str, Any] = field(default_factory=dict)
     checkpoint: bool = False
+    #: the checkpoint holds every master's state, not only what changed since the last one
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class SuperstepDone:
+    """Report: a worker finished (committed) superstep ``report.superstep``; ``checkpoint`` is the
+    handle of the state file it wrote for it (None: no checkpoint this superstep)."""
+
+    report: StepReport
+    checkpoint: dict[str, Any] | None = None
+    full: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class SuperstepCoordinator:
         self.reports[worker] = report
         if len(self.reports) < self.num_workers:
             return None
-        reports = list(self.reports.values())
+        reports = [self.reports[w] for w in sorted(self.reports)]  # a fixed order: replays add alike
         self.reports = {}
         n = self.superstep
         self.aggregates = combine_aggregates(self.program.aggregators, [r.aggregates for r in reports])

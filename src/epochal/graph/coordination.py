@@ -1,0 +1,98 @@
+"""The graph job's coordinator on the JobMaster: the global barrier and the checkpoint baseline.
+
+:class:`GraphCoordination` is the :class:`~epochal.control.kinds.KindCoordinator` of the ``graph``
+job kind. It wraps the barrier machine (:class:`~epochal.graph.supersteps.SuperstepCoordinator`),
+turns workers' :class:`~epochal.graph.supersteps.SuperstepDone` reports into the next command,
+and completes checkpoints: when every worker reported a checkpointed superstep, it appends each
+worker's file to that worker's chain (a full file starts a new chain) and writes the metadata;
+a new attempt restores the latest complete one and resumes at the superstep after it. It also
+keeps per-superstep timings (time is passed in) for the benchmarks, and the halting decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochal.control.jobmaster_events import ResolveRestore
+from epochal.graph import checkpoints
+from epochal.graph.program import VectorProgram, VertexProgram
+from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepCoordinator, SuperstepDone
+from epochal.state.storage import CheckpointStorage
+
+
+class GraphCoordination:
+    """The barrier of one graph job (``checkpoint_interval`` 0: no checkpoints; every
+    ``full_every``-th checkpoint is full, so a restore never reads a long chain)."""
+
+    def __init__(self, job_name: str, program: VectorProgram | VertexProgram, num_workers: int,
+                 storage: CheckpointStorage | None = None, checkpoint_interval: int = 0, full_every: int = 8) -> None:
+        self.job_name = job_name
+        self.storage = storage
+        self.full_every = max(1, full_every)
+        self.supersteps = SuperstepCoordinator(program, num_workers, checkpoint_interval if storage else 0)
+        #: per worker: the chain of the latest complete checkpoint, and the files of the pending one
+        self.chains: dict[int, list[list[Any]]] = {}
+        self.pending: dict[int, tuple[dict[str, Any], bool]] = {}
+        self.checkpoints_since_full = 0
+        self.halted: Halt | None = None
+        #: superstep -> monotonic time it was started and completed (for the benchmarks)
+        self.timings: list[dict[str, Any]] = []
+        self.restores: list[int] = []
+
+    @property
+    def latest_checkpoint(self) -> int | None:
+        return self.supersteps.latest_checkpoint
+
+    def _command(self, step: RunSuperstep, now: float) -> RunSuperstep:
+        if step.checkpoint:
+            full = not self.chains or self.checkpoints_since_full + 1 >= self.full_every
+            step = RunSuperstep(step.superstep, step.aggregates, True, full)
+        self.timings.append({"superstep": step.superstep, "started": now, "checkpoint": step.checkpoint,
+                             "full": step.full})
+        return step
+
+    # ---------------------------------------------------------------- KindCoordinator
+    def restore_request(self, attempt: int) -> ResolveRestore:
+        latest = self.latest_checkpoint
+        if latest is None or self.storage is None:
+            return ResolveRestore(None, None, None)
+        return ResolveRestore(self.storage, latest, None)
+
+    def started(self, now: float) -> list[Any]:
+        latest = self.latest_checkpoint
+        if latest is not None:
+            self.restores.append(latest)
+        self.pending = {}
+        return [self._command(self.supersteps.start(resume_after=latest), now)]
+
+    def new_attempt(self) -> None:
+        self.pending = {}
+
+    def on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
+        if not isinstance(payload, SuperstepDone):
+            return []
+        report = payload.report
+        if payload.checkpoint is not None and report.superstep == self.supersteps.superstep:
+            self.pending[worker] = (payload.checkpoint, payload.full)
+        decision = self.supersteps.on_report(worker, report)
+        if decision is None:
+            return []
+        n = report.superstep
+        self.timings[-1]["completed"] = now
+        if self.supersteps.latest_checkpoint == n and self.storage is not None:
+            self._complete_checkpoint(n)
+        if isinstance(decision, Halt):
+            self.halted = decision
+            return [decision]
+        return [self._command(decision, now)]
+
+    def _complete_checkpoint(self, superstep: int) -> None:
+        assert self.storage is not None
+        full = any(f for _, f in self.pending.values())
+        for worker, (handle, is_full) in self.pending.items():
+            entry = [superstep, handle]
+            self.chains[worker] = [entry] if is_full else [*self.chains.get(worker, []), entry]
+        self.checkpoints_since_full = 0 if full else self.checkpoints_since_full + 1
+        self.pending = {}
+        self.storage.write_metadata(superstep, checkpoints.metadata(
+            superstep, self.supersteps.checkpoint_aggregates.get(superstep, {}), self.chains, self.job_name))

@@ -1,0 +1,142 @@
+"""Running a graph program on Spark: the driver side of a ``graph`` job.
+
+:func:`run_graph` checks the program against the graph, partitions it (hash or Fennel) and writes
+one partition file per worker, then starts a job of kind ``graph``: one Spark task per worker
+(:class:`~epochal.graph.worker.GraphWorker`), the JobMaster holding the global barrier through
+:class:`~epochal.graph.coordination.GraphCoordination`. With ``fault_tolerance="checkpoint"`` (the
+Imitator-CKPT baseline) workers write their changed vertex state every ``checkpoint_interval``
+supersteps, and a lost worker restarts the job from the latest complete checkpoint (the
+environment's restart strategy decides how often; the default allows 3 restarts). Results are
+assembled from the workers' result files into a :class:`~epochal.graph.local.GraphResult`.
+
+The graph is loaded and partitioned on the driver, so it must fit the driver's memory; in a
+cluster ``work_dir`` must be a location every executor can read (HDFS, S3, a shared mount).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from epochal.api.running import wait
+from epochal.connectors.filesystems import is_uri, join
+from epochal.control import spark as spark_support
+from epochal.control.launch import launch
+from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from epochal.errors import EpochalError, PlanError
+from epochal.graph.coordination import GraphCoordination
+from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
+from epochal.graph.local import GraphResult, program_layout
+from epochal.graph.model import Graph
+from epochal.graph.partition import build_partitions
+from epochal.graph.partitioning import partition, replication_factor
+from epochal.graph.program import VectorProgram, VertexProgram
+from epochal.runtime.hooks import Fault, FaultInjector
+from epochal.state.storage import CheckpointStorage
+from epochal.validation import check_number
+
+if TYPE_CHECKING:
+    from epochal.api.environment import Environment
+
+FAULT_TOLERANCE = ("none", "checkpoint", "replication")
+
+
+def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, parallelism: int = 2,
+              partitioner: str = "hash", fault_tolerance: str = "none", checkpoint_interval: int = 1,
+              full_checkpoint_every: int = 8, work_dir: str | None = None, environment: Environment | None = None,
+              restart: RestartStrategy | None = None, timeout: float | None = None,
+              faults: list[Fault] | None = None, kill_worker: int | None = None,
+              kill_at_superstep: int | None = None, job_name: str = "graph job") -> GraphResult:
+    """Run ``program`` on ``graph`` with ``parallelism`` Spark tasks and return every vertex's result.
+
+    ``fault_tolerance``: ``"none"`` (a lost worker fails the job, or restarts it from superstep 0
+    under ``restart``), ``"checkpoint"`` (restart from the latest checkpoint, written every
+    ``checkpoint_interval`` supersteps, a full one every ``full_checkpoint_every`` checkpoints).
+    ``faults`` crash chosen workers (``Fault("superstep" | "barrier", worker=w, superstep=s)``);
+    ``kill_worker`` and ``kill_at_superstep`` are the command line's shorthand for one
+    ``Fault("superstep", ...)`` in the first attempt (SIGKILL after computing, before the barrier).
+
+    Raises :class:`~epochal.graph.model.GraphInputError` for input the program cannot run on, and
+    what :meth:`Environment.execute` raises for a failed, timed-out or interrupted job.
+    """
+    check_number(parallelism, "parallelism", integer=True)
+    check_number(checkpoint_interval, "checkpoint_interval (supersteps)", integer=True)
+    check_number(timeout, "timeout (seconds)", optional=True)
+    if fault_tolerance not in FAULT_TOLERANCE:
+        raise PlanError(f"fault_tolerance must be one of {', '.join(FAULT_TOLERANCE)}, not {fault_tolerance!r}")
+    if fault_tolerance == "replication":
+        raise PlanError("replication fault tolerance (Imitator) is not available yet; "
+                        "use fault_tolerance='none' or 'checkpoint'")
+    if (kill_worker is None) != (kill_at_superstep is None):
+        raise PlanError("kill_worker and kill_at_superstep go together")
+    if kill_worker is not None:
+        if not 0 <= kill_worker < parallelism:
+            raise PlanError(f"kill_worker must be a worker index below the parallelism {parallelism}")
+        faults = [*(faults or []), Fault("superstep", worker=kill_worker, superstep=kill_at_superstep)]
+    program.check(graph)
+    from epochal.api.environment import Environment  # the API layer: Spark session and settings
+
+    env = environment or Environment(parallelism=parallelism)
+    spark = env.spark
+    if work_dir is None and not spark_support.is_local(spark):
+        raise PlanError("a graph job on a cluster needs work_dir=, a directory every executor can read "
+                         "(an HDFS, S3 or shared path): the driver writes the partitions there")
+    temporary = work_dir is None
+    root = tempfile.mkdtemp(prefix="epochal-graph-") if work_dir is None else work_dir
+    job_id = uuid.uuid4().hex[:12]
+    work_uri = join(root, job_id)
+    try:
+        return _run(graph, program, env, parallelism, partitioner, fault_tolerance, checkpoint_interval,
+                    full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id)
+    except EpochalError as error:  # shown from the user's call, without epochal's inner frames
+        raise error.with_traceback(None) from None
+    finally:
+        if temporary and not is_uri(root):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment, parallelism: int,
+         partitioner: str, fault_tolerance: str, checkpoint_interval: int, full_checkpoint_every: int,
+         work_uri: str, restart: RestartStrategy | None, timeout: float | None, faults: list[Fault] | None,
+         job_name: str, job_id: str) -> GraphResult:
+    owner = partition(graph, parallelism, partitioner)
+    directions, adjacency = program_layout(program)
+    from epochal.connectors.filesystems import resolve
+
+    fs, path = resolve(work_uri)
+    fs.create_dir(path, recursive=True)
+    for part in build_partitions(graph, owner, parallelism, directions, adjacency):
+        write_partition(work_uri, part)
+    storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
+    deployment = GraphDeployment(job_name, job_id, program, parallelism, graph.num_vertices, work_uri, env.config,
+                                 storage.uri if storage is not None else None, FaultInjector.of(faults or []))
+    coordination = GraphCoordination(job_name, program, parallelism, storage,
+                                     checkpoint_interval if storage is not None else 0, full_checkpoint_every)
+    strategy = restart if restart is not None else env.restart_strategy
+    if restart is None and fault_tolerance == "checkpoint" and isinstance(strategy, NoRestart):
+        strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
+    blob = serialize(deployment)
+    started = time.monotonic()
+    client, _ = wait(lambda: launch(env.spark, env.config, job_name=job_name, job_id=job_id,
+                                    deployment=blob, num_workers=parallelism,
+                                    restart=strategy, job_kind="graph", kind=coordination), job_name, timeout)
+    duration = time.monotonic() - started
+    parts = [read_result(work_uri, w) for w in range(parallelism)]
+    ids = np.concatenate([np.asarray(p["ids"], dtype=np.int64) for p in parts])
+    order = np.argsort(ids)
+    values: Any
+    if isinstance(program, VectorProgram):
+        values = np.concatenate([np.asarray(p["values"]) for p in parts])[order]
+    else:
+        flat = [v for p in parts for v in p["values"]]
+        values = [flat[i] for i in order.tolist()]
+    halted = coordination.halted
+    assert halted is not None
+    return GraphResult(ids[order], values, halted.superstep, halted.reason, replication_factor(graph, owner),
+                       coordination.supersteps.history, duration, client.restarts(), coordination.timings,
+                       coordination.restores)

@@ -1,0 +1,189 @@
+"""The graph worker's driver: the body a Spark task runs for a ``graph`` job (papers/003 §2.1).
+
+It registers with the JobMaster like any worker (:class:`~epochal.runtime.shell.WorkerShell`),
+connects to its peers, reads its partition file, restores its checkpointed state if the attempt
+restores one, and then serves its machine (:class:`~epochal.graph.worker_machine.GraphWorkerMachine`):
+it computes supersteps with the partition's engine (:mod:`epochal.graph.engine`), sends each peer
+its exchange over the peer connection, commits, writes checkpoint files, and at the halt writes
+its results. Every protocol decision is the machine's; this module owns the sockets, files and
+the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+import cloudpickle
+
+from epochal.graph import checkpoints
+from epochal.graph.deployment import GraphDeployment, read_partition, write_result
+from epochal.graph.engine import Engine, Exchange, VectorEngine, make_engine
+from epochal.graph.program import SuperstepContext
+from epochal.graph.worker_machine import (
+    CheckpointWritten,
+    Commit,
+    CommitResync,
+    Compute,
+    Computed,
+    ConnectAndLoad,
+    ExchangeArrived,
+    GraphPhase,
+    GraphWorkerMachine,
+    Loaded,
+    SendResync,
+    StartHeartbeats,
+    WriteCheckpoint,
+    WriteOutput,
+)
+from epochal.messages import Dispatch, Finished
+from epochal.runtime.links import Bootstrap
+from epochal.runtime.mailbox import PeerEvent
+from epochal.runtime.operators import UserFunctionError
+from epochal.runtime.reports import PeerLost, WorkerStopped
+from epochal.runtime.shell import WorkerShell
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.state.storage import CheckpointStorage
+
+#: Peer-connection channels: a superstep's exchange, and a resync after a restore.
+SUPERSTEP_CHANNEL, RESYNC_CHANNEL = 0, 1
+_DO = Dispatch("graph worker instructions")
+
+
+class GraphWorker(WorkerShell):
+    """Runs one partition of a graph job."""
+
+    def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
+        super().__init__(bootstrap, index, task_attempt)
+        self.machine = GraphWorkerMachine(index)
+        self.deployment: GraphDeployment | None = None
+        self.engine: Engine | None = None
+        self.storage: CheckpointStorage | None = None
+        self.restored_at = -1
+        self.supersteps = 0
+
+    # ------------------------------------------------------------------ events and instructions
+    def _handle(self, event: Any) -> None:
+        if type(event) is PeerEvent:
+            exchange = cast(Exchange, event.event)
+            self.engine.receive(exchange)  # type: ignore[union-attr]  # held until the commit
+            self._feed(ExchangeArrived(exchange.superstep, exchange.sender, event.channel == RESYNC_CHANNEL))
+        else:
+            self._feed(event)
+
+    def _tick(self, now: float) -> None:
+        self._feed(Tick(now))
+
+    def _feed(self, event: Any) -> None:
+        for instruction in self.machine.handle(event):
+            _DO.handlers[type(instruction)](self, instruction)
+
+    def _serve(self) -> None:
+        self._feed(Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))
+        self._pump(lambda: False)  # until a StopWorker or a failure ends the run
+
+    def _finished(self) -> bool:
+        return self.machine.phase is GraphPhase.HALTED or self.machine.halted_at is not None
+
+    def _records(self) -> int:
+        return self.supersteps
+
+    def metrics(self) -> dict[str, Any]:
+        part = getattr(self.engine, "part", None)
+        return {**super().metrics(), "supersteps": self.supersteps,
+                "vertices": part.num_masters if part is not None else 0,
+                "replicas": int(part.replica_ids.size) if part is not None else 0}
+
+    @_DO.on(Send)
+    def _do_send(self, instruction: Send) -> None:
+        self.send_control(instruction.message)
+
+    @_DO.on(StopWorker)
+    def _do_stop(self, instruction: StopWorker) -> None:
+        raise WorkerStopped(instruction.reason)
+
+    @_DO.on(FailPeerLost)
+    def _do_peer_lost(self, instruction: FailPeerLost) -> None:
+        raise PeerLost(instruction.peer, instruction.reason)
+
+    @_DO.on(ReachPoint)
+    def _do_reach(self, instruction: ReachPoint) -> None:
+        self._reach(instruction.point, instruction.checkpoint_id)
+
+    # ------------------------------------------------------------------ set-up
+    @_DO.on(ConnectAndLoad)
+    def _connect_and_load(self, instruction: ConnectAndLoad) -> None:
+        message = instruction.deploy
+        deployment: GraphDeployment = cloudpickle.loads(message.deployment)
+        self.deployment = deployment
+        self._use_hook(deployment.hook)
+        if deployment.checkpoint_uri:
+            self.storage = CheckpointStorage(deployment.checkpoint_uri)
+        self._connect_mesh(message.peers, deployment.config.connect_timeout)
+        part = read_partition(deployment.work_uri, self.index)
+        engine = make_engine(part, deployment.program, deployment.num_vertices)
+        self.engine = engine
+        restored = message.restore is not None
+        if message.restore is not None:
+            point = message.restore
+            storage = CheckpointStorage(point.storage)
+            files = checkpoints.read_chain(storage, point.metadata["workers"][str(self.index)])
+            if isinstance(engine, VectorEngine):
+                engine.restore(*checkpoints.vector_state(files, part.num_masters))
+            else:
+                engine.restore(*checkpoints.vertex_state(files, part.num_masters))
+            self.restored_at = point.checkpoint_id
+        self._feed(Loaded(time.monotonic(), deployment.config.connect_timeout + 30, deployment.num_workers, restored))
+
+    @_DO.on(SendResync)
+    def _send_resync(self, instruction: SendResync) -> None:
+        exchanges = self.engine.resync(self.restored_at)  # type: ignore[union-attr]
+        for peer, exchange in exchanges.items():
+            if not self.deployment.resync_replicas:  # type: ignore[union-attr]
+                exchange = Exchange(exchange.superstep, exchange.sender)  # the mechanism switched off
+            self.peers[peer].send_event(RESYNC_CHANNEL, exchange)
+
+    @_DO.on(CommitResync)
+    def _commit_resync(self, instruction: CommitResync) -> None:
+        self.engine.commit_resync()  # type: ignore[union-attr]
+
+    @_DO.on(StartHeartbeats)
+    def _start(self, instruction: StartHeartbeats) -> None:
+        self.processing_started = time.monotonic()
+        self._start_heartbeats(self.deployment.config.heartbeat_interval)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ supersteps
+    @_DO.on(Compute)
+    def _compute(self, instruction: Compute) -> None:
+        command, deployment = instruction.command, self.deployment
+        assert deployment is not None and self.engine is not None
+        ctx = SuperstepContext(command.superstep, deployment.num_vertices, self.index, deployment.num_workers,
+                               dict(command.aggregates))
+        try:
+            out, report = self.engine.step(ctx)
+        except Exception as error:
+            raise UserFunctionError(type(deployment.program).__name__, error,
+                                    where=f"vertex program '{type(deployment.program).__name__}' "
+                                          f"in superstep {command.superstep}") from error
+        for peer, exchange in out.items():
+            self.peers[peer].send_event(SUPERSTEP_CHANNEL, exchange)
+        self.supersteps += 1
+        self._feed(Computed(command.superstep, report))
+
+    @_DO.on(Commit)
+    def _commit(self, instruction: Commit) -> None:
+        self.engine.commit()  # type: ignore[union-attr]
+
+    @_DO.on(WriteCheckpoint)
+    def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:
+        assert self.storage is not None and self.engine is not None
+        data = checkpoints.encode(self.engine.delta(full=instruction.full))
+        handle = self.storage.write_file(instruction.superstep, checkpoints.file_name(self.index), data)
+        self._feed(CheckpointWritten(instruction.superstep, handle))
+
+    @_DO.on(WriteOutput)
+    def _write_output(self, instruction: WriteOutput) -> None:
+        assert self.deployment is not None and self.engine is not None
+        write_result(self.deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
+        self.send_control(Finished(self.metrics()))
+
