@@ -287,7 +287,7 @@ class GraphWorkerMachine:
         if len(self.arrived.get(n, ())) < self.num_workers - 1:
             return []
         current.committed = True
-        del self.arrived[n]
+        self.arrived.pop(n, None)  # (a single worker waits for no peer)
         out: list[Instruction] = [Commit(n)]
         if current.command.checkpoint:
             out.append(WriteCheckpoint(n, current.command.full))

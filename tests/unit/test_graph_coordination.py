@@ -1,0 +1,78 @@
+"""The graph job's coordinator on the JobMaster (no Spark): the barrier's commands, checkpoint
+chains of full and delta files, the metadata a restore reads, and resuming after a restart."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from epochal.graph import checkpoints
+from epochal.graph.coordination import GraphCoordination
+from epochal.graph.engine import StepReport
+from epochal.graph.program import StepResult, VectorProgram
+from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
+from epochal.state.storage import CheckpointStorage
+
+
+class Ten(VectorProgram):
+    max_supersteps = 10
+    aggregators = {"total": "sum"}
+
+    def init(self, part, ctx):
+        return StepResult(np.zeros(part.num_masters))
+
+
+def handle(n: int) -> dict:
+    return {"file": "worker-x", "size": n, "crc": n}
+
+
+def finish(coordination: GraphCoordination, n: int, checkpoint: bool, full: bool = False, now: float = 0.0):
+    out = []
+    for worker in (0, 1):
+        file = handle(n * 10 + worker) if checkpoint else None
+        done = SuperstepDone(StepReport(n, 1, 1, {"total": worker + 1}), file, full)
+        out = coordination.on_report(worker, done, now)
+    return out
+
+
+def test_checkpoints_every_k_supersteps_with_a_full_one_every_n(tmp_path):
+    storage = CheckpointStorage(str(tmp_path))
+    coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=2, full_every=2)
+    assert coordination.restore_request(0).checkpoint_id is None
+    assert coordination.started(0.0) == [RunSuperstep(0, {}, True, True)]  # the first checkpoint is full
+    assert finish(coordination, 0, True, True) == [RunSuperstep(1, {"total": 3}, False, False)]
+    assert coordination.latest_checkpoint == 0
+    assert finish(coordination, 1, False) == [RunSuperstep(2, {"total": 3}, True, False)]
+    assert finish(coordination, 2, True) == [RunSuperstep(3, {"total": 3}, False, False)]
+    assert coordination.chains[0] == [[0, handle(0)], [2, handle(20)]]
+    finish(coordination, 3, False)
+    assert coordination.supersteps.superstep == 4 and coordination.timings[-1]["full"]  # every 2nd is full
+    finish(coordination, 4, True, True)
+    assert coordination.chains[1] == [[4, handle(41)]]
+    metadata = storage.read_metadata(4)
+    assert metadata["kind"] == checkpoints.KIND and metadata["superstep"] == 4
+    assert metadata["workers"]["1"] == [[4, handle(41)]] and metadata["aggregates"] == {"total": 3}
+
+
+def test_a_new_attempt_restores_the_latest_checkpoint_and_resumes_after_it(tmp_path):
+    storage = CheckpointStorage(str(tmp_path))
+    coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=3)
+    coordination.started(0.0)
+    for n in range(5):
+        finish(coordination, n, n % 3 == 0, n == 0)
+    # worker 0 wrote superstep 6's file, then the attempt failed: 6 never completed
+    coordination.on_report(0, SuperstepDone(StepReport(5, 1, 1), None), 0.0)
+    coordination.new_attempt()
+    request = coordination.restore_request(1)
+    assert (request.storage, request.checkpoint_id) == (storage, 3)
+    assert coordination.started(1.0) == [RunSuperstep(4, {"total": 3}, False, False)]
+    assert coordination.restores == [3]
+
+
+def test_without_storage_nothing_is_checkpointed_and_the_bound_halts():
+    coordination = GraphCoordination("job", Ten(), 2)
+    assert coordination.started(0.0) == [RunSuperstep(0, {}, False, False)]
+    for n in range(10):
+        finish(coordination, n, False)
+    assert finish(coordination, 10, False) == [Halt(10, "reached the bound of 10 supersteps")]
+    assert coordination.halted == Halt(10, "reached the bound of 10 supersteps")
+    assert coordination.latest_checkpoint is None

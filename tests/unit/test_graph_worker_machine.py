@@ -1,0 +1,137 @@
+"""The graph worker machine driven with event sequences (no sockets, no Spark): start-up and
+restore resync, supersteps with early exchanges, checkpoints at the barrier, halt, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochal.graph.engine import StepReport
+from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
+from epochal.graph.worker_machine import (
+    CheckpointWritten,
+    Commit,
+    CommitResync,
+    Compute,
+    Computed,
+    ConnectAndLoad,
+    ExchangeArrived,
+    GraphPhase,
+    GraphWorkerMachine,
+    Loaded,
+    SendResync,
+    StartHeartbeats,
+    WriteCheckpoint,
+    WriteOutput,
+)
+from epochal.messages import Cancel, Deploy, KindCommand, KindReport, Processing, Ready, Reject, Shutdown, Start
+from epochal.runtime.mailbox import JobMasterLost, PeerClosed
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+
+DEPLOY = Deploy(b"graph", {0: ("h", 1), 1: ("h", 2), 2: ("h", 3)}, None)
+
+
+def running(workers: int = 3, worker: int = 1) -> GraphWorkerMachine:
+    machine = GraphWorkerMachine(worker)
+    machine.handle(Registered(0.0, 60.0))
+    assert machine.handle(DEPLOY) == [ConnectAndLoad(DEPLOY)]
+    assert machine.handle(Loaded(1.0, 30.0, workers, restored=False)) == [Send(Ready(worker))]
+    assert machine.handle(Start()) == [StartHeartbeats()]
+    return machine
+
+
+def run(n: int, checkpoint: bool = False, full: bool = False) -> KindCommand:
+    return KindCommand(RunSuperstep(n, {}, checkpoint, full))
+
+
+def report(n: int, active: int = 1) -> StepReport:
+    return StepReport(n, active, 0)
+
+
+def test_a_superstep_completes_when_computed_and_every_peer_delivered():
+    machine = running()
+    assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]
+    assert machine.handle(ExchangeArrived(0, 0)) == []
+    assert machine.handle(Computed(0, report(0))) == [ReachPoint("superstep", 0), Send(Processing(1))]
+    assert machine.handle(ExchangeArrived(0, 2)) == [
+        Commit(0), Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
+    assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]
+
+
+def test_exchanges_of_a_peer_already_in_the_next_superstep_are_kept_for_it():
+    machine = running()
+    machine.handle(run(0))
+    machine.handle(ExchangeArrived(1, 0))  # peer 0 got superstep 1's command first and computed
+    machine.handle(ExchangeArrived(0, 0))
+    machine.handle(ExchangeArrived(0, 2))
+    assert machine.handle(Computed(0, report(0)))[-3:] == [
+        Commit(0), Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
+    machine.handle(run(1))
+    machine.handle(ExchangeArrived(1, 2))
+    assert Commit(1) in machine.handle(Computed(1, report(1)))
+
+
+def test_a_checkpointed_superstep_reports_after_its_file_is_written():
+    machine = running(workers=1, worker=0)
+    machine.handle(run(4, checkpoint=True, full=True))
+    out = machine.handle(Computed(4, report(4)))
+    assert out[-2:] == [Commit(4), WriteCheckpoint(4, True)]
+    handle = {"file": "worker-0", "size": 10, "crc": 1}
+    assert machine.handle(CheckpointWritten(4, handle)) == [
+        Send(KindReport(0, SuperstepDone(report(4), handle, True))), ReachPoint("barrier", 4)]
+
+
+def test_a_command_for_a_new_superstep_before_the_last_completed_is_ignored():
+    machine = running()
+    machine.handle(run(0))
+    assert machine.handle(run(1)) == []
+
+
+def test_halt_writes_the_output_and_a_closing_peer_is_then_expected():
+    machine = running()
+    assert machine.handle(KindCommand(Halt(3, "converged"))) == [WriteOutput()]
+    assert machine.handle(PeerClosed(2, "closed")) == []
+    assert machine.handle(Shutdown()) == [StopWorker("shutdown")]
+
+
+def test_a_lost_peer_while_running_fails_the_worker():
+    machine = running()
+    machine.handle(run(0))
+    assert machine.handle(PeerClosed(2, "reset")) == [FailPeerLost(2, "reset")]
+    assert machine.phase is GraphPhase.STOPPED and machine.handle(run(1)) == []
+
+
+def test_a_restored_worker_resyncs_replicas_before_it_is_ready():
+    machine = GraphWorkerMachine(0)
+    machine.handle(Registered(0.0, 60.0))
+    machine.handle(DEPLOY)
+    assert machine.handle(Loaded(1.0, 30.0, 3, restored=True)) == [SendResync()]
+    assert machine.handle(ExchangeArrived(7, 1, resync=True)) == []
+    assert machine.handle(ExchangeArrived(7, 2, resync=True)) == [CommitResync(), Send(Ready(0))]
+    assert machine.handle(Loaded(1.0, 30.0, 1, restored=True)) == [Send(Ready(0))]  # alone: nothing to resync
+
+
+def test_deadlines_and_stops():
+    machine = GraphWorkerMachine(0)
+    machine.handle(Registered(0.0, 5.0))
+    assert machine.handle(Tick(6.0)) == [StopWorker("no 'Deploy' from the JobMaster within 5 s")]
+    machine = GraphWorkerMachine(0)
+    machine.handle(Registered(0.0, 60.0))
+    machine.handle(DEPLOY)
+    machine.handle(Loaded(1.0, 30.0, 3, restored=True))
+    assert machine.handle(Tick(32.0)) == [StopWorker("peers did not resynchronise within 30 s")]
+    assert running().handle(Reject("late")) == []
+    machine = GraphWorkerMachine(0)
+    machine.handle(Registered(0.0, 60.0))
+    assert machine.handle(Reject("not needed")) == [StopWorker("not needed")]
+
+
+@pytest.mark.parametrize("message", [Cancel("restarting: x"), Shutdown(), JobMasterLost("gone")])
+def test_stop_messages_stop_the_worker(message):
+    assert running().handle(message) == [StopWorker(message.reason)]
+
+
+def test_commands_before_the_start_are_ignored():
+    machine = GraphWorkerMachine(0)
+    machine.handle(Registered(0.0, 60.0))
+    assert machine.handle(run(0)) == []
+    assert machine.handle(Start()) == []
