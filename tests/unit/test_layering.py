@@ -155,6 +155,8 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
     "pickle.loads(pickle.dumps(FaultInjector.of([Fault('time')])))",
     "import epochal.runtime.operators, epochal.runtime.windows, epochal.runtime.iteration, "
     "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.transactional",
+    # a graph job's worker body, its engine and the built-in programs it unpickles
+    "from epochal.runtime.kinds import worker_body; worker_body('graph'); import epochal.graph.algorithms",
 ])
 def test_a_worker_process_loads_no_driver_code(entry):
     code = (f"{entry}; import sys; "
