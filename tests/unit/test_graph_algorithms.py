@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from epochal.graph.algorithms import ALGORITHMS, ALS, BFS, CDLP, LCC, SSSP, WCC, PageRank
+from epochal.graph.algorithms._checks import NegativeWeightError
 from epochal.graph.algorithms._csr import row_mode, segment_reduce
 from epochal.graph.algorithms.als import initial_factors
 from epochal.graph.algorithms.bfs import UNREACHABLE
@@ -249,8 +250,12 @@ def test_a_missing_source_vertex_is_refused():
 def test_sssp_refuses_negative_and_missing_weights():
     graph = Graph.from_edges([1, 2, 3], [2, 3, 1], weights=[1.0, -0.5, -2.0])
     with pytest.raises(GraphInputError, match=r"^edge 1 \(2 -> 3\) has negative weight -0.5; SSSP needs weights "
-                                              r"of 0 or more$"):
+                                              r"of 0 or more$") as error:
         run_locally(graph, SSSP(1))
+    assert isinstance(error.value, NegativeWeightError)
+    assert (error.value.edge, error.value.src, error.value.dst, error.value.weight) == (1, 2, 3, -0.5)
+    assert error.value.at("G.e, line 9") == ("G.e, line 9: edge 2 -> 3 has negative weight -0.5; SSSP needs weights "
+                                             "of 0 or more")
     with pytest.raises(GraphInputError, match=r"^SSSP needs a weight on every edge and this graph has no edge "
                                               r"weights"):
         run_locally(Graph.from_edges([1], [2]), SSSP(1))

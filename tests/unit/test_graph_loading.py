@@ -1,10 +1,12 @@
 """Graph input and output without Spark: the Graphalytics files (epochal.graph.loading), edge lists,
-Parquet/CSV tables, the Graphalytics output directory (epochal.graph.output) and the command line
-(epochal.graph.__main__, run with --local)."""
+Parquet/CSV tables, repeated edges, the input checks of the Graph (epochal.graph.model), the
+Graphalytics output directory (epochal.graph.output) and the command line (epochal.graph.__main__,
+run with --local)."""
 
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import sys
 import types
@@ -15,16 +17,25 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from epochal.graph import output
+from epochal.graph import model, output
 from epochal.graph.__main__ import REPLICATION_UNAVAILABLE, build_parser, main, run_from_args
 from epochal.graph.algorithms import BFS, SSSP, WCC, PageRank
-from epochal.graph.loading import load_edge_list, load_graph, load_graph_csv, load_graph_parquet
+from epochal.graph.loading import (
+    graph_from_dataframes,
+    load_edge_list,
+    load_graph,
+    load_graph_csv,
+    load_graph_located,
+    load_graph_parquet,
+)
 from epochal.graph.local import GraphResult, run_locally
-from epochal.graph.model import GraphInputError
+from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.output import GraphOutputError, format_lines, results_table, write_parquet, write_results
 from epochal.runtime.hooks import Fault
 
 BIG = 2**40
+REPEAT_REMEDY = ('list each edge once, or load with duplicates="drop" (command line: --drop-duplicate-edges) '
+                 "to keep the first of each")
 
 
 def write(path, text: str) -> str:
@@ -220,6 +231,159 @@ def test_null_ids_and_missing_tables(tmp_path):
     assert first_line(error) == f"{tmp_path}/missing: the edge table does not exist; check the path"
 
 
+# -- repeated edges ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("edges, directed, where, message", [
+    ("1 2\n2 3\n\n1 2\n", True, "G.e, line 4", "edge 1 -> 2 is listed twice (first on line 1)"),
+    ("1 2\n2 3\n3 2\n", False, "G.e, line 3",
+     "edge 3 -> 2 is listed twice (first on line 2 as 2 -> 3, the same edge in an undirected graph)"),
+    ("3 3\n1 2\n3 3\n", False, "G.e, line 3", "edge 3 -> 3 is listed twice (first on line 1)"),
+])
+def test_repeated_edges_are_refused_naming_both_lines(files, tmp_path, edges, directed, where, message):
+    with pytest.raises(GraphInputError) as error:
+        load_graph(*files("1\n2\n3\n", edges), directed=directed)
+    assert first_line(error) == f"{tmp_path}/{where}: {message}; {REPEAT_REMEDY}"
+
+
+def test_both_orders_are_two_edges_of_a_directed_graph(files):
+    assert load_graph(*files("1\n2\n", "1 2\n2 1\n")).num_edges == 2
+
+
+def test_repeated_edges_can_be_dropped_keeping_the_first(files, caplog):
+    v, e = files("1\n2\n3\n", "1 2 0.5\n2 3 1.0\n2 1 9.0\n1 2 7.0\n3 1 2.0\n")
+    with caplog.at_level(logging.WARNING, logger="epochal.graph.loading"):
+        graph, located = load_graph_located(v, e, directed=False, weighted=True, duplicates="drop")
+    assert (graph.src.tolist(), graph.dst.tolist(), graph.weights.tolist()) == ([1, 2, 3], [2, 3, 1], [0.5, 1.0, 2.0])
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{e}: dropped 2 repeated edge(s) and kept the first of each; the first dropped is edge 2 -> 1 (input edge 2, "
+        "counted from 0), which repeats input edge 0 (1 -> 2)"]
+    assert [located.where(i) for i in range(3)] == [f"{e}, line 1", f"{e}, line 2", f"{e}, line 5"]
+
+
+def test_edge_lists_drop_the_second_order_of_undirected_edges_by_default(tmp_path, caplog):
+    path = write(tmp_path / "ca.txt", "# Undirected graph\n0\t1\n1\t0\n# late\n1\t2\n2\t1\n")
+    with caplog.at_level(logging.WARNING, logger="epochal.graph.loading"):
+        graph = load_edge_list(path, directed=False)
+    assert (graph.src.tolist(), graph.dst.tolist()) == ([0, 1], [1, 2])
+    assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith(f"{path}: dropped 2 repeated edge(s)")
+    assert load_edge_list(path).num_edges == 4
+    with pytest.raises(GraphInputError) as error:
+        load_edge_list(path, directed=False, duplicates="error")
+    assert first_line(error) == (f"{path}, line 3: edge 1 -> 0 is listed twice (first on line 2 as 0 -> 1, the same "
+                                 f"edge in an undirected graph); {REPEAT_REMEDY}")
+
+
+def test_tables_refuse_or_drop_repeated_edges(tmp_path):
+    edges = write(tmp_path / "e.csv", "src,dst,w\n1,2,0.5\n2,3,1.5\n1,2,2.5\n")
+    with pytest.raises(GraphInputError) as error:
+        load_graph_csv(None, edges)
+    assert first_line(error) == f"{edges}, row 2: edge 1 -> 2 is listed twice (first on row 0); {REPEAT_REMEDY}"
+    assert load_graph_csv(None, edges, weight_column="w", duplicates="drop").weights.tolist() == [0.5, 1.5]
+    pq.write_table(pa.table({"src": [5, 6], "dst": [6, 5]}), tmp_path / "e.parquet")
+    with pytest.raises(GraphInputError) as error:
+        load_graph_parquet(None, str(tmp_path / "e.parquet"), directed=False)
+    assert first_line(error) == (f"{tmp_path}/e.parquet, row 1: edge 6 -> 5 is listed twice (first on row 0 as "
+                                 f"5 -> 6, the same edge in an undirected graph); {REPEAT_REMEDY}")
+    assert load_graph_parquet(None, str(tmp_path / "e.parquet")).num_edges == 2
+
+
+class FakeDataFrame:
+    """What graph_from_dataframes uses of a Spark DataFrame: columns, select and toArrow."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table, self.columns = table, table.column_names
+
+    def select(self, *names: str) -> FakeDataFrame:
+        return FakeDataFrame(self.table.select(list(names)))
+
+    def toArrow(self) -> pa.Table:  # noqa: N802 (Spark's name)
+        return self.table
+
+
+def test_dataframes_refuse_or_drop_repeated_edges():
+    edges = FakeDataFrame(pa.table({"src": [1, 2, 1], "dst": [2, 1, 2]}))
+    with pytest.raises(GraphInputError) as error:
+        graph_from_dataframes(None, edges)
+    assert first_line(error) == (f"the edge DataFrame, row 2: edge 1 -> 2 is listed twice (first on row 0); "
+                                 f"{REPEAT_REMEDY}")
+    assert graph_from_dataframes(None, edges, directed=False, duplicates="drop").num_edges == 1
+
+
+def test_an_unknown_duplicates_option_is_refused(files):
+    with pytest.raises(GraphInputError) as error:
+        load_graph(*files("1\n", ""), duplicates="keep")
+    assert first_line(error) == ("duplicates='keep' is not an option; use \"error\" (refuse repeated edges) or "
+                                 "\"drop\" (keep the first of each)")
+
+
+# -- the Graph's own checks ----------------------------------------------------------------------------------
+
+
+def brute_repeats(src, dst, directed) -> list[int]:
+    seen, repeats = set(), []
+    for i, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+        key = (s, d) if directed else (min(s, d), max(s, d))
+        if key in seen:
+            repeats.append(i)
+        seen.add(key)
+    return repeats
+
+
+@pytest.mark.parametrize("spread", [50, 2**62], ids=["exact keys", "hashed keys"])
+@pytest.mark.parametrize("directed", [True, False])
+def test_repeated_edges_match_a_brute_force_count(spread, directed):
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(-spread, spread, 30))
+    src, dst = rng.choice(ids, 200), rng.choice(ids, 200)
+    graph = Graph(ids, src, dst, directed)
+    expected = brute_repeats(src, dst, directed)
+    assert expected and graph.repeated_edges().tolist() == expected
+    assert all(graph.first_occurrence(j) < j for j in expected)
+    assert Graph(ids, src[:1], dst[:1], directed).repeated_edges().tolist() == []
+
+
+def test_colliding_hash_keys_are_told_apart(monkeypatch):
+    monkeypatch.setattr(model, "_MIX", np.uint64(0))  # every key is the destination alone
+    src, dst = np.array([2**62, 5, 2**62, -(2**62), 5]), np.array([7, 7, 7, 7, 7])
+    graph = Graph(np.array([-(2**62), 5, 7, 2**62]), src, dst)
+    assert graph.repeated_edges().tolist() == [2, 4] == brute_repeats(src, dst, True)
+
+
+@pytest.mark.parametrize("ids, missing", [(np.delete(np.arange(1, 40), 19), 20),
+                                         (np.array([-(2**63), 1, 3, 2**40, 2**63 - 1]), 2)], ids=["table", "sorted"])
+def test_validate_names_the_first_unknown_source_then_destination(ids, missing):
+    with pytest.raises(GraphInputError) as error:
+        Graph(ids, np.array([1, 1, missing]), np.array([1, 2**50, 1])).validate()
+    assert first_line(error) == (f"edge 2 ({missing} -> 1) names source vertex {missing}, which is not in the vertex "
+                                 "list; add it to the vertices or drop the edge")
+    with pytest.raises(GraphInputError) as error:
+        Graph(ids, np.array([1, 1]), np.array([1, -5])).validate()
+    assert first_line(error) == ("edge 1 (1 -> -5) names destination vertex -5, which is not in the vertex list; "
+                                 "add it to the vertices or drop the edge")
+    assert error.value.edge == 1 and error.value.vertex == -5 and error.value.end == "destination"
+
+
+def test_validate_agrees_with_a_membership_test():
+    rng = np.random.default_rng(5)
+    for spread in (100, 2**62):
+        for _ in range(20):
+            ids = np.unique(rng.integers(-spread, spread, 40))
+            pool = np.concatenate([ids, rng.integers(-spread, spread, 3)])
+            graph = Graph(ids, rng.choice(pool, 60), rng.choice(pool, 60))
+            known = set(ids.tolist())
+            bad = [(i, end) for end in ("source", "destination")
+                   for i, v in enumerate((graph.src if end == "source" else graph.dst).tolist()) if v not in known]
+            if not bad:
+                graph.validate()
+                continue
+            with pytest.raises(model.UnknownVertexError) as error:
+                graph.validate()
+            assert (error.value.edge, error.value.end) == bad[0]
+    with pytest.raises(model.UnknownVertexError, match=r"^edge 0 \(1 -> 2\) names source vertex 1"):
+        Graph(np.array([], dtype=np.int64), np.array([1]), np.array([2])).validate()
+
+
 # -- output ----------------------------------------------------------------------------------------------------
 
 
@@ -321,7 +485,7 @@ def test_parquet_and_arrow_results(tmp_path):
 @pytest.fixture
 def graph_files(tmp_path):
     vertices = write(tmp_path / "G.v", "".join(f"{i}\n" for i in (1, 2, 3, 4, BIG)))
-    edges = write(tmp_path / "G.e", f"1 2 0.5\n2 3 1.5\n1 3 3.0\n3 1 2.0\n4 {BIG} 1.0\n")
+    edges = write(tmp_path / "G.e", f"1 2 0.5\n2 3 1.5\n1 3 3.0\n3 3 2.0\n4 {BIG} 1.0\n")
     return vertices, edges
 
 
@@ -413,3 +577,21 @@ def test_cli_input_and_output_errors_exit_2(graph_files, tmp_path, capsys):
                                               "holds files other than part files")
     assert main([]) == 2
     assert capsys.readouterr().err == "python -m epochal.graph: error: the following arguments are required: command\n"
+
+
+def test_cli_refuses_or_drops_repeated_edges(graph_files, tmp_path, capsys):
+    edges = write(tmp_path / "dup.e", "1 2\n2 3\n2 1\n")
+    assert cli("wcc", graph_files[0], edges, tmp_path / "out", "--undirected") == 2
+    assert capsys.readouterr().err == (f"python -m epochal.graph: error: {edges}, line 3: edge 2 -> 1 is listed twice "
+                                       "(first on line 1 as 1 -> 2, the same edge in an undirected graph); "
+                                       f"{REPEAT_REMEDY}\n")
+    assert cli("wcc", graph_files[0], edges, tmp_path / "out", "--undirected", "--drop-duplicate-edges") == 0
+    assert capsys.readouterr().out.startswith("wcc: 5 vertices, 2 edges, ")
+
+
+def test_cli_names_the_line_of_a_negative_weight(graph_files, tmp_path, capsys):
+    edges = write(tmp_path / "neg.e", "1 2 0.5\n\n2 3 1.5\n1 2 0.25\n3 1 -2.0\n")
+    assert cli("sssp", graph_files[0], edges, tmp_path / "out", "--weighted", "--source-vertex", "1",
+               "--drop-duplicate-edges") == 2
+    assert capsys.readouterr().err == (f"python -m epochal.graph: error: {edges}, line 5: edge 3 -> 1 has negative "
+                                       "weight -2.0; SSSP needs weights of 0 or more\n")

@@ -2,12 +2,13 @@
 
 This module owns the command line only: it parses the arguments, builds the algorithm's program
 (:mod:`epochal.graph.algorithms`), loads the LDBC Graphalytics files
-(:func:`~epochal.graph.loading.load_graph`), runs the job on Spark
+(:func:`~epochal.graph.loading.load_graph_located`), runs the job on Spark
 (:func:`epochal.graph.job.run_graph`) or, with ``--local``, in this process
 (:func:`~epochal.graph.local.run_locally`, a testing aid without fault tolerance), writes the
 Graphalytics output directory (:func:`~epochal.graph.output.write_results`) and prints one
-summary line. Bad input and bad arguments print one line to stderr and exit with status 2; a
-job that fails exits with status 1.
+summary line. Bad input and bad arguments print one line to stderr and exit with status 2 (a
+problem an algorithm finds with one edge, such as SSSP's negative weight, names the edge file's
+line); a job that fails exits with status 1.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from epochal.errors import EpochalError
-from epochal.graph.loading import load_graph
+from epochal.graph.loading import load_graph_located
 from epochal.graph.local import GraphResult, run_locally
-from epochal.graph.model import GraphInputError
+from epochal.graph.model import EdgeInputError, GraphInputError
 from epochal.graph.output import GraphOutputError, check_output_dir, write_results
 from epochal.graph.partitioning import PARTITIONERS
 from epochal.graph.program import Program
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="edges go from src to dst (the default)")
     direction.add_argument("--undirected", dest="directed", action="store_false", help="edges go both ways")
     run.add_argument("--weighted", action="store_true", help="read each edge's third field as its weight")
+    run.add_argument("--drop-duplicate-edges", action="store_true",
+                     help="keep the first of repeated edges (with --undirected, 'u v' and 'v u' are one edge) "
+                          "instead of refusing the edge file")
     run.add_argument("--source-vertex", type=int, metavar="ID", help="the root of bfs and sssp")
     run.add_argument("--damping-factor", type=_bounded(float, 0.0, 1.0), default=DEFAULT_DAMPING, metavar="D",
                      help=f"pr's damping factor (default {DEFAULT_DAMPING})")
@@ -149,9 +153,13 @@ def run_from_args(args: argparse.Namespace) -> GraphResult:
     program = build_program(args)
     check_output_dir(args.output)
     started = time.perf_counter()
-    graph = load_graph(args.vertices, args.edges, directed=args.directed, weighted=args.weighted)
+    graph, edges_at = load_graph_located(args.vertices, args.edges, directed=args.directed, weighted=args.weighted,
+                                         duplicates="drop" if args.drop_duplicate_edges else "error")
     loaded = time.perf_counter()
-    result = _execute(args, graph, program)
+    try:
+        result = _execute(args, graph, program)
+    except EdgeInputError as error:  # the program's check refused an edge: name its line, not its index
+        raise GraphInputError(error.at(edges_at.where(error.edge))) from error
     ran = time.perf_counter()
     write_results(result, args.output, parts=args.parallelism)
     written = time.perf_counter()

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from epochal.graph.model import Graph, GraphInputError
+from epochal.graph.model import EdgeInputError, Graph, GraphInputError
+
+
+class NegativeWeightError(EdgeInputError):
+    """Edge ``edge`` has the negative weight ``weight`` and ``algorithm`` needs weights of 0 or more."""
+
+    def __init__(self, edge: int, src: int, dst: int, weight: float, algorithm: str) -> None:
+        super().__init__(edge, src, dst, f"has negative weight {weight!r}; {algorithm} needs weights of 0 or more")
+        self.weight, self.algorithm = weight, algorithm
 
 
 def require_vertex(graph: Graph, vertex: int) -> None:
@@ -25,10 +33,10 @@ def require_weights(graph: Graph, algorithm: str, meaning: str = "weight") -> np
 
 
 def require_non_negative_weights(graph: Graph, algorithm: str) -> None:
-    """Every edge weight must be present and not negative (the first negative edge is named)."""
+    """Every edge weight must be present and not negative; the first negative edge is named by its
+    index (:class:`NegativeWeightError`, whose ``edge`` the command line turns into a line number)."""
     weights = require_weights(graph, algorithm)
     negative = weights < 0
     if negative.any():
         i = int(np.argmax(negative))
-        raise GraphInputError(f"edge {i} ({int(graph.src[i])} -> {int(graph.dst[i])}) has negative weight "
-                              f"{float(weights[i])!r}; {algorithm} needs weights of 0 or more")
+        raise NegativeWeightError(i, int(graph.src[i]), int(graph.dst[i]), float(weights[i]), algorithm)
