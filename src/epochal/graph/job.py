@@ -33,8 +33,8 @@ from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
 from epochal.graph.local import GraphResult, program_layout
 from epochal.graph.model import Graph
-from epochal.graph.partition import build_partitions
-from epochal.graph.partitioning import partition, replication_factor
+from epochal.graph.partition import build_partitions, replication_of
+from epochal.graph.partitioning import partition
 from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.runtime.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage
@@ -110,8 +110,11 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
 
     fs, path = resolve(work_uri)
     fs.create_dir(path, recursive=True)
-    for part in build_partitions(graph, owner, parallelism, directions, adjacency):
+    parts = build_partitions(graph, owner, parallelism, directions, adjacency)
+    for part in parts:
         write_partition(work_uri, part)
+    replication = replication_of(parts)
+    del parts
     storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
     deployment = GraphDeployment(job_name, job_id, program, parallelism, graph.num_vertices, work_uri, env.config,
                                  storage.uri if storage is not None else None, FaultInjector.of(faults or []))
@@ -126,17 +129,17 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
                                     deployment=blob, num_workers=parallelism,
                                     restart=strategy, job_kind="graph", kind=coordination), job_name, timeout)
     duration = time.monotonic() - started
-    parts = [read_result(work_uri, w) for w in range(parallelism)]
-    ids = np.concatenate([np.asarray(p["ids"], dtype=np.int64) for p in parts])
+    results = [read_result(work_uri, w) for w in range(parallelism)]
+    ids = np.concatenate([np.asarray(p["ids"], dtype=np.int64) for p in results])
     order = np.argsort(ids)
     values: Any
     if isinstance(program, VectorProgram):
-        values = np.concatenate([np.asarray(p["values"]) for p in parts])[order]
+        values = np.concatenate([np.asarray(p["values"]) for p in results])[order]
     else:
-        flat = [v for p in parts for v in p["values"]]
+        flat = [v for p in results for v in p["values"]]
         values = [flat[i] for i in order.tolist()]
     halted = coordination.halted
     assert halted is not None
-    return GraphResult(ids[order], values, halted.superstep, halted.reason, replication_factor(graph, owner),
+    return GraphResult(ids[order], values, halted.superstep, halted.reason, replication,
                        coordination.supersteps.history, duration, client.restarts(), coordination.timings,
                        coordination.restores)

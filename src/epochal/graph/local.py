@@ -15,8 +15,8 @@ import numpy as np
 
 from epochal.graph.engine import make_engine
 from epochal.graph.model import Graph
-from epochal.graph.partition import build_partitions
-from epochal.graph.partitioning import partition, replication_factor
+from epochal.graph.partition import build_partitions, replication_of
+from epochal.graph.partitioning import partition
 from epochal.graph.program import SuperstepContext, VectorProgram, VertexProgram
 from epochal.graph.supersteps import Halt, SuperstepCoordinator
 
@@ -82,5 +82,5 @@ def run_locally(graph: Graph, program: VectorProgram | VertexProgram, num_worker
     else:
         flat = [v for o in outputs for v in o]
         values = [flat[i] for i in order.tolist()]
-    return GraphResult(ids[order], values, step.superstep, step.reason, replication_factor(graph, owner),
+    return GraphResult(ids[order], values, step.superstep, step.reason, replication_of(parts),
                        coordinator.history)

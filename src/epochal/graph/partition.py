@@ -99,7 +99,7 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
     if directions not in ("in", "both"):
         raise ValueError(f"directions must be 'in' or 'both', not {directions!r}")
     n = graph.num_vertices
-    s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
+    s, d = graph.dense_edges()
     w = graph.weights
     # directed edge list as the engine sees it (an undirected edge goes both ways)
     if not graph.directed:  # each undirected edge both ways (a self-loop once)
@@ -167,3 +167,11 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
             parts[int(w_)].send_index[r] = np.searchsorted(masters_w, replicas[sel])
             parts[r].receive_slots[int(w_)] = base + np.flatnonzero(sel)
     return parts
+
+
+def replication_of(parts: list[Partition]) -> float:
+    """Copies per vertex these partitions hold (masters plus replicas, over masters): the
+    replication factor of a job, which for a program reading both directions exceeds the
+    in-edge measure of :func:`~epochal.graph.partitioning.replication_factor`."""
+    masters = sum(p.num_masters for p in parts)
+    return (masters + sum(int(p.replica_ids.size) for p in parts)) / masters if masters else 0.0

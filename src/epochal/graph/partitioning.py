@@ -43,7 +43,7 @@ def hash_partition(graph: Graph, num_workers: int) -> np.ndarray:
 def undirected_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """``(ptr, nbr)``: every vertex's neighbours in either direction, as dense indices."""
     n = graph.num_vertices
-    s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
+    s, d = graph.dense_edges()
     a = np.concatenate([s, d])
     b = np.concatenate([d, s])
     order = np.argsort(a, kind="stable")
@@ -93,7 +93,7 @@ def replication_factor(graph: Graph, owner: np.ndarray) -> float:
     n = graph.num_vertices
     if n == 0:
         return 0.0
-    s, d = graph.index_of(graph.src), graph.index_of(graph.dst)
+    s, d = graph.dense_edges()
     if not graph.directed:
         s, d = np.concatenate([s, d]), np.concatenate([d, s])  # a self-loop is never remote
     remote = owner[s] != owner[d]
