@@ -125,7 +125,9 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
         r_reader, r_read = reader[mine], read[mine]
         r_w = None if rw is None else rw[mine]
         remote = owner[r_read] != worker
-        replicas = np.unique(r_read[remote])
+        seen = np.zeros(n, dtype=bool)  # a mask, not np.unique: dense indices, sorted for free
+        seen[r_read[remote]] = True
+        replicas = np.flatnonzero(seen)
         replica_sets.append(replicas)
         # table slot of every vertex this worker reads
         slot_of = np.full(n, -1, dtype=np.int64)
