@@ -1,0 +1,252 @@
+"""Wall time and peak memory of one benchmark run, and the medians the report is made of.
+
+:class:`MemoryWatch` measures, over a ``with`` block, the peak resident set size of
+
+* the driver (this Python process: graph, partitioning, in-process peers such as scipy),
+* the Spark JVM (local mode: driver and executor in one JVM, a child of this process), and
+* the Python processes under the JVM (Spark's Python daemon and its forked workers: epochal's
+  graph workers and the RDD/DataFrame peers' Python UDF workers), summed.
+
+Each process's peak is its kernel high-water mark ``VmHWM`` (``/proc/<pid>/status``), reset at
+the start of the block by writing ``5`` to ``/proc/<pid>/clear_refs``; a thread re-reads every
+process of the tree every ``interval`` seconds so that workers started and ended inside the block
+are counted too (one living shorter than the interval can be missed). The Python workers' figure
+is the sum of each one's peak (they run at the same time, and forked workers share pages with the
+daemon, which this sum counts once per process: an upper bound). Where ``clear_refs`` cannot be
+written, sampled RSS is used instead (``exact`` False).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import statistics
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+
+_HWM = re.compile(rb"VmHWM:\s+(\d+) kB")
+MB = 2**20
+
+
+def _reset_peak(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_bytes(process: psutil.Process, exact: bool) -> int | None:
+    """The process's peak RSS since the reset (``exact``), else its current RSS; None if it is gone."""
+    try:
+        if exact:
+            with open(f"/proc/{process.pid}/status", "rb") as handle:
+                match = _HWM.search(handle.read())
+            if match:
+                return int(match.group(1)) * 1024
+        return int(process.memory_info().rss)
+    except (OSError, psutil.Error):
+        return None
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak RSS in MiB: driver, Spark JVM, Spark's Python processes (sum of their peaks); and each
+    one's RSS when the block started (``*_base_mb``: the JVM keeps the heap earlier runs grew)."""
+
+    driver_base_mb: float = float("nan")
+    jvm_base_mb: float = float("nan")
+    workers_base_mb: float = float("nan")
+    driver_mb: float = float("nan")
+    jvm_mb: float = float("nan")
+    workers_mb: float = float("nan")
+    exact: bool = False
+
+
+class MemoryWatch:
+    """``with MemoryWatch() as watch: ...`` then ``watch.peaks`` (see the module docstring)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.me = psutil.Process()
+        self.peaks = MemoryPeaks()
+        self._per_process: dict[int, tuple[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-watch", daemon=True)
+        self._exact = False
+
+    def _tree(self) -> Iterable[tuple[str, psutil.Process]]:
+        """Every process of the tree with its role: driver, jvm, worker (under the JVM) or other."""
+        yield "driver", self.me
+        try:
+            descendants = self.me.children(recursive=True)
+        except psutil.Error:
+            return
+        roles: dict[int, str] = {self.me.pid: "driver"}
+        for process in descendants:  # psutil lists parents before their children
+            try:
+                parent = roles.get(process.ppid(), "other")
+                is_java = process.name().startswith("java")
+            except psutil.Error:
+                continue
+            role = "jvm" if is_java else ("worker" if parent in ("jvm", "worker") else "other")
+            roles[process.pid] = role
+            yield role, process
+
+    def _sample(self) -> None:
+        for role, process in self._tree():
+            peak = _peak_bytes(process, self._exact)
+            if peak is None:
+                continue
+            key = process.pid
+            previous = self._per_process.get(key, (role, 0))[1]
+            self._per_process[key] = (role, max(previous, peak))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> MemoryWatch:
+        base = {"driver": 0, "jvm": 0, "worker": 0, "other": 0}
+        for role, process in self._tree():
+            try:
+                base[role] += process.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peaks.driver_base_mb = base["driver"] / MB
+        self.peaks.jvm_base_mb = base["jvm"] / MB
+        self.peaks.workers_base_mb = base["worker"] / MB
+        self._exact = all(_reset_peak(p.pid) for _, p in self._tree())
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        totals = {"driver": 0, "jvm": 0, "worker": 0}
+        for role, peak in self._per_process.values():
+            if role in totals:
+                totals[role] += peak
+        self.peaks.driver_mb = totals["driver"] / MB
+        self.peaks.jvm_mb = totals["jvm"] / MB if totals["jvm"] else float("nan")
+        self.peaks.workers_mb = totals["worker"] / MB if totals["worker"] else float("nan")
+        self.peaks.exact = self._exact
+
+
+@dataclass
+class Timer:
+    """``with Timer() as t: ...`` then ``t.seconds`` (perf_counter) and ``t.started``/``t.ended``
+    (monotonic, the clock epochal's timings use)."""
+
+    started: float = 0.0
+    ended: float = 0.0
+    seconds: float = 0.0
+    _perf: float = field(default=0.0, repr=False)
+
+    def __enter__(self) -> Timer:
+        self.started, self._perf = time.monotonic(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._perf
+        self.ended = time.monotonic()
+
+
+@contextmanager
+def jobmaster_events() -> Iterator[list[tuple[float, str]]]:
+    """Record the JobMaster's events during the block as ``(time, name)``: worker messages by the
+    message's type (Register, Ready, Processing, Failed ...), ticks, heartbeats and superstep
+    reports left out, and each Spark job submission. Instrumentation only: it wraps
+    ``JobMasterMachine.handle`` for the block and changes nothing it does."""
+    from epochal.control import jobmaster_machine
+
+    events: list[tuple[float, str]] = []
+    original = jobmaster_machine.JobMasterMachine.handle
+
+    def handle(machine: Any, event: Any) -> Any:
+        name = type(event).__name__
+        if name == "WorkerMessage":
+            name = type(event.message).__name__
+        if name not in ("Tick", "Heartbeat", "KindReport"):
+            events.append((getattr(event, "now", time.monotonic()), name))
+        instructions = original(machine, event)
+        events.extend((time.monotonic(), "SubmitSparkJob") for i in instructions
+                      if type(i).__name__ == "SubmitSparkJob")
+        return instructions
+
+    jobmaster_machine.JobMasterMachine.handle = handle
+    try:
+        yield events
+    finally:
+        jobmaster_machine.JobMasterMachine.handle = original
+
+
+def event_after(events: Sequence[tuple[float, str]], name: str, since: float, count: int = 1) -> float:
+    """The time of the ``count``-th event ``name`` at or after ``since`` (NaN if there is none)."""
+    times = [t for t, n in events if n == name and t >= since]
+    return times[count - 1] if len(times) >= count else float("nan")
+
+
+def median(values: Iterable[float]) -> float:
+    """The median of the finite values (NaN when there are none)."""
+    finite = [v for v in values if v == v]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def failure(error: BaseException) -> str:
+    """A failed run's status: ``error: <type>: <first line of the message>``."""
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"error: {type(error).__name__}: {first}"
+
+
+def machine() -> str:
+    """One line describing this machine (CPUs, memory, Python)."""
+    import platform
+
+    return (f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+            f"{platform.system()} {platform.release()}, {platform.python_implementation()} "
+            f"{platform.python_version()}")
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows (dicts) as CSV, columns in the order of first appearance (see :func:`_cell`)."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(v) for k, v in row.items()})
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: NaN empty, floats to 6 decimals (tiny ones such as relative errors in e-notation)."""
+    if isinstance(value, float):
+        if value != value:
+            return ""
+        return f"{value:.6f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
+    return value
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
