@@ -136,3 +136,31 @@ def test_checkpoint_deltas_hold_only_changed_masters_and_restore_resyncs_replica
     engines[1].receive(resync[1])
     engines[1].commit()
     assert np.array_equal(engines[1].table, table)
+
+
+def test_entries_reading_is_the_reverse_of_the_neighbour_lists():
+    graph, _ = random_graph(n=80, m=400, seed=9)
+    part = build_partitions(graph, hash_partition(graph, 2), 2, "both")[0]
+    slots = np.array([0, 3, part.table_size - 1])
+    assert sorted(part.entries_reading(slots).tolist()) == np.flatnonzero(np.isin(part.nbr_slot, slots)).tolist()
+    assert part.entries_reading(np.zeros(0, np.int64)).size == 0
+
+
+def test_a_long_chain_relaxes_through_the_reverse_index_and_matches_dijkstra():
+    from epochal.graph.algorithms import SSSP
+
+    rng = np.random.default_rng(4)
+    n = 120  # a path: one vertex changes per superstep, so small frontiers for 120 supersteps
+    src = np.r_[np.arange(n - 1), rng.integers(0, n, 30)]
+    dst = np.r_[np.arange(1, n), rng.integers(0, n, 30)]
+    keep = src != dst
+    pairs = np.unique(np.stack([src[keep], dst[keep]], 1), axis=0)
+    weights = rng.uniform(0.5, 2.0, len(pairs))
+    ids = np.arange(n, dtype=np.int64) * 13 + BIG
+    graph = Graph.from_edges(ids[pairs[:, 0]], ids[pairs[:, 1]], vertices=ids, weights=weights)
+    oracle = nx.DiGraph()
+    oracle.add_weighted_edges_from(zip(ids[pairs[:, 0]].tolist(), ids[pairs[:, 1]].tolist(), weights.tolist(),
+                                       strict=True))
+    expected = nx.single_source_dijkstra_path_length(oracle, int(ids[0]))
+    result = run_locally(graph, SSSP(int(ids[0])), 2).as_dict()
+    assert result == {v: expected.get(v, float("inf")) for v in ids.tolist()}

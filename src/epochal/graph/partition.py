@@ -61,6 +61,10 @@ class Partition:
     directions: str = "in"
     #: per-vertex properties of the masters
     properties: dict[str, np.ndarray] = field(default_factory=dict)
+    #: derived indices, built on first use in the worker (not shipped)
+    _rows: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _readers: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+    _asked: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def num_masters(self) -> int:
@@ -74,6 +78,38 @@ class Partition:
     def table_ids(self) -> np.ndarray:
         """The id of every table slot (masters, then replicas)."""
         return np.concatenate([self.ids, self.replica_ids])
+
+    def nbr_rows(self) -> np.ndarray:
+        """The master (row) of every ``nbr_slot`` entry."""
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(self.num_masters), np.diff(self.nbr_ptr))
+        return self._rows
+
+    def worth_indexing(self, after: int = 8) -> bool:
+        """Whether to use :meth:`entries_reading`: its index costs a sort of every entry (about
+        25 full scans), so it is built only for a job that asked ``after`` times (a long run of
+        small frontiers, e.g. SSSP on a road graph), not for one that ends in a few supersteps."""
+        self._asked += 1
+        return self._readers is not None or self._asked > after
+
+    def entries_reading(self, slots: np.ndarray) -> np.ndarray:
+        """The ``nbr_slot`` entries that read any of table ``slots`` (a reverse CSR by source
+        slot, built once): a superstep touching only what changed costs O(its edges)."""
+        if self._readers is None:
+            order = np.argsort(self.nbr_slot, kind="stable")
+            ptr = np.zeros(self.table_size + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.nbr_slot, minlength=self.table_size), out=ptr[1:])
+            self._readers = (ptr, order)
+        ptr, order = self._readers
+        lo, counts = ptr[slots], ptr[slots + 1] - ptr[slots]
+        starts = np.cumsum(counts) - counts
+        return order[np.repeat(lo - starts, counts) + np.arange(int(counts.sum()))]
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_rows"] = state["_readers"] = None  # derived: rebuilt where used
+        state["_asked"] = 0
+        return state
 
     def owner_of(self, ids: np.ndarray) -> np.ndarray:
         """The worker owning each of ``ids`` (all must be vertices of the graph)."""

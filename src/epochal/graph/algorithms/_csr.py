@@ -40,18 +40,6 @@ def segment_sum(ptr: np.ndarray, values: np.ndarray) -> np.ndarray:
     return segment_reduce(np.add, ptr, values, 0)
 
 
-def relax_minimum(current: np.ndarray, ptr: np.ndarray, entries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """``current`` lowered, row by row, to the smallest of ``candidates`` offered to it.
-
-    ``candidates[i]`` is offered to the row of CSR entry ``entries[i]``. Returns a new array; rows
-    offered nothing keep their value.
-    """
-    out = current.copy()
-    if entries.size:
-        np.minimum.at(out, rows_of(ptr, entries), candidates)
-    return out
-
-
 def row_mode(rows: np.ndarray, values: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Per row, the most frequent of the ``values`` listed for it (ties: the smallest value).
 

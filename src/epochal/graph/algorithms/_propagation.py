@@ -15,9 +15,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from epochal.graph.algorithms._csr import relax_minimum
 from epochal.graph.partition import Partition
 from epochal.graph.program import StepResult, SuperstepContext, VectorProgram
+
+#: a frontier below 1/FRONTIER_SHARE of the table is relaxed through the reverse index
+FRONTIER_SHARE = 16
 
 
 class MinPropagation(VectorProgram):
@@ -35,14 +37,21 @@ class MinPropagation(VectorProgram):
         return table[part.nbr_slot[entries]]
 
     def compute(self, part: Partition, table: np.ndarray, ctx: SuperstepContext) -> StepResult:
-        changed = np.ones(part.table_size, dtype=bool) if ctx.changed is None else ctx.changed
-        source_slots = part.nbr_slot
-        live = changed[source_slots]
+        changed = ctx.changed
+        if changed is None:
+            entries = np.arange(part.nbr_slot.size)
+        else:
+            slots = np.flatnonzero(changed)
+            if slots.size * FRONTIER_SHARE < part.table_size and part.worth_indexing():
+                entries = part.entries_reading(slots)  # a small frontier: only its edges, O(frontier)
+            else:  # a large one: one pass over the edges beats gathering most of them
+                entries = np.flatnonzero(changed[part.nbr_slot])
         if self.unreached is not None:
-            live &= table[source_slots] != self.unreached
-        entries = np.flatnonzero(live)
-        return StepResult(relax_minimum(table[:part.num_masters], part.nbr_ptr, entries,
-                                        self.offers(part, table, entries)))
+            entries = entries[table[part.nbr_slot[entries]] != self.unreached]
+        values = table[:part.num_masters].copy()
+        if entries.size:
+            np.minimum.at(values, part.nbr_rows()[entries], self.offers(part, table, entries))
+        return StepResult(values)
 
 
 def source_init(part: Partition, source: int, unreached: int | float, dtype: type[np.generic]) -> StepResult:
