@@ -197,6 +197,8 @@ class VertexEngine:
         self._outbox: dict[int, dict[int, Any] | list[tuple[int, Any]]] = {}
         self._aggregates: dict[str, Any] = {}
         self._sent = 0
+        self._targets: list[int] = []
+        self._messages: list[Any] = []
         self.ctx = SuperstepContext(0, num_vertices, part.worker, part.num_workers)
         self._vertex = Vertex(self)
 
@@ -209,16 +211,35 @@ class VertexEngine:
         return list(zip(ids, weights, strict=True))
 
     def send(self, target: int, message: Any) -> None:
-        self._sent += 1
-        owner = int(self.part.owner_of(np.asarray([target]))[0])
-        if owner == self.part.worker:
-            self._deliver(self._next, int(self.part.slot_of(np.asarray([target]))[0]), message)
+        """Queue a message; :meth:`_route` sends the superstep's messages together."""
+        self._targets.append(target)
+        self._messages.append(message)
+
+    def _route(self) -> None:
+        """Deliver or address the superstep's messages: one vectorised owner lookup for all,
+        then local ones into the next inbox and remote ones per peer (combined per target)."""
+        if not self._targets:
             return
-        box = self._outbox.setdefault(owner, {} if self.combine is not None else [])
-        if isinstance(box, dict):
-            box[target] = message if target not in box or self.combine is None else self.combine(box[target], message)
-        else:
-            box.append((target, message))
+        part, combine = self.part, self.combine
+        targets = np.asarray(self._targets, dtype=np.int64)
+        owners = part.owner_of(targets).tolist()
+        mine = part.worker
+        local = [i for i, w in enumerate(owners) if w == mine]
+        if local:
+            slots = part.slot_of(targets[local]).tolist()
+            for slot, i in zip(slots, local, strict=True):
+                self._deliver(self._next, slot, self._messages[i])
+        for i, (owner, message) in enumerate(zip(owners, self._messages, strict=True)):
+            if owner == mine:
+                continue
+            target = self._targets[i]
+            box = self._outbox.setdefault(owner, {} if combine is not None else [])
+            if isinstance(box, dict):
+                box[target] = message if target not in box or combine is None else combine(box[target], message)
+            else:
+                box.append((target, message))
+        self._sent = len(self._targets)
+        self._targets, self._messages = [], []
 
     def aggregate(self, name: str, value: Any) -> None:
         kind = self.program.aggregators.get(name, "sum")
@@ -240,7 +261,7 @@ class VertexEngine:
             self.values = [program.initial_value(int(v), {k: a[i] for k, a in props.items()})
                            for i, v in enumerate(part.ids.tolist())]
             self.halted[:] = False
-        self._outbox, self._aggregates, self._sent = {}, {}, 0
+        self._outbox, self._aggregates, self._sent, self._targets, self._messages = {}, {}, 0, [], []
         inbox, ids = self.inbox, part.ids
         vertex.superstep = ctx.superstep
         for slot in range(part.num_masters):
@@ -253,6 +274,7 @@ class VertexEngine:
             self.values[slot] = vertex.value
             self.halted[slot] = vertex.halted
             self.dirty[slot] = True
+        self._route()
         out: dict[int, Exchange] = {}
         for peer in range(part.num_workers):
             if peer == part.worker:
