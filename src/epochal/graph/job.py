@@ -19,9 +19,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from epochal.api.running import wait
 from epochal.connectors.filesystems import is_uri, join
@@ -31,7 +29,7 @@ from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrateg
 from epochal.errors import EpochalError, PlanError
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
-from epochal.graph.local import GraphResult, program_layout
+from epochal.graph.local import GraphResult, in_id_order, program_layout
 from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, replication_of
 from epochal.graph.partitioning import partition
@@ -130,16 +128,9 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
                                     restart=strategy, job_kind="graph", kind=coordination), job_name, timeout)
     duration = time.monotonic() - started
     results = [read_result(work_uri, w) for w in range(parallelism)]
-    ids = np.concatenate([np.asarray(p["ids"], dtype=np.int64) for p in results])
-    order = np.argsort(ids)
-    values: Any
-    if isinstance(program, VectorProgram):
-        values = np.concatenate([np.asarray(p["values"]) for p in results])[order]
-    else:
-        flat = [v for p in results for v in p["values"]]
-        values = [flat[i] for i in order.tolist()]
+    ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)
     halted = coordination.halted
     assert halted is not None
-    return GraphResult(ids[order], values, halted.superstep, halted.reason, replication,
+    return GraphResult(ids, values, halted.superstep, halted.reason, replication,
                        coordination.supersteps.history, duration, client.restarts(), coordination.timings,
                        coordination.restores)

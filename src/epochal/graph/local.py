@@ -74,13 +74,16 @@ def run_locally(graph: Graph, program: VectorProgram | VertexProgram, num_worker
         for w, (_, report) in enumerate(outgoing):
             decision = coordinator.on_report(w, report)
         step = decision
-    ids = np.concatenate([p.ids for p in parts])
-    order = np.argsort(ids)
-    outputs = [e.output() for e in engines]
+    ids, values = in_id_order([p.ids for p in parts], [e.output() for e in engines], program)
+    return GraphResult(ids, values, step.superstep, step.reason, replication_of(parts), coordinator.history)
+
+
+def in_id_order(ids: list[Any], values: list[Any], program: VectorProgram | VertexProgram) -> tuple[np.ndarray, Any]:
+    """Every worker's ``(ids, values)`` merged in vertex id order (values: one array for a vector
+    program, a list for a vertex program)."""
+    all_ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids])
+    order = np.argsort(all_ids)
     if isinstance(program, VectorProgram):
-        values: Any = np.concatenate([np.asarray(o) for o in outputs])[order]
-    else:
-        flat = [v for o in outputs for v in o]
-        values = [flat[i] for i in order.tolist()]
-    return GraphResult(ids[order], values, step.superstep, step.reason, replication_of(parts),
-                       coordinator.history)
+        return all_ids[order], np.concatenate([np.asarray(v) for v in values])[order]
+    flat = [v for part in values for v in part]
+    return all_ids[order], [flat[i] for i in order.tolist()]
