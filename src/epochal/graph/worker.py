@@ -40,9 +40,8 @@ from epochal.messages import Dispatch, Finished
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerEvent
 from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.reports import PeerLost, WorkerStopped
-from epochal.runtime.shell import WorkerShell
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.shell import WorkerShell, register_shell_executors
+from epochal.runtime.worker_events import Registered, Tick
 from epochal.state.storage import CheckpointStorage
 
 #: Peer-connection channels: a superstep's exchange, and a resync after a restore.
@@ -93,22 +92,6 @@ class GraphWorker(WorkerShell):
         return {**super().metrics(), "supersteps": self.supersteps,
                 "vertices": part.num_masters if part is not None else 0,
                 "replicas": int(part.replica_ids.size) if part is not None else 0}
-
-    @_DO.on(Send)
-    def _do_send(self, instruction: Send) -> None:
-        self.send_control(instruction.message)
-
-    @_DO.on(StopWorker)
-    def _do_stop(self, instruction: StopWorker) -> None:
-        raise WorkerStopped(instruction.reason)
-
-    @_DO.on(FailPeerLost)
-    def _do_peer_lost(self, instruction: FailPeerLost) -> None:
-        raise PeerLost(instruction.peer, instruction.reason)
-
-    @_DO.on(ReachPoint)
-    def _do_reach(self, instruction: ReachPoint) -> None:
-        self._reach(instruction.point, instruction.checkpoint_id)
 
     # ------------------------------------------------------------------ set-up
     @_DO.on(ConnectAndLoad)
@@ -187,3 +170,5 @@ class GraphWorker(WorkerShell):
         write_result(self.deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
         self.send_control(Finished(self.metrics()))
 
+
+register_shell_executors(_DO)

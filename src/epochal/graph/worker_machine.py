@@ -18,19 +18,17 @@ from typing import Any
 from epochal.graph.engine import StepReport
 from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
 from epochal.messages import (
-    Cancel,
     Deploy,
     Dispatch,
     KindCommand,
     KindReport,
     Processing,
     Ready,
-    Reject,
-    Shutdown,
     Start,
 )
-from epochal.runtime.mailbox import JobMasterLost, PeerClosed
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.mailbox import PeerClosed
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker
+from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
 
 
 # ---------------------------------------------------------------------- events
@@ -145,14 +143,14 @@ class _Superstep:
     committed: bool = False
 
 
-class GraphWorkerMachine:
+class GraphWorkerMachine(WorkerLifecycle):
     """The protocol state of graph worker ``worker``; unexpected events are ignored."""
 
+    STOPPED = GraphPhase.STOPPED
+    WAITING_FOR = _WAITING_FOR
+
     def __init__(self, worker: int) -> None:
-        self.worker = worker
-        self.phase = GraphPhase.REGISTERING
-        self.deadline: float | None = None
-        self.timeout = 0.0
+        super().__init__(worker, GraphPhase.REGISTERING)
         self.num_workers = 1
         self.current: _Superstep | None = None
         #: senders whose exchange arrived, per superstep (a fast peer may be a superstep ahead of us)
@@ -162,25 +160,13 @@ class GraphWorkerMachine:
         self.processing_reported = False
 
     def handle(self, event: Any) -> list[Instruction]:
-        if self.phase is GraphPhase.STOPPED:
-            return []
-        handler = _HANDLERS.handlers.get(type(event))
-        return handler(self, event) if handler is not None else []
+        return self.dispatch(_HANDLERS, event)
 
     @property
     def running(self) -> bool:
         return self.phase in (GraphPhase.RUNNING, GraphPhase.HALTED)
 
-    def _stop(self, reason: str) -> list[Instruction]:
-        self.phase = GraphPhase.STOPPED
-        return [StopWorker(reason)]
-
     # ---------------------------------------------------------------- life cycle
-    @_HANDLERS.on(Registered)
-    def _registered(self, event: Registered) -> list[Instruction]:
-        self.deadline, self.timeout = event.now + event.timeout, event.timeout
-        return []
-
     @_HANDLERS.on(Deploy)
     def _deploy(self, message: Deploy) -> list[Instruction]:
         if self.phase is not GraphPhase.REGISTERING:
@@ -211,26 +197,10 @@ class GraphWorkerMachine:
         self.phase, self.deadline = GraphPhase.RUNNING, None
         return [StartHeartbeats()]
 
-    @_HANDLERS.on(Tick)
-    def _tick(self, event: Tick) -> list[Instruction]:
-        if self.deadline is not None and event.now > self.deadline:
-            wanted = _WAITING_FOR.get(self.phase, "its peers")
-            return self._stop(f"no '{wanted}' from the JobMaster within {self.timeout:.0f} s"
-                              if self.phase in _WAITING_FOR else
-                              f"peers did not resynchronise within {self.timeout:.0f} s")
-        return []
-
-    @_HANDLERS.on(Cancel, Shutdown)
-    def _cancel(self, message: Cancel | Shutdown) -> list[Instruction]:
-        return self._stop(message.reason)
-
-    @_HANDLERS.on(Reject)
-    def _reject(self, message: Reject) -> list[Instruction]:
-        return [] if self.running else self._stop(message.reason)
-
-    @_HANDLERS.on(JobMasterLost)
-    def _jobmaster_lost(self, event: JobMasterLost) -> list[Instruction]:
-        return self._stop(event.reason)
+    def _timed_out(self) -> str:
+        if self.phase is GraphPhase.RESYNCING:
+            return f"peers did not resynchronise within {self.timeout:.0f} s"
+        return super()._timed_out()
 
     @_HANDLERS.on(PeerClosed)
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
@@ -307,3 +277,6 @@ class GraphWorkerMachine:
         n = current.command.superstep
         done = SuperstepDone(current.report, handle, current.command.full)
         return [Send(KindReport(self.worker, done)), ReachPoint("barrier", n)]
+
+
+register_lifecycle(_HANDLERS)

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal.messages import Heartbeat, Register, Stop, ToJobMaster
+from epochal.messages import Dispatch, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.channels import PeerConnection
 from epochal.runtime.hooks import HookPoint, WorkerHook
 from epochal.runtime.links import Bootstrap, ControlLink, connect_peers
 from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed
-from epochal.runtime.reports import WorkerStopped, failure_report, rss_bytes
+from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker
 
 
 class WorkerShell:
@@ -117,6 +118,19 @@ class WorkerShell:
                 point, self.index, self.job_attempt, checkpoint_id, time.monotonic() - self.processing_started,
                 self._records()))
 
+    # -- instructions every worker machine returns (see register_shell_executors)
+    def _do_send(self, instruction: Send) -> None:
+        self.send_control(instruction.message)
+
+    def _do_stop(self, instruction: StopWorker) -> None:
+        raise WorkerStopped(instruction.reason)
+
+    def _do_peer_lost(self, instruction: FailPeerLost) -> None:
+        raise PeerLost(instruction.peer, instruction.reason)
+
+    def _do_reach(self, instruction: ReachPoint) -> None:
+        self._reach(instruction.point, instruction.checkpoint_id)
+
     def _start_heartbeats(self, interval: float) -> None:
         def beat() -> None:
             while not self.stopped.wait(interval):
@@ -176,3 +190,12 @@ class WorkerShell:
             self.listener.close()
         if self.link is not None:
             self.link.close()
+
+
+def register_shell_executors(table: Dispatch) -> None:
+    """Carry out, through ``table``, the instructions every worker machine returns: send a
+    message, stop, fail on a lost peer, reach a hook point."""
+    table.on(Send)(WorkerShell._do_send)
+    table.on(StopWorker)(WorkerShell._do_stop)
+    table.on(FailPeerLost)(WorkerShell._do_peer_lost)
+    table.on(ReachPoint)(WorkerShell._do_reach)

@@ -42,7 +42,7 @@ from epochal.runtime.mailbox import (
     PeerEvent,
 )
 from epochal.runtime.reports import PeerLost, WorkerStopped
-from epochal.runtime.shell import WorkerShell
+from epochal.runtime.shell import WorkerShell, register_shell_executors
 from epochal.runtime.tasks import Subtask
 from epochal.runtime.uploads import Uploader, add_back_edge_log, capture
 from epochal.runtime.wiring import RestoreFailed, WorkerCallbacks, wire_worker
@@ -101,22 +101,6 @@ class Worker(WorkerShell):
     def _execute(self, instructions: list[ev.Instruction]) -> None:
         for instruction in instructions:
             _DO.handlers[type(instruction)](self, instruction)
-
-    @_DO.on(ev.Send)
-    def _do_send(self, instruction: ev.Send) -> None:
-        self.send_control(instruction.message)
-
-    @_DO.on(ev.StopWorker)
-    def _do_stop(self, instruction: ev.StopWorker) -> None:
-        raise WorkerStopped(instruction.reason)
-
-    @_DO.on(ev.FailPeerLost)
-    def _do_peer_lost(self, instruction: ev.FailPeerLost) -> None:
-        raise PeerLost(instruction.peer, instruction.reason)
-
-    @_DO.on(ev.ReachPoint)
-    def _fault(self, instruction: ev.ReachPoint) -> None:
-        self._reach(instruction.point, instruction.checkpoint_id)
 
     # ------------------------------------------------------------------ set-up
     def _serve(self) -> None:
@@ -285,3 +269,6 @@ class Worker(WorkerShell):
             subtask.close()
         if self.data.spill is not None:
             self.data.spill.close()
+
+
+register_shell_executors(_DO)

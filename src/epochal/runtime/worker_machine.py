@@ -21,7 +21,6 @@ from typing import Any
 
 from epochal.config import NONE
 from epochal.messages import (
-    Cancel,
     CheckpointAbort,
     CheckpointComplete,
     Deploy,
@@ -31,14 +30,12 @@ from epochal.messages import (
     KindCommand,
     Processing,
     Ready,
-    Reject,
-    Shutdown,
     Start,
     StartLoopProbe,
     TriggerCheckpoint,
 )
 from epochal.runtime.loop_heads import LoopHeads
-from epochal.runtime.mailbox import JobMasterLost, PeerClosed
+from epochal.runtime.mailbox import PeerClosed
 from epochal.runtime.snapshots import SnapshotPipeline
 from epochal.runtime.worker_events import (
     Aligned,
@@ -54,16 +51,14 @@ from epochal.runtime.worker_events import (
     Instruction,
     LoopClosed,
     ProbeArrived,
-    Registered,
     Send,
     SnapshotHeld,
     StartProcessing,
-    StopWorker,
     SubtaskFinished,
     SubtaskInfo,
     SubtaskKey,
-    Tick,
 )
+from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
 
 
 class WorkerPhase(enum.Enum):
@@ -82,7 +77,7 @@ _WAITING_FOR = {WorkerPhase.REGISTERING: "Deploy", WorkerPhase.READY: "Start"}
 _HANDLERS = Dispatch("worker machine")
 
 
-class WorkerMachine:
+class WorkerMachine(WorkerLifecycle):
     """The protocol state of worker ``worker``; see the module docstring.
 
     Contract: ``handle`` is called from one thread; an event the phase does not expect is
@@ -90,12 +85,11 @@ class WorkerMachine:
     :class:`FailPeerLost` the machine is STOPPED and ignores everything.
     """
 
+    STOPPED = WorkerPhase.STOPPED
+    WAITING_FOR = _WAITING_FOR
+
     def __init__(self, worker: int) -> None:
-        self.worker = worker
-        self.phase = WorkerPhase.REGISTERING
-        #: Monotonic deadline of the phase's wait (None: no wait) and its length for messages.
-        self.deadline: float | None = None
-        self.timeout = 0.0
+        super().__init__(worker, WorkerPhase.REGISTERING)
         self.subtasks: dict[SubtaskKey, SubtaskInfo] = {}
         self.finished: set[SubtaskKey] = set()
         self.snapshots = SnapshotPipeline(worker, NONE, self.subtasks, self.finished)
@@ -105,10 +99,7 @@ class WorkerMachine:
 
     def handle(self, event: Any) -> list[Instruction]:
         """Apply one event; returns the instructions to carry out, in order."""
-        if self.phase is WorkerPhase.STOPPED:
-            return []
-        handler = _HANDLERS.handlers.get(type(event))
-        return handler(self, event) if handler is not None else []
+        return self.dispatch(_HANDLERS, event)
 
     @property
     def sources_halted(self) -> bool:
@@ -119,19 +110,7 @@ class WorkerMachine:
     def running(self) -> bool:
         return self.phase is WorkerPhase.RUNNING
 
-    def _stop(self, reason: str) -> list[Instruction]:
-        self.phase = WorkerPhase.STOPPED
-        return [StopWorker(reason)]
-
-    def _wait(self, phase: WorkerPhase, now: float, timeout: float) -> None:
-        self.phase, self.deadline, self.timeout = phase, now + timeout, timeout
-
     # ---------------------------------------------------------------- life cycle
-    @_HANDLERS.on(Registered)
-    def _registered(self, event: Registered) -> list[Instruction]:
-        self._wait(WorkerPhase.REGISTERING, event.now, event.timeout)
-        return []
-
     @_HANDLERS.on(Deploy)
     def _deploy(self, message: Deploy) -> list[Instruction]:
         if self.phase is not WorkerPhase.REGISTERING:
@@ -155,30 +134,9 @@ class WorkerMachine:
         self.phase, self.deadline = WorkerPhase.RUNNING, None
         return [StartProcessing()]
 
-    @_HANDLERS.on(Tick)
-    def _tick(self, event: Tick) -> list[Instruction]:
-        if self.deadline is not None and event.now > self.deadline:
-            wanted = _WAITING_FOR.get(self.phase, "an answer")
-            return self._stop(f"no '{wanted}' from the JobMaster within {self.timeout:.0f} s")
-        return []
-
-    @_HANDLERS.on(Cancel, Shutdown)
-    def _cancel(self, message: Cancel | Shutdown) -> list[Instruction]:
-        return self._stop(message.reason)
-
-    @_HANDLERS.on(Reject)
-    def _reject(self, message: Reject) -> list[Instruction]:
-        if self.phase is WorkerPhase.RUNNING:
-            return []  # a rejection answers a registration; a running worker was not rejected
-        return self._stop(message.reason)
-
     @_HANDLERS.on(KindCommand)
     def _kind_command(self, message: KindCommand) -> list[Instruction]:
         return []  # commands of other job kinds (a dataflow job sends none)
-
-    @_HANDLERS.on(JobMasterLost)
-    def _jobmaster_lost(self, event: JobMasterLost) -> list[Instruction]:
-        return self._stop(event.reason)
 
     @_HANDLERS.on(PeerClosed)
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
@@ -279,5 +237,6 @@ class WorkerMachine:
         return out
 
 
+register_lifecycle(_HANDLERS)
 #: Events and messages the machine handles (the driver handles the data path's own events).
 HANDLED = frozenset(_HANDLERS.handlers)
