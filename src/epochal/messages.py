@@ -248,6 +248,9 @@ class Deploy(ToWorker):
     #: worker index -> (host, data port)
     peers: dict[int, tuple[str, int]]
     restore: RestorePoint | None = None
+    #: the worker replaces a lost one while the others keep running (task-local recovery): it
+    #: connects to every peer instead of waiting for the higher-numbered ones
+    joining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

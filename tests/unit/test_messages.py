@@ -51,7 +51,15 @@ from epochal.messages import (
 from epochal.runtime import mailbox, protocol
 from epochal.runtime.events import CheckpointBarrier
 from epochal.runtime.hooks import Fault, FaultInjector, HookPoint
-from epochal.runtime.mailbox import JobMasterLost, PeerClosed, PeerCredit, PeerData, PeerEvent, SnapshotUpload
+from epochal.runtime.mailbox import (
+    JobMasterLost,
+    PeerClosed,
+    PeerCredit,
+    PeerData,
+    PeerEvent,
+    PeerJoined,
+    SnapshotUpload,
+)
 from epochal.runtime.worker import _DATA, _DO, Bootstrap, PeerLost, Worker, WorkerStopped
 from epochal.runtime.worker_events import Instruction, StopWorker
 from epochal.runtime.worker_machine import _HANDLERS, WorkerPhase
@@ -102,6 +110,7 @@ SAMPLES: dict[type, object] = {
     PeerEvent: PeerEvent(7, CheckpointBarrier(3, 1.5)),
     PeerCredit: PeerCredit(7, 2),
     PeerClosed: PeerClosed(2, "closed the connection"),
+    PeerJoined: PeerJoined(2, None, 1),
     JobMasterLost: JobMasterLost("the driver closed the control connection"),
     SnapshotUpload: SnapshotUpload(3, 0, 1, {"map-0": {"keyed": None, "operator": {"positions": [("s", 4)]}}},
                                    {"alignment_s": 0.0, "sync_s": 0.01}),
@@ -113,7 +122,7 @@ SAMPLES: dict[type, object] = {
     inbox.SparkEnded: inbox.SparkEnded(None, RuntimeError("boom")),
     inbox.CancelRequested: inbox.CancelRequested("cancelled by the user"),
 }
-_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelRequested}
+_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelRequested, PeerJoined}
 
 
 def _dataclasses_of(module: object) -> set[type]:

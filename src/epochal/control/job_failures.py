@@ -45,6 +45,13 @@ def worker_lost(index: int, task_attempt: int, pid: int, hostname: str) -> Faile
         "connection to the driver"))
 
 
+def replacement_missing(index: int, timeout: float, slots_hint: str) -> Failed:
+    return Failed("worker_lost", worker=index, error=(
+        f"the replacement of lost worker {index} did not start within {timeout:g} s: Spark has no free "
+        f"task slot for it{slots_hint}. Give Spark a spare slot (e.g. master 'local[N]' with N above the "
+        "parallelism) or recover by migration, which needs none"))
+
+
 def heartbeat_missed(index: int, pid: int, hostname: str, timeout: float) -> Failed:
     return Failed("heartbeat", worker=index, error=(
         f"worker {index} (pid {pid} on {hostname}) sent no heartbeat for {timeout:g} s; it is hung or "

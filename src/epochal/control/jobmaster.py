@@ -41,6 +41,7 @@ from epochal.control.jobmaster_events import (
     SendTo,
     SparkJobEnded,
     SubmitSparkJob,
+    SubmitWorker,
     Tick,
     WorkerDisconnected,
     WorkerMessage,
@@ -73,8 +74,10 @@ class JobMaster:
                  slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
                  restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
                  loops: dict[int, int] | None = None, recovery: str = "restart_job",
-                 kind: KindCoordinator | None = None) -> None:
+                 kind: KindCoordinator | None = None, submit_worker: Callable[[int], None] | None = None) -> None:
         self.job_name = job_name
+        #: submits one Spark task for a worker index (task-local recovery); None: not supported
+        self.submit_worker = submit_worker
         self.job_id = job_id
         self.num_workers = num_workers
         self.config = config
@@ -240,6 +243,11 @@ class JobMaster:
     @_DO.on(SubmitSparkJob)
     def _submit(self, instruction: SubmitSparkJob) -> None:
         self.submit_spark_job(self)
+
+    @_DO.on(SubmitWorker)
+    def _submit_worker(self, instruction: SubmitWorker) -> None:
+        assert self.submit_worker is not None, "task-local recovery needs a launcher that submits single tasks"
+        self.submit_worker(instruction.worker)
 
     @_DO.on(KillSparkJob)
     def _kill(self, instruction: KillSparkJob) -> None:

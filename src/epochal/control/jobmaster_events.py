@@ -129,6 +129,14 @@ class SubmitSparkJob:
 
 
 @dataclass(frozen=True, slots=True)
+class SubmitWorker:
+    """Submit a Spark task for worker ``worker`` alone, to replace a lost one while the others
+    keep running (task-local recovery, :class:`~epochal.control.kinds.TaskLocalRecovery`)."""
+
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
 class ResolveRestore:
     """Find what the current attempt's workers restore and answer :class:`RestoreResolved` (or
     :class:`RestoreFailed`): checkpoint ``checkpoint_id`` of ``storage``, read and checked, when
@@ -147,4 +155,4 @@ class CloseConnections:
     connections: tuple[int, ...]
 
 
-Instruction = SendTo | Broadcast | SubmitSparkJob | KillSparkJob | ResolveRestore | CloseConnections
+Instruction = SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections

@@ -46,18 +46,19 @@ from epochal.control.jobmaster_events import (
     RestoreResolved,
     SparkJobEnded,
     SubmitSparkJob,
+    SubmitWorker,
     Tick,
     WorkerDisconnected,
     WorkerMessage,
 )
 from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo
-from epochal.control.kinds import KindCoordinator
+from epochal.control.kinds import KindCoordinator, ReplaceWorker, RetireWorker, TaskLocalRecovery
 from epochal.control.lifecycle import JobLifecycle, JobStatus
 from epochal.control.loops import LoopTermination
 from epochal.control.recovery import recovery_machine
 from epochal.control.restart import RestartStrategy
 from epochal.errors import EpochalError, JobCancelledError, JobFailedError
-from epochal.messages import Cancel, Deploy, Dispatch, Failed, ToWorker
+from epochal.messages import Cancel, Deploy, Dispatch, Failed, KindCommand, ToWorker
 
 __all__ = ["DEFAULT_RESTORE_HINT", "EVENTS", "MESSAGES", "JobMasterMachine", "WorkerInfo"]
 
@@ -115,6 +116,10 @@ class JobMasterMachine:
         self.loops = LoopTermination(loops or {})
         #: the job kind's coordinator (a graph job's barrier), or None for a dataflow job
         self.kind = kind
+        #: task-local recovery: lost workers being replaced (index -> registration deadline), and
+        #: lost workers the job goes on without
+        self.replacing: dict[int, float] = {}
+        self.retired: set[int] = set()
         self._stopping: _Stopping | None = None
         self._out: list[Instruction] = []
 
@@ -136,8 +141,35 @@ class JobMasterMachine:
 
     def all_running(self) -> bool:
         """Every worker registered and ready, and the job running."""
-        return self.status == JobStatus.RUNNING and len(self.workers) == self.num_workers and \
+        return self.status == JobStatus.RUNNING and len(self.workers) == self.live_workers and \
             all(w.ready for w in self.workers.values())
+
+    @property
+    def live_workers(self) -> int:
+        """Workers the job has now: all but those retired by task-local recovery."""
+        return self.num_workers - len(self.retired)
+
+    def task_local(self) -> TaskLocalRecovery | None:
+        """The kind's coordinator, if it recovers lost workers itself and the job is past its start."""
+        kind = self.kind
+        if isinstance(kind, TaskLocalRecovery) and getattr(kind, "task_local", False) and self.started_running \
+                and self.status == JobStatus.RUNNING:
+            return kind
+        return None
+
+    def kind_commands(self, items: Iterable[Any], now: float) -> None:
+        """Carry out what a kind's coordinator returned: commands for every worker, workers to
+        replace or retire, a failure of the attempt."""
+        for item in items:
+            if isinstance(item, ReplaceWorker):
+                self.replacing[item.worker] = now + self.config.registration_timeout
+                self.emit(SubmitWorker(item.worker))
+            elif isinstance(item, RetireWorker):
+                self.retired.add(item.worker)
+            elif isinstance(item, Failed):
+                self.fail(item, now)
+            else:
+                self.broadcast([KindCommand(item)])
 
     # ------------------------------------------------------------------ events
     @EVENTS.on(JobStarted)
@@ -151,6 +183,10 @@ class JobMasterMachine:
         worker = self.workers.get(event.worker)
         if worker is None or worker.connection != event.connection:
             self.emit(CloseConnections((event.connection,)))  # no registered worker's: nothing uses it
+        elif not worker.finished and (local := self.task_local()) is not None:
+            del self.workers[event.worker]  # the others keep running; the kind recovers it
+            self.emit(CloseConnections((event.connection,)))
+            self.kind_commands(local.worker_lost(event.worker, event.now), event.now)
         elif not worker.finished and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
             self.restarting.failure_seen(event.now)
             self.fail(job_failures.worker_lost(worker.index, worker.task_attempt, worker.pid, worker.hostname),
@@ -240,6 +276,11 @@ class JobMasterMachine:
             if not tolerable:
                 self.fail(job_failures.checkpoints_failing(coordinator.config.tolerable_failures), now)
                 return
+        for index, deadline in self.replacing.items():
+            if now > deadline and index not in self.workers:
+                self.fail(job_failures.replacement_missing(index, self.config.registration_timeout,
+                                                           self.slots_hint), now)
+                return
         timeout = self.config.heartbeat_timeout
         for worker in self.workers.values():
             if not worker.finished and now - worker.last_seen > timeout:
@@ -280,6 +321,7 @@ class JobMasterMachine:
         self.committed = set()
         self.final_checkpoint = None
         self.loops.reset()
+        self.replacing, self.retired = {}, set()
         if self.kind is not None:
             self.kind.new_attempt()
         coordinator = self.coordinator

@@ -26,6 +26,7 @@ from epochal.messages import (
     Collect,
     Committed,
     Decline,
+    Deploy,
     Dispatch,
     Failed,
     Finished,
@@ -89,6 +90,13 @@ def _on_register(jm: JobMasterMachine, event: WorkerMessage) -> None:
     the last one registered, ask what the attempt restores (the answer deploys the job)."""
     index, message = event.worker, event.message
     assert isinstance(message, Register)
+    if index in jm.replacing and index not in jm.workers and message.job_attempt == jm.attempt \
+            and jm.status == JobStatus.RUNNING:  # the replacement of a lost worker (task-local recovery)
+        jm.workers[index] = WorkerInfo(index, message.task_attempt, message.pid, message.host, message.hostname,
+                                       message.data_port, event.connection, last_seen=event.now)
+        peers = {i: (w.host, w.data_port) for i, w in jm.workers.items()}
+        jm.emit(SendTo(event.connection, Deploy(jm.deployment, peers, None, joining=True)))
+        return
     if jm.status != JobStatus.DEPLOYING or not 0 <= index < jm.num_workers or index in jm.workers \
             or message.job_attempt != jm.attempt:
         jm.emit(SendTo(event.connection, Reject(f"job is {jm.status.value}; worker {index} "
@@ -125,6 +133,13 @@ def _on_collect(jm: JobMasterMachine, worker: WorkerInfo, message: Collect, even
 @_from_registered
 def _on_ready(jm: JobMasterMachine, worker: WorkerInfo, message: Ready, event: WorkerMessage) -> None:
     worker.ready = True
+    if worker.index in jm.replacing:  # a replacement joins the running job
+        del jm.replacing[worker.index]
+        jm.emit(SendTo(worker.connection, Start()))
+        local = jm.task_local()
+        if local is not None:
+            jm.kind_commands(local.worker_rejoined(worker.index, event.now), event.now)
+        return
     if jm.all_running():
         jm.broadcast([Start()])
         jm.started_running = True
@@ -138,7 +153,8 @@ def _on_ready(jm: JobMasterMachine, worker: WorkerInfo, message: Ready, event: W
 def _on_finished(jm: JobMasterMachine, worker: WorkerInfo, message: Finished, event: WorkerMessage) -> None:
     worker.finished = True
     worker.metrics = message.metrics
-    if jm.status == JobStatus.RUNNING and all(w.finished for w in jm.workers.values()):
+    if jm.status == JobStatus.RUNNING and len(jm.workers) == jm.live_workers and not jm.replacing \
+            and all(w.finished for w in jm.workers.values()):
         if jm.coordinator is None:
             jm.shutdown(lifecycle.AllFinished(), event.now)
         elif jm.final_checkpoint is None:
@@ -199,7 +215,7 @@ def _on_committed(jm: JobMasterMachine, worker: WorkerInfo, message: Committed, 
 @_from_registered
 def _on_kind_report(jm: JobMasterMachine, worker: WorkerInfo, message: KindReport, event: WorkerMessage) -> None:
     if jm.kind is not None and jm.status == JobStatus.RUNNING:
-        jm.broadcast([KindCommand(p) for p in jm.kind.on_report(worker.index, message.payload, event.now)])
+        jm.kind_commands(jm.kind.on_report(worker.index, message.payload, event.now), event.now)
 
 
 @MESSAGES.on(Failed)

@@ -11,7 +11,8 @@ checkpoint coordinator is built into the machine).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from epochal.control.jobmaster_events import ResolveRestore
 
@@ -33,4 +34,39 @@ class KindCoordinator(Protocol):
 
     def new_attempt(self) -> None:
         """The failed attempt is gone; the next one will register, restore and start."""
+        ...
+
+
+# ---------------------------------------------------------------------- task-local recovery
+@dataclass(frozen=True)
+class ReplaceWorker:
+    """From a kind's coordinator: start a new Spark task for worker ``worker`` (lost) while the
+    others keep running; it registers, is deployed with ``Deploy(joining=True)``, and once it is
+    ready the coordinator's ``worker_rejoined`` is called."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
+class RetireWorker:
+    """From a kind's coordinator: lost worker ``worker`` is not replaced; the job goes on (and
+    finishes) without it (Imitator's Migration, papers/003 §5.2)."""
+
+    worker: int
+
+
+@runtime_checkable
+class TaskLocalRecovery(Protocol):
+    """A kind's coordinator that recovers a lost worker itself, without restarting the others
+    (papers/003 §5; CEC's single-operator recovery). The JobMaster's machine then does not fail
+    the attempt when a running worker is lost: it forgets the worker and asks the coordinator.
+    What it returns are :class:`~epochal.messages.KindCommand` payloads to broadcast, and
+    :class:`ReplaceWorker` / :class:`RetireWorker` for the machine."""
+
+    def worker_lost(self, worker: int, now: float) -> list[Any]:
+        """Running worker ``worker`` was lost (its control connection ended)."""
+        ...
+
+    def worker_rejoined(self, worker: int, now: float) -> list[Any]:
+        """The replacement of ``worker`` registered, connected to its peers and is ready."""
         ...

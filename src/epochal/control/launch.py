@@ -17,7 +17,7 @@ from epochal.control import spark as spark_support
 from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.client import JobClient
 from epochal.control.jobmaster import JobMaster
-from epochal.control.kinds import KindCoordinator
+from epochal.control.kinds import KindCoordinator, TaskLocalRecovery
 from epochal.control.restart import RestartStrategy
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.protocol import TOKEN_BYTES
@@ -41,16 +41,24 @@ def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: 
         nonlocal launcher
         bootstrap = Bootstrap(spark_support.driver_host(spark), jm.address[1], token, job_id,
                               config.registration_timeout, bind_host, jm.attempt, job_kind)
-        launcher = spark_support.SparkJobLauncher(spark, bootstrap, num_workers, job_name)
+        launcher = spark_support.SparkJobLauncher(spark, bootstrap, num_workers, job_name, independent)
         launcher.submit(jm)
 
     def cancel_spark() -> None:
         if launcher is not None:
             launcher.cancel()
 
+    def submit_worker(index: int) -> None:
+        assert launcher is not None
+        launcher.submit_worker(index, jobmaster)
+
+    # a kind that replaces lost workers runs each worker as a Spark job of its own: one failed
+    # task then does not make Spark cancel the others
+    independent = isinstance(kind, TaskLocalRecovery) and bool(getattr(kind, "task_local", False))
     jobmaster = JobMaster(job_name, job_id, deployment, num_workers, config, token, bind_host, collect_ids or [],
                           submit, cancel_spark, slots_hint, coordinator=coordinator, restart=restart,
-                          restore=restore, loops=loops, kind=kind)
+                          restore=restore, loops=loops, kind=kind,
+                          submit_worker=submit_worker if independent else None)
     jobmaster.start()
     slots.track_job(spark, job_id, job_name, num_workers, jobmaster.done)
     return JobClient(jobmaster)

@@ -8,11 +8,13 @@ cancelled as a unit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from epochal.errors import EnvironmentSetupError, JavaNotFoundError
@@ -125,43 +127,79 @@ def driver_host(spark: SparkSession) -> str:
 
 
 class SparkJobLauncher:
-    """Runs the workers as one Spark job in its own job group, on a background thread."""
+    """Runs the workers as one Spark job in its own job group, on a background thread; or, when
+    ``independent``, each worker as a Spark job of one task (same group), so that a failed task
+    does not make Spark cancel the others and a lost worker can be replaced alone
+    (:meth:`submit_worker`). The JobMaster hears of the end once every task ended."""
 
-    def __init__(self, spark: SparkSession, bootstrap: Bootstrap, num_workers: int, job_name: str) -> None:
+    def __init__(self, spark: SparkSession, bootstrap: Bootstrap, num_workers: int, job_name: str,
+                 independent: bool = False) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
         self.num_workers = num_workers
         self.group = f"epochal-{bootstrap.job_id}"
         self.job_name = job_name
+        self.independent = independent
+        self._lock = threading.Lock()
+        self._running = 0
+        self._results: list[Any] = []
+        self._error: BaseException | None = None
+        self._incarnations: dict[int, int] = {}
 
     def submit(self, jobmaster: JobMaster) -> None:
-        """Start the Spark job; its end (result or error) is reported to ``jobmaster``."""
+        """Start the Spark job (jobs); its end (results or the first error) is reported to ``jobmaster``."""
+        if not self.independent:
+            self._start(jobmaster, None, self.bootstrap)
+            return
+        for index in range(self.num_workers):
+            self.submit_worker(index, jobmaster)
+
+    def submit_worker(self, index: int, jobmaster: JobMaster) -> None:
+        """Start a Spark job of one task running worker ``index`` (its next incarnation)."""
+        with self._lock:
+            incarnation = self._incarnations.get(index, -1) + 1
+            self._incarnations[index] = incarnation
+        self._start(jobmaster, index, dataclasses.replace(self.bootstrap, incarnation=incarnation))
+
+    def _start(self, jobmaster: JobMaster, index: int | None, bootstrap: Bootstrap) -> None:
         from pyspark import InheritableThread
 
-        thread = InheritableThread(target=self._run, args=(jobmaster,), name="epochal-spark-job", daemon=True)
+        with self._lock:
+            self._running += 1
+        thread = InheritableThread(target=self._run, args=(jobmaster, index, bootstrap), daemon=True,
+                                   name="epochal-spark-job" if index is None else f"epochal-spark-task-{index}")
         thread.start()
 
-    def _run(self, jobmaster: JobMaster) -> None:
+    def _run(self, jobmaster: JobMaster, index: int | None, bootstrap: Bootstrap) -> None:
         from functools import partial
 
         from epochal.runtime.kinds import run_worker_partition
 
         sc = self.spark.sparkContext
-        results: list[Any] | None = None
+        results: list[Any] = []
         error: BaseException | None = None
         try:
             sc.setJobGroup(self.group, f"epochal job {self.job_name}", interruptOnCancel=True)
-            rdd = sc.parallelize(range(self.num_workers), self.num_workers)
-            results = rdd.mapPartitions(partial(run_worker_partition, self.bootstrap)).collect()
+            if index is None:
+                rdd = sc.parallelize(range(self.num_workers), self.num_workers)
+                results = rdd.mapPartitions(partial(run_worker_partition, bootstrap)).collect()
+            else:
+                rdd = sc.parallelize([index], 1)
+                results = rdd.mapPartitions(partial(run_worker_partition, bootstrap, index=index)).collect()
         except BaseException as caught:  # noqa: BLE001 - reported to the JobMaster, which decides
             error = caught
-        jobmaster.spark_finished(results, error)
+        with self._lock:
+            self._running -= 1
+            self._results.extend(results)
+            self._error = self._error or error
+            if self._running:
+                return  # other tasks still run
+            final, first_error = list(self._results), self._error
+        jobmaster.spark_finished(final if final or first_error is None else None, first_error)
 
     def cancel(self) -> None:
-        """Kill the Spark job (its Python workers included)."""
+        """Kill the Spark job (jobs, their Python workers included)."""
         try:
             self.spark.sparkContext.cancelJobGroup(self.group)
         except Exception:
             pass
-
-

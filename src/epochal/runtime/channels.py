@@ -146,8 +146,10 @@ class PeerConnection:
     the mailbox thread is the only writer, so sends need no lock.
     """
 
-    def __init__(self, peer: int, sock: socket.socket, deliver: Callable[[MailboxEvent], None]) -> None:
+    def __init__(self, peer: int, sock: socket.socket, deliver: Callable[[MailboxEvent], None],
+                 generation: int = 0) -> None:
         self.peer = peer
+        self.generation = generation
         self.sock = sock
         self.deliver = deliver
         self.closing = False
@@ -180,7 +182,7 @@ class PeerConnection:
         except Exception as error:  # socket errors, protocol violations, undecodable payloads
             reason = f"connection error: {type(error).__name__}: {error}"
         if not self.closing:
-            deliver(PeerClosed(self.peer, reason))
+            deliver(PeerClosed(self.peer, reason, self.generation))
 
     def send_batch(self, channel: int, batch: list[Any]) -> None:
         try:

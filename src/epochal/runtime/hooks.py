@@ -35,6 +35,7 @@ POINTS = (
     "back_edge_log",   # at a loop head, while it logs the loop's in-transit records for a snapshot
     "superstep",       # graph job: a superstep computed and sent, before the global barrier
     "barrier",         # graph job: at the global barrier, after reporting the superstep done
+    "recovery",        # graph job (replication): recovery batches sent, before the recovery finished
 )
 
 
@@ -52,13 +53,16 @@ class HookPoint:
     processing_s: float
     #: Records the worker processed so far in this attempt.
     records_processed: int
+    #: Which task of the worker this is: 0 the first, k its k-th replacement (task-local recovery).
+    incarnation: int = 0
 
 
 class WorkerHook(Protocol):
     """Called by a worker at the protocol points it asks for."""
 
-    def points(self, worker: int, job_attempt: int) -> frozenset[str]:
-        """The points worker ``worker`` of job attempt ``job_attempt`` must report."""
+    def points(self, worker: int, job_attempt: int, incarnation: int = 0) -> frozenset[str]:
+        """The points worker ``worker`` of job attempt ``job_attempt`` (its ``incarnation``-th
+        replacement, 0 for the first task) must report."""
         ...
 
     def reached(self, at: HookPoint) -> None:
@@ -70,6 +74,8 @@ class WorkerHook(Protocol):
 class Fault:
     """Crash worker ``worker`` of job attempt ``attempt`` at ``point``.
 
+    ``incarnation`` picks which task of the worker crashes: 0 the first, k its k-th replacement
+    when a lost worker is replaced while the job runs (a crash during recovery).
     ``after`` is seconds for ``time`` and a record count for ``records``; for the checkpoint
     points, ``checkpoint`` picks the checkpoint id (the first one reaching the point if None); for
     the graph points ``superstep`` and ``barrier``, ``superstep`` picks the superstep.
@@ -81,6 +87,7 @@ class Fault:
     after: float = 0.0
     checkpoint: int | None = None
     superstep: int | None = None
+    incarnation: int = 0
 
     def __post_init__(self) -> None:
         if self.point not in POINTS:
@@ -100,12 +107,14 @@ class FaultInjector:
         specs = tuple(faults)
         return cls(specs) if specs else None
 
-    def points(self, worker: int, job_attempt: int) -> frozenset[str]:
-        return frozenset(f.point for f in self.faults if f.worker == worker and f.attempt == job_attempt)
+    def points(self, worker: int, job_attempt: int, incarnation: int = 0) -> frozenset[str]:
+        return frozenset(f.point for f in self.faults
+                         if f.worker == worker and f.attempt == job_attempt and f.incarnation == incarnation)
 
     def reached(self, at: HookPoint) -> None:
         for fault in self.faults:
-            if fault.point != at.point or fault.worker != at.worker or fault.attempt != at.job_attempt:
+            if fault.point != at.point or fault.worker != at.worker or fault.attempt != at.job_attempt \
+                    or fault.incarnation != at.incarnation:
                 continue
             if at.point == "time" and at.processing_s < fault.after:
                 continue

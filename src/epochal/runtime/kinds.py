@@ -58,12 +58,14 @@ def worker_body(kind: str) -> type[WorkerBody]:
     return body
 
 
-def run_worker_partition(bootstrap: Bootstrap, _: Any) -> Iterator[dict[str, Any]]:
-    """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker body."""
+def run_worker_partition(bootstrap: Bootstrap, _: Any, index: int | None = None) -> Iterator[dict[str, Any]]:
+    """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker body
+    (worker ``index``, or the task's partition index when the job is one Spark job of W tasks)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    index = context.partitionId() if context is not None else 0
+    if index is None:
+        index = context.partitionId() if context is not None else 0
     task_attempt = context.attemptNumber() if context is not None else 0
     summary = worker_body(bootstrap.job_kind)(bootstrap, index, task_attempt).run()
     return iter([summary])

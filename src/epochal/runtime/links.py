@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from epochal.messages import ToJobMaster
 from epochal.runtime import protocol
 from epochal.runtime.channels import PeerConnection
-from epochal.runtime.mailbox import JobMasterLost, MailboxEvent
+from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerJoined
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class Bootstrap:
     job_attempt: int = 0
     #: What the task runs (:mod:`epochal.runtime.kinds`).
     job_kind: str = "dataflow"
+    #: 0 for a worker's first task in the attempt, k for the k-th replacement of it (task-local
+    #: recovery), so that a fault meant for the first task does not crash its replacement too
+    incarnation: int = 0
 
 
 class ControlLink:
@@ -83,19 +86,37 @@ class ControlLink:
             pass
 
 
+def _hello(worker: int, host: str, port: int, token: bytes, timeout: float) -> socket.socket:
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.settimeout(None)
+    protocol.configure_socket(sock)
+    protocol.send_frame(sock, protocol.HELLO, 0, protocol.hello_payload(token, worker))
+    return sock
+
+
+def _accepted_hello(sock: socket.socket, token: bytes) -> int:
+    """The index a new connection says HELLO with (raises OSError or ProtocolError)."""
+    sock.settimeout(5)
+    peer = protocol.check_hello(protocol.read_frame(sock.makefile("rb", buffering=0)), token)
+    sock.settimeout(None)
+    protocol.configure_socket(sock)
+    return peer
+
+
 def connect_peers(worker: int, listener: socket.socket, addresses: dict[int, tuple[str, int]], token: bytes,
-                  timeout: float, deliver: Callable[[MailboxEvent], None]) -> dict[int, PeerConnection]:
+                  timeout: float, deliver: Callable[[MailboxEvent], None], joining: bool = False,
+                  keep_listener: bool = False) -> dict[int, PeerConnection]:
     """One connection per pair: connect to lower-numbered workers, accept higher ones on
-    ``listener`` (closed once the mesh is complete: nobody else may connect)."""
+    ``listener`` (closed once the mesh is complete, unless ``keep_listener``: then replacements
+    may connect later, see :func:`accept_replacements`). A ``joining`` worker replaces a lost
+    one while the others run: it connects to every peer and accepts none."""
     sockets: dict[int, socket.socket] = {}
     for peer, (host, port) in sorted(addresses.items()):
-        if peer < worker:
-            sock = socket.create_connection((host, port), timeout=timeout)
-            sock.settimeout(None)
-            protocol.configure_socket(sock)
-            protocol.send_frame(sock, protocol.HELLO, 0, protocol.hello_payload(token, worker))
-            sockets[peer] = sock
-    expected = {p for p in addresses if p > worker}
+        if joining and peer != worker:
+            sockets[peer] = _hello(worker, host, port, token, timeout)
+        elif peer < worker:
+            sockets[peer] = _hello(worker, host, port, token, timeout)
+    expected = set() if joining else {p for p in addresses if p > worker}
     deadline = time.monotonic() + timeout
     while expected:
         remaining = deadline - time.monotonic()
@@ -104,16 +125,43 @@ def connect_peers(worker: int, listener: socket.socket, addresses: dict[int, tup
         listener.settimeout(remaining)
         sock, _ = listener.accept()
         try:
-            sock.settimeout(5)
-            peer = protocol.check_hello(protocol.read_frame(sock.makefile("rb", buffering=0)), token)
+            peer = _accepted_hello(sock, token)
             if peer not in expected:
                 raise protocol.ProtocolError(f"unexpected worker index {peer}")
         except (OSError, protocol.ProtocolError):
             sock.close()  # a stray or foreign connection: ignore it and keep waiting
             continue
-        sock.settimeout(None)
-        protocol.configure_socket(sock)
         sockets[peer] = sock
         expected.discard(peer)
-    listener.close()
+    if not keep_listener:
+        listener.close()
     return {peer: PeerConnection(peer, sock, deliver) for peer, sock in sockets.items()}
+
+
+def accept_replacements(listener: socket.socket, token: bytes, num_workers: int,
+                        deliver: Callable[[MailboxEvent], None]) -> threading.Thread:
+    """Start a thread that accepts replacement workers on ``listener`` until it is closed: each
+    valid HELLO becomes a :class:`~epochal.runtime.mailbox.PeerJoined` (the body decides what to
+    do with it); foreign connections are dropped. Generations count per peer from 1."""
+    generations: dict[int, int] = {}
+
+    def serve() -> None:
+        listener.settimeout(None)
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return  # the listener was closed: the worker is stopping
+            try:
+                peer = _accepted_hello(sock, token)
+                if not 0 <= peer < num_workers:
+                    raise protocol.ProtocolError(f"unexpected worker index {peer}")
+            except (OSError, protocol.ProtocolError):
+                sock.close()
+                continue
+            generations[peer] = generations.get(peer, 0) + 1
+            deliver(PeerJoined(peer, sock, generations[peer]))
+
+    thread = threading.Thread(target=serve, name="epochal-accept-replacements", daemon=True)
+    thread.start()
+    return thread

@@ -50,10 +50,22 @@ class PeerCredit:
 
 @dataclass(frozen=True, slots=True)
 class PeerClosed:
-    """The data connection to worker ``peer`` ended (cleanly or not)."""
+    """The data connection to worker ``peer`` ended (cleanly or not); ``generation`` tells the
+    connection to a replaced worker from the one to its replacement (see :class:`PeerJoined`)."""
 
     peer: int
     reason: str
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeerJoined:
+    """A replacement of worker ``peer`` connected (and said HELLO) on a socket of its own, while
+    the job runs: the body opens a new connection of generation ``generation`` on ``sock``."""
+
+    peer: int
+    sock: Any
+    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +76,7 @@ class JobMasterLost:
 
 
 #: Everything the mailbox carries (``typing.get_args`` lists the types).
-MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | JobMasterLost | ToWorker
+MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | PeerJoined | JobMasterLost | ToWorker
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from typing import Any
 from epochal.messages import Dispatch, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.channels import PeerConnection
 from epochal.runtime.hooks import HookPoint, WorkerHook
-from epochal.runtime.links import Bootstrap, ControlLink, connect_peers
-from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed
+from epochal.runtime.links import Bootstrap, ControlLink, accept_replacements, connect_peers
+from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed, PeerJoined
 from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
 from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker
 
@@ -97,26 +97,47 @@ class WorkerShell:
                 self._handle(event)
             self._tick(time.monotonic())
 
-    def _connect_mesh(self, addresses: dict[int, tuple[str, int]], timeout: float) -> None:
-        """Connect to every peer (then nobody else may connect) and start reading from them."""
+    def _connect_mesh(self, addresses: dict[int, tuple[str, int]], timeout: float, joining: bool = False,
+                      replaceable: bool = False, num_workers: int = 0) -> None:
+        """Connect to every peer and start reading from them. Then nobody else may connect,
+        unless the job is ``replaceable``: a replacement of a lost peer may connect later
+        (:class:`~epochal.runtime.mailbox.PeerJoined`, installed by :meth:`_install_peer`).
+        A ``joining`` worker is such a replacement: it connects to every peer it was given."""
         assert self.listener is not None
         self.peers = connect_peers(self.index, self.listener, addresses, self.bootstrap.token, timeout,
-                                   self.mailbox.put)
-        self.listener = None
+                                   self.mailbox.put, joining=joining, keep_listener=replaceable)
+        if replaceable:
+            accept_replacements(self.listener, self.bootstrap.token, num_workers, self.mailbox.put)
+        else:
+            self.listener = None
         for peer in self.peers.values():
             peer.start()
+
+    def _install_peer(self, event: PeerJoined) -> None:
+        """Use the connection a replacement of ``event.peer`` opened (the old one is lost)."""
+        old = self.peers.get(event.peer)
+        if old is not None:
+            old.close()
+        connection = PeerConnection(event.peer, event.sock, self.mailbox.put, event.generation)
+        self.peers[event.peer] = connection
+        connection.start()
+
+    def _current_peer(self, event: PeerClosed) -> bool:
+        """Whether ``event`` is about the connection in use (not one a replacement superseded)."""
+        connection = self.peers.get(event.peer)
+        return connection is not None and connection.generation == event.generation
 
     def _use_hook(self, hook: WorkerHook | None) -> None:
         if hook is not None:
             self.hook = hook
-            self.hook_points = hook.points(self.index, self.job_attempt)
+            self.hook_points = hook.points(self.index, self.job_attempt, self.bootstrap.incarnation)
 
     def _reach(self, point: str, checkpoint_id: int | None = None) -> None:
         """Tell the hook (fault injection in chaos tests) that this worker reached ``point``."""
         if point in self.hook_points:
             self.hook.reached(HookPoint(  # type: ignore[union-attr]
                 point, self.index, self.job_attempt, checkpoint_id, time.monotonic() - self.processing_started,
-                self._records()))
+                self._records(), self.bootstrap.incarnation))
 
     # -- instructions every worker machine returns (see register_shell_executors)
     def _do_send(self, instruction: Send) -> None:

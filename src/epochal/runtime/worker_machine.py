@@ -35,7 +35,7 @@ from epochal.messages import (
     TriggerCheckpoint,
 )
 from epochal.runtime.loop_heads import LoopHeads
-from epochal.runtime.mailbox import PeerClosed
+from epochal.runtime.mailbox import PeerClosed, PeerJoined
 from epochal.runtime.snapshots import SnapshotPipeline
 from epochal.runtime.worker_events import (
     Aligned,
@@ -137,6 +137,10 @@ class WorkerMachine(WorkerLifecycle):
     @_HANDLERS.on(KindCommand)
     def _kind_command(self, message: KindCommand) -> list[Instruction]:
         return []  # commands of other job kinds (a dataflow job sends none)
+
+    @_HANDLERS.on(PeerJoined)
+    def _peer_joined(self, event: PeerJoined) -> list[Instruction]:
+        return []  # a dataflow worker keeps no listener open for replacements: never delivered
 
     @_HANDLERS.on(PeerClosed)
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
