@@ -86,5 +86,10 @@ def test_bad_input_is_refused_before_anything_runs(make_env):
     graph, _ = random_graph(n=50, m=100, seed=6)
     with pytest.raises(GraphInputError, match="source vertex 12345 is not in the graph"):
         run_graph(graph, BFS(12345), parallelism=2, environment=make_env(2))
-    with pytest.raises(epochal.PlanError, match="replication fault tolerance"):
-        run_graph(graph, WCC(), parallelism=2, fault_tolerance="replication", environment=make_env(2))
+    with pytest.raises(epochal.PlanError, match="replication fault tolerance needs a vector program"):
+        run_graph(graph, MaxValue(), parallelism=2, fault_tolerance="replication", environment=make_env(2))
+    with pytest.raises(epochal.PlanError, match="tolerating 2 lost worker"):
+        run_graph(graph, WCC(), parallelism=2, fault_tolerance="replication", replicas=2, environment=make_env(2))
+    with pytest.raises(epochal.PlanError, match="recovery must be one of rebirth, migration"):
+        run_graph(graph, WCC(), parallelism=2, fault_tolerance="replication", recovery="restart",
+                  environment=make_env(2))

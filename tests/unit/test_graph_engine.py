@@ -107,7 +107,7 @@ def test_the_barrier_halts_on_the_bound_on_convergence_and_when_idle():
     assert coordinator.on_report(1, StepReport(0, 0, 0)) == RunSuperstep(1, {}, False)
     assert coordinator.latest_checkpoint == 0
     coordinator.on_report(0, StepReport(1, 1, 0))
-    assert coordinator.on_report(1, StepReport(1, 0, 0)) == RunSuperstep(2, {}, True)
+    assert coordinator.on_report(1, StepReport(1, 0, 0)) == RunSuperstep(2, {}, True, final=True)
     coordinator.on_report(0, StepReport(2, 1, 0))
     assert coordinator.on_report(1, StepReport(2, 0, 0)) == Halt(2, "reached the bound of 2 supersteps")
     assert coordinator.start(resume_after=2) == RunSuperstep(3, {}, False)

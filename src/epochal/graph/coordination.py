@@ -16,7 +16,15 @@ from typing import Any
 from epochal.control.jobmaster_events import ResolveRestore
 from epochal.graph import checkpoints
 from epochal.graph.program import VectorProgram, VertexProgram
-from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepCoordinator, SuperstepDone
+from epochal.graph.replication import ReplicaRecovery
+from epochal.graph.supersteps import (
+    Halt,
+    Recovered,
+    RecoveryPrepared,
+    RunSuperstep,
+    SuperstepCoordinator,
+    SuperstepDone,
+)
 from epochal.state.storage import CheckpointStorage
 
 
@@ -25,8 +33,11 @@ class GraphCoordination:
     ``full_every``-th checkpoint is full, so a restore never reads a long chain)."""
 
     def __init__(self, job_name: str, program: VectorProgram | VertexProgram, num_workers: int,
-                 storage: CheckpointStorage | None = None, checkpoint_interval: int = 0, full_every: int = 8) -> None:
+                 storage: CheckpointStorage | None = None, checkpoint_interval: int = 0, full_every: int = 8,
+                 replication: ReplicaRecovery | None = None) -> None:
         self.job_name = job_name
+        #: replication fault tolerance (papers/003): lost workers are recovered task-locally
+        self.replication = replication
         self.storage = storage
         self.full_every = max(1, full_every)
         self.supersteps = SuperstepCoordinator(program, num_workers, checkpoint_interval if storage else 0)
@@ -46,7 +57,7 @@ class GraphCoordination:
     def _command(self, step: RunSuperstep, now: float) -> RunSuperstep:
         if step.checkpoint:
             full = not self.chains or self.checkpoints_since_full + 1 >= self.full_every
-            step = RunSuperstep(step.superstep, step.aggregates, True, full)
+            step = RunSuperstep(step.superstep, step.aggregates, True, full, step.final)
         self.timings.append({"superstep": step.superstep, "started": now, "checkpoint": step.checkpoint,
                              "full": step.full})
         return step
@@ -68,8 +79,41 @@ class GraphCoordination:
     def new_attempt(self) -> None:
         self.pending = {}
 
+    # ---------------------------------------------------------------- TaskLocalRecovery
+    @property
+    def task_local(self) -> bool:
+        return self.replication is not None
+
+    def worker_lost(self, worker: int, now: float) -> list[Any]:
+        """A running worker was lost: recover it from replicas; the superstep in progress (the
+        next one, when the loss came after a barrier) runs again once every worker recovered."""
+        assert self.replication is not None
+        resume_at = self.halted.superstep + 1 if self.halted is not None else self.supersteps.superstep
+        self.supersteps.reports = {}
+        out = self.replication.worker_lost(worker, resume_at, now)
+        self.supersteps.num_workers = len(self.replication.live)
+        return out
+
+    def worker_rejoined(self, worker: int, now: float) -> list[Any]:
+        assert self.replication is not None
+        return self.replication.worker_rejoined(worker, now)
+
+    def live_workers(self) -> list[int]:
+        """The workers whose results make up the job's output."""
+        return self.replication.live if self.replication is not None else list(range(self.supersteps.num_workers))
+
     def on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
-        if not isinstance(payload, SuperstepDone):
+        replication = self.replication
+        if isinstance(payload, RecoveryPrepared) and replication is not None:
+            return replication.on_prepared(worker, payload)
+        if isinstance(payload, Recovered) and replication is not None:
+            if not replication.on_recovered(worker, payload, now):
+                return []
+            self.supersteps.num_workers = len(replication.live)
+            if self.halted is not None:
+                return [self.halted]
+            return [self._command(self.supersteps.command(), now)]
+        if not isinstance(payload, SuperstepDone) or (replication is not None and replication.recovering):
             return []
         report = payload.report
         if payload.checkpoint is not None and report.superstep == self.supersteps.superstep:

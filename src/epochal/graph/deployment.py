@@ -19,6 +19,7 @@ from epochal.connectors.filesystems import join, resolve
 from epochal.errors import PlanError
 from epochal.graph.partition import Partition
 from epochal.graph.program import VectorProgram, VertexProgram
+from epochal.graph.recovery import ReplicationSettings
 from epochal.plan.execution import ship_module_by_value
 from epochal.runtime.hooks import WorkerHook
 
@@ -41,6 +42,9 @@ class GraphDeployment:
     #: after a restore, send every master's value to its replicas before resuming; off only in
     #: the test that shows the resync is necessary (replicas would keep their initial values)
     resync_replicas: bool = True
+    #: replication fault tolerance (None: off): lost workers are recovered from replicas
+    replication: ReplicationSettings | None = None
+    directed: bool = True
 
 
 def serialize(deployment: GraphDeployment) -> bytes:

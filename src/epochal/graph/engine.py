@@ -44,6 +44,8 @@ class Exchange:
     #: vertex programs: destination vertex ids and the (combined) messages for them
     message_ids: list[int] = field(default_factory=list)
     messages: list[Any] = field(default_factory=list)
+    #: the sender's recovery epoch (replication): an exchange from before a recovery is stale
+    epoch: int = 0
 
 
 @dataclass
@@ -76,7 +78,9 @@ class VectorEngine:
         self.dirty = np.zeros(part.num_masters, dtype=bool)
         self._pending: np.ndarray | None = None
         self._pending_changed: np.ndarray | None = None
-        self._incoming: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        self._pending_superstep: int | None = None
+        #: what peers sent, by superstep (a fast peer's next superstep may come before this commit)
+        self._incoming: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
 
     @property
     def values(self) -> np.ndarray | None:
@@ -96,15 +100,22 @@ class VectorEngine:
         if values.shape[0] != part.num_masters:
             raise ValueError(f"{type(self.program).__name__} returned {values.shape[0]} values for "
                              f"{part.num_masters} vertices")
-        self._pending, self._pending_changed = values, changed
+        self._pending, self._pending_changed, self._pending_superstep = values, changed, ctx.superstep
         out: dict[int, Exchange] = {}
         sent = 0
+        selfish = part.selfish if part.selfish is not None and part.selfish.any() else None
         for peer, index in part.send_index.items():
-            positions = np.flatnonzero(changed[index])
+            if peer in part.gone:
+                continue
+            send = changed[index]
+            if selfish is not None:  # selfish vertices' FT replicas: only in the last superstep, all of them
+                lazy = selfish[index]
+                send = (send & ~lazy) | lazy if ctx.final else send & ~lazy
+            positions = np.flatnonzero(send)
             out[peer] = Exchange(ctx.superstep, part.worker, positions, values[index[positions]])
             sent += int(positions.size)
-        for peer in range(part.num_workers):  # one exchange per peer and superstep, even if empty
-            if peer != part.worker and peer not in out:
+        for peer in part.peers:  # one exchange per peer and superstep, even if empty
+            if peer not in out:
                 out[peer] = Exchange(ctx.superstep, part.worker)
         active = int(changed.sum()) if result.active is None else int(result.active)
         return out, StepReport(ctx.superstep, active, sent, dict(result.aggregates))
@@ -112,12 +123,15 @@ class VectorEngine:
     def receive(self, exchange: Exchange) -> None:
         if exchange.positions is not None and exchange.positions.size:
             slots = self.part.receive_slots[exchange.sender][exchange.positions]
-            self._incoming.append((slots, np.asarray(exchange.values), exchange.changed))
+            self._incoming.setdefault(exchange.superstep, []).append(
+                (slots, np.asarray(exchange.values), exchange.changed))
 
-    def commit(self) -> None:
-        """The superstep finished everywhere: its values become the table."""
+    def commit(self, superstep: int | None = None) -> None:
+        """Superstep ``superstep`` finished everywhere: its values, and what peers sent for it,
+        become the table (None: the one computed last, or, with none, whatever peers sent)."""
         part = self.part
-        if self._pending is not None:
+        superstep = self._pending_superstep if superstep is None else superstep
+        if self._pending is not None and self._pending_superstep == superstep:
             values = self._pending
             if self.table is None:
                 self.table = np.zeros((part.table_size, *values.shape[1:]), dtype=values.dtype)
@@ -126,16 +140,32 @@ class VectorEngine:
             changed[:part.num_masters] = self._pending_changed
             self.dirty |= self._pending_changed
             self.changed_table = changed
-        for slots, values_in, flags in self._incoming:
-            self.table[slots] = values_in  # type: ignore[index]
-            self.changed_table[slots] = True if flags is None else flags
-        self._pending = self._pending_changed = None
-        self._incoming = []
+            self._pending = self._pending_changed = self._pending_superstep = None
+        for step in [superstep] if superstep is not None else sorted(self._incoming):
+            for slots, values_in, flags in self._incoming.pop(step, []):
+                self.table[slots] = values_in  # type: ignore[index]
+                self.changed_table[slots] = True if flags is None else flags
 
     def rollback(self) -> None:
         """Forget the superstep in progress (its computed values and what peers sent)."""
-        self._pending = self._pending_changed = None
-        self._incoming = []
+        self._pending = self._pending_changed = self._pending_superstep = None
+        self._incoming = {}
+
+    def rewind(self, resume_at: int) -> None:
+        """Make the state the one at the start of superstep ``resume_at`` (papers/003 Algorithm 1,
+        rollback): commit a superstep before it that is still pending (its barrier passed), and
+        forget ``resume_at`` and later (what this worker computed and what peers sent)."""
+        pending = self._pending_superstep
+        if pending is not None and pending < resume_at:
+            self.commit(pending)
+        self._pending = self._pending_changed = self._pending_superstep = None
+        self._incoming = {s: v for s, v in self._incoming.items() if s < resume_at}
+
+    def install(self, part: Partition, table: np.ndarray | None, changed: np.ndarray) -> None:
+        """Run on ``part`` from now on, with ``table`` and ``changed`` (after a recovery)."""
+        self.part, self.table, self.changed_table = part, table, changed
+        self.dirty = np.zeros(part.num_masters, dtype=bool)
+        self.rollback()
 
     # ------------------------------------------------------------------ checkpoints
     def delta(self, full: bool = False) -> dict[str, Any]:
@@ -162,9 +192,7 @@ class VectorEngine:
         """Every master's value (and changed flag) for the peers' replicas, after a restore."""
         assert self.table is not None
         out: dict[int, Exchange] = {}
-        for peer in range(self.part.num_workers):
-            if peer == self.part.worker:
-                continue
+        for peer in self.part.peers:
             index = self.part.send_index.get(peer)
             if index is None:
                 out[peer] = Exchange(superstep, self.part.worker)
@@ -296,7 +324,7 @@ class VertexEngine:
             for slot, message in zip(slots, exchange.messages, strict=True):
                 self._deliver(self._next, slot, message)
 
-    def commit(self) -> None:
+    def commit(self, superstep: int | None = None) -> None:
         self.inbox, self._next = self._next, {}
 
     def rollback(self) -> None:

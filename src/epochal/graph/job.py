@@ -34,6 +34,9 @@ from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, replication_of
 from epochal.graph.partitioning import partition
 from epochal.graph.program import VectorProgram, VertexProgram
+from epochal.graph.recovery import RECOVERY_MODES, ReplicationSettings
+from epochal.graph.replicas import replicated_partitions
+from epochal.graph.replication import ReplicaRecovery
 from epochal.runtime.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage
 from epochal.validation import check_number
@@ -49,12 +52,20 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
               full_checkpoint_every: int = 8, work_dir: str | None = None, environment: Environment | None = None,
               restart: RestartStrategy | None = None, timeout: float | None = None,
               faults: list[Fault] | None = None, kill_worker: int | None = None,
-              kill_at_superstep: int | None = None, job_name: str = "graph job") -> GraphResult:
+              kill_at_superstep: int | None = None, job_name: str = "graph job", recovery: str = "rebirth",
+              replicas: int = 1, selfish: bool = True, ft_replicas: bool = True) -> GraphResult:
     """Run ``program`` on ``graph`` with ``parallelism`` Spark tasks and return every vertex's result.
 
     ``fault_tolerance``: ``"none"`` (a lost worker fails the job, or restarts it from superstep 0
     under ``restart``), ``"checkpoint"`` (restart from the latest checkpoint, written every
-    ``checkpoint_interval`` supersteps, a full one every ``full_checkpoint_every`` checkpoints).
+    ``checkpoint_interval`` supersteps, a full one every ``full_checkpoint_every`` checkpoints),
+    ``"replication"`` (Imitator, papers/003: every vertex has ``replicas`` extra copies on other
+    workers, kept in sync by the supersteps' own messages; up to ``replicas`` workers lost at once
+    are recovered while the others keep running, by ``recovery="rebirth"`` (a new Spark task takes
+    each lost worker's place) or ``"migration"`` (the survivors take over its vertices).
+    ``selfish`` synchronises the FT replicas of vertices nobody reads only in the last superstep
+    (programs that allow it: PageRank); ``ft_replicas=False`` exists only to show FT replicas
+    are needed). Replication needs a vector program.
     ``faults`` crash chosen workers (``Fault("superstep" | "barrier", worker=w, superstep=s)``);
     ``kill_worker`` and ``kill_at_superstep`` are the command line's shorthand for one
     ``Fault("superstep", ...)`` in the first attempt (SIGKILL after computing, before the barrier).
@@ -67,9 +78,9 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
     check_number(timeout, "timeout (seconds)", optional=True)
     if fault_tolerance not in FAULT_TOLERANCE:
         raise PlanError(f"fault_tolerance must be one of {', '.join(FAULT_TOLERANCE)}, not {fault_tolerance!r}")
+    settings = None
     if fault_tolerance == "replication":
-        raise PlanError("replication fault tolerance (Imitator) is not available yet; "
-                        "use fault_tolerance='none' or 'checkpoint'")
+        settings = _replication_settings(program, parallelism, recovery, replicas, selfish, ft_replicas)
     if (kill_worker is None) != (kill_at_superstep is None):
         raise PlanError("kill_worker and kill_at_superstep go together")
     if kill_worker is not None:
@@ -90,7 +101,7 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
     work_uri = join(root, job_id)
     try:
         return _run(graph, program, env, parallelism, partitioner, fault_tolerance, checkpoint_interval,
-                    full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id)
+                    full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id, settings)
     except EpochalError as error:  # shown from the user's call, without epochal's inner frames
         raise error.with_traceback(None) from None
     finally:
@@ -101,23 +112,32 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
 def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment, parallelism: int,
          partitioner: str, fault_tolerance: str, checkpoint_interval: int, full_checkpoint_every: int,
          work_uri: str, restart: RestartStrategy | None, timeout: float | None, faults: list[Fault] | None,
-         job_name: str, job_id: str) -> GraphResult:
+         job_name: str, job_id: str, settings: ReplicationSettings | None) -> GraphResult:
     owner = partition(graph, parallelism, partitioner)
     directions, adjacency = program_layout(program)
     from epochal.connectors.filesystems import resolve
 
     fs, path = resolve(work_uri)
     fs.create_dir(path, recursive=True)
-    parts = build_partitions(graph, owner, parallelism, directions, adjacency)
+    replication = None
+    if settings is None:
+        parts = build_partitions(graph, owner, parallelism, directions, adjacency)
+    else:
+        parts, plan = replicated_partitions(graph, owner, parallelism, directions, adjacency, settings.k,
+                                            settings.selfish and getattr(program, "selfish_safe", False),
+                                            settings.ft_replicas)
+        replication = ReplicaRecovery(settings, graph.vertices, owner, plan.mirrors, parallelism)
     for part in parts:
         write_partition(work_uri, part)
-    replication = replication_of(parts)
+    factor = replication_of(parts)
     del parts
     storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
     deployment = GraphDeployment(job_name, job_id, program, parallelism, graph.num_vertices, work_uri, env.config,
-                                 storage.uri if storage is not None else None, FaultInjector.of(faults or []))
+                                 storage.uri if storage is not None else None, FaultInjector.of(faults or []),
+                                 replication=settings, directed=graph.directed)
     coordination = GraphCoordination(job_name, program, parallelism, storage,
-                                     checkpoint_interval if storage is not None else 0, full_checkpoint_every)
+                                     checkpoint_interval if storage is not None else 0, full_checkpoint_every,
+                                     replication)
     strategy = restart if restart is not None else env.restart_strategy
     if restart is None and fault_tolerance == "checkpoint" and isinstance(strategy, NoRestart):
         strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
@@ -127,10 +147,27 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
                                     deployment=blob, num_workers=parallelism,
                                     restart=strategy, job_kind="graph", kind=coordination), job_name, timeout)
     duration = time.monotonic() - started
-    results = [read_result(work_uri, w) for w in range(parallelism)]
+    results = [read_result(work_uri, w) for w in coordination.live_workers()]
     ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)
     halted = coordination.halted
     assert halted is not None
-    return GraphResult(ids, values, halted.superstep, halted.reason, replication,
+    return GraphResult(ids, values, halted.superstep, halted.reason, factor,
                        coordination.supersteps.history, duration, client.restarts(), coordination.timings,
-                       coordination.restores)
+                       coordination.restores, replication.history if replication is not None else [])
+
+
+def _replication_settings(program: VectorProgram | VertexProgram, parallelism: int, recovery: str, replicas: int,
+                          selfish: bool, ft_replicas: bool) -> ReplicationSettings:
+    """Check the replication knobs against the job; raises :class:`PlanError` saying what to change."""
+    if recovery not in RECOVERY_MODES:
+        raise PlanError(f"recovery must be one of {', '.join(RECOVERY_MODES)}, not {recovery!r}")
+    check_number(replicas, "replicas (tolerated simultaneous worker failures)", integer=True)
+    if replicas < 1:
+        raise PlanError(f"replication needs replicas >= 1 (tolerated failures), not {replicas}")
+    if parallelism < replicas + 1:
+        raise PlanError(f"tolerating {replicas} lost worker(s) needs at least {replicas + 1} workers; "
+                        f"the parallelism is {parallelism}")
+    if not isinstance(program, VectorProgram):
+        raise PlanError(f"replication fault tolerance needs a vector program (a VectorProgram); "
+                        f"{type(program).__name__} is a vertex program: use fault_tolerance='checkpoint'")
+    return ReplicationSettings(replicas, recovery, selfish, ft_replicas)

@@ -36,6 +36,8 @@ class GraphResult:
     restarts: list[dict[str, Any]] = field(default_factory=list)
     timings: list[dict[str, Any]] = field(default_factory=list)
     restored_from: list[int] = field(default_factory=list)
+    #: replication: one entry per recovery (lost workers, mode, superstep resumed, times)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[int, Any]:
         values = self.values.tolist() if isinstance(self.values, np.ndarray) else list(self.values)

@@ -19,6 +19,7 @@ needs no exchange between workers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -61,6 +62,14 @@ class Partition:
     directions: str = "in"
     #: per-vertex properties of the masters
     properties: dict[str, np.ndarray] = field(default_factory=dict)
+    #: replication (papers/003 §4): the workers of each master's mirrors by mirror id (-1: none),
+    #: which masters are selfish (their FT replicas are synchronised only in the last superstep),
+    #: and the static full state of the vertices mirrored here (``records.VertexRecords``)
+    master_mirrors: np.ndarray | None = None
+    selfish: np.ndarray | None = None
+    mirror: Any = None
+    #: workers the job lost for good (Migration): no exchange goes to them
+    gone: tuple[int, ...] = ()
     #: derived indices, built on first use in the worker (not shipped)
     _rows: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _readers: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
@@ -73,6 +82,11 @@ class Partition:
     @property
     def table_size(self) -> int:
         return int(self.ids.size + self.replica_ids.size)
+
+    @property
+    def peers(self) -> list[int]:
+        """The other workers of the job that still run."""
+        return [p for p in range(self.num_workers) if p != self.worker and p not in self.gone]
 
     @property
     def table_ids(self) -> np.ndarray:
@@ -129,9 +143,10 @@ def _csr(rows: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directions: str = "in",
-                     adjacency: bool = False) -> list[Partition]:
+                     adjacency: bool = False, extra: list[np.ndarray] | None = None) -> list[Partition]:
     """Cut ``graph`` into ``num_workers`` partitions (``owner[i]``: the worker of vertex ``i``; a
-    worker may own no vertex)."""
+    worker may own no vertex). ``extra[w]``: dense indices of vertices worker ``w`` keeps a
+    replica of although none of its masters reads them (FT replicas, :mod:`epochal.graph.replicas`)."""
     if directions not in ("in", "both"):
         raise ValueError(f"directions must be 'in' or 'both', not {directions!r}")
     n = graph.num_vertices
@@ -163,6 +178,8 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
         remote = owner[r_read] != worker
         seen = np.zeros(n, dtype=bool)  # a mask, not np.unique: dense indices, sorted for free
         seen[r_read[remote]] = True
+        if extra is not None:
+            seen[extra[worker]] = True
         replicas = np.flatnonzero(seen)
         replica_sets.append(replicas)
         # table slot of every vertex this worker reads

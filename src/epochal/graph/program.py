@@ -56,6 +56,8 @@ class SuperstepContext:
     aggregates: dict[str, Any] = field(default_factory=dict)
     #: vector programs: which table slots changed value in the previous superstep
     changed: np.ndarray | None = None
+    #: the program's last superstep (its bound): selfish vertices' FT replicas are synchronised
+    final: bool = False
 
 
 @dataclass
@@ -85,6 +87,10 @@ class VectorProgram:
     adjacency: ClassVar[bool] = False
     aggregators: ClassVar[dict[str, str]] = {}
     #: the most supersteps after ``init`` (None: until convergence)
+    #: a vertex's new value depends only on what it reads, never on its own previous value, and
+    #: the program halts only at ``max_supersteps``: then vertices nobody reads (selfish, papers/003
+    #: §4.3) need not be synchronised with their FT replicas before the last superstep
+    selfish_safe: ClassVar[bool] = False
     max_supersteps: int | None = None
 
     def check(self, graph: Graph) -> None:

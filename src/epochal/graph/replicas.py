@@ -30,7 +30,7 @@ import numpy as np
 
 from epochal.errors import PlanError
 from epochal.graph.model import Graph
-from epochal.graph.partition import Partition
+from epochal.graph.partition import Partition, build_partitions
 
 
 @dataclass
@@ -63,8 +63,10 @@ class ReplicaPlan:
 
 
 def plan_replicas(graph: Graph, owner: np.ndarray, parts: list[Partition], k: int = 1,
-                  selfish: bool = True) -> ReplicaPlan:
+                  selfish: bool = True, ft_replicas: bool = True) -> ReplicaPlan:
     """FT replicas, mirrors and selfish flags for tolerating ``k`` simultaneous worker failures.
+    ``ft_replicas=False`` skips the FT replicas (only to show they are necessary: a vertex
+    without a replica then has no mirror, and its worker's loss loses it).
 
     Raises :class:`PlanError` when there are fewer than ``k + 1`` workers (a vertex cannot have
     ``k + 1`` copies on distinct workers)."""
@@ -87,7 +89,7 @@ def plan_replicas(graph: Graph, owner: np.ndarray, parts: list[Partition], k: in
     ft: list[list[bool]] = [[False] * len(h) for h in holders]
     for i in range(n):  # FT replicas where fewer than k copies exist besides the master
         have = holders[i]
-        while len(have) < k:
+        while ft_replicas and len(have) < k:
             free = [w for w in range(num_workers) if w != owner[i] and w not in have]
             target = min(free, key=lambda w: (load[w], w))
             have.append(target)
@@ -119,3 +121,31 @@ def plan_replicas(graph: Graph, owner: np.ndarray, parts: list[Partition], k: in
     reads_in_only = all(p.directions == "in" for p in parts)
     is_selfish = (out_degree == 0) if selfish and reads_in_only else np.zeros(n, dtype=bool)
     return ReplicaPlan(k, ptr, workers, flags, mirrors, is_selfish)
+
+
+def replicated_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directions: str = "in",
+                          adjacency: bool = False, k: int = 1, selfish: bool = True,
+                          ft_replicas: bool = True) -> tuple[list[Partition], ReplicaPlan]:
+    """The partitions of a job with replication fault tolerance: the layout of
+    :func:`~epochal.graph.partition.build_partitions` plus the FT replicas of :func:`plan_replicas`,
+    each master's mirror workers and selfish flag, and on every worker the static full state of
+    the vertices it mirrors (:class:`~epochal.graph.records.VertexRecords`)."""
+    from epochal.graph.records import concat, master_records
+
+    plain = build_partitions(graph, owner, num_workers, directions, adjacency)
+    plan = plan_replicas(graph, owner, plain, k, selfish, ft_replicas)
+    del plain
+    copy_vertex = np.repeat(np.arange(graph.num_vertices), np.diff(plan.copy_ptr))
+    extra = [copy_vertex[plan.copy_ft & (plan.copy_worker == w)] for w in range(num_workers)]
+    parts = build_partitions(graph, owner, num_workers, directions, adjacency, extra)
+    static = []
+    for part in parts:
+        dense = graph.index_of(part.ids)
+        part.master_mirrors = plan.mirrors[dense]
+        part.selfish = plan.selfish[dense]
+        static.append(master_records(part, None, None))
+    for part in parts:
+        mirrored = [records.take(np.flatnonzero((records.mirrors == part.worker).any(axis=1)))
+                    for records in static if records.mirrors is not None]
+        part.mirror = concat(mirrored)
+    return parts, plan

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from epochal.graph.engine import StepReport
 from epochal.graph.program import VectorProgram, VertexProgram, combine_aggregates
 
@@ -28,6 +30,8 @@ class RunSuperstep:
     checkpoint: bool = False
     #: the checkpoint holds every master's state, not only what changed since the last one
     full: bool = False
+    #: the program's bound says this is its last superstep
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,12 @@ class SuperstepCoordinator:
         else:
             self.superstep = resume_after + 1
             self.aggregates = dict(self.checkpoint_aggregates.get(resume_after, {}))
-        return RunSuperstep(self.superstep, self.aggregates, self._checkpoints(self.superstep))
+        return self.command()
+
+    def command(self) -> RunSuperstep:
+        """The command that runs the current superstep."""
+        n = self.superstep
+        return RunSuperstep(n, self.aggregates, self._checkpoints(n), final=n == self.max_supersteps)
 
     def on_report(self, worker: int, report: StepReport) -> RunSuperstep | Halt | None:
         """Worker ``worker`` finished the current superstep; at the barrier, what comes next."""
@@ -103,4 +112,42 @@ class SuperstepCoordinator:
         if active == 0 and sent == 0:
             return Halt(n, "no active vertex and no message")
         self.superstep = n + 1
-        return RunSuperstep(self.superstep, self.aggregates, self._checkpoints(self.superstep))
+        return self.command()
+
+
+# ---------------------------------------------------------------------- recovery (replication, papers/003 §5)
+@dataclass(frozen=True)
+class Recover:
+    """Command: recovery ``epoch`` of the workers in ``lost``; resume at superstep ``resume_at``.
+    Migration moves ``moved_ids`` to ``moved_to``; ``gone`` were retired before; ``routing_from``
+    sends the routing table to new workers."""
+
+    epoch: int
+    resume_at: int
+    lost: tuple[int, ...]
+    mode: str
+    gone: tuple[int, ...] = ()
+    moved_ids: np.ndarray | None = None
+    moved_to: np.ndarray | None = None
+    routing_from: int = 0
+
+
+@dataclass(frozen=True)
+class RecoveryPrepared:
+    """Report: this worker sent its recovery batches of ``epoch`` and received every peer's."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class FinishRecovery:
+    """Command: every worker prepared recovery ``epoch``: assemble what was received."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """Report: this worker's part is whole again after recovery ``epoch``."""
+
+    epoch: int

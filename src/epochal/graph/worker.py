@@ -15,12 +15,25 @@ import time
 from typing import Any, cast
 
 import cloudpickle
+import numpy as np
 
 from epochal.graph import checkpoints
 from epochal.graph.deployment import GraphDeployment, read_partition, write_result
 from epochal.graph.engine import Engine, Exchange, VectorEngine, make_engine
+from epochal.graph.local import program_layout
+from epochal.graph.partition import Partition
 from epochal.graph.program import SuperstepContext
+from epochal.graph.recovery import (
+    Migration,
+    RecoveryBatch,
+    migration_assemble,
+    migration_start,
+    rebirth_assemble,
+    rebirth_batches,
+)
 from epochal.graph.worker_machine import (
+    Assemble,
+    Assembled,
     CheckpointWritten,
     Commit,
     CommitResync,
@@ -31,6 +44,10 @@ from epochal.graph.worker_machine import (
     GraphPhase,
     GraphWorkerMachine,
     Loaded,
+    PeerRejoined,
+    RecoveryArrived,
+    Rewind,
+    SendRecovery,
     SendResync,
     StartHeartbeats,
     WriteCheckpoint,
@@ -38,14 +55,18 @@ from epochal.graph.worker_machine import (
 )
 from epochal.messages import Dispatch, Finished
 from epochal.runtime.links import Bootstrap
-from epochal.runtime.mailbox import PeerEvent
+from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.shell import WorkerShell, register_shell_executors
 from epochal.runtime.worker_events import Registered, Tick
 from epochal.state.storage import CheckpointStorage
 
-#: Peer-connection channels: a superstep's exchange, and a resync after a restore.
-SUPERSTEP_CHANNEL, RESYNC_CHANNEL = 0, 1
+#: Peer-connection channels: a superstep's exchange, a resync after a restore, a recovery batch.
+SUPERSTEP_CHANNEL, RESYNC_CHANNEL, RECOVERY_CHANNEL = 0, 1, 2
+_NO_INT = np.zeros(0, dtype=np.int64)
+#: the arrays of a partition without vertices (a replacement's shell, before it recovers)
+_EMPTY_PARTITION = (_NO_INT, _NO_INT, np.zeros(1, dtype=np.int64), _NO_INT, None, np.zeros(1, dtype=np.int64), _NO_INT,
+                    None, _NO_INT, _NO_INT)
 _DO = Dispatch("graph worker instructions")
 
 
@@ -60,13 +81,30 @@ class GraphWorker(WorkerShell):
         self.storage: CheckpointStorage | None = None
         self.restored_at = -1
         self.supersteps = 0
+        #: replication: recovery batches by epoch, and a migration in progress
+        self.batches: dict[int, list[RecoveryBatch]] = {}
+        self.migration: Migration | None = None
+        self.recoveries: list[dict[str, float]] = []
+        self.recovery_started = 0.0
 
     # ------------------------------------------------------------------ events and instructions
     def _handle(self, event: Any) -> None:
         if type(event) is PeerEvent:
+            if event.channel == RECOVERY_CHANNEL:
+                batch = cast(RecoveryBatch, event.event)
+                self.batches.setdefault(batch.epoch, []).append(batch)
+                self._feed(RecoveryArrived(batch.epoch, batch.sender))
+                return
             exchange = cast(Exchange, event.event)
+            if exchange.epoch < self.machine.epoch:
+                return  # computed before a recovery rolled the superstep back
             self.engine.receive(exchange)  # type: ignore[union-attr]  # held until the commit
             self._feed(ExchangeArrived(exchange.superstep, exchange.sender, event.channel == RESYNC_CHANNEL))
+        elif type(event) is PeerJoined:
+            self._install_peer(event)
+            self._feed(PeerRejoined(event.peer))
+        elif type(event) is PeerClosed and not self._current_peer(event):
+            return  # the connection of a worker that was replaced since
         else:
             self._feed(event)
 
@@ -89,7 +127,7 @@ class GraphWorker(WorkerShell):
 
     def metrics(self) -> dict[str, Any]:
         part = getattr(self.engine, "part", None)
-        return {**super().metrics(), "supersteps": self.supersteps,
+        return {**super().metrics(), "supersteps": self.supersteps, "recoveries": list(self.recoveries),
                 "vertices": part.num_masters if part is not None else 0,
                 "replicas": int(part.replica_ids.size) if part is not None else 0}
 
@@ -102,7 +140,13 @@ class GraphWorker(WorkerShell):
         self._use_hook(deployment.hook)
         if deployment.checkpoint_uri:
             self.storage = CheckpointStorage(deployment.checkpoint_uri)
-        self._connect_mesh(message.peers, deployment.config.connect_timeout)
+        replicated = deployment.replication is not None
+        self._connect_mesh(message.peers, deployment.config.connect_timeout, joining=message.joining,
+                           replaceable=replicated, num_workers=deployment.num_workers)
+        timeout = deployment.config.connect_timeout + 30
+        if message.joining:  # a replacement: its part comes from the survivors (papers/003 §5.1)
+            self._feed(Loaded(time.monotonic(), timeout, deployment.num_workers, False, True, tuple(self.peers)))
+            return
         part = read_partition(deployment.work_uri, self.index)
         engine = make_engine(part, deployment.program, deployment.num_vertices)
         self.engine = engine
@@ -116,7 +160,7 @@ class GraphWorker(WorkerShell):
             else:
                 engine.restore(*checkpoints.vertex_state(files, part.num_masters))
             self.restored_at = point.checkpoint_id
-        self._feed(Loaded(time.monotonic(), deployment.config.connect_timeout + 30, deployment.num_workers, restored))
+        self._feed(Loaded(time.monotonic(), timeout, deployment.num_workers, restored, replicated))
 
     @_DO.on(SendResync)
     def _send_resync(self, instruction: SendResync) -> None:
@@ -141,7 +185,7 @@ class GraphWorker(WorkerShell):
         command, deployment = instruction.command, self.deployment
         assert deployment is not None and self.engine is not None
         ctx = SuperstepContext(command.superstep, deployment.num_vertices, self.index, deployment.num_workers,
-                               dict(command.aggregates))
+                               dict(command.aggregates), final=command.final)
         try:
             out, report = self.engine.step(ctx)
         except Exception as error:
@@ -149,13 +193,61 @@ class GraphWorker(WorkerShell):
                                     where=f"vertex program '{type(deployment.program).__name__}' "
                                           f"in superstep {command.superstep}") from error
         for peer, exchange in out.items():
+            exchange.epoch = self.machine.epoch
             self.peers[peer].send_event(SUPERSTEP_CHANNEL, exchange)
         self.supersteps += 1
         self._feed(Computed(command.superstep, report))
 
     @_DO.on(Commit)
     def _commit(self, instruction: Commit) -> None:
-        self.engine.commit()  # type: ignore[union-attr]
+        self.engine.commit(instruction.superstep)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ recovery (replication)
+    @_DO.on(Rewind)
+    def _rewind(self, instruction: Rewind) -> None:
+        self.recovery_started = time.monotonic()
+        if isinstance(self.engine, VectorEngine):
+            self.engine.rewind(instruction.resume_at)
+
+    @_DO.on(SendRecovery)
+    def _send_recovery(self, instruction: SendRecovery) -> None:
+        command, engine = instruction.command, self.engine
+        lost = set(command.lost)
+        batches: dict[int, RecoveryBatch] = {}
+        if command.mode == "migration":
+            assert isinstance(engine, VectorEngine) and engine.table is not None
+            self.migration = migration_start(engine.part, engine.table, engine.changed_table, lost, command.gone,
+                                             command.moved_ids, command.moved_to, command.epoch)  # type: ignore[arg-type]
+            batches = self.migration.batches
+        elif self.index not in lost:
+            assert isinstance(engine, VectorEngine) and engine.table is not None
+            batches = rebirth_batches(engine.part, engine.table, engine.changed_table, lost, command.epoch,
+                                      command.routing_from)
+        for peer in self.machine.live_peers - (lost if command.mode == "migration" else set()):
+            batch = batches.get(peer, RecoveryBatch(command.epoch, self.index))
+            self.peers[peer].send_event(RECOVERY_CHANNEL, batch)
+
+    @_DO.on(Assemble)
+    def _assemble(self, instruction: Assemble) -> None:
+        command, deployment = instruction.command, self.deployment
+        assert deployment is not None
+        received = self.batches.pop(command.epoch, [])
+        self.batches = {e: b for e, b in self.batches.items() if e > command.epoch}
+        if command.mode == "migration":
+            assert self.migration is not None and isinstance(self.engine, VectorEngine)
+            self.engine.install(*migration_assemble(self.migration, received))
+            self.migration = None
+        elif self.index in command.lost:
+            directions, _ = program_layout(deployment.program)
+            shell = Partition(self.index, deployment.num_workers, *_EMPTY_PARTITION, directed=deployment.directed,
+                              directions=directions)
+            part, table, changed = rebirth_assemble(self.index, shell, received)
+            engine = make_engine(part, deployment.program, deployment.num_vertices)
+            assert isinstance(engine, VectorEngine)
+            engine.install(part, table, changed)
+            self.engine = engine
+        self.recoveries.append({"epoch": command.epoch, "seconds": time.monotonic() - self.recovery_started})
+        self._feed(Assembled(command.epoch))
 
     @_DO.on(WriteCheckpoint)
     def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochal.graph.engine import StepReport
-from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
+from epochal.graph.supersteps import (
+    FinishRecovery,
+    Halt,
+    Recover,
+    Recovered,
+    RecoveryPrepared,
+    RunSuperstep,
+    SuperstepDone,
+)
 from epochal.messages import (
     Deploy,
     Dispatch,
@@ -34,12 +42,38 @@ from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
 # ---------------------------------------------------------------------- events
 @dataclass(frozen=True)
 class Loaded:
-    """The partition is loaded (and, with ``restored``, its checkpointed state reinstated)."""
+    """The partition is loaded (and, with ``restored``, its checkpointed state reinstated).
+    ``replicated``: replication fault tolerance (a lost peer is recovered, not fatal);
+    ``joined``: a replacement's peers, all connected (it has no partition until it recovers)."""
 
     now: float
     timeout: float
     num_workers: int
     restored: bool
+    replicated: bool = False
+    joined: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PeerRejoined:
+    """A replacement of lost worker ``peer`` connected."""
+
+    peer: int
+
+
+@dataclass(frozen=True)
+class RecoveryArrived:
+    """Peer ``sender``'s recovery batch of ``epoch`` arrived."""
+
+    epoch: int
+    sender: int
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """This worker's part is whole again after recovery ``epoch``."""
+
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -108,6 +142,27 @@ class WriteCheckpoint:
 
 
 @dataclass(frozen=True)
+class Rewind:
+    """Roll back to the start of superstep ``resume_at`` (papers/003 Algorithm 1, line 9)."""
+
+    resume_at: int
+
+
+@dataclass(frozen=True)
+class SendRecovery:
+    """Send every live peer this worker's recovery batch of ``command`` (papers/003 §5)."""
+
+    command: Recover
+
+
+@dataclass(frozen=True)
+class Assemble:
+    """Every worker prepared recovery ``command``: assemble what arrived; then feed :class:`Assembled`."""
+
+    command: Recover
+
+
+@dataclass(frozen=True)
 class StartHeartbeats:
     """The job started: start the heartbeat thread."""
 
@@ -118,7 +173,8 @@ class WriteOutput:
 
 
 Instruction = (Send | StopWorker | FailPeerLost | ReachPoint | ConnectAndLoad | SendResync | CommitResync
-               | Compute | Commit | WriteCheckpoint | StartHeartbeats | WriteOutput)
+               | Compute | Commit | WriteCheckpoint | StartHeartbeats | WriteOutput | Rewind | SendRecovery
+               | Assemble)
 
 
 class GraphPhase(enum.Enum):
@@ -158,6 +214,20 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.resynced: set[int] = set()
         self.halted_at: int | None = None
         self.processing_reported = False
+        # -- replication fault tolerance (papers/003): commits wait for the global barrier
+        self.replicated = False
+        #: the superstep complete here whose barrier has not passed yet (committed by the next command)
+        self.uncommitted: int | None = None
+        self.epoch = 0
+        self.recovery: Recover | None = None
+        self.recovery_sent = False
+        self.prepared = False
+        #: recovery batches arrived, by epoch (one may come before its Recover)
+        self.batches_from: dict[int, set[int]] = {}
+        #: peers whose connection is lost; replacements connected since; workers gone for good
+        self.lost: set[int] = set()
+        self.joined: set[int] = set()
+        self.gone: set[int] = set()
 
     def handle(self, event: Any) -> list[Instruction]:
         return self.dispatch(_HANDLERS, event)
@@ -174,9 +244,17 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.phase, self.deadline = GraphPhase.LOADING, None
         return [ConnectAndLoad(message)]
 
+    @property
+    def live_peers(self) -> set[int]:
+        """The peers this worker exchanges with (all but itself and those gone)."""
+        return {p for p in range(self.num_workers) if p != self.worker and p not in self.gone}
+
     @_HANDLERS.on(Loaded)
     def _loaded(self, event: Loaded) -> list[Instruction]:
         self.num_workers = event.num_workers
+        self.replicated = event.replicated
+        if event.joined is not None:
+            self.joined = set(event.joined)
         self.deadline, self.timeout = event.now + event.timeout, event.timeout
         if event.restored and event.num_workers > 1:
             self.phase = GraphPhase.RESYNCING
@@ -204,6 +282,10 @@ class GraphWorkerMachine(WorkerLifecycle):
 
     @_HANDLERS.on(PeerClosed)
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
+        if self.replicated and self.running:
+            self.lost.add(event.peer)  # the JobMaster recovers it; wait for its command
+            self.joined.discard(event.peer)
+            return []
         if self.phase is GraphPhase.HALTED:
             return []  # a peer that wrote its results and stopped
         self.phase = GraphPhase.STOPPED
@@ -212,7 +294,7 @@ class GraphWorkerMachine(WorkerLifecycle):
     # ---------------------------------------------------------------- supersteps
     @_HANDLERS.on(KindCommand)
     def _command(self, message: KindCommand) -> list[Instruction]:
-        if self.phase is not GraphPhase.RUNNING:
+        if self.phase is not GraphPhase.RUNNING and not (self.replicated and self.phase is GraphPhase.HALTED):
             return []
         handler = _COMMANDS.handlers.get(type(message.payload))
         return handler(self, message.payload) if handler is not None else []
@@ -222,12 +304,82 @@ class GraphWorkerMachine(WorkerLifecycle):
         if self.current is not None and not self.current.committed:
             return []  # the barrier never starts a superstep before every worker reported the last
         self.current = _Superstep(command)
-        return [Compute(command)]
+        return [*self._commit_passed(), Compute(command)]
+
+    def _commit_passed(self) -> list[Instruction]:
+        """The barrier of the uncommitted superstep passed (a command came): commit it."""
+        n, self.uncommitted = self.uncommitted, None
+        return [] if n is None else [Commit(n)]
 
     @_COMMANDS.on(Halt)
     def _halt(self, command: Halt) -> list[Instruction]:
         self.phase, self.halted_at = GraphPhase.HALTED, command.superstep
-        return [WriteOutput()]
+        return [*self._commit_passed(), WriteOutput()]
+
+    # ---------------------------------------------------------------- recovery (replication)
+    @_COMMANDS.on(Recover)
+    def _recover(self, command: Recover) -> list[Instruction]:
+        if command.epoch <= self.epoch:
+            return []
+        self.epoch, self.recovery = command.epoch, command
+        self.recovery_sent = self.prepared = False
+        self.current, self.uncommitted = None, None  # (Rewind commits what is before resume_at)
+        self.arrived = {n: s for n, s in self.arrived.items() if n < command.resume_at}
+        self.gone |= set(command.gone)
+        return [Rewind(command.resume_at), *self._maybe_send_recovery()]
+
+    def _expected_batches(self, command: Recover) -> set[int]:
+        peers = self.live_peers
+        return peers - set(command.lost) if command.mode == "migration" else peers
+
+    def _maybe_send_recovery(self) -> list[Instruction]:
+        command = self.recovery
+        if command is None or self.recovery_sent:
+            return []
+        if command.mode == "rebirth" and not {p for p in command.lost if p != self.worker} <= self.joined:
+            return []  # a replacement has not connected yet
+        self.recovery_sent = True
+        return [SendRecovery(command), ReachPoint("recovery", command.epoch), *self._maybe_prepared()]
+
+    def _maybe_prepared(self) -> list[Instruction]:
+        command = self.recovery
+        if command is None or not self.recovery_sent or self.prepared:
+            return []
+        if not self._expected_batches(command) <= self.batches_from.get(command.epoch, set()):
+            return []
+        self.prepared = True
+        return [Send(KindReport(self.worker, RecoveryPrepared(command.epoch)))]
+
+    @_HANDLERS.on(PeerRejoined)
+    def _rejoined(self, event: PeerRejoined) -> list[Instruction]:
+        self.lost.discard(event.peer)
+        self.joined.add(event.peer)
+        return self._maybe_send_recovery()
+
+    @_HANDLERS.on(RecoveryArrived)
+    def _batch_arrived(self, event: RecoveryArrived) -> list[Instruction]:
+        if event.epoch < self.epoch:
+            return []
+        self.batches_from.setdefault(event.epoch, set()).add(event.sender)
+        return self._maybe_prepared()
+
+    @_COMMANDS.on(FinishRecovery)
+    def _finish(self, command: FinishRecovery) -> list[Instruction]:
+        recovery = self.recovery
+        if recovery is None or command.epoch != recovery.epoch or not self.prepared:
+            return []
+        return [Assemble(recovery)]
+
+    @_HANDLERS.on(Assembled)
+    def _assembled(self, event: Assembled) -> list[Instruction]:
+        recovery = self.recovery
+        if recovery is None or recovery.epoch != event.epoch:
+            return []
+        if recovery.mode == "migration":
+            self.gone |= set(recovery.lost)
+        self.recovery = None
+        self.batches_from = {e: s for e, s in self.batches_from.items() if e > event.epoch}
+        return [Send(KindReport(self.worker, Recovered(event.epoch)))]
 
     @_HANDLERS.on(Computed)
     def _computed(self, event: Computed) -> list[Instruction]:
@@ -254,10 +406,13 @@ class GraphWorkerMachine(WorkerLifecycle):
         if current is None or current.report is None or current.committed:
             return []
         n = current.command.superstep
-        if len(self.arrived.get(n, ())) < self.num_workers - 1:
+        if not self.live_peers <= self.arrived.get(n, set()):
             return []
         current.committed = True
         self.arrived.pop(n, None)  # (a single worker waits for no peer)
+        if self.replicated:  # the commit waits for the global barrier (papers/003 Algorithm 1, line 14)
+            self.uncommitted = n
+            return self._report(None)
         out: list[Instruction] = [Commit(n)]
         if current.command.checkpoint:
             out.append(WriteCheckpoint(n, current.command.full))

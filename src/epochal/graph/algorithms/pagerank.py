@@ -26,6 +26,7 @@ class PageRank(VectorProgram):
     """``iterations`` PageRank iterations with damping factor ``damping``; float64 ranks."""
 
     aggregators: ClassVar[dict[str, str]] = {"dangling": "sum"}
+    selfish_safe: ClassVar[bool] = True  # a rank is computed from the in-neighbours' ranks only
 
     def __init__(self, iterations: int = 10, damping: float = 0.85) -> None:
         if iterations < 0:

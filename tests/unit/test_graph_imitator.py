@@ -1,0 +1,243 @@
+"""Imitator's recovery (papers/003 §5) as pure functions and machines, without Spark: a job's
+engines run in one process with the JobMaster's coordinator, a worker is dropped before or after
+a barrier, and Rebirth or Migration must rebuild exactly what was lost (the reborn partition equals
+the lost one; the results equal the failure-free run's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from epochal.control.kinds import ReplaceWorker, RetireWorker
+from epochal.graph.algorithms import CDLP, SSSP, WCC, PageRank
+from epochal.graph.coordination import GraphCoordination
+from epochal.graph.engine import make_engine
+from epochal.graph.local import program_layout, run_locally
+from epochal.graph.model import Graph
+from epochal.graph.partitioning import partition
+from epochal.graph.program import SuperstepContext
+from epochal.graph.recovery import (
+    ReplicationSettings,
+    migration_assemble,
+    migration_start,
+    rebirth_assemble,
+    rebirth_batches,
+    responsible_for,
+)
+from epochal.graph.replicas import replicated_partitions
+from epochal.graph.replication import ReplicaRecovery
+from epochal.graph.supersteps import FinishRecovery, Halt, Recover, Recovered, RecoveryPrepared, RunSuperstep
+from epochal.messages import Failed
+
+
+def random_graph(n: int = 400, m: int = 1600, seed: int = 5, weighted: bool = False, directed: bool = True) -> Graph:
+    rng = np.random.default_rng(seed)
+    edges = np.unique(rng.integers(0, n, (m, 2)), axis=0)
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    ids = np.arange(n + 10, dtype=np.int64) * 3 + 11  # ten isolated vertices
+    weights = rng.uniform(0.5, 3.0, edges.shape[0]) if weighted else None
+    return Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids, weights=weights, directed=directed)
+
+
+class Harness:
+    """A replicated job in one process: engines, the coordinator, recovery on command."""
+
+    def __init__(self, graph: Graph, program: Any, workers: int, settings: ReplicationSettings) -> None:
+        self.graph, self.program, self.workers = graph, program, workers
+        owner = partition(graph, workers, "hash")
+        directions, adjacency = program_layout(program)
+        self.parts, self.plan = replicated_partitions(graph, owner, workers, directions, adjacency, settings.k,
+                                                      settings.selfish and program.selfish_safe,
+                                                      settings.ft_replicas)
+        self.engines = {p.worker: make_engine(p, program, graph.num_vertices) for p in self.parts}
+        recovery = ReplicaRecovery(settings, graph.vertices, owner, self.plan.mirrors, workers)
+        self.coordination = GraphCoordination("test", program, workers, replication=recovery)
+        self.uncommitted: int | None = None
+        self.failures: list[Failed] = []
+        self.reborn: dict[int, Any] = {}
+
+    def commit(self) -> None:
+        if self.uncommitted is not None:
+            for engine in self.engines.values():
+                engine.commit(self.uncommitted)
+            self.uncommitted = None
+
+    def compute(self, step: RunSuperstep) -> dict[int, Any]:
+        reports = {}
+        outs = {}
+        for w, engine in self.engines.items():
+            ctx = SuperstepContext(step.superstep, self.graph.num_vertices, w, self.workers, dict(step.aggregates),
+                                   final=step.final)
+            outs[w], reports[w] = engine.step(ctx)
+        for out in outs.values():
+            for peer, exchange in out.items():
+                if peer in self.engines:
+                    self.engines[peer].receive(exchange)
+        return reports
+
+    def lose(self, lost: list[int]) -> list[Any]:
+        commands: list[Any] = []
+        for w in lost:  # (a later Recover supersedes an earlier one)
+            del self.engines[w]
+            for item in self.coordination.worker_lost(w, 1.0):
+                if isinstance(item, ReplaceWorker):
+                    commands += self.coordination.worker_rejoined(item.worker, 2.0)
+                elif isinstance(item, Failed):
+                    self.failures.append(item)
+                elif not isinstance(item, RetireWorker):
+                    commands.append(item)
+        return commands
+
+    def recover(self, command: Recover) -> list[Any]:
+        for engine in self.engines.values():
+            engine.rewind(command.resume_at)
+        self.uncommitted = None
+        finish: list[Any] = []
+        for w in sorted(set(self.engines) | (set(command.lost) if command.mode == "rebirth" else set())):
+            finish += self.coordination.on_report(w, RecoveryPrepared(command.epoch), 2.5)
+        assert finish == [FinishRecovery(command.epoch)]
+        if command.mode == "rebirth":
+            sent: dict[int, list[Any]] = {d: [] for d in command.lost}
+            for engine in self.engines.values():
+                for dead, batch in rebirth_batches(engine.part, engine.table, engine.changed_table, set(command.lost),
+                                                   command.epoch, command.routing_from).items():
+                    sent[dead].append(batch)
+            for dead, batches in sent.items():
+                shell = self.parts[dead]
+                part, table, changed = rebirth_assemble(dead, shell, batches)
+                self.reborn[dead] = part
+                engine = make_engine(part, self.program, self.graph.num_vertices)
+                engine.install(part, table, changed)
+                self.engines[dead] = engine
+        else:
+            assert command.moved_ids is not None and command.moved_to is not None
+            migrations = {w: migration_start(e.part, e.table, e.changed_table, set(command.lost), command.gone,
+                                             command.moved_ids, command.moved_to, command.epoch)
+                          for w, e in self.engines.items()}
+            for w, migration in migrations.items():
+                incoming = [m.batches[w] for s, m in migrations.items() if s != w]
+                self.engines[w].install(*migration_assemble(migration, incoming))
+        out: list[Any] = []
+        for w in sorted(self.engines):
+            out += self.coordination.on_report(w, Recovered(command.epoch), 3.0)
+        return out
+
+    def run(self, lose_at: int | None = None, lost: tuple[int, ...] = (1,), after_barrier: bool = False) -> Any:
+        step: Any = self.coordination.started(0.0)[0]
+        while not isinstance(step, Halt):
+            if isinstance(step, Recover):
+                [step] = self.recover(step)
+                continue
+            self.commit()
+            reports = self.compute(step)
+            if step.superstep == lose_at and not after_barrier:
+                lose_at = None
+                step = (self.lose(list(lost)) or [None])[-1]
+                if step is None:
+                    return None
+                continue
+            decision: list[Any] = []
+            for w in sorted(reports):
+                from epochal.graph.supersteps import SuperstepDone
+                decision += self.coordination.on_report(w, SuperstepDone(reports[w]), 0.5)
+            self.uncommitted = step.superstep
+            [step] = decision
+            at = step.superstep if isinstance(step, Halt) else step.superstep - 1
+            if lose_at is not None and at == lose_at and after_barrier:
+                lose_at = None
+                step = (self.lose(list(lost)) or [None])[-1]
+                if step is None:
+                    return None
+        self.commit()
+        ids = np.concatenate([e.part.ids for e in self.engines.values()])
+        values = np.concatenate([np.asarray(e.output()) for e in self.engines.values()])
+        order = np.argsort(ids)
+        return ids[order], values[order]
+
+
+PROGRAMS = {
+    "pagerank": lambda g: PageRank(iterations=8),
+    "sssp": lambda g: SSSP(int(g.vertices[0])),
+    "wcc": lambda g: WCC(),
+    "cdlp": lambda g: CDLP(iterations=6),
+}
+
+
+def expected(graph: Graph, program: Any) -> tuple[np.ndarray, np.ndarray]:
+    result = run_locally(graph, program, 1)
+    return result.ids, np.asarray(result.values)
+
+
+def same(got: Any, want: tuple[np.ndarray, np.ndarray], name: str) -> None:
+    assert got is not None
+    assert np.array_equal(got[0], want[0])
+    if name == "pagerank":
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-9)
+    else:
+        assert np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("mode", ["rebirth", "migration"])
+@pytest.mark.parametrize("after_barrier", [False, True])
+def test_a_lost_worker_is_recovered_and_results_equal_the_failure_free_run(name, mode, after_barrier):
+    graph = random_graph(weighted=name == "sssp")
+    program = PROGRAMS[name](graph)
+    want = expected(graph, program)
+    harness = Harness(graph, program, 4, ReplicationSettings(k=1, mode=mode))
+    same(harness.run(lose_at=2, lost=(1,), after_barrier=after_barrier), want, name)
+    assert len(harness.coordination.replication.history) == 1
+
+
+def test_rebirth_rebuilds_the_lost_partition_exactly_at_the_same_positions():
+    graph = random_graph()
+    harness = Harness(graph, PageRank(iterations=6), 4, ReplicationSettings(k=1, mode="rebirth", selfish=False))
+    harness.run(lose_at=3, lost=(2,))
+    old, new = harness.parts[2], harness.reborn[2]
+    for name in ("ids", "replica_ids", "nbr_ptr", "nbr_slot", "out_ptr", "out_ids", "out_degree", "in_degree",
+                 "table_out_degree", "master_mirrors", "selfish"):
+        assert np.array_equal(getattr(old, name), getattr(new, name)), name
+    assert old.send_index.keys() == new.send_index.keys()
+    assert all(np.array_equal(old.send_index[p], new.send_index[p]) for p in old.send_index)
+    assert all(np.array_equal(old.receive_slots[p], new.receive_slots[p]) for p in old.receive_slots)
+    assert np.array_equal(old.mirror.ids, new.mirror.ids)
+
+
+@pytest.mark.parametrize("mode", ["rebirth", "migration"])
+def test_two_workers_lost_at_once_with_k_2(mode):
+    graph = random_graph(weighted=True)
+    program = SSSP(int(graph.vertices[0]))
+    want = expected(graph, program)
+    harness = Harness(graph, program, 5, ReplicationSettings(k=2, mode=mode))
+    same(harness.run(lose_at=2, lost=(1, 3)), want, "sssp")
+
+
+def test_pagerank_with_selfish_vertices_unsynchronised_until_the_last_superstep():
+    graph = random_graph(m=700)  # sparse: many vertices without out-edges
+    program = PageRank(iterations=7)
+    want = expected(graph, program)
+    harness = Harness(graph, program, 4, ReplicationSettings(k=1, mode="rebirth", selfish=True))
+    assert harness.plan.selfish.sum() > 20
+    same(harness.run(lose_at=4, lost=(0,)), want, "pagerank")
+    # lost after the last barrier: the selfish values come from the last superstep's synchronisation
+    harness = Harness(graph, program, 4, ReplicationSettings(k=1, mode="migration", selfish=True))
+    same(harness.run(lose_at=7, lost=(2,), after_barrier=True), want, "pagerank")
+
+
+def test_without_ft_replicas_a_loss_loses_vertices_and_says_so():
+    graph = random_graph(m=500)
+    harness = Harness(graph, WCC(), 4, ReplicationSettings(k=1, mode="rebirth", ft_replicas=False))
+    assert harness.run(lose_at=1, lost=(1,)) is None
+    [failure] = harness.failures
+    assert "only copy of" in failure.error and "FT replicas disabled" in failure.error
+
+
+def test_responsible_is_the_owner_or_the_lowest_surviving_mirror():
+    owners = np.array([0, 1, 1, 2])
+    mirrors = np.array([[1, 2], [0, 2], [2, 3], [0, 1]])
+    assert responsible_for(owners, mirrors, {1}).tolist() == [0, 0, 2, 2]
+    assert responsible_for(owners, mirrors, {0, 1}).tolist() == [2, 2, 2, 2]
+    assert responsible_for(owners, mirrors, {1, 2}).tolist() == [0, 0, 3, 0]
+    assert responsible_for(owners, mirrors, {1, 0, 2}).tolist() == [-1, -1, 3, -1]
