@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from epochal.graph.algorithms import BFS
+from epochal.graph.algorithms import BFS, WCC
 from epochal.graph.local import run_locally
 from epochal.graph.model import Graph
 
@@ -37,3 +37,26 @@ def test_bfs_from_the_command_line_survives_a_killed_worker(tmp_path):
     got = {int(v): int(d) for v, d in lines}
     graph = Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids)
     assert got == run_locally(graph, BFS(source), 1).as_dict()
+
+
+def test_wcc_from_the_command_line_recovers_a_killed_worker_by_migration(tmp_path):
+    rng = np.random.default_rng(9)
+    ids = np.arange(400, dtype=np.int64) * 7919 + 5
+    edges = np.unique(rng.integers(0, 400, (900, 2)), axis=0)
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    (tmp_path / "g.v").write_text("".join(f"{v}\n" for v in ids.tolist()))
+    (tmp_path / "g.e").write_text("".join(f"{ids[a]} {ids[b]}\n" for a, b in edges.tolist()))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    run = subprocess.run(
+        [sys.executable, "-m", "epochal.graph", "run", "wcc", "--vertices", str(tmp_path / "g.v"),
+         "--edges", str(tmp_path / "g.e"), "--directed", "--output", str(out), "--parallelism", "3",
+         "--fault-tolerance", "replication", "--recovery", "migration", "--kill-worker", "1",
+         "--kill-at-superstep", "2"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "0 restarts, 1 recoveries" in run.stdout, run.stdout
+    lines = [ln.split() for f in sorted(out.iterdir()) for ln in f.read_text().splitlines()]
+    got = {int(v): int(c) for v, c in lines}
+    graph = Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids)
+    assert got == run_locally(graph, WCC(), 1).as_dict()

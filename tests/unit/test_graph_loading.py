@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from epochal.graph import model, output
-from epochal.graph.__main__ import REPLICATION_UNAVAILABLE, build_parser, main, run_from_args
+from epochal.graph.__main__ import build_parser, main, run_from_args
 from epochal.graph.algorithms import BFS, SSSP, WCC, PageRank
 from epochal.graph.loading import (
     graph_from_dataframes,
@@ -548,7 +548,9 @@ def test_cli_passes_options_to_the_spark_run(graph_files, tmp_path, monkeypatch)
     (["sssp", "--source-vertex", "1"], "sssp needs edge weights; pass --weighted (the edge file's third field)"),
     (["bfs", "--source-vertex", "99"],
      "source vertex 99 is not in the graph; pick one of its vertices with --source-vertex"),
-    (["pr", "--fault-tolerance", "replication"], REPLICATION_UNAVAILABLE),
+    (["pr", "--replicas", "1"], "--recovery, --replicas and --no-selfish need --fault-tolerance replication"),
+    (["pr", "--fault-tolerance", "replication", "--replicas", "2"],
+     "--replicas 2 needs more workers: --parallelism at least 3"),
     (["pr", "--kill-worker", "0"], "--kill-worker and --kill-at-superstep go together; give both or neither"),
     (["pr", "--checkpoint-interval", "3"], "--checkpoint-interval needs --fault-tolerance checkpoint"),
     (["pr", "--fault-tolerance", "checkpoint"], "--local runs without fault tolerance; drop --fault-tolerance and "

@@ -6,8 +6,18 @@ from __future__ import annotations
 import pytest
 
 from epochal.graph.engine import StepReport
-from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
+from epochal.graph.supersteps import (
+    FinishRecovery,
+    Halt,
+    Recover,
+    Recovered,
+    RecoveryPrepared,
+    RunSuperstep,
+    SuperstepDone,
+)
 from epochal.graph.worker_machine import (
+    Assemble,
+    Assembled,
     CheckpointWritten,
     Commit,
     CommitResync,
@@ -18,6 +28,10 @@ from epochal.graph.worker_machine import (
     GraphPhase,
     GraphWorkerMachine,
     Loaded,
+    PeerRejoined,
+    RecoveryArrived,
+    Rewind,
+    SendRecovery,
     SendResync,
     StartHeartbeats,
     WriteCheckpoint,
@@ -135,3 +149,82 @@ def test_commands_before_the_start_are_ignored():
     machine.handle(Registered(0.0, 60.0))
     assert machine.handle(run(0)) == []
     assert machine.handle(Start()) == []
+
+
+# ---------------------------------------------------------------------- replication (papers/003)
+def replicated(workers: int = 3, worker: int = 1) -> GraphWorkerMachine:
+    machine = GraphWorkerMachine(worker)
+    machine.handle(Registered(0.0, 60.0))
+    machine.handle(DEPLOY)
+    assert machine.handle(Loaded(1.0, 30.0, workers, False, replicated=True)) == [Send(Ready(worker))]
+    machine.handle(Start())
+    return machine
+
+
+def done(machine: GraphWorkerMachine, n: int) -> list:
+    out = machine.handle(Computed(n, report(n)))
+    for peer in sorted(machine.live_peers):
+        out = machine.handle(ExchangeArrived(n, peer))
+    return out
+
+
+def test_with_replication_a_superstep_commits_only_when_the_barrier_passed():
+    machine = replicated()
+    assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]
+    assert done(machine, 0) == [Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
+    assert machine.uncommitted == 0  # the survivors may still roll back to superstep 0's start
+    assert machine.handle(run(1)) == [Commit(0), Compute(RunSuperstep(1))]
+    done(machine, 1)
+    assert machine.handle(KindCommand(Halt(1, "bound"))) == [Commit(1), WriteOutput()]
+
+
+def test_a_lost_peer_waits_for_the_jobmaster_and_a_rebirth_waits_for_the_replacement():
+    machine = replicated()
+    machine.handle(run(0))
+    assert machine.handle(PeerClosed(2, "gone")) == []  # not fatal: the JobMaster recovers it
+    assert machine.phase is GraphPhase.RUNNING and machine.lost == {2}
+    recover = Recover(1, 0, (2,), "rebirth")
+    assert machine.handle(KindCommand(recover)) == [Rewind(0)]  # the replacement is not connected yet
+    assert machine.handle(RecoveryArrived(1, 0)) == []
+    assert machine.handle(PeerRejoined(2)) == [SendRecovery(recover), ReachPoint("recovery", 1)]
+    assert machine.handle(RecoveryArrived(1, 2)) == [Send(KindReport(1, RecoveryPrepared(1)))]
+    assert machine.handle(KindCommand(FinishRecovery(1))) == [Assemble(recover)]
+    assert machine.handle(Assembled(1)) == [Send(KindReport(1, Recovered(1)))]
+    assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]  # the superstep runs again
+
+
+def test_a_migration_expects_batches_from_survivors_only_and_then_forgets_the_lost():
+    machine = replicated(workers=4)
+    machine.handle(run(0))
+    done(machine, 0)
+    machine.handle(PeerClosed(3, "gone"))
+    recover = Recover(1, 1, (3,), "migration")
+    assert machine.handle(KindCommand(recover)) == [Rewind(1), SendRecovery(recover), ReachPoint("recovery", 1)]
+    assert machine.uncommitted is None  # (Rewind commits superstep 0, whose barrier passed)
+    machine.handle(RecoveryArrived(1, 0))
+    assert machine.handle(RecoveryArrived(1, 2)) == [Send(KindReport(1, RecoveryPrepared(1)))]
+    machine.handle(KindCommand(FinishRecovery(1)))
+    machine.handle(Assembled(1))
+    assert machine.live_peers == {0, 2}
+
+
+def test_a_newer_recovery_restarts_it_and_a_stale_one_is_ignored():
+    machine = replicated()
+    machine.handle(run(0))
+    machine.handle(PeerClosed(2, "gone"))
+    machine.handle(PeerRejoined(2))
+    first, second = Recover(1, 0, (2,), "rebirth"), Recover(2, 0, (0, 2), "rebirth")
+    machine.handle(KindCommand(first))
+    machine.handle(PeerClosed(0, "gone"))
+    assert machine.handle(KindCommand(second)) == [Rewind(0)]  # waits for worker 0's replacement
+    assert machine.handle(KindCommand(first)) == []
+    assert machine.handle(RecoveryArrived(1, 2)) == []  # a batch of the abandoned epoch
+    machine.handle(PeerRejoined(0))
+    machine.handle(RecoveryArrived(2, 0))
+    assert machine.handle(RecoveryArrived(2, 2)) == [Send(KindReport(1, RecoveryPrepared(2)))]
+    assert machine.handle(KindCommand(FinishRecovery(1))) == []
+
+
+def test_without_replication_a_lost_peer_still_fails_the_worker():
+    machine = running()
+    assert machine.handle(PeerClosed(2, "gone")) == [FailPeerLost(2, "gone")]

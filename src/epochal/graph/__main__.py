@@ -33,7 +33,6 @@ ALGORITHMS = ("bfs", "pr", "wcc", "cdlp", "lcc", "sssp")
 #: Graphalytics datasets' properties files commonly set)
 DEFAULT_ITERATIONS = 10
 DEFAULT_DAMPING = 0.85
-REPLICATION_UNAVAILABLE = "replication fault tolerance is not available yet; use none or checkpoint"
 
 
 class CommandLineError(EpochalError, ValueError):
@@ -88,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fault-tolerance", choices=("none", "checkpoint", "replication"), default="none")
     run.add_argument("--checkpoint-interval", type=_bounded(int, 1), metavar="K",
                      help="supersteps between checkpoints (with --fault-tolerance checkpoint)")
+    run.add_argument("--recovery", choices=("rebirth", "migration"),
+                     help="with --fault-tolerance replication: a new worker takes the lost one's place (rebirth, "
+                          "the default) or the survivors take over its vertices (migration)")
+    run.add_argument("--replicas", type=_bounded(int, 1), metavar="K",
+                     help="with --fault-tolerance replication: workers that may be lost at once (default 1)")
+    run.add_argument("--no-selfish", action="store_true",
+                     help="with --fault-tolerance replication: synchronise every FT replica every superstep")
     run.add_argument("--kill-worker", type=_bounded(int, 0), metavar="W", help="kill this worker (a failure test)")
     run.add_argument("--kill-at-superstep", type=_bounded(int, 0), metavar="S", help="... in this superstep")
     run.add_argument("--work-dir", metavar="DIR", help="where the driver writes partitions and checkpoints; on a "
@@ -98,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse option combinations that cannot run (before anything is loaded)."""
-    if args.fault_tolerance == "replication":
-        raise CommandLineError(REPLICATION_UNAVAILABLE)
+    if args.fault_tolerance != "replication" and (args.recovery or args.replicas or args.no_selfish):
+        raise CommandLineError("--recovery, --replicas and --no-selfish need --fault-tolerance replication")
+    if args.replicas is not None and args.replicas >= args.parallelism:
+        raise CommandLineError(f"--replicas {args.replicas} needs more workers: --parallelism at least "
+                               f"{args.replicas + 1}")
     if args.checkpoint_interval is not None and args.fault_tolerance != "checkpoint":
         raise CommandLineError("--checkpoint-interval needs --fault-tolerance checkpoint")
     if (args.kill_worker is None) != (args.kill_at_superstep is None):
@@ -143,6 +152,8 @@ def _execute(args: argparse.Namespace, graph: Any, program: Program) -> GraphRes
         options["checkpoint_interval"] = args.checkpoint_interval
     if args.kill_worker is not None:
         options["faults"] = [Fault("superstep", worker=args.kill_worker, superstep=args.kill_at_superstep)]
+    if args.fault_tolerance == "replication":
+        options.update(recovery=args.recovery or "rebirth", replicas=args.replicas or 1, selfish=not args.no_selfish)
     return run_graph(graph, program, parallelism=args.parallelism, partitioner=args.partitioner,
                      fault_tolerance=args.fault_tolerance, **options)
 
@@ -166,7 +177,7 @@ def run_from_args(args: argparse.Namespace) -> GraphResult:
     print(f"{args.algorithm}: {graph.num_vertices} vertices, {graph.num_edges} edges, {result.supersteps} supersteps "
           f"({result.halt_reason}), load {loaded - started:.2f} s, run {ran - loaded:.2f} s, write "
           f"{written - ran:.2f} s, replication factor {result.replication_factor:.2f}, "
-          f"{len(result.restarts)} restarts, output {args.output}")
+          f"{len(result.restarts)} restarts, {len(result.recoveries)} recoveries, output {args.output}")
     return result
 
 
