@@ -255,3 +255,33 @@ def test_without_the_rollback_survivors_keep_half_a_superstep_and_results_are_wr
     harness.rollback = False
     got = harness.run(lose_at=3, lost=(1,))
     assert not np.allclose(got[1], want[1], rtol=1e-9, atol=0)
+
+
+def sync_plan_agrees(engines: dict[int, Any]) -> None:
+    """Every sender's send list to a peer names exactly the replicas the peer expects from it,
+    in the same order (ids), and every master read is a master or replica of its worker."""
+    for s, sender in engines.items():
+        for r, receiver in engines.items():
+            if s == r:
+                continue
+            sent = sender.part.ids[sender.part.send_index.get(r, np.zeros(0, dtype=np.int64))]
+            expected_ids = receiver.part.table_ids[receiver.part.receive_slots.get(s, np.zeros(0, dtype=np.int64))]
+            assert np.array_equal(sent, expected_ids), (s, r)
+    owned = np.concatenate([e.part.ids for e in engines.values()])
+    assert np.unique(owned).size == owned.size  # every vertex has exactly one master
+
+
+@pytest.mark.parametrize("mode", ["rebirth", "migration"])
+def test_after_a_recovery_the_sync_plans_agree_and_promoted_mirrors_are_masters(mode):
+    graph = random_graph(weighted=True)
+    harness = Harness(graph, SSSP(int(graph.vertices[0])), 4, ReplicationSettings(k=1, mode=mode))
+    lost_ids = harness.parts[3].ids.copy()
+    harness.run(lose_at=2, lost=(3,))
+    sync_plan_agrees(harness.engines)
+    owner_now = {int(v): w for w, e in harness.engines.items() for v in e.part.ids.tolist()}
+    if mode == "migration":
+        assert 3 not in harness.engines
+        mirrors = harness.plan.mirrors[graph.index_of(lost_ids), 0]
+        assert [owner_now[int(v)] for v in lost_ids.tolist()] == mirrors.tolist()  # promoted where mirrored
+    else:
+        assert all(owner_now[int(v)] == 3 for v in lost_ids.tolist())

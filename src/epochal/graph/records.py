@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from epochal.graph.partition import Partition
 
@@ -194,15 +196,12 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
     ids, replica_ids = masters.ids, replicas.ids
     n = ids.size
     table_ids = np.concatenate([ids, replica_ids])
-    order = np.argsort(table_ids, kind="stable")
     nbr_ids = masters.nbr_ids if masters.nbr_ids is not None else np.zeros(0, dtype=_INT)
-    found = np.searchsorted(table_ids[order], nbr_ids) if table_ids.size else np.zeros(0, dtype=_INT)
-    found = np.minimum(found, max(table_ids.size - 1, 0))
-    if nbr_ids.size and not np.array_equal(table_ids[order][found], nbr_ids):
-        missing = nbr_ids[table_ids[order][found] != nbr_ids][:5].tolist()
+    nbr_slot = slots_of(table_ids, nbr_ids)
+    if (nbr_slot < 0).any():
+        missing = nbr_ids[nbr_slot < 0][:5].tolist()
         raise ValueError(f"worker {worker}: masters read vertices that are neither masters nor replicas here: "
                          f"{missing}")
-    nbr_slot = order[found] if nbr_ids.size else np.zeros(0, dtype=_INT)
     part = Partition(worker, template.num_workers, ids, replica_ids,
                      masters.nbr_ptr if masters.nbr_ptr is not None else np.zeros(1, dtype=_INT), nbr_slot,
                      masters.nbr_weight,
@@ -232,6 +231,19 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
         np.concatenate([columns[0], columns[1].astype(columns[0].dtype, copy=False)])
     changed = np.concatenate([_flags(masters.changed, n), _flags(replicas.changed, replica_ids.size)])
     return part, values, changed
+
+
+def slots_of(table_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The position of each of ``ids`` in ``table_ids`` (distinct ids), -1 where absent; a hash
+    lookup (pyarrow) for large inputs, a binary search for small ones."""
+    if not ids.size or not table_ids.size:
+        return np.full(ids.size, -1, dtype=_INT)
+    if ids.size < 4096:
+        order = np.argsort(table_ids, kind="stable")
+        found = np.minimum(np.searchsorted(table_ids[order], ids), table_ids.size - 1)
+        return np.where(table_ids[order][found] == ids, order[found], -1)
+    found = pc.index_in(pa.array(ids, type=pa.int64()), value_set=pa.array(table_ids, type=pa.int64()))
+    return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(_INT, copy=False)
 
 
 def concat_adjacency(masters: VertexRecords, replicas: VertexRecords) -> tuple[np.ndarray, np.ndarray]:

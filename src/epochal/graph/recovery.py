@@ -25,7 +25,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from epochal.graph.partition import Partition
-from epochal.graph.records import VertexRecords, assemble, concat, master_records, replica_records, take_rows
+from epochal.graph.records import (
+    VertexRecords,
+    assemble,
+    concat,
+    master_records,
+    replica_records,
+    slots_of,
+    take_rows,
+)
 
 _INT = np.int64
 RECOVERY_MODES = ("rebirth", "migration")
@@ -121,14 +129,18 @@ def _static(records: VertexRecords) -> VertexRecords:
 def rebirth_batches(part: Partition, table: np.ndarray, changed: np.ndarray, lost: set[int], epoch: int,
                     routing_from: int) -> dict[int, RecoveryBatch]:
     """What this survivor sends each new worker replacing one of ``lost`` (papers/003 §5.1.1)."""
-    mine = master_records(part, table, changed)
     recovered = _recovered_mirrors(part, table, changed, lost)
     out: dict[int, RecoveryBatch] = {}
     for dead in sorted(lost):
         masters = recovered.take(np.flatnonzero(part.owner_of(recovered.ids) == dead))
-        replicas = concat([_replica_part(mine.take(_holding(mine, dead))),
+        # only what the lost worker held: its replicas of my masters (the sync plan says which)
+        # and the static state of my masters it mirrored; never every master's full state
+        holding = part.send_index.get(dead, np.zeros(0, dtype=_INT))
+        mirrored = np.zeros(0, dtype=_INT) if part.master_mirrors is None else \
+            np.flatnonzero((part.master_mirrors == dead).any(axis=1))
+        replicas = concat([replica_records(part, table, changed, holding),
                            _replica_part(recovered.take(_holding(recovered, dead)))])
-        mirrors = concat([_static(mine.take(_mirrored_on(mine, dead))),
+        mirrors = concat([_static(master_records(part, None, None, mirrored)),
                           _static(recovered.take(_mirrored_on(recovered, dead)))])
         routing = (part.all_ids, part.owner) if part.worker == routing_from else None
         out[dead] = RecoveryBatch(epoch, part.worker, masters, replicas, mirrors, routing)
@@ -160,6 +172,14 @@ class Migration:
     batches: dict[int, RecoveryBatch]
 
 
+def member(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` occur in ``sorted_values`` (ascending): a binary search, no sort of both."""
+    if not sorted_values.size:
+        return np.zeros(values.size, dtype=bool)
+    position = np.minimum(np.searchsorted(sorted_values, values), sorted_values.size - 1)
+    return sorted_values[position] == values
+
+
 def _readers(records: VertexRecords, directions: str) -> tuple[np.ndarray, np.ndarray]:
     """(row, reader id) pairs: who reads each vertex (out-neighbours, or every neighbour when
     vertices read both ways)."""
@@ -174,29 +194,33 @@ def migration_start(part: Partition, table: np.ndarray, changed: np.ndarray, los
     on other workers, and prepare one batch per live peer (papers/003 §5.2.1)."""
     worker = part.worker
     owner = part.owner.copy()
-    owner[np.searchsorted(part.all_ids, moved_ids)] = moved_to
+    moved_dense = np.searchsorted(part.all_ids, moved_ids)
+    owner[moved_dense] = moved_to
+    is_moved = np.zeros(part.all_ids.size, dtype=bool)
+    is_moved[moved_dense] = True
     template = replace(part, owner=owner, gone=tuple(sorted(set(gone) | lost)))
     mirror: VertexRecords = part.mirror if part.mirror is not None else VertexRecords(np.zeros(0, dtype=_INT))
     mirror_slots = _mirror_slots(part) if len(mirror) else np.zeros(0, dtype=_INT)
-    promote = np.isin(mirror.ids, moved_ids[moved_to == worker])
+    promote = member(np.sort(moved_ids[moved_to == worker]), mirror.ids)
     promoted = _dynamic(mirror.take(np.flatnonzero(promote)), part, table, changed, mirror_slots[promote])
     masters = concat([master_records(part, table, changed), promoted])
     # replicas this worker must create elsewhere: a reader moved to a worker without a copy
     rows, reader = _readers(masters, part.directions)
-    moved = np.isin(reader, moved_ids)
-    rows, target = rows[moved], owner[np.searchsorted(part.all_ids, reader[moved])]
+    reader_dense = slots_of(part.all_ids, reader)
+    moved = is_moved[reader_dense]
+    rows, target = rows[moved], owner[reader_dense[moved]]
     assert masters.loc_ptr is not None and masters.loc_workers is not None
     loc_rows = np.repeat(np.arange(len(masters), dtype=_INT), np.diff(masters.loc_ptr))
     num = part.num_workers
     have = loc_rows * num + masters.loc_workers
     want = np.unique(rows * num + target)
-    want = want[(want % num != worker) & ~np.isin(want, have)]
+    want = want[(want % num != worker) & ~member(have, want)]  # (have is sorted: rows, then workers)
     # final locations: old ones without lost workers and this one, plus the new ones
     keys = np.concatenate([have, want])
     keys = np.unique(keys[~np.isin(keys % num, [*template.gone, worker])])
     loc_ptr = np.zeros(len(masters) + 1, dtype=_INT)
     np.cumsum(np.bincount(keys // num, minlength=len(masters)), out=loc_ptr[1:])
-    changed_loc = np.unique(np.concatenate([want // num, np.flatnonzero(np.isin(masters.ids, promoted.ids))]))
+    changed_loc = np.unique(np.concatenate([want // num, np.flatnonzero(member(promoted.ids, masters.ids))]))
     loc_workers = keys % num
     masters = replace(masters, loc_ptr=loc_ptr, loc_workers=loc_workers)
     batches: dict[int, RecoveryBatch] = {}
@@ -206,7 +230,7 @@ def migration_start(part: Partition, table: np.ndarray, changed: np.ndarray, los
         ptr, entries = take_rows(loc_ptr, mirrored)
         batches[peer] = RecoveryBatch(epoch, worker, replicas=_replica_part(masters.take(new)),
                                       locations=(masters.ids[mirrored], ptr, loc_workers[entries]))
-    keep = ~np.isin(part.replica_ids, promoted.ids)
+    keep = ~member(promoted.ids, part.replica_ids)
     replicas = replica_records(part, table, changed, part.num_masters + np.flatnonzero(keep))
     return Migration(masters, replicas, mirror.take(np.flatnonzero(~promote)), template, batches)
 
