@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from epochal.control.kinds import ReplaceWorker, RetireWorker
-from epochal.graph.algorithms import CDLP, SSSP, WCC, PageRank
+from epochal.graph.algorithms import CDLP, LCC, SSSP, WCC, PageRank
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import make_engine
 from epochal.graph.local import program_layout, run_locally
@@ -162,6 +162,7 @@ class Harness:
 
 
 PROGRAMS = {
+    "lcc": lambda g: LCC(),
     "pagerank": lambda g: PageRank(iterations=8),
     "sssp": lambda g: SSSP(int(g.vertices[0])),
     "wcc": lambda g: WCC(),
@@ -177,7 +178,7 @@ def expected(graph: Graph, program: Any) -> tuple[np.ndarray, np.ndarray]:
 def same(got: Any, want: tuple[np.ndarray, np.ndarray], name: str) -> None:
     assert got is not None
     assert np.array_equal(got[0], want[0])
-    if name == "pagerank":
+    if name in ("pagerank", "lcc"):
         np.testing.assert_allclose(got[1], want[1], rtol=1e-9)
     else:
         assert np.array_equal(got[1], want[1])
@@ -185,13 +186,14 @@ def same(got: Any, want: tuple[np.ndarray, np.ndarray], name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 @pytest.mark.parametrize("mode", ["rebirth", "migration"])
-@pytest.mark.parametrize("after_barrier", [False, True])
-def test_a_lost_worker_is_recovered_and_results_equal_the_failure_free_run(name, mode, after_barrier):
+@pytest.mark.parametrize(("lose_at", "after_barrier"), [(0, False), (2, False), (2, True)])
+def test_a_lost_worker_is_recovered_and_results_equal_the_failure_free_run(name, mode, lose_at, after_barrier):
     graph = random_graph(weighted=name == "sssp")
     program = PROGRAMS[name](graph)
     want = expected(graph, program)
     harness = Harness(graph, program, 4, ReplicationSettings(k=1, mode=mode))
-    same(harness.run(lose_at=2, lost=(1,), after_barrier=after_barrier), want, name)
+    lose_at = min(lose_at, program.max_supersteps or lose_at)  # (LCC is one superstep)
+    same(harness.run(lose_at=lose_at, lost=(1,), after_barrier=after_barrier), want, name)
     assert len(harness.coordination.replication.history) == 1
 
 

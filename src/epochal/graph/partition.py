@@ -74,6 +74,7 @@ class Partition:
     _rows: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _readers: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
     _asked: int = field(default=0, init=False, repr=False, compare=False)
+    _table_index: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def num_masters(self) -> int:
@@ -92,6 +93,13 @@ class Partition:
     def table_ids(self) -> np.ndarray:
         """The id of every table slot (masters, then replicas)."""
         return np.concatenate([self.ids, self.replica_ids])
+
+    def table_index(self) -> np.ndarray:
+        """The vertex index (position in ``all_ids``) of every table slot (built once)."""
+        if self._table_index is None:
+            dtype = np.int32 if self.all_ids.size < 2**31 else np.int64
+            self._table_index = np.searchsorted(self.all_ids, self.table_ids).astype(dtype)
+        return self._table_index
 
     def nbr_rows(self) -> np.ndarray:
         """The master (row) of every ``nbr_slot`` entry."""
@@ -121,7 +129,7 @@ class Partition:
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
-        state["_rows"] = state["_readers"] = None  # derived: rebuilt where used
+        state["_rows"] = state["_readers"] = state["_table_index"] = None  # derived: rebuilt where used
         state["_asked"] = 0
         return state
 

@@ -3,10 +3,12 @@
 A :class:`VertexRecords` is a batch of vertices, sorted by id, with everything needed to make
 them masters or replicas anywhere: the *dynamic* state (value, changed/active flag) and, for a
 full-state record, the *static* state a mirror keeps (papers/003 §4.2): what the vertex reads
-(global ids, weights), its out-edges, degrees and properties, the workers holding its replicas
+(with weights), its out-edges, degrees and properties, the workers holding its replicas
 (``loc``), the workers of its mirrors by mirror id, whether it is selfish, and its adjacency
 (for programs that read it). Replica-only records carry the dynamic state, the out-degree and
-the adjacency. Lists are CSR (``*_ptr`` offsets, one row per vertex).
+the adjacency. Lists are CSR (``*_ptr`` offsets, one row per vertex); the vertices in them are
+*vertex indices* (positions in the routing table ``Partition.all_ids``, int32 while they fit),
+half the bytes of ids and found without a hash lookup.
 
 :func:`master_records` and :func:`replica_records` cut records out of a running partition;
 :func:`assemble` turns masters' and replicas' records back into a
@@ -43,8 +45,8 @@ def take_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 #: CSR groups of a record batch: pointer field -> its entry fields.
-_CSR = {"nbr_ptr": ("nbr_ids", "nbr_weight"), "out_ptr": ("out_ids", "out_weight"),
-        "loc_ptr": ("loc_workers",), "adj_ptr": ("adj_ids",)}
+_CSR = {"nbr_ptr": ("nbr_index", "nbr_weight"), "out_ptr": ("out_index", "out_weight"),
+        "loc_ptr": ("loc_workers",), "adj_ptr": ("adj_index",)}
 
 
 @dataclass
@@ -57,13 +59,13 @@ class VertexRecords:
     changed: np.ndarray | None = None
     out_degree: np.ndarray | None = None
     adj_ptr: np.ndarray | None = None
-    adj_ids: np.ndarray | None = None
+    adj_index: np.ndarray | None = None
     # -- the static full state (None in replica-only records)
     nbr_ptr: np.ndarray | None = None
-    nbr_ids: np.ndarray | None = None
+    nbr_index: np.ndarray | None = None
     nbr_weight: np.ndarray | None = None
     out_ptr: np.ndarray | None = None
-    out_ids: np.ndarray | None = None
+    out_index: np.ndarray | None = None
     out_weight: np.ndarray | None = None
     in_degree: np.ndarray | None = None
     loc_ptr: np.ndarray | None = None
@@ -150,18 +152,26 @@ def locations(part: Partition) -> tuple[np.ndarray, np.ndarray]:
     return _ptr(np.bincount(slots, minlength=part.num_masters)), workers[order]
 
 
+def vertex_index(part: Partition, ids: np.ndarray) -> np.ndarray:
+    """The vertex index (position in ``part.all_ids``) of each of ``ids``, all vertices of the graph."""
+    dtype = np.int32 if part.all_ids.size < 2**31 else _INT
+    return slots_of(part.all_ids, ids).astype(dtype, copy=False)
+
+
 def _adjacency(part: Partition, slots: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
     if part.table_out_ptr is None or part.table_out_ids is None:
         return None, None
     ptr, entries = take_rows(part.table_out_ptr, slots)
-    return ptr, part.table_out_ids[entries]
+    return ptr, vertex_index(part, part.table_out_ids[entries])
 
 
-def replica_records(part: Partition, table: np.ndarray, changed: np.ndarray, slots: np.ndarray) -> VertexRecords:
-    """Replica-only records of table ``slots`` (masters or replicas) of ``part``."""
-    adj_ptr, adj_ids = _adjacency(part, slots)
-    return VertexRecords(part.table_ids[slots], table[slots].copy(), changed[slots].copy(),
-                         part.table_out_degree[slots].copy(), adj_ptr, adj_ids)
+def replica_records(part: Partition, table: np.ndarray | None, changed: np.ndarray,
+                    slots: np.ndarray) -> VertexRecords:
+    """Replica-only records of table ``slots`` (masters or replicas) of ``part`` (no values
+    before the first superstep committed)."""
+    adj_ptr, adj_index = _adjacency(part, slots)
+    return VertexRecords(part.table_ids[slots], None if table is None else table[slots].copy(), changed[slots].copy(),
+                         part.table_out_degree[slots].copy(), adj_ptr, adj_index)
 
 
 def master_records(part: Partition, table: np.ndarray | None, changed: np.ndarray | None,
@@ -169,18 +179,17 @@ def master_records(part: Partition, table: np.ndarray | None, changed: np.ndarra
     """Full-state records of master ``slots`` (all masters if None) of ``part``; with ``table``
     None, the static state only (what a mirror keeps)."""
     slots = np.arange(part.num_masters, dtype=_INT) if slots is None else np.asarray(slots, dtype=_INT)
-    table_ids = part.table_ids
     nbr_ptr, nbr = take_rows(part.nbr_ptr, slots)
     out_ptr, out = take_rows(part.out_ptr, slots)
     loc_ptr_all, loc_all = locations(part)
     loc_ptr, loc = take_rows(loc_ptr_all, slots)
-    adj_ptr, adj_ids = _adjacency(part, slots)
+    adj_ptr, adj_index = _adjacency(part, slots)
     k = 0 if part.master_mirrors is None else part.master_mirrors.shape[1]
     return VertexRecords(
         part.ids[slots], None if table is None else table[slots].copy(),
-        None if changed is None else changed[slots].copy(), part.table_out_degree[slots].copy(), adj_ptr, adj_ids,
-        nbr_ptr, table_ids[part.nbr_slot[nbr]], None if part.nbr_weight is None else part.nbr_weight[nbr],
-        out_ptr, part.out_ids[out], None if part.out_weight is None else part.out_weight[out],
+        None if changed is None else changed[slots].copy(), part.table_out_degree[slots].copy(), adj_ptr, adj_index,
+        nbr_ptr, part.table_index()[part.nbr_slot[nbr]], None if part.nbr_weight is None else part.nbr_weight[nbr],
+        out_ptr, vertex_index(part, part.out_ids[out]), None if part.out_weight is None else part.out_weight[out],
         part.in_degree[slots].copy(), loc_ptr, loc_all[loc],
         np.full((slots.size, k), -1, dtype=_INT) if part.master_mirrors is None else part.master_mirrors[slots],
         np.zeros(slots.size, dtype=bool) if part.selfish is None else part.selfish[slots],
@@ -196,17 +205,21 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
     ids, replica_ids = masters.ids, replicas.ids
     n = ids.size
     table_ids = np.concatenate([ids, replica_ids])
-    nbr_ids = masters.nbr_ids if masters.nbr_ids is not None else np.zeros(0, dtype=_INT)
-    nbr_slot = slots_of(table_ids, nbr_ids)
+    all_ids = template.all_ids
+    slot_of_vertex = np.full(all_ids.size, -1, dtype=_INT)  # vertex index -> table slot here
+    slot_of_vertex[np.searchsorted(all_ids, table_ids)] = np.arange(table_ids.size, dtype=_INT)
+    nbr_index = masters.nbr_index if masters.nbr_index is not None else np.zeros(0, dtype=_INT)
+    nbr_slot = slot_of_vertex[nbr_index]
     if (nbr_slot < 0).any():
-        missing = nbr_ids[nbr_slot < 0][:5].tolist()
+        missing = all_ids[nbr_index[nbr_slot < 0][:5]].tolist()
         raise ValueError(f"worker {worker}: masters read vertices that are neither masters nor replicas here: "
                          f"{missing}")
     part = Partition(worker, template.num_workers, ids, replica_ids,
                      masters.nbr_ptr if masters.nbr_ptr is not None else np.zeros(1, dtype=_INT), nbr_slot,
                      masters.nbr_weight,
                      masters.out_ptr if masters.out_ptr is not None else np.zeros(1, dtype=_INT),
-                     masters.out_ids if masters.out_ids is not None else np.zeros(0, dtype=_INT), masters.out_weight,
+                     all_ids[masters.out_index] if masters.out_index is not None else np.zeros(0, dtype=_INT),
+                     masters.out_weight,
                      _column(masters.out_degree, n), _column(masters.in_degree, n),
                      table_out_degree=np.concatenate([_column(masters.out_degree, n),
                                                       _column(replicas.out_degree, replica_ids.size)]),
@@ -214,8 +227,8 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
                      directions=template.directions, properties=dict(masters.properties),
                      master_mirrors=masters.mirrors, selfish=masters.selfish, mirror=mirror, gone=template.gone)
     if masters.adj_ptr is not None or replicas.adj_ptr is not None:
-        both = concat_adjacency(masters, replicas)
-        part.table_out_ptr, part.table_out_ids = both
+        adj_ptr, adj_index = concat_adjacency(masters, replicas)
+        part.table_out_ptr, part.table_out_ids = adj_ptr, all_ids[adj_index]
     # the sync plan: my masters with a replica on p, in id order; my replicas owned by s, in id order
     if masters.loc_ptr is not None and masters.loc_workers is not None:
         rows = np.repeat(np.arange(n, dtype=_INT), np.diff(masters.loc_ptr))
@@ -248,7 +261,7 @@ def slots_of(table_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def concat_adjacency(masters: VertexRecords, replicas: VertexRecords) -> tuple[np.ndarray, np.ndarray]:
     """The table's adjacency CSR: masters' rows, then replicas'."""
-    parts = [(b.adj_ptr, b.adj_ids) for b in (masters, replicas) if len(b)]
+    parts = [(b.adj_ptr, b.adj_index) for b in (masters, replicas) if len(b)]
     counts, ids = [], []
     for ptr, entries in parts:
         if ptr is None or entries is None:

@@ -31,7 +31,6 @@ from epochal.graph.records import (
     concat,
     master_records,
     replica_records,
-    slots_of,
     take_rows,
 )
 
@@ -86,18 +85,20 @@ def _mirror_slots(part: Partition) -> np.ndarray:
     return part.num_masters + np.searchsorted(part.replica_ids, part.mirror.ids)
 
 
-def _dynamic(records: VertexRecords, part: Partition, table: np.ndarray, changed: np.ndarray,
+def _dynamic(records: VertexRecords, table: np.ndarray | None, changed: np.ndarray,
              slots: np.ndarray) -> VertexRecords:
-    return replace(records, values=table[slots].copy(), changed=changed[slots].copy())
+    """``records`` with the values and changed flags of table ``slots`` (none before superstep 0
+    committed: the job then starts over from the programs' initial values)."""
+    return replace(records, values=None if table is None else table[slots].copy(), changed=changed[slots].copy())
 
 
 def _replica_part(records: VertexRecords) -> VertexRecords:
     """Replica-only records of full-state ones (dynamic state, out-degree, adjacency)."""
     return VertexRecords(records.ids, records.values, records.changed, records.out_degree, records.adj_ptr,
-                         records.adj_ids)
+                         records.adj_index)
 
 
-def _recovered_mirrors(part: Partition, table: np.ndarray, changed: np.ndarray,
+def _recovered_mirrors(part: Partition, table: np.ndarray | None, changed: np.ndarray,
                        lost: set[int]) -> VertexRecords:
     """Full-state records of the lost masters this worker is responsible for (from its mirrors)."""
     mirror: VertexRecords | None = part.mirror
@@ -106,7 +107,7 @@ def _recovered_mirrors(part: Partition, table: np.ndarray, changed: np.ndarray,
     assert mirror.mirrors is not None
     owners = part.owner_of(mirror.ids)
     rows = np.flatnonzero(np.isin(owners, list(lost)) & (responsible_for(owners, mirror.mirrors, lost) == part.worker))
-    return _dynamic(mirror.take(rows), part, table, changed, _mirror_slots(part)[rows])
+    return _dynamic(mirror.take(rows), table, changed, _mirror_slots(part)[rows])
 
 
 def _holding(records: VertexRecords, worker: int) -> np.ndarray:
@@ -126,7 +127,7 @@ def _static(records: VertexRecords) -> VertexRecords:
 
 
 # ---------------------------------------------------------------------- Rebirth
-def rebirth_batches(part: Partition, table: np.ndarray, changed: np.ndarray, lost: set[int], epoch: int,
+def rebirth_batches(part: Partition, table: np.ndarray | None, changed: np.ndarray, lost: set[int], epoch: int,
                     routing_from: int) -> dict[int, RecoveryBatch]:
     """What this survivor sends each new worker replacing one of ``lost`` (papers/003 §5.1.1)."""
     recovered = _recovered_mirrors(part, table, changed, lost)
@@ -181,14 +182,15 @@ def member(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _readers(records: VertexRecords, directions: str) -> tuple[np.ndarray, np.ndarray]:
-    """(row, reader id) pairs: who reads each vertex (out-neighbours, or every neighbour when
-    vertices read both ways)."""
-    ptr, ids = (records.out_ptr, records.out_ids) if directions == "in" else (records.nbr_ptr, records.nbr_ids)
-    assert ptr is not None and ids is not None
-    return np.repeat(np.arange(len(records), dtype=_INT), np.diff(ptr)), ids
+    """(row, reader's vertex index) pairs: who reads each vertex (out-neighbours, or every
+    neighbour when vertices read both ways)."""
+    ptr, index = (records.out_ptr, records.out_index) if directions == "in" else (records.nbr_ptr, records.nbr_index)
+    assert ptr is not None and index is not None
+    return np.repeat(np.arange(len(records), dtype=_INT), np.diff(ptr)), index
 
 
-def migration_start(part: Partition, table: np.ndarray, changed: np.ndarray, lost: set[int], gone: tuple[int, ...],
+def migration_start(part: Partition, table: np.ndarray | None, changed: np.ndarray, lost: set[int],
+                    gone: tuple[int, ...],
                     moved_ids: np.ndarray, moved_to: np.ndarray, epoch: int) -> Migration:
     """Promote this worker's mirrors of moved masters, find the replicas its masters must create
     on other workers, and prepare one batch per live peer (papers/003 §5.2.1)."""
@@ -202,13 +204,12 @@ def migration_start(part: Partition, table: np.ndarray, changed: np.ndarray, los
     mirror: VertexRecords = part.mirror if part.mirror is not None else VertexRecords(np.zeros(0, dtype=_INT))
     mirror_slots = _mirror_slots(part) if len(mirror) else np.zeros(0, dtype=_INT)
     promote = member(np.sort(moved_ids[moved_to == worker]), mirror.ids)
-    promoted = _dynamic(mirror.take(np.flatnonzero(promote)), part, table, changed, mirror_slots[promote])
+    promoted = _dynamic(mirror.take(np.flatnonzero(promote)), table, changed, mirror_slots[promote])
     masters = concat([master_records(part, table, changed), promoted])
     # replicas this worker must create elsewhere: a reader moved to a worker without a copy
     rows, reader = _readers(masters, part.directions)
-    reader_dense = slots_of(part.all_ids, reader)
-    moved = is_moved[reader_dense]
-    rows, target = rows[moved], owner[reader_dense[moved]]
+    moved = is_moved[reader]
+    rows, target = rows[moved], owner[reader[moved]]
     assert masters.loc_ptr is not None and masters.loc_workers is not None
     loc_rows = np.repeat(np.arange(len(masters), dtype=_INT), np.diff(masters.loc_ptr))
     num = part.num_workers

@@ -215,12 +215,12 @@ class GraphWorker(WorkerShell):
         lost = set(command.lost)
         batches: dict[int, RecoveryBatch] = {}
         if command.mode == "migration":
-            assert isinstance(engine, VectorEngine) and engine.table is not None
+            assert isinstance(engine, VectorEngine)
             self.migration = migration_start(engine.part, engine.table, engine.changed_table, lost, command.gone,
                                              command.moved_ids, command.moved_to, command.epoch)  # type: ignore[arg-type]
             batches = self.migration.batches
         elif self.index not in lost:
-            assert isinstance(engine, VectorEngine) and engine.table is not None
+            assert isinstance(engine, VectorEngine)
             batches = rebirth_batches(engine.part, engine.table, engine.changed_table, lost, command.epoch,
                                       command.routing_from)
         for peer in self.machine.live_peers - (lost if command.mode == "migration" else set()):
