@@ -55,6 +55,8 @@ class Partition:
     #: every vertex id and its owner (sorted ids), to route messages to any vertex
     all_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: the out-edges' targets as vertex indices (positions in ``all_ids``), for recovery records
+    out_index: np.ndarray | None = None
     #: with ``adjacency``: out-neighbour ids of every table vertex (CSR over table slots)
     table_out_ptr: np.ndarray | None = None
     table_out_ids: np.ndarray | None = None
@@ -204,13 +206,15 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
         out_ptr = np.zeros(masters.size + 1, dtype=np.int64)
         np.cumsum(counts, out=out_ptr[1:])
         take = np.repeat(lo - out_ptr[:-1], counts) + np.arange(int(out_ptr[-1]))
-        out_ids = graph.vertices[out_sorted[take]]
+        out_index = out_sorted[take]
+        out_ids = graph.vertices[out_index]
         out_weight = None if out_w_sorted is None else out_w_sorted[take]
         part = Partition(worker, num_workers, graph.vertices[masters], graph.vertices[replicas], ptr, nbr_slot,
                          nbr_weight, out_ptr, out_ids, out_weight, out_degree[masters], in_degree[masters],
                          all_ids=graph.vertices, owner=owner, directed=graph.directed, directions=directions,
                          properties={k: v[masters] for k, v in graph.properties.items()},
-                         table_out_degree=out_degree[np.concatenate([masters, replicas])])
+                         table_out_degree=out_degree[np.concatenate([masters, replicas])],
+                         out_index=out_index.astype(np.int32 if n < 2**31 else np.int64))
         if adjacency:
             table = np.concatenate([masters, replicas])
             lo, hi = out_ptr_all[table], out_ptr_all[table + 1]

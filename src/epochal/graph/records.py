@@ -189,7 +189,8 @@ def master_records(part: Partition, table: np.ndarray | None, changed: np.ndarra
         part.ids[slots], None if table is None else table[slots].copy(),
         None if changed is None else changed[slots].copy(), part.table_out_degree[slots].copy(), adj_ptr, adj_index,
         nbr_ptr, part.table_index()[part.nbr_slot[nbr]], None if part.nbr_weight is None else part.nbr_weight[nbr],
-        out_ptr, vertex_index(part, part.out_ids[out]), None if part.out_weight is None else part.out_weight[out],
+        out_ptr, vertex_index(part, part.out_ids[out]) if part.out_index is None else part.out_index[out],
+        None if part.out_weight is None else part.out_weight[out],
         part.in_degree[slots].copy(), loc_ptr, loc_all[loc],
         np.full((slots.size, k), -1, dtype=_INT) if part.master_mirrors is None else part.master_mirrors[slots],
         np.zeros(slots.size, dtype=bool) if part.selfish is None else part.selfish[slots],
@@ -225,7 +226,8 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
                                                       _column(replicas.out_degree, replica_ids.size)]),
                      all_ids=template.all_ids, owner=template.owner, directed=template.directed,
                      directions=template.directions, properties=dict(masters.properties),
-                     master_mirrors=masters.mirrors, selfish=masters.selfish, mirror=mirror, gone=template.gone)
+                     master_mirrors=masters.mirrors, selfish=masters.selfish, mirror=mirror, gone=template.gone,
+                     out_index=masters.out_index)
     if masters.adj_ptr is not None or replicas.adj_ptr is not None:
         adj_ptr, adj_index = concat_adjacency(masters, replicas)
         part.table_out_ptr, part.table_out_ids = adj_ptr, all_ids[adj_index]
