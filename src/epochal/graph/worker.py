@@ -31,7 +31,7 @@ from epochal.graph.recovery import (
     rebirth_assemble,
     rebirth_batches,
 )
-from epochal.graph.worker_machine import (
+from epochal.graph.worker_events import (
     Assemble,
     Assembled,
     CheckpointWritten,
@@ -41,8 +41,6 @@ from epochal.graph.worker_machine import (
     Computed,
     ConnectAndLoad,
     ExchangeArrived,
-    GraphPhase,
-    GraphWorkerMachine,
     Loaded,
     PeerRejoined,
     RecoveryArrived,
@@ -53,6 +51,7 @@ from epochal.graph.worker_machine import (
     WriteCheckpoint,
     WriteOutput,
 )
+from epochal.graph.worker_machine import GraphPhase, GraphWorkerMachine
 from epochal.messages import Dispatch, Finished
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined

@@ -6,7 +6,9 @@ superstep is done on this worker once it computed (``Computed``) and every peer'
 arrived (``ExchangeArrived``); then it commits, writes its checkpoint when the barrier asked for
 one, and reports to the JobMaster, which holds the global barrier
 (:mod:`epochal.graph.supersteps`). Hook points: ``superstep`` after computing (mid-superstep,
-before the barrier) and ``barrier`` after reporting. The driver is :mod:`epochal.graph.worker`.
+before the barrier) and ``barrier`` after reporting; ``recovery`` once its recovery batches
+are sent. Its events and instructions are :mod:`epochal.graph.worker_events`; the driver is
+:mod:`epochal.graph.worker`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,27 @@ from epochal.graph.supersteps import (
     RunSuperstep,
     SuperstepDone,
 )
+from epochal.graph.worker_events import (
+    Assemble,
+    Assembled,
+    CheckpointWritten,
+    Commit,
+    CommitResync,
+    Compute,
+    Computed,
+    ConnectAndLoad,
+    ExchangeArrived,
+    Instruction,
+    Loaded,
+    PeerRejoined,
+    RecoveryArrived,
+    Rewind,
+    SendRecovery,
+    SendResync,
+    StartHeartbeats,
+    WriteCheckpoint,
+    WriteOutput,
+)
 from epochal.messages import (
     Deploy,
     Dispatch,
@@ -35,146 +58,8 @@ from epochal.messages import (
     Start,
 )
 from epochal.runtime.mailbox import PeerClosed
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send
 from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
-
-
-# ---------------------------------------------------------------------- events
-@dataclass(frozen=True)
-class Loaded:
-    """The partition is loaded (and, with ``restored``, its checkpointed state reinstated).
-    ``replicated``: replication fault tolerance (a lost peer is recovered, not fatal);
-    ``joined``: a replacement's peers, all connected (it has no partition until it recovers)."""
-
-    now: float
-    timeout: float
-    num_workers: int
-    restored: bool
-    replicated: bool = False
-    joined: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class PeerRejoined:
-    """A replacement of lost worker ``peer`` connected."""
-
-    peer: int
-
-
-@dataclass(frozen=True)
-class RecoveryArrived:
-    """Peer ``sender``'s recovery batch of ``epoch`` arrived."""
-
-    epoch: int
-    sender: int
-
-
-@dataclass(frozen=True)
-class Assembled:
-    """This worker's part is whole again after recovery ``epoch``."""
-
-    epoch: int
-
-
-@dataclass(frozen=True)
-class ExchangeArrived:
-    """Peer ``sender``'s exchange for ``superstep`` arrived (``resync``: after a restore)."""
-
-    superstep: int
-    sender: int
-    resync: bool = False
-
-
-@dataclass(frozen=True)
-class Computed:
-    """This worker computed ``superstep`` and sent its exchanges."""
-
-    superstep: int
-    report: StepReport
-
-
-@dataclass(frozen=True)
-class CheckpointWritten:
-    """This worker's checkpoint file of ``superstep`` is durable."""
-
-    superstep: int
-    handle: dict[str, Any]
-
-
-# ---------------------------------------------------------------------- instructions
-@dataclass(frozen=True)
-class ConnectAndLoad:
-    """Connect to the peers of ``deploy``, load the partition, restore; then feed :class:`Loaded`."""
-
-    deploy: Deploy
-
-
-@dataclass(frozen=True)
-class SendResync:
-    """Send every master's restored value to the peers' replicas."""
-
-
-@dataclass(frozen=True)
-class CommitResync:
-    """Every peer's resync arrived: the replicas are as they were at the checkpoint."""
-
-
-@dataclass(frozen=True)
-class Compute:
-    """Run ``superstep`` and send its exchanges; then feed :class:`Computed`."""
-
-    command: RunSuperstep
-
-
-@dataclass(frozen=True)
-class Commit:
-    """``superstep`` is complete on this worker: make its results current."""
-
-    superstep: int
-
-
-@dataclass(frozen=True)
-class WriteCheckpoint:
-    """Write this worker's state after ``superstep`` (changed masters only unless ``full``)."""
-
-    superstep: int
-    full: bool
-
-
-@dataclass(frozen=True)
-class Rewind:
-    """Roll back to the start of superstep ``resume_at`` (papers/003 Algorithm 1, line 9)."""
-
-    resume_at: int
-
-
-@dataclass(frozen=True)
-class SendRecovery:
-    """Send every live peer this worker's recovery batch of ``command`` (papers/003 §5)."""
-
-    command: Recover
-
-
-@dataclass(frozen=True)
-class Assemble:
-    """Every worker prepared recovery ``command``: assemble what arrived; then feed :class:`Assembled`."""
-
-    command: Recover
-
-
-@dataclass(frozen=True)
-class StartHeartbeats:
-    """The job started: start the heartbeat thread."""
-
-
-@dataclass(frozen=True)
-class WriteOutput:
-    """The computation halted: write this worker's results and report finished."""
-
-
-Instruction = (Send | StopWorker | FailPeerLost | ReachPoint | ConnectAndLoad | SendResync | CommitResync
-               | Compute | Commit | WriteCheckpoint | StartHeartbeats | WriteOutput | Rewind | SendRecovery
-               | Assemble)
 
 
 class GraphPhase(enum.Enum):
