@@ -54,16 +54,9 @@ class Harness:
         self.engines = {p.worker: make_engine(p, program, graph.num_vertices) for p in self.parts}
         recovery = ReplicaRecovery(settings, graph.vertices, owner, self.plan.mirrors, workers)
         self.coordination = GraphCoordination("test", program, workers, replication=recovery)
-        self.uncommitted: int | None = None
         self.failures: list[Failed] = []
         self.reborn: dict[int, Any] = {}
         self.rollback = True
-
-    def commit(self) -> None:
-        if self.uncommitted is not None:
-            for engine in self.engines.values():
-                engine.commit(self.uncommitted)
-            self.uncommitted = None
 
     def compute(self, step: RunSuperstep) -> dict[int, Any]:
         reports = {}
@@ -76,6 +69,8 @@ class Harness:
             for peer, exchange in out.items():
                 if peer in self.engines:
                     self.engines[peer].receive(exchange)
+        for engine in self.engines.values():  # complete here: committed, with what it replaced kept
+            engine.commit(step.superstep, undo=True)
         return reports
 
     def lose(self, lost: list[int]) -> list[Any]:
@@ -95,9 +90,7 @@ class Harness:
         for engine in self.engines.values():
             if self.rollback:
                 engine.rewind(command.resume_at)
-            else:  # the mechanism switched off: survivors keep what they computed of resume_at
-                engine.commit()
-        self.uncommitted = None
+            # else the mechanism is switched off: survivors keep what they committed of resume_at
         finish: list[Any] = []
         for w in sorted(set(self.engines) | (set(command.lost) if command.mode == "rebirth" else set())):
             finish += self.coordination.on_report(w, RecoveryPrepared(command.epoch), 2.5)
@@ -134,7 +127,6 @@ class Harness:
             if isinstance(step, Recover):
                 [step] = self.recover(step)
                 continue
-            self.commit()
             reports = self.compute(step)
             if step.superstep == lose_at and not after_barrier:
                 lose_at = None
@@ -146,7 +138,6 @@ class Harness:
             for w in sorted(reports):
                 from epochal.graph.supersteps import SuperstepDone
                 decision += self.coordination.on_report(w, SuperstepDone(reports[w]), 0.5)
-            self.uncommitted = step.superstep
             [step] = decision
             at = step.superstep if isinstance(step, Halt) else step.superstep - 1
             if lose_at is not None and at == lose_at and after_barrier:
@@ -154,7 +145,6 @@ class Harness:
                 step = (self.lose(list(lost)) or [None])[-1]
                 if step is None:
                     return None
-        self.commit()
         ids = np.concatenate([e.part.ids for e in self.engines.values()])
         values = np.concatenate([np.asarray(e.output()) for e in self.engines.values()])
         order = np.argsort(ids)

@@ -168,14 +168,14 @@ def done(machine: GraphWorkerMachine, n: int) -> list:
     return out
 
 
-def test_with_replication_a_superstep_commits_only_when_the_barrier_passed():
+def test_with_replication_a_superstep_commits_so_that_it_can_be_taken_back_until_its_barrier():
     machine = replicated()
     assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]
-    assert done(machine, 0) == [Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
-    assert machine.uncommitted == 0  # the survivors may still roll back to superstep 0's start
-    assert machine.handle(run(1)) == [Commit(0), Compute(RunSuperstep(1))]
+    assert done(machine, 0) == [Commit(0, undo=True), Send(KindReport(1, SuperstepDone(report(0)))),
+                                ReachPoint("barrier", 0)]
+    assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]
     done(machine, 1)
-    assert machine.handle(KindCommand(Halt(1, "bound"))) == [Commit(1), WriteOutput()]
+    assert machine.handle(KindCommand(Halt(1, "bound"))) == [WriteOutput()]
 
 
 def test_a_lost_peer_waits_for_the_jobmaster_and_a_rebirth_waits_for_the_replacement():
@@ -200,7 +200,6 @@ def test_a_migration_expects_batches_from_survivors_only_and_then_forgets_the_lo
     machine.handle(PeerClosed(3, "gone"))
     recover = Recover(1, 1, (3,), "migration")
     assert machine.handle(KindCommand(recover)) == [Rewind(1), SendRecovery(recover), ReachPoint("recovery", 1)]
-    assert machine.uncommitted is None  # (Rewind commits superstep 0, whose barrier passed)
     machine.handle(RecoveryArrived(1, 0))
     assert machine.handle(RecoveryArrived(1, 2)) == [Send(KindReport(1, RecoveryPrepared(1)))]
     machine.handle(KindCommand(FinishRecovery(1)))

@@ -81,6 +81,9 @@ class VectorEngine:
         self._pending_superstep: int | None = None
         #: what peers sent, by superstep (a fast peer's next superstep may come before this commit)
         self._incoming: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
+        #: replication: the table and changed flags before the last commit, and its superstep
+        self._undo: tuple[np.ndarray, np.ndarray] | None = None
+        self._undo_superstep: int | None = None
 
     @property
     def values(self) -> np.ndarray | None:
@@ -126,11 +129,20 @@ class VectorEngine:
             self._incoming.setdefault(exchange.superstep, []).append(
                 (slots, np.asarray(exchange.values), exchange.changed))
 
-    def commit(self, superstep: int | None = None) -> None:
-        """Superstep ``superstep`` finished everywhere: its values, and what peers sent for it,
-        become the table (None: the one computed last, or, with none, whatever peers sent)."""
+    def commit(self, superstep: int | None = None, undo: bool = False) -> None:
+        """Superstep ``superstep`` is complete here: its values, and what peers sent for it,
+        become the table (None: the one computed last, or, with none, whatever peers sent).
+        With ``undo`` the table before it is kept, so that :meth:`rewind` can take the commit
+        back until the global barrier of ``superstep`` passed (replication: a commit before the
+        barrier stays off the barrier's critical path; a memcpy of the table is the price)."""
         part = self.part
         superstep = self._pending_superstep if superstep is None else superstep
+        if undo and self.table is not None:
+            if self._undo is None or self._undo[0].shape != self.table.shape:
+                self._undo = (np.empty_like(self.table), np.empty_like(self.changed_table))
+            np.copyto(self._undo[0], self.table)
+            np.copyto(self._undo[1], self.changed_table)
+        self._undo_superstep = superstep if undo else None
         if self._pending is not None and self._pending_superstep == superstep:
             values = self._pending
             if self.table is None:
@@ -155,6 +167,14 @@ class VectorEngine:
         """Make the state the one at the start of superstep ``resume_at`` (papers/003 Algorithm 1,
         rollback): commit a superstep before it that is still pending (its barrier passed), and
         forget ``resume_at`` and later (what this worker computed and what peers sent)."""
+        undone = self._undo_superstep
+        if undone is not None and undone >= resume_at:  # committed before a barrier that never passed
+            if self._undo is None:  # (superstep 0: nothing was committed before it)
+                self.table = None
+                self.changed_table = np.zeros(self.part.table_size, dtype=bool)
+            else:
+                self.table, self.changed_table = self._undo[0].copy(), self._undo[1].copy()
+            self._undo_superstep = None
         pending = self._pending_superstep
         if pending is not None and pending < resume_at:
             self.commit(pending)
@@ -165,6 +185,7 @@ class VectorEngine:
         """Run on ``part`` from now on, with ``table`` and ``changed`` (after a recovery)."""
         self.part, self.table, self.changed_table = part, table, changed
         self.dirty = np.zeros(part.num_masters, dtype=bool)
+        self._undo, self._undo_superstep = None, None
         self.rollback()
 
     # ------------------------------------------------------------------ checkpoints
@@ -324,7 +345,7 @@ class VertexEngine:
             for slot, message in zip(slots, exchange.messages, strict=True):
                 self._deliver(self._next, slot, message)
 
-    def commit(self, superstep: int | None = None) -> None:
+    def commit(self, superstep: int | None = None, undo: bool = False) -> None:
         self.inbox, self._next = self._next, {}
 
     def rollback(self) -> None:

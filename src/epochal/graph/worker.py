@@ -130,6 +130,15 @@ class GraphWorker(WorkerShell):
                 "vertices": part.num_masters if part is not None else 0,
                 "replicas": int(part.replica_ids.size) if part is not None else 0}
 
+    def _send(self, peer: int, channel: int, event: Any) -> None:
+        """Send ``event`` to ``peer``. With replication a peer that died mid-send is not this
+        worker's failure: its connection's end reaches the machine, the JobMaster recovers it."""
+        try:
+            self.peers[peer].send_event(channel, event)
+        except OSError:
+            if not self.machine.replicated:
+                raise
+
     # ------------------------------------------------------------------ set-up
     @_DO.on(ConnectAndLoad)
     def _connect_and_load(self, instruction: ConnectAndLoad) -> None:
@@ -193,13 +202,13 @@ class GraphWorker(WorkerShell):
                                           f"in superstep {command.superstep}") from error
         for peer, exchange in out.items():
             exchange.epoch = self.machine.epoch
-            self.peers[peer].send_event(SUPERSTEP_CHANNEL, exchange)
+            self._send(peer, SUPERSTEP_CHANNEL, exchange)
         self.supersteps += 1
         self._feed(Computed(command.superstep, report))
 
     @_DO.on(Commit)
     def _commit(self, instruction: Commit) -> None:
-        self.engine.commit(instruction.superstep)  # type: ignore[union-attr]
+        self.engine.commit(instruction.superstep, instruction.undo)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ recovery (replication)
     @_DO.on(Rewind)
@@ -224,7 +233,7 @@ class GraphWorker(WorkerShell):
                                       command.routing_from)
         for peer in self.machine.live_peers - (lost if command.mode == "migration" else set()):
             batch = batches.get(peer, RecoveryBatch(command.epoch, self.index))
-            self.peers[peer].send_event(RECOVERY_CHANNEL, batch)
+            self._send(peer, RECOVERY_CHANNEL, batch)
 
     @_DO.on(Assemble)
     def _assemble(self, instruction: Assemble) -> None:

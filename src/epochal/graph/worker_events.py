@@ -105,9 +105,11 @@ class Compute:
 
 @dataclass(frozen=True)
 class Commit:
-    """``superstep`` is complete on this worker: make its results current."""
+    """``superstep`` is complete on this worker: make its results current (``undo``: keep what
+    it replaces until the global barrier passed, replication's rollback)."""
 
     superstep: int
+    undo: bool = False
 
 
 @dataclass(frozen=True)

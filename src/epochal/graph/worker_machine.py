@@ -99,10 +99,8 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.resynced: set[int] = set()
         self.halted_at: int | None = None
         self.processing_reported = False
-        # -- replication fault tolerance (papers/003): commits wait for the global barrier
+        # -- replication fault tolerance (papers/003): a commit can be taken back until its barrier passed
         self.replicated = False
-        #: the superstep complete here whose barrier has not passed yet (committed by the next command)
-        self.uncommitted: int | None = None
         self.epoch = 0
         self.recovery: Recover | None = None
         self.recovery_sent = False
@@ -189,17 +187,12 @@ class GraphWorkerMachine(WorkerLifecycle):
         if self.current is not None and not self.current.committed:
             return []  # the barrier never starts a superstep before every worker reported the last
         self.current = _Superstep(command)
-        return [*self._commit_passed(), Compute(command)]
-
-    def _commit_passed(self) -> list[Instruction]:
-        """The barrier of the uncommitted superstep passed (a command came): commit it."""
-        n, self.uncommitted = self.uncommitted, None
-        return [] if n is None else [Commit(n)]
+        return [Compute(command)]
 
     @_COMMANDS.on(Halt)
     def _halt(self, command: Halt) -> list[Instruction]:
         self.phase, self.halted_at = GraphPhase.HALTED, command.superstep
-        return [*self._commit_passed(), WriteOutput()]
+        return [WriteOutput()]
 
     # ---------------------------------------------------------------- recovery (replication)
     @_COMMANDS.on(Recover)
@@ -208,7 +201,7 @@ class GraphWorkerMachine(WorkerLifecycle):
             return []
         self.epoch, self.recovery = command.epoch, command
         self.recovery_sent = self.prepared = False
-        self.current, self.uncommitted = None, None  # (Rewind commits what is before resume_at)
+        self.current = None  # (Rewind takes back a commit whose barrier did not pass)
         self.arrived = {n: s for n, s in self.arrived.items() if n < command.resume_at}
         self.gone |= set(command.gone)
         return [Rewind(command.resume_at), *self._maybe_send_recovery()]
@@ -295,10 +288,7 @@ class GraphWorkerMachine(WorkerLifecycle):
             return []
         current.committed = True
         self.arrived.pop(n, None)  # (a single worker waits for no peer)
-        if self.replicated:  # the commit waits for the global barrier (papers/003 Algorithm 1, line 14)
-            self.uncommitted = n
-            return self._report(None)
-        out: list[Instruction] = [Commit(n)]
+        out: list[Instruction] = [Commit(n, undo=self.replicated)]
         if current.command.checkpoint:
             out.append(WriteCheckpoint(n, current.command.full))
             return out
