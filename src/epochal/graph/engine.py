@@ -81,8 +81,9 @@ class VectorEngine:
         self._pending_superstep: int | None = None
         #: what peers sent, by superstep (a fast peer's next superstep may come before this commit)
         self._incoming: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {}
-        #: replication: the table and changed flags before the last commit, and its superstep
-        self._undo: tuple[np.ndarray, np.ndarray] | None = None
+        #: replication: what the last commit overwrote (table empty before it?, (slots, old values)
+        #: in order, the changed flags before it), and its superstep
+        self._undo: tuple[bool, list[tuple[np.ndarray, np.ndarray]], np.ndarray] | None = None
         self._undo_superstep: int | None = None
 
     @property
@@ -132,29 +133,36 @@ class VectorEngine:
     def commit(self, superstep: int | None = None, undo: bool = False) -> None:
         """Superstep ``superstep`` is complete here: its values, and what peers sent for it,
         become the table (None: the one computed last, or, with none, whatever peers sent).
-        With ``undo`` the table before it is kept, so that :meth:`rewind` can take the commit
-        back until the global barrier of ``superstep`` passed (replication: a commit before the
-        barrier stays off the barrier's critical path; a memcpy of the table is the price)."""
+        With ``undo`` what the commit overwrites is kept, so that :meth:`rewind` can take it back
+        until the global barrier of ``superstep`` passed (replication: committing before the
+        barrier keeps the commit off the barrier's critical path; the price is a copy of what
+        changed, no more than the commit writes)."""
         part = self.part
         superstep = self._pending_superstep if superstep is None else superstep
-        if undo and self.table is not None:
-            if self._undo is None or self._undo[0].shape != self.table.shape:
-                self._undo = (np.empty_like(self.table), np.empty_like(self.changed_table))
-            np.copyto(self._undo[0], self.table)
-            np.copyto(self._undo[1], self.changed_table)
+        log: list[tuple[np.ndarray, np.ndarray]] = []
+        if undo:
+            self._undo = (self.table is None, log, self.changed_table if self._pending is not None
+                          else self.changed_table.copy())
         self._undo_superstep = superstep if undo else None
         if self._pending is not None and self._pending_superstep == superstep:
             values = self._pending
             if self.table is None:
                 self.table = np.zeros((part.table_size, *values.shape[1:]), dtype=values.dtype)
             changed = np.zeros(part.table_size, dtype=bool)
-            self.table[:part.num_masters] = values
+            if undo:
+                moved = np.flatnonzero(self._pending_changed)  # type: ignore[arg-type]
+                log.append((moved, self.table[moved].copy()))
+                self.table[moved] = values[moved]  # the others are unchanged by definition
+            else:
+                self.table[:part.num_masters] = values
             changed[:part.num_masters] = self._pending_changed
             self.dirty |= self._pending_changed
             self.changed_table = changed
             self._pending = self._pending_changed = self._pending_superstep = None
         for step in [superstep] if superstep is not None else sorted(self._incoming):
             for slots, values_in, flags in self._incoming.pop(step, []):
+                if undo:
+                    log.append((slots, self.table[slots].copy()))  # type: ignore[index]
                 self.table[slots] = values_in  # type: ignore[index]
                 self.changed_table[slots] = True if flags is None else flags
 
@@ -168,13 +176,15 @@ class VectorEngine:
         rollback): commit a superstep before it that is still pending (its barrier passed), and
         forget ``resume_at`` and later (what this worker computed and what peers sent)."""
         undone = self._undo_superstep
-        if undone is not None and undone >= resume_at:  # committed before a barrier that never passed
-            if self._undo is None:  # (superstep 0: nothing was committed before it)
+        if undone is not None and undone >= resume_at and self._undo is not None:
+            was_empty, log, changed = self._undo  # committed before a barrier that never passed
+            if was_empty:  # (superstep 0: nothing was committed before it)
                 self.table = None
-                self.changed_table = np.zeros(self.part.table_size, dtype=bool)
             else:
-                self.table, self.changed_table = self._undo[0].copy(), self._undo[1].copy()
-            self._undo_superstep = None
+                for slots, old in reversed(log):
+                    self.table[slots] = old  # type: ignore[index]
+            self.changed_table = changed
+            self._undo, self._undo_superstep = None, None
         pending = self._pending_superstep
         if pending is not None and pending < resume_at:
             self.commit(pending)
