@@ -58,10 +58,13 @@ def worker_body(kind: str) -> type[WorkerBody]:
     return body
 
 
-def run_worker_partition(bootstrap: Bootstrap, _: Any, index: int | None = None) -> Iterator[dict[str, Any]]:
+def run_worker_partition(bootstrap: Bootstrap, data: Any, index: int | None = None) -> Iterator[dict[str, Any]]:
     """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker body
     (worker ``index``, or the task's partition index when the job is one Spark job of W tasks)."""
     from pyspark import TaskContext
+
+    for _ in data:  # consumed, or PySpark does not reuse the Python worker process for the next job
+        pass
 
     context = TaskContext.get()
     if index is None:
