@@ -7,7 +7,11 @@ Subcommands (each shares one SparkSession between all of its Spark runs):
   PageRank, NetworkX and scipy.sparse (:mod:`benchmarks.graph.compare`);
 * ``checkpoint`` -- papers/003 Fig. 2 on epochal: checkpoint overhead at intervals 1, 2, 4 and
   recovery after a killed worker (:mod:`benchmarks.graph.checkpoint`);
-* ``all`` -- both.
+* ``replication`` -- papers/003 §6 (Imitator) on epochal: overhead of replication vs checkpoints
+  (Fig. 7), extra replicas and messages (Fig. 8), recovery by CKPT, Rebirth and Migration
+  (Table 2), hash vs Fennel (Fig. 10), k = 1..3 (Fig. 11), memory (Table 3), a failure timeline
+  (Fig. 12) and a ~1M-vertex recovery (:mod:`benchmarks.graph.replication`);
+* ``all`` -- ``peers`` and ``checkpoint``.
 
 Examples (from the repository root; docs/graph_benchmarks.md reports the first three)::
 
@@ -18,9 +22,12 @@ Examples (from the repository root; docs/graph_benchmarks.md reports the first t
     python -m benchmarks.graph peers --scales 10 --repeats 1 --no-profile            # smoke test
     python -m benchmarks.graph all --scales 14 16 18 20 --parallelism 1 2 4 --repeats 3 \\
         --networkx-max-scale 18 --driver-memory 8g --ckpt-scale 20 --ckpt-repeats 3   # full scale (hours)
+    python -m benchmarks.graph replication --out benchmarks/results/imitator    # docs/imitator_benchmarks.md
+    python -m benchmarks.graph replication --rep-scale 12 --large-scale 0 --rep-repeats 1 \\
+        --rep-recovery-repeats 1                                                     # smoke test (~2 min)
 
 Results go to ``--out`` (default ``benchmarks/results``): ``graph_*.csv``, ``graph_*.png`` and,
-where a PageRank goal is missed, ``graph_profile_*.txt``.
+where a PageRank goal is missed, ``graph_profile_*.txt``; ``replication`` writes ``imitator_*``.
 """
 
 from __future__ import annotations
@@ -31,14 +38,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.graph import checkpoint, compare, peers
+from benchmarks.graph import checkpoint, compare, peers, replication
 from benchmarks.graph.measure import machine
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.graph", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("peers", "checkpoint", "all"))
+    parser.add_argument("command", choices=("peers", "checkpoint", "replication", "all"))
     common = parser.add_argument_group("common")
     common.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output directory")
     common.add_argument("--seed", type=int, default=1, help="graph generator seed (default 1)")
@@ -70,6 +77,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     group.add_argument("--recovery-repeats", type=int, default=2, help="runs with a failure per mode (default 2)")
     group.add_argument("--fail-at", type=int, default=15,
                        help="superstep after which worker 1 is killed (default 15)")
+    replication.add_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.scales) < 2 or args.repeats < 1 or min(args.parallelism) < 1 or args.iterations < 1:
         parser.error("--scales must be at least 2; --repeats, --parallelism and --iterations positive")
@@ -77,6 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--ckpt-parallelism must be at least 2 (worker 1 is the one killed)")
     if not 0 < args.fail_at <= args.ckpt_iterations:
         parser.error("--fail-at must be a superstep between 1 and --ckpt-iterations")
+    if args.command == "replication":
+        replication.check_arguments(parser, args)
     args.parallelism = sorted(set(args.parallelism))
     return args
 
@@ -87,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     slots = max(max(args.parallelism), args.ckpt_parallelism, 2)
+    if args.command == "replication":
+        slots = max(args.rep_parallelism, args.large_parallelism if args.large_scale else 0)
     command = "python -m benchmarks.graph " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"{command}\nmachine: {machine()}; Spark local[{slots}], driver memory {args.driver_memory}", flush=True)
     started = time.perf_counter()
@@ -97,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             compare.main(spark, args)
         if args.command in ("checkpoint", "all"):
             checkpoint.main(spark, args)
+        if args.command == "replication":
+            replication.main(spark, args)
     finally:
         spark.stop()
     print(f"\ntotal {time.perf_counter() - started:.0f} s", flush=True)
