@@ -136,20 +136,24 @@ class VectorEngine:
         With ``undo`` what the commit overwrites is kept, so that :meth:`rewind` can take it back
         until the global barrier of ``superstep`` passed (replication: committing before the
         barrier keeps the commit off the barrier's critical path; the price is a copy of what
-        changed, no more than the commit writes)."""
+        it overwrites, or of the whole table when that is most of it)."""
         part = self.part
         superstep = self._pending_superstep if superstep is None else superstep
         log: list[tuple[np.ndarray, np.ndarray]] = []
+        log_writes = undo  # keep each overwritten entry (few), or one copy of the table (many)
         if undo:
             self._undo = (self.table is None, log, self.changed_table if self._pending is not None
                           else self.changed_table.copy())
+            if self.table is not None and self._writes(superstep) * 8 > self.table.shape[0]:
+                log.append((np.arange(self.table.shape[0]), self.table.copy()))
+                log_writes = False
         self._undo_superstep = superstep if undo else None
         if self._pending is not None and self._pending_superstep == superstep:
             values = self._pending
             if self.table is None:
                 self.table = np.zeros((part.table_size, *values.shape[1:]), dtype=values.dtype)
             changed = np.zeros(part.table_size, dtype=bool)
-            if undo:
+            if log_writes:
                 moved = np.flatnonzero(self._pending_changed)  # type: ignore[arg-type]
                 log.append((moved, self.table[moved].copy()))
                 self.table[moved] = values[moved]  # the others are unchanged by definition
@@ -161,10 +165,16 @@ class VectorEngine:
             self._pending = self._pending_changed = self._pending_superstep = None
         for step in [superstep] if superstep is not None else sorted(self._incoming):
             for slots, values_in, flags in self._incoming.pop(step, []):
-                if undo:
+                if log_writes:
                     log.append((slots, self.table[slots].copy()))  # type: ignore[index]
                 self.table[slots] = values_in  # type: ignore[index]
                 self.changed_table[slots] = True if flags is None else flags
+
+    def _writes(self, superstep: int | None) -> int:
+        """Table entries committing ``superstep`` overwrites (at most)."""
+        masters = int(self._pending_changed.sum()) if self._pending_changed is not None else 0
+        return masters + sum(int(slots.size) for slots, _, _ in self._incoming.get(superstep, [])) \
+            if superstep is not None else masters
 
     def rollback(self) -> None:
         """Forget the superstep in progress (its computed values and what peers sent)."""
