@@ -125,9 +125,7 @@ class Partition:
             np.cumsum(np.bincount(self.nbr_slot, minlength=self.table_size), out=ptr[1:])
             self._readers = (ptr, order)
         ptr, order = self._readers
-        lo, counts = ptr[slots], ptr[slots + 1] - ptr[slots]
-        starts = np.cumsum(counts) - counts
-        return order[np.repeat(lo - starts, counts) + np.arange(int(counts.sum()))]
+        return order[take_rows(ptr, slots)[1]]
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
@@ -142,6 +140,20 @@ class Partition:
     def slot_of(self, ids: np.ndarray) -> np.ndarray:
         """Master slots of ``ids``, all of which must be masters here."""
         return np.searchsorted(self.ids, ids)
+
+
+def csr_ptr(counts: np.ndarray) -> np.ndarray:
+    """CSR offsets (``counts.size + 1``, from 0) of rows with ``counts`` entries."""
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
+
+
+def take_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(new_ptr, entries)``: the CSR rows ``rows`` of ``ptr`` (entry indices, in row order)."""
+    lo, counts = ptr[rows], ptr[rows + 1] - ptr[rows]
+    new_ptr = csr_ptr(counts)
+    return new_ptr, np.repeat(lo - new_ptr[:-1], counts) + np.arange(int(new_ptr[-1]), dtype=np.int64)
 
 
 def _csr(rows: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,11 +213,7 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
         nbr_slot = slot_of[r_read][order]
         nbr_weight = None if r_w is None else r_w[order]
         # out-edges of the masters, as global ids
-        lo, hi = out_ptr_all[masters], out_ptr_all[masters + 1]
-        counts = hi - lo
-        out_ptr = np.zeros(masters.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=out_ptr[1:])
-        take = np.repeat(lo - out_ptr[:-1], counts) + np.arange(int(out_ptr[-1]))
+        out_ptr, take = take_rows(out_ptr_all, masters)
         out_index = out_sorted[take]
         out_ids = graph.vertices[out_index]
         out_weight = None if out_w_sorted is None else out_w_sorted[take]
@@ -216,12 +224,7 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
                          table_out_degree=out_degree[np.concatenate([masters, replicas])],
                          out_index=out_index.astype(np.int32 if n < 2**31 else np.int64))
         if adjacency:
-            table = np.concatenate([masters, replicas])
-            lo, hi = out_ptr_all[table], out_ptr_all[table + 1]
-            counts = hi - lo
-            tptr = np.zeros(table.size + 1, dtype=np.int64)
-            np.cumsum(counts, out=tptr[1:])
-            take = np.repeat(lo - tptr[:-1], counts) + np.arange(int(tptr[-1]))
+            tptr, take = take_rows(out_ptr_all, np.concatenate([masters, replicas]))
             part.table_out_ptr, part.table_out_ids = tptr, graph.vertices[out_sorted[take]]
         parts.append(part)
     # the sync plan: worker r holds replicas of some of w's masters

@@ -26,22 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochal.graph.partition import Partition
+from epochal.graph.partition import Partition, csr_ptr, take_rows
 
 _INT = np.int64
-
-
-def _ptr(counts: np.ndarray) -> np.ndarray:
-    ptr = np.zeros(counts.size + 1, dtype=_INT)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr
-
-
-def take_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(new_ptr, entries)``: the CSR rows ``rows`` of ``ptr`` (entry indices, in row order)."""
-    lo, counts = ptr[rows], ptr[rows + 1] - ptr[rows]
-    new_ptr = _ptr(counts)
-    return new_ptr, np.repeat(lo - new_ptr[:-1], counts) + np.arange(int(new_ptr[-1]), dtype=_INT)
 
 
 #: CSR groups of a record batch: pointer field -> its entry fields.
@@ -109,7 +96,7 @@ class VertexRecords:
         for i, row in enumerate(rows.tolist()):
             lists[row] = workers[ptr[i]:ptr[i + 1]]
         flat = np.concatenate(lists) if lists else np.zeros(0, dtype=_INT)
-        return replace(self, loc_ptr=_ptr(counts), loc_workers=flat.astype(_INT))
+        return replace(self, loc_ptr=csr_ptr(counts), loc_workers=flat.astype(_INT))
 
 
 def concat(batches: list[VertexRecords]) -> VertexRecords:
@@ -129,7 +116,7 @@ def concat(batches: list[VertexRecords]) -> VertexRecords:
             if name in entry_fields or getattr(first, name) is None:
                 continue
             if name in _CSR:
-                out[name] = _ptr(np.concatenate([np.diff(getattr(b, name)) for b in batches]))
+                out[name] = csr_ptr(np.concatenate([np.diff(getattr(b, name)) for b in batches]))
                 for e in _CSR[name]:
                     columns = [getattr(b, e) for b in batches]
                     out[e] = None if columns[0] is None else np.concatenate(columns)
@@ -149,7 +136,7 @@ def locations(part: Partition) -> tuple[np.ndarray, np.ndarray]:
     slots = np.concatenate(list(part.send_index.values()))
     workers = np.concatenate([np.full(i.size, p, dtype=_INT) for p, i in part.send_index.items()])
     order = np.lexsort((workers, slots))
-    return _ptr(np.bincount(slots, minlength=part.num_masters)), workers[order]
+    return csr_ptr(np.bincount(slots, minlength=part.num_masters)), workers[order]
 
 
 def vertex_index(part: Partition, ids: np.ndarray) -> np.ndarray:
@@ -272,7 +259,7 @@ def concat_adjacency(masters: VertexRecords, replicas: VertexRecords) -> tuple[n
         ids.append(entries)
     if not parts:
         return np.zeros(1, dtype=_INT), np.zeros(0, dtype=_INT)
-    return _ptr(np.concatenate(counts)), np.concatenate(ids)
+    return csr_ptr(np.concatenate(counts)), np.concatenate(ids)
 
 
 def _column(column: np.ndarray | None, n: int) -> np.ndarray:

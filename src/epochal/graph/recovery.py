@@ -24,14 +24,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from epochal.graph.partition import Partition
+from epochal.graph.partition import Partition, take_rows
 from epochal.graph.records import (
     VertexRecords,
     assemble,
     concat,
     master_records,
     replica_records,
-    take_rows,
 )
 
 _INT = np.int64
