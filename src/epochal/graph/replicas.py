@@ -30,7 +30,7 @@ import numpy as np
 
 from epochal.errors import PlanError
 from epochal.graph.model import Graph
-from epochal.graph.partition import Partition, build_partitions
+from epochal.graph.partition import Partition, build_partitions, computation_replicas
 
 
 @dataclass
@@ -62,65 +62,119 @@ class ReplicaPlan:
         return np.bincount(self.mirrors.ravel(), minlength=num_workers)
 
 
-def plan_replicas(graph: Graph, owner: np.ndarray, parts: list[Partition], k: int = 1,
-                  selfish: bool = True, ft_replicas: bool = True) -> ReplicaPlan:
-    """FT replicas, mirrors and selfish flags for tolerating ``k`` simultaneous worker failures.
+def plan_replicas(graph: Graph, owner: np.ndarray, replicas: list[np.ndarray], k: int = 1,
+                  selfish: bool = True, ft_replicas: bool = True, directions: str = "in") -> ReplicaPlan:
+    """FT replicas, mirrors and selfish flags for tolerating ``k`` simultaneous worker failures,
+    given each worker's computation replicas (dense indices,
+    :func:`~epochal.graph.partition.computation_replicas`; the partitions' ``replica_ids`` say the
+    same). ``directions`` is what the programs read (selfish vertices exist only for ``"in"``).
     ``ft_replicas=False`` skips the FT replicas (only to show they are necessary: a vertex
     without a replica then has no mirror, and its worker's loss loses it).
 
+    Array work over a vertices x workers matrix, no per-vertex Python. Promises: every vertex has
+    ``min(k, copies)`` mirrors on distinct workers holding a replica (FT replicas first), FT
+    replicas go where replicas are fewest, and each worker's mirrors of its masters are spread
+    over the others as evenly as the copies allow.
+
     Raises :class:`PlanError` when there are fewer than ``k + 1`` workers (a vertex cannot have
     ``k + 1`` copies on distinct workers)."""
-    num_workers = len(parts)
+    num_workers = len(replicas)
     if k < 1:
         raise PlanError(f"replication fault tolerance needs k >= 1 tolerated failures, not {k}")
     if num_workers < k + 1:
         raise PlanError(f"tolerating {k} failed workers needs at least {k + 1} workers; the job has {num_workers}")
     n = graph.num_vertices
-    # computation replicas: worker w holds a replica of each of its replica_ids
-    holders: list[list[int]] = [[] for _ in range(n)]
-    load = np.zeros(num_workers, dtype=np.int64)
-    for part in parts:
-        for i in graph.index_of(part.replica_ids).tolist():
-            holders[i].append(part.worker)
-        load[part.worker] += part.replica_ids.size
+    rows = np.arange(n)
+    holds = np.zeros((n, num_workers), dtype=bool)  # holds[i, w]: w has a replica of vertex i
+    for worker, dense in enumerate(replicas):
+        holds[dense, worker] = True
+    ft = np.zeros_like(holds)
+    taken = holds.copy()  # a copy or the master: no FT replica there
+    taken[rows, owner] = True
+    load = holds.sum(axis=0).astype(np.int64)
+    rng = np.random.default_rng(0)  # deterministic: the same graph gets the same plan
+    for _ in range(k if ft_replicas else 0):  # one more FT replica for every vertex still short
+        short = np.flatnonzero(holds.sum(axis=1) < k)
+        if not short.size:
+            break
+        target = balanced_choice(~taken[short], load, rng)
+        holds[short, target] = ft[short, target] = taken[short, target] = True
+    # mirrors: FT replicas first (they exist only to be mirrors), then per master's worker the
+    # least used of the other copies
+    mirrors = np.full((n, k), -1, dtype=np.int64)
+    left = holds.copy()
+    for j in range(k):
+        has_ft = (ft & left).any(axis=1)
+        pick = np.where(has_ft, (ft & left).argmax(axis=1), -1)
+        for master in range(num_workers):
+            free = np.flatnonzero((owner == master) & ~has_ft & left.any(axis=1))
+            if free.size:
+                mine = owner == master
+                placed = np.concatenate([mirrors[mine, :j].ravel(), pick[mine & has_ft]])
+                used = np.bincount(placed + 1, minlength=num_workers + 1)[1:]
+                pick[free] = balanced_choice(left[free], used, rng)
+        chosen = np.flatnonzero(pick >= 0)
+        mirrors[chosen, j] = pick[chosen]
+        left[chosen, pick[chosen]] = False
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(holds.sum(axis=1), out=ptr[1:])
+    copy_vertex, copy_worker = np.nonzero(holds)  # row-major: by vertex, then worker
     out_degree = np.bincount(graph.dense_edges()[0], minlength=n)
     if not graph.directed:
         out_degree = out_degree + np.bincount(graph.dense_edges()[1], minlength=n)
-    ft: list[list[bool]] = [[False] * len(h) for h in holders]
-    for i in range(n):  # FT replicas where fewer than k copies exist besides the master
-        have = holders[i]
-        while ft_replicas and len(have) < k:
-            free = [w for w in range(num_workers) if w != owner[i] and w not in have]
-            target = min(free, key=lambda w: (load[w], w))
-            have.append(target)
-            ft[i].append(True)
-            load[target] += 1
-    # mirrors: per master's worker, a counter of mirrors placed on each other worker
-    placed = np.zeros((num_workers, num_workers), dtype=np.int64)
-    mirrors = np.full((n, k), -1, dtype=np.int64)
-    for i in range(n):
-        counter = placed[owner[i]]
-        candidates = list(zip(holders[i], ft[i], strict=True))
-        # an FT replica exists only to be a mirror: it goes first
-        chosen = [w for w, is_ft in candidates if is_ft]
-        rest = sorted((w for w, is_ft in candidates if not is_ft), key=lambda w: (counter[w], w))
-        for w in rest:
-            if len(chosen) == k:
-                break
-            chosen.append(w)
-        for j, w in enumerate(chosen[:k]):
-            mirrors[i, j] = w
-            counter[w] += 1
-    counts = np.array([len(h) for h in holders], dtype=np.int64)
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    order = [sorted(range(len(h)), key=h.__getitem__) for h in holders]
-    workers = np.array([h[j] for h, o in zip(holders, order, strict=True) for j in o], dtype=np.int64)
-    flags = np.array([f[j] for f, o in zip(ft, order, strict=True) for j in o], dtype=bool)
     # a vertex without out-edges is read by nobody only when programs read in-neighbours
-    reads_in_only = all(p.directions == "in" for p in parts)
-    is_selfish = (out_degree == 0) if selfish and reads_in_only else np.zeros(n, dtype=bool)
-    return ReplicaPlan(k, ptr, workers, flags, mirrors, is_selfish)
+    is_selfish = (out_degree == 0) if selfish and directions == "in" else np.zeros(n, dtype=bool)
+    return ReplicaPlan(k, ptr, copy_worker.astype(np.int64), ft[copy_vertex, copy_worker], mirrors, is_selfish)
+
+
+def balanced_choice(allowed: np.ndarray, load: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One worker per row of ``allowed`` (rows x workers, at least one True per row), so that
+    ``load`` plus the choices ends as even as the rows allow: rows with a single allowed worker
+    take it; the rest get the workers of a water-filled quota in random order, and rows whose
+    drawn worker is not allowed draw again (a few rounds), the last ones one by one."""
+    load = load.astype(np.int64, copy=True)
+    choice = np.full(allowed.shape[0], -1, dtype=np.int64)
+    pending = np.arange(allowed.shape[0])
+    for _ in range(8):
+        forced = allowed[pending].sum(axis=1) == 1
+        if forced.any():
+            rows = pending[forced]
+            choice[rows] = allowed[rows].argmax(axis=1)
+            np.add.at(load, choice[rows], 1)
+            pending = pending[~forced]
+        if not pending.size:
+            return choice
+        usable = np.asarray(allowed[pending].any(axis=0))
+        draw = rng.permutation(np.repeat(np.arange(load.size), _quota(load, usable, pending.size)))
+        ok = allowed[pending, draw]
+        choice[pending[ok]] = draw[ok]
+        np.add.at(load, draw[ok], 1)
+        pending = pending[~ok]
+    for row in pending.tolist():  # the rare rows still without a worker: the least loaded allowed
+        target = int(np.flatnonzero(allowed[row])[np.argmin(load[allowed[row]])])
+        choice[row] = target
+        load[target] += 1
+    return choice
+
+
+def _quota(load: np.ndarray, usable: np.ndarray, count: int) -> np.ndarray:
+    """How many of ``count`` new items each usable worker takes so that the loads end as even as
+    possible (water filling; the remainder to the least loaded, ties: lowest index)."""
+    quota = np.zeros(load.size, dtype=np.int64)
+    workers = np.flatnonzero(usable)
+    base = load[workers]
+    order = np.argsort(base, kind="stable")
+    levels = base[order]
+    for m in range(workers.size, 0, -1):  # fill the m least loaded up to a common level
+        level = (int(levels[:m].sum()) + count) // m
+        if m == 1 or level >= levels[m - 1]:
+            break
+    give = np.maximum(level - levels[:m], 0)
+    rest = count - int(give.sum())
+    extra = np.argsort(levels[:m] + give, kind="stable")[:rest]
+    give[extra] += 1
+    quota[workers[order[:m]]] = give
+    return quota
 
 
 def replicated_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directions: str = "in",
@@ -132,9 +186,9 @@ def replicated_partitions(graph: Graph, owner: np.ndarray, num_workers: int, dir
     the vertices it mirrors (:class:`~epochal.graph.records.VertexRecords`)."""
     from epochal.graph.records import concat, master_records
 
-    plain = build_partitions(graph, owner, num_workers, directions, adjacency)
-    plan = plan_replicas(graph, owner, plain, k, selfish, ft_replicas)
-    del plain
+    replicas = computation_replicas(graph, owner, num_workers, directions)
+    plan = plan_replicas(graph, owner, replicas, k, selfish, ft_replicas, directions)
+    del replicas
     copy_vertex = np.repeat(np.arange(graph.num_vertices), np.diff(plan.copy_ptr))
     extra = [copy_vertex[plan.copy_ft & (plan.copy_worker == w)] for w in range(num_workers)]
     parts = build_partitions(graph, owner, num_workers, directions, adjacency, extra)
