@@ -163,25 +163,38 @@ def replica_records(part: Partition, table: np.ndarray | None, changed: np.ndarr
 
 def master_records(part: Partition, table: np.ndarray | None, changed: np.ndarray | None,
                    slots: np.ndarray | None = None) -> VertexRecords:
-    """Full-state records of master ``slots`` (all masters if None) of ``part``; with ``table``
-    None, the static state only (what a mirror keeps)."""
-    slots = np.arange(part.num_masters, dtype=_INT) if slots is None else np.asarray(slots, dtype=_INT)
-    nbr_ptr, nbr = take_rows(part.nbr_ptr, slots)
-    out_ptr, out = take_rows(part.out_ptr, slots)
-    loc_ptr_all, loc_all = locations(part)
-    loc_ptr, loc = take_rows(loc_ptr_all, slots)
-    adj_ptr, adj_index = _adjacency(part, slots)
+    """Full-state records of master ``slots`` (all masters if None: the partition's own arrays,
+    shared, not gathered) of ``part``; with ``table`` None, the static state only (what a mirror
+    keeps)."""
     k = 0 if part.master_mirrors is None else part.master_mirrors.shape[1]
+    loc_ptr_all, loc_all = locations(part)
+    rows: np.ndarray | slice
+    nbr: np.ndarray | slice
+    out: np.ndarray | slice
+    loc: np.ndarray | slice
+    if slots is None:
+        rows = nbr = out = loc = slice(None)
+        count = part.num_masters
+        nbr_ptr, out_ptr, loc_ptr = part.nbr_ptr, part.out_ptr, loc_ptr_all
+        adj_ptr, adj_index = _adjacency(part, np.arange(count, dtype=_INT))
+    else:
+        rows = np.asarray(slots, dtype=_INT)
+        count = rows.size
+        nbr_ptr, nbr = take_rows(part.nbr_ptr, rows)
+        out_ptr, out = take_rows(part.out_ptr, rows)
+        loc_ptr, loc = take_rows(loc_ptr_all, rows)
+        adj_ptr, adj_index = _adjacency(part, rows)
     return VertexRecords(
-        part.ids[slots], None if table is None else table[slots].copy(),
-        None if changed is None else changed[slots].copy(), part.table_out_degree[slots].copy(), adj_ptr, adj_index,
+        part.ids[rows], None if table is None else table[:part.num_masters][rows].copy(),
+        None if changed is None else changed[:part.num_masters][rows].copy(),
+        part.table_out_degree[:part.num_masters][rows].copy(), adj_ptr, adj_index,
         nbr_ptr, part.table_index()[part.nbr_slot[nbr]], None if part.nbr_weight is None else part.nbr_weight[nbr],
         out_ptr, vertex_index(part, part.out_ids[out]) if part.out_index is None else part.out_index[out],
         None if part.out_weight is None else part.out_weight[out],
-        part.in_degree[slots].copy(), loc_ptr, loc_all[loc],
-        np.full((slots.size, k), -1, dtype=_INT) if part.master_mirrors is None else part.master_mirrors[slots],
-        np.zeros(slots.size, dtype=bool) if part.selfish is None else part.selfish[slots],
-        {name: column[slots] for name, column in part.properties.items()})
+        part.in_degree[rows].copy(), loc_ptr, loc_all[loc],
+        np.full((count, k), -1, dtype=_INT) if part.master_mirrors is None else part.master_mirrors[rows],
+        np.zeros(count, dtype=bool) if part.selfish is None else part.selfish[rows],
+        {name: column[rows] for name, column in part.properties.items()})
 
 
 def assemble(worker: int, template: Partition, masters: VertexRecords, replicas: VertexRecords,

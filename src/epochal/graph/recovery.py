@@ -180,12 +180,22 @@ def member(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     return sorted_values[position] == values
 
 
-def _readers(records: VertexRecords, directions: str) -> tuple[np.ndarray, np.ndarray]:
-    """(row, reader's vertex index) pairs: who reads each vertex (out-neighbours, or every
-    neighbour when vertices read both ways)."""
+def _moved_readers(records: VertexRecords, directions: str, is_moved: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, reader's vertex index)`` for every reader of a vertex of ``records`` that moved
+    (its out-neighbours, or every neighbour when vertices read both ways): one pass over the
+    lists, rows found only for the hits."""
     ptr, index = (records.out_ptr, records.out_index) if directions == "in" else (records.nbr_ptr, records.nbr_index)
     assert ptr is not None and index is not None
-    return np.repeat(np.arange(len(records), dtype=_INT), np.diff(ptr)), index
+    hit = np.flatnonzero(is_moved[index])
+    return np.searchsorted(ptr, hit, side="right") - 1, index[hit]
+
+
+def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique`` of non-negative ``keys`` below ``bound`` by a mask (no sort, no hash)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[keys] = True
+    return np.flatnonzero(seen)
 
 
 def migration_start(part: Partition, table: np.ndarray | None, changed: np.ndarray, lost: set[int],
@@ -206,27 +216,28 @@ def migration_start(part: Partition, table: np.ndarray | None, changed: np.ndarr
     promoted = _dynamic(mirror.take(np.flatnonzero(promote)), table, changed, mirror_slots[promote])
     masters = concat([master_records(part, table, changed), promoted])
     # replicas this worker must create elsewhere: a reader moved to a worker without a copy
-    rows, reader = _readers(masters, part.directions)
-    moved = is_moved[reader]
-    rows, target = rows[moved], owner[reader[moved]]
+    rows, reader = _moved_readers(masters, part.directions, is_moved & (owner != worker))
     assert masters.loc_ptr is not None and masters.loc_workers is not None
     loc_rows = np.repeat(np.arange(len(masters), dtype=_INT), np.diff(masters.loc_ptr))
     num = part.num_workers
+    bound = len(masters) * num
     have = loc_rows * num + masters.loc_workers
-    want = np.unique(rows * num + target)
+    want = _distinct(rows * num + owner[reader], bound)
     want = want[(want % num != worker) & ~member(have, want)]  # (have is sorted: rows, then workers)
     # final locations: old ones without lost workers and this one, plus the new ones
     keys = np.concatenate([have, want])
-    keys = np.unique(keys[~np.isin(keys % num, [*template.gone, worker])])
+    keys = _distinct(keys[~np.isin(keys % num, [*template.gone, worker])], bound)
     loc_ptr = np.zeros(len(masters) + 1, dtype=_INT)
     np.cumsum(np.bincount(keys // num, minlength=len(masters)), out=loc_ptr[1:])
-    changed_loc = np.unique(np.concatenate([want // num, np.flatnonzero(member(promoted.ids, masters.ids))]))
+    changed_loc = _distinct(np.concatenate([want // num, np.flatnonzero(member(promoted.ids, masters.ids))]),
+                            len(masters))
     loc_workers = keys % num
     masters = replace(masters, loc_ptr=loc_ptr, loc_workers=loc_workers)
     batches: dict[int, RecoveryBatch] = {}
     for peer in template.peers:
         new = np.unique(want[want % num == peer] // num)
-        mirrored = changed_loc[_mirrored_on(masters.take(changed_loc), peer)] if changed_loc.size else changed_loc
+        assert masters.mirrors is not None
+        mirrored = changed_loc[(masters.mirrors[changed_loc] == peer).any(axis=1)]
         ptr, entries = take_rows(loc_ptr, mirrored)
         batches[peer] = RecoveryBatch(epoch, worker, replicas=_replica_part(masters.take(new)),
                                       locations=(masters.ids[mirrored], ptr, loc_workers[entries]))
