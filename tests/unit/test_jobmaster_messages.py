@@ -174,3 +174,14 @@ def test_restart_after_restart_through_the_jobmaster_then_a_stale_registration()
         jm.server.close_all()
         for link in links:
             link.close()
+
+
+def test_a_workers_own_failure_explains_its_later_loss_but_not_another_workers():
+    from epochal.control.job_failures import failure_error, worker_lost
+
+    internal = Failed("internal", "BrokenPipeError: [Errno 32] Broken pipe", 0, traceback="Traceback ...")
+    error = failure_error([internal, worker_lost(0, 0, 100, "host")], "job", "")
+    assert error.kind == "internal" and "BrokenPipeError" in str(error) and error.worker == 0
+    # worker 1 was killed, worker 0 then failed sending to it: worker 1's loss is the cause
+    error = failure_error([internal, worker_lost(0, 0, 100, "host"), worker_lost(1, 0, 101, "host")], "job", "")
+    assert error.kind == "worker_lost" and error.worker == 1

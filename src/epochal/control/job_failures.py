@@ -24,7 +24,7 @@ FAILURE_RANK = {"restore": -1, "user": 0, "worker_lost": 1, "internal": 2, "chec
 def failure_error(failures: Iterable[Failed], job_name: str, restore_hint: str) -> JobFailedError:
     """The error that explains ``failures`` (at least one) best; ``restore_hint`` says what to
     restore instead should the cause be a damaged checkpoint."""
-    failure = min(failures, key=lambda f: FAILURE_RANK.get(f.kind, 9))
+    failure = min(_own_reports_first(list(failures)), key=lambda f: FAILURE_RANK.get(f.kind, 9))
     worker = failure.worker
     if failure.kind == "user":
         where = failure.where or f"operator '{failure.operator}'"
@@ -37,6 +37,15 @@ def failure_error(failures: Iterable[Failed], job_name: str, restore_hint: str) 
     if failure.kind == "internal" and failure.traceback:
         text += f"\n{failure.traceback}".rstrip()
     return JobFailedError(text, worker=worker, kind=failure.kind)
+
+
+def _own_reports_first(failures: list[Failed]) -> list[Failed]:
+    """``failures`` without the loss of a worker that reported its own failure first: a worker
+    that sent a ``Failed`` (an internal error, say) and then exited is explained by its report,
+    not by the closed connection that followed it. Another worker's loss still ranks as usual."""
+    reported = {f.worker for f in failures if f.kind not in ("worker_lost", "heartbeat") and f.worker is not None}
+    kept = [f for f in failures if not (f.kind in ("worker_lost", "heartbeat") and f.worker in reported)]
+    return kept or failures
 
 
 def worker_lost(index: int, task_attempt: int, pid: int, hostname: str) -> Failed:
