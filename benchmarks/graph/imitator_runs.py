@@ -198,6 +198,11 @@ def replica_phases(result: Any, events: Sequence[tuple[float, str, int | None]],
     prepared = _last_of(events, "KindReport:RecoveryPrepared", started, live, recovered)
     out["reload_s"] = prepared - started
     out["reconstruct_s"] = recovered - prepared
+    # inside the workers (their drivers' clocks): the slowest worker's rewind, recovery batches
+    # built and sent, and assembly of the new part
+    workers = rec.get("workers", {}).values()
+    for phase in ("rewind", "build", "send", "assemble"):
+        out[f"worker_{phase}_s"] = max((w.get(f"{phase}_s", 0.0) for w in workers), default=float("nan"))
     resumed = next((t for t in result.timings if t["superstep"] == rec["resume_at"] and t["started"] >= recovered
                     and "completed" in t), None)
     out["resumed_step_s"] = resumed["completed"] - resumed["started"] if resumed else float("nan")
@@ -255,10 +260,9 @@ class Runner:
 
     def warm_up(self, parallelism: int) -> float:
         """An untimed tiny job (R-MAT scale 8, PageRank, no FT) that leaves Spark's pool with warm
-        Python workers (epochal imported). A replication job's workers are not returned to the pool
-        (each runs as a one-task Spark job whose input PySpark never sees consumed, so PySpark does
-        not reuse the process): without this the next measured job would pay ~2-4 s of fresh
-        Python workers starting, whatever its mode."""
+        Python workers (epochal imported): a killed worker's process is gone, and before a09122e a
+        replication job's workers were not returned to the pool either; without this the next
+        measured job could pay ~2-4 s of fresh Python workers starting, whatever its mode."""
         import epochal
         from epochal.graph.algorithms import PageRank
         from epochal.graph.job import run_graph
@@ -272,6 +276,24 @@ class Runner:
         except Exception as error:  # a failed warm-up only costs the next run its warm pool
             print(f"  warm-up failed: {failure(error)}", flush=True)
         return time.perf_counter() - started
+
+
+def superstep_phases(done: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Where the supersteps' time went (``GraphResult.timings`` with the workers' reports): over
+    the completed supersteps after 0, the sums of the slowest worker's compute, send and commit
+    seconds, and of the rest of each superstep (``barrier_s``: waiting for peers' exchanges, the
+    reports' and commands' round trip through the JobMaster, scheduling on shared cores)."""
+    totals = {"compute_s": 0.0, "send_s": 0.0, "commit_s": 0.0, "barrier_s": 0.0}
+    for step in done:
+        workers = step.get("workers", {}).values()
+        if step["superstep"] == 0 or not workers:
+            continue
+        busy = {phase: max(w.get(phase, 0.0) for w in workers) for phase in ("compute", "send", "commit")}
+        for phase, seconds in busy.items():
+            totals[f"{phase}_s"] += seconds
+        slowest = max(w.get("compute", 0.0) + w.get("send", 0.0) + w.get("commit", 0.0) for w in workers)
+        totals["barrier_s"] += max(step["completed"] - step["started"] - slowest, 0.0)
+    return totals
 
 
 def run_job(runner: Runner, algorithm: str, mode: Mode, repeat: int, experiment: str, iterations: int | None,
@@ -308,6 +330,7 @@ def run_job(runner: Runner, algorithm: str, mode: Mode, repeat: int, experiment:
                    sent=sum(int(h["sent"]) for h in result.history), replication_factor=result.replication_factor,
                    workers_peak_mb=watch.peaks.workers_mb, workers_base_mb=watch.peaks.workers_base_mb,
                    driver_peak_mb=watch.peaks.driver_mb)
+        row.update(superstep_phases(done))
         if mode.killed and mode.ft == "replication":
             row.update(replica_phases(result, events, parallelism))
         elif mode.killed:

@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.graph.imitator_runs import ALGORITHMS, NAMES
 from benchmarks.graph.measure import median
 
-TABLES = ("fig7", "compute_overhead", "fig8", "table2", "table2_large", "fig10", "fig11", "table3", "fig12",
+TABLES = ("fig7", "phases", "compute_overhead", "fig8", "table2", "table2_large", "fig10", "fig11", "table3", "fig12",
           "fig12_timeline", "goals", "recovery_profile")
 #: Fig. 12's runs: mode label -> name in the figure
 FIG12_RUNS = {"none": "BASE", "rep": "REP", "ckpt-4": "CKPT/4", "rep-rebirth": "REP+Rebirth",
@@ -107,6 +107,21 @@ def fig7(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def phases(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where the superstep phase goes, no FT against REP (failure-free rounds, medians): the
+    slowest worker's compute, send and commit seconds summed over supersteps, and the rest."""
+    out = []
+    for algorithm in ALGORITHMS:
+        free = _ok(rows, algorithm=algorithm, experiment="overhead")
+        for mode in ("none", "rep"):
+            mine = [r for r in free if r["mode"] == mode and "compute_s" in r]
+            if mine:
+                out.append({"algorithm": NAMES[algorithm], "mode": mode, "runs": len(mine),
+                            **{key: _med(mine, key) for key in ("supersteps_s", "compute_s", "send_s", "commit_s",
+                                                                "barrier_s")}})
+    return out
+
+
 def fig8(rows: Sequence[dict[str, Any]], layouts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Extra replicas (% of all replicas) and extra messages (% of REP's), selfish on and off."""
     out = []
@@ -142,7 +157,8 @@ def _paper_recovery(algorithm: str, mode: str) -> float:
 
 PHASES = ("recovery_s", "detected_to_started_s", "started_to_recovered_s", "task_start_s", "deploy_s", "reload_s",
           "reconstruct_s", "resumed_step_s", "recovered_s", "stop_s", "resubmit_s", "register_s", "load_restore_s",
-          "replay_s", "replayed_supersteps")
+          "replay_s", "replayed_supersteps", "worker_rewind_s", "worker_build_s", "worker_send_s",
+          "worker_assemble_s")
 
 
 def table2(rows: Sequence[dict[str, Any]], layouts: Sequence[dict[str, Any]],
@@ -301,7 +317,7 @@ def goals(fig7_rows: Sequence[dict[str, Any]], table2_rows: Sequence[dict[str, A
 def build(rows: Sequence[dict[str, Any]], layouts: Sequence[dict[str, Any]], timeline: Sequence[dict[str, Any]],
           args: argparse.Namespace, compute: Sequence[dict[str, Any]] = ()) -> dict[str, list[dict[str, Any]]]:
     """Every table, by name (see :data:`TABLES`); ``compute``: the in-process compute overheads."""
-    tables = {"fig7": fig7(rows), "fig8": fig8(rows, layouts), "table2": table2(rows, layouts),
+    tables = {"fig7": fig7(rows), "phases": phases(rows), "fig8": fig8(rows, layouts), "table2": table2(rows, layouts),
               "fig10": fig10(rows, layouts), "fig11": fig11(rows, layouts, args.rep_max_k),
               "table3": table3(rows, layouts, args.rep_max_k), "fig12": fig12(timeline, FAIL_AT),
               "table2_large": table2(rows, layouts, "large")}

@@ -76,3 +76,15 @@ def test_without_storage_nothing_is_checkpointed_and_the_bound_halts():
     assert finish(coordination, 10, False) == [Halt(10, "reached the bound of 10 supersteps")]
     assert coordination.halted == Halt(10, "reached the bound of 10 supersteps")
     assert coordination.latest_checkpoint is None
+
+
+def test_each_superstep_keeps_when_every_worker_reported_and_where_its_time_went():
+    coordination = GraphCoordination("job", Ten(), 2)
+    coordination.started(1.0)
+    phases = {"compute": 0.25, "send": 0.125, "commit": 0.0625}
+    coordination.on_report(1, SuperstepDone(StepReport(0, 1, 1, phases=phases)), 1.5)
+    coordination.on_report(0, SuperstepDone(StepReport(0, 1, 1, phases={"compute": 0.5})), 2.0)
+    first = coordination.timings[0]
+    assert (first["started"], first["completed"]) == (1.0, 2.0)
+    assert first["workers"] == {1: {"reported": 1.5, **phases}, 0: {"reported": 2.0, "compute": 0.5}}
+    assert "workers" not in coordination.timings[1]  # superstep 1 has not been reported yet

@@ -189,7 +189,9 @@ def test_a_lost_peer_waits_for_the_jobmaster_and_a_rebirth_waits_for_the_replace
     assert machine.handle(PeerRejoined(2)) == [SendRecovery(recover), ReachPoint("recovery", 1)]
     assert machine.handle(RecoveryArrived(1, 2)) == [Send(KindReport(1, RecoveryPrepared(1)))]
     assert machine.handle(KindCommand(FinishRecovery(1))) == [Assemble(recover)]
-    assert machine.handle(Assembled(1)) == [Send(KindReport(1, Recovered(1)))]
+    [report] = machine.handle(Assembled(1, {"rewind_s": 0.5, "assemble_s": 0.25}))
+    assert report == Send(KindReport(1, Recovered(1)))
+    assert report.message.payload.phases == {"rewind_s": 0.5, "assemble_s": 0.25}  # the driver's timings ride along
     assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]  # the superstep runs again
 
 

@@ -84,10 +84,11 @@ def test_a_lost_worker_is_replaced_alone_and_the_recovery_runs_in_two_phases():
     [finish] = send(machine, 1, KindReport(1, RecoveryPrepared(1)), 5.2, incarnation=1)
     assert finish == Broadcast(KindCommand(FinishRecovery(1)), (10, 12, 21))
     send(machine, 0, KindReport(0, Recovered(1)), 5.3)
-    send(machine, 1, KindReport(1, Recovered(1)), 5.3, incarnation=1)
+    send(machine, 1, KindReport(1, Recovered(1, {"assemble_s": 0.5})), 5.3, incarnation=1)
     [resume] = send(machine, 2, KindReport(2, Recovered(1)), 5.4)
     assert resume == Broadcast(KindCommand(RunSuperstep(0, {})), (10, 12, 21))
     assert kind.replication.history[0]["detected"] == 3.0 and kind.replication.history[0]["recovered"] == 5.4
+    assert kind.replication.history[0]["workers"] == {0: {}, 1: {"assemble_s": 0.5}, 2: {}}
 
 
 def test_a_replacement_that_never_registers_fails_the_job_saying_why():

@@ -46,7 +46,8 @@ class GraphCoordination:
         self.pending: dict[int, tuple[dict[str, Any], bool]] = {}
         self.checkpoints_since_full = 0
         self.halted: Halt | None = None
-        #: superstep -> monotonic time it was started and completed (for the benchmarks)
+        #: per superstep: monotonic time it was started and completed, and per worker when its
+        #: report arrived and its compute / send / commit seconds (for the benchmarks)
         self.timings: list[dict[str, Any]] = []
         self.restores: list[int] = []
 
@@ -116,6 +117,8 @@ class GraphCoordination:
         if not isinstance(payload, SuperstepDone) or (replication is not None and replication.recovering):
             return []
         report = payload.report
+        if self.timings and report.superstep == self.timings[-1]["superstep"]:  # where the worker's time went
+            self.timings[-1].setdefault("workers", {})[worker] = {"reported": now, **report.phases}
         if payload.checkpoint is not None and report.superstep == self.supersteps.superstep:
             self.pending[worker] = (payload.checkpoint, payload.full)
         decision = self.supersteps.on_report(worker, report)

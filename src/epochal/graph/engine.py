@@ -56,6 +56,9 @@ class StepReport:
     active: int
     sent: int
     aggregates: dict[str, Any] = field(default_factory=dict)
+    #: seconds this worker spent, filled in by the worker driver: "compute" (the program),
+    #: "send" (serialising and sending the exchanges), "commit" (committing the superstep before)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def _changed(new: np.ndarray, old: np.ndarray) -> np.ndarray:

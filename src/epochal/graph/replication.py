@@ -44,6 +44,8 @@ class _Recovery:
     waiting: set[int] = field(default_factory=set)
     rejoined: set[int] = field(default_factory=set)
     moves: tuple[np.ndarray, np.ndarray] | None = None
+    #: per worker: where its time went (the ``phases`` of its ``Recovered``)
+    phases: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 class ReplicaRecovery:
@@ -154,6 +156,7 @@ class ReplicaRecovery:
         if current is None or report.epoch != current.epoch or current.phase != "finishing":
             return False
         current.waiting.discard(worker)
+        current.phases[worker] = dict(report.phases)
         if current.waiting:
             return False
         self._complete(now)
@@ -164,5 +167,5 @@ class ReplicaRecovery:
         assert current is not None
         self.history.append({"epoch": current.epoch, "lost": sorted(current.lost), "mode": self.settings.mode,
                              "resume_at": current.resume_at, "detected": current.detected,
-                             "started": current.started, "recovered": now})
+                             "started": current.started, "recovered": now, "workers": dict(current.phases)})
         self.current = None

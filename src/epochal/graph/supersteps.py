@@ -148,6 +148,8 @@ class FinishRecovery:
 
 @dataclass(frozen=True)
 class Recovered:
-    """Report: this worker's part is whole again after recovery ``epoch``."""
+    """Report: this worker's part is whole again after recovery ``epoch``; ``phases``: where its
+    time went (seconds by phase, measured by the worker driver)."""
 
     epoch: int
+    phases: dict[str, float] = field(default_factory=dict, compare=False)

@@ -84,7 +84,11 @@ class GraphWorker(WorkerShell):
         self.batches: dict[int, list[RecoveryBatch]] = {}
         self.migration: Migration | None = None
         self.recoveries: list[dict[str, float]] = []
+        #: seconds spent committing since the last superstep was computed (reported with the next)
+        self.commit_s = 0.0
         self.recovery_started = 0.0
+        #: the current recovery's seconds by phase (reported with ``Recovered``)
+        self.recovery_phases: dict[str, float] = {}
 
     # ------------------------------------------------------------------ events and instructions
     def _handle(self, event: Any) -> None:
@@ -194,21 +198,28 @@ class GraphWorker(WorkerShell):
         assert deployment is not None and self.engine is not None
         ctx = SuperstepContext(command.superstep, deployment.num_vertices, self.index, deployment.num_workers,
                                dict(command.aggregates), final=command.final)
+        started = time.perf_counter()
         try:
             out, report = self.engine.step(ctx)
         except Exception as error:
             raise UserFunctionError(type(deployment.program).__name__, error,
                                     where=f"vertex program '{type(deployment.program).__name__}' "
                                           f"in superstep {command.superstep}") from error
+        computed = time.perf_counter()
         for peer, exchange in out.items():
             exchange.epoch = self.machine.epoch
             self._send(peer, SUPERSTEP_CHANNEL, exchange)
+        report.phases = {"compute": computed - started, "send": time.perf_counter() - computed,
+                         "commit": self.commit_s}
+        self.commit_s = 0.0
         self.supersteps += 1
         self._feed(Computed(command.superstep, report))
 
     @_DO.on(Commit)
     def _commit(self, instruction: Commit) -> None:
+        started = time.perf_counter()
         self.engine.commit(instruction.superstep, instruction.undo)  # type: ignore[union-attr]
+        self.commit_s += time.perf_counter() - started
 
     # ------------------------------------------------------------------ recovery (replication)
     @_DO.on(Rewind)
@@ -216,10 +227,12 @@ class GraphWorker(WorkerShell):
         self.recovery_started = time.monotonic()
         if isinstance(self.engine, VectorEngine):
             self.engine.rewind(instruction.resume_at)
+        self.recovery_phases = {"rewind_s": time.monotonic() - self.recovery_started}
 
     @_DO.on(SendRecovery)
     def _send_recovery(self, instruction: SendRecovery) -> None:
         command, engine = instruction.command, self.engine
+        started = time.perf_counter()
         lost = set(command.lost)
         batches: dict[int, RecoveryBatch] = {}
         if command.mode == "migration":
@@ -231,14 +244,17 @@ class GraphWorker(WorkerShell):
             assert isinstance(engine, VectorEngine)
             batches = rebirth_batches(engine.part, engine.table, engine.changed_table, lost, command.epoch,
                                       command.routing_from)
+        built = time.perf_counter()
         for peer in self.machine.live_peers - (lost if command.mode == "migration" else set()):
             batch = batches.get(peer, RecoveryBatch(command.epoch, self.index))
             self._send(peer, RECOVERY_CHANNEL, batch)
+        self.recovery_phases.update(build_s=built - started, send_s=time.perf_counter() - built)
 
     @_DO.on(Assemble)
     def _assemble(self, instruction: Assemble) -> None:
         command, deployment = instruction.command, self.deployment
         assert deployment is not None
+        started = time.perf_counter()
         received = self.batches.pop(command.epoch, [])
         self.batches = {e: b for e, b in self.batches.items() if e > command.epoch}
         if command.mode == "migration":
@@ -255,7 +271,8 @@ class GraphWorker(WorkerShell):
             engine.install(part, table, changed)
             self.engine = engine
         self.recoveries.append({"epoch": command.epoch, "seconds": time.monotonic() - self.recovery_started})
-        self._feed(Assembled(command.epoch))
+        phases, self.recovery_phases = {**self.recovery_phases, "assemble_s": time.perf_counter() - started}, {}
+        self._feed(Assembled(command.epoch, phases))
 
     @_DO.on(WriteCheckpoint)
     def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:

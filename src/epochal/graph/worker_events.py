@@ -7,7 +7,7 @@ machine is :mod:`epochal.graph.worker_machine`, the driver that carries the inst
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.graph.engine import StepReport
@@ -48,9 +48,11 @@ class RecoveryArrived:
 
 @dataclass(frozen=True)
 class Assembled:
-    """This worker's part is whole again after recovery ``epoch``."""
+    """This worker's part is whole again after recovery ``epoch``; ``phases``: the seconds the
+    driver spent on it (for the benchmarks: rewind, batches built and sent, assembly)."""
 
     epoch: int
+    phases: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

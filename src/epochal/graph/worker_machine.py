@@ -257,7 +257,7 @@ class GraphWorkerMachine(WorkerLifecycle):
             self.gone |= set(recovery.lost)
         self.recovery = None
         self.batches_from = {e: s for e, s in self.batches_from.items() if e > event.epoch}
-        return [Send(KindReport(self.worker, Recovered(event.epoch)))]
+        return [Send(KindReport(self.worker, Recovered(event.epoch, dict(event.phases))))]
 
     @_HANDLERS.on(Computed)
     def _computed(self, event: Computed) -> list[Instruction]:
