@@ -284,3 +284,22 @@ def test_second_job_fails_at_once_when_epochal_jobs_hold_every_slot(make_env, sp
     out = again.from_sequence(0, 10).collect()
     again.execute("after-the-hog", timeout=120)  # the slots are free again
     assert sorted(out.get()) == list(range(10))
+
+
+def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
+    """Workers of the shared local session come from epochal.runtime.daemon (so a replacement
+    worker starts with numpy, pyarrow and epochal imported); switched off, they would not."""
+    def parent(_):
+        import os
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return [f.read().replace(b"\0", b" ").decode()]
+
+    cmdlines = spark.sparkContext.parallelize(range(2), 2).mapPartitions(parent).collect()
+    assert all("-m epochal.runtime.daemon" in line for line in cmdlines), cmdlines
+
+
+def test_the_preloading_daemon_imports_the_worker_modules():
+    code = ("import sys; from epochal.runtime import daemon; daemon.preload(); "
+            "print(all(m in sys.modules for m in daemon.PRELOAD))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() == "True", run.stderr
