@@ -277,3 +277,19 @@ def test_after_a_recovery_the_sync_plans_agree_and_promoted_mirrors_are_masters(
         assert [owner_now[int(v)] for v in lost_ids.tolist()] == mirrors.tolist()  # promoted where mirrored
     else:
         assert all(owner_now[int(v)] == 3 for v in lost_ids.tolist())
+
+
+def test_with_locations_replaces_the_lists_of_the_given_rows_only():
+    from epochal.graph.partition import csr_ptr
+    from epochal.graph.records import VertexRecords
+
+    lists = [[1, 2], [], [0, 3, 4], [2], [1]]
+    records = VertexRecords(np.arange(5) * 10, loc_ptr=csr_ptr(np.array([len(x) for x in lists])),
+                            loc_workers=np.array([w for x in lists for w in x]))
+    new = {3: [0, 1, 5], 0: [], 4: [7]}  # rows in any order, lists may shrink, grow or empty
+    rows = np.array(list(new))
+    ptr = csr_ptr(np.array([len(x) for x in new.values()]))
+    updated = records.with_locations(rows, ptr, np.array([w for x in new.values() for w in x]))
+    expected = [new.get(i, x) for i, x in enumerate(lists)]
+    got = [updated.loc_workers[updated.loc_ptr[i]:updated.loc_ptr[i + 1]].tolist() for i in range(5)]
+    assert got == expected

@@ -87,16 +87,20 @@ class VertexRecords:
         return VertexRecords(**out)  # type: ignore[arg-type]
 
     def with_locations(self, rows: np.ndarray, ptr: np.ndarray, workers: np.ndarray) -> VertexRecords:
-        """These records with the replica locations of ``rows`` replaced (``ptr``/``workers``: CSR
-        over ``rows``)."""
+        """These records with the replica locations of ``rows`` (distinct) replaced
+        (``ptr``/``workers``: CSR over ``rows``, in their order); array work, no per-row loop."""
         assert self.loc_ptr is not None and self.loc_workers is not None
+        rows = np.asarray(rows, dtype=_INT)
         counts = np.diff(self.loc_ptr)
         counts[rows] = np.diff(ptr)
-        lists = np.split(self.loc_workers, self.loc_ptr[1:-1])
-        for i, row in enumerate(rows.tolist()):
-            lists[row] = workers[ptr[i]:ptr[i + 1]]
-        flat = np.concatenate(lists) if lists else np.zeros(0, dtype=_INT)
-        return replace(self, loc_ptr=csr_ptr(counts), loc_workers=flat.astype(_INT))
+        new_ptr = csr_ptr(counts)
+        flat = np.empty(int(new_ptr[-1]), dtype=_INT)
+        kept = np.ones(len(self), dtype=bool)
+        kept[rows] = False
+        kept_rows = np.flatnonzero(kept)
+        flat[take_rows(new_ptr, kept_rows)[1]] = self.loc_workers[take_rows(self.loc_ptr, kept_rows)[1]]
+        flat[take_rows(new_ptr, rows)[1]] = workers
+        return replace(self, loc_ptr=new_ptr, loc_workers=flat)
 
 
 def concat(batches: list[VertexRecords]) -> VertexRecords:
