@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("connectors", {"connectors"}),
     ("plan", {"plan"}),
     ("state", {"state"}),
+    ("persisted output queues", {"cec"}),
     ("worker", {"runtime"}),
     ("driver", {"control"}),
     ("user API", {"api"}),
@@ -35,7 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
 ]
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "serialization", "messages", "validation", "config", "connectors", "plan", "state",
-               "runtime"}
+               "cec", "runtime"}
 DRIVER_SIDE = {"control", "api", "testing"}
 
 _LAYER_OF = {component: index for index, (_, members) in enumerate(LAYERS) for component in members}
