@@ -1,0 +1,115 @@
+"""When to emit G_check, and for which window (papers/002 §III, §III.A): a pure state machine.
+
+The operator keeps its open windows ordered by tau2, the time of each window's newest footprint
+(G_open or G_check); the oldest is at the end of the extent, so it is the one to checkpoint
+next. Alongside, two counters: tuples the operator has *emitted* (results and control tuples,
+everything in its output queue) and input tuples it has *consumed*. For the oldest window:
+
+- ``q`` (extent) = tuples emitted since its footprint: what EC reconstruction would roll back over;
+- ``u`` (replay) = input consumed since its footprint: what upstream would replay.
+
+The background path checkpoints the oldest window while ``q > Q`` or ``u > U``, but only inside
+slices of ``CI`` seconds that start every ``CP`` seconds, so checkpointing never takes more than
+CI/CP of the operator's time. ``g_check=False`` turns G_check off (G_open only: minimum recovery
+guarantees, the paper's baseline setting). The machine has no clock: the operator passes ``now``.
+
+Events in: :meth:`opened`, :meth:`updated`, :meth:`closed` (the foreground path),
+:meth:`emitted` (any other output). Decision out: :meth:`next_check` (a window to G_check now,
+or None), after which the operator emits the G_check and reports it with :meth:`checked`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CecSettings:
+    """CEC's knobs (papers/002 §III): targets ``q_target`` (Q, tuples of extent) and
+    ``u_target`` (U, input tuples to replay), ``interval`` (CI, seconds of checkpointing per
+    slice) and ``period`` (CP, seconds between slice starts); ``g_check=False``: G_open only."""
+
+    q_target: int = 1_000
+    u_target: int = 1_000_000
+    interval: float = 0.005
+    period: float = 0.1
+    g_check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.q_target < 1 or self.u_target < 1:
+            raise ValueError(f"Q and U must be at least 1 (got Q={self.q_target}, U={self.u_target})")
+        if not 0 < self.interval <= self.period:
+            raise ValueError(f"CI must be positive and at most CP (got CI={self.interval}, CP={self.period})")
+
+
+class CheckpointPolicy:
+    """The Q/U and CI/CP policy of one operator instance (see the module docstring)."""
+
+    def __init__(self, settings: CecSettings) -> None:
+        self.settings = settings
+        #: open window -> (emitted, consumed) at its newest footprint; oldest footprint first
+        self.footprints: OrderedDict[Hashable, tuple[int, int]] = OrderedDict()
+        self.emitted_count = 0
+        self.consumed = 0
+        self.slice_start: float | None = None
+        self.checks = 0
+
+    # ------------------------------------------------------------------ foreground events
+    def opened(self, window: Hashable) -> None:
+        """An input tuple opened ``window``; the operator emits its G_open (counted here)."""
+        self.consumed += 1
+        self.emitted_count += 1
+        self.footprints[window] = (self.emitted_count, self.consumed)
+
+    def updated(self) -> None:
+        """An input tuple updated an open window (tau2 stays: no footprint)."""
+        self.consumed += 1
+
+    def closed(self, window: Hashable) -> None:
+        """An input tuple closed ``window``; the operator emits its R (counted here)."""
+        self.consumed += 1
+        self.emitted_count += 1
+        self.footprints.pop(window, None)
+
+    def emitted(self, count: int = 1) -> None:
+        """Other tuples went to the output queue."""
+        self.emitted_count += count
+
+    # ------------------------------------------------------------------ accounting
+    @property
+    def open_windows(self) -> int:
+        """N: windows open now."""
+        return len(self.footprints)
+
+    def extent(self) -> tuple[int, int]:
+        """``(q, u)`` now: output tuples and input tuples since the oldest open window's footprint."""
+        if not self.footprints:
+            return 0, 0
+        emitted, consumed = next(iter(self.footprints.values()))
+        return self.emitted_count - emitted + 1, self.consumed - consumed
+
+    # ------------------------------------------------------------------ background path
+    def next_check(self, now: float) -> Hashable | None:
+        """The window to G_check now, or None: the oldest window, while q > Q or u > U, inside
+        the current CI slice (a new slice starts once CP has passed since the last began)."""
+        settings = self.settings
+        if not settings.g_check or not self.footprints:
+            return None
+        q, u = self.extent()
+        if q <= settings.q_target and u <= settings.u_target:
+            return None
+        if self.slice_start is None or now >= self.slice_start + settings.period:
+            self.slice_start = now
+        if now >= self.slice_start + settings.interval:
+            return None  # this slice's time is spent: wait for the next period
+        return next(iter(self.footprints))
+
+    def checked(self, window: Hashable) -> None:
+        """The operator emitted a G_check of ``window``: it moves to the newest end."""
+        self.emitted_count += 1
+        self.checks += 1
+        if window in self.footprints:
+            self.footprints[window] = (self.emitted_count, self.consumed)
+            self.footprints.move_to_end(window)
