@@ -29,12 +29,15 @@ def test_the_papers_figure_2_closed_windows_are_skipped_and_n_footprints_found()
     assert ec.replay_after == Position(4.0, 0)  # T: the oldest footprint, w_j's G_open
     assert ec.newest == Position(7.0, 0)
     assert ec.extent == 4  # rolled back over c, i's check, R_k, j's open
+    # w_k closed inside the extent: replayed input of it must not open it again
+    assert ec.closed == {"k": Position(5.0, 0)}
 
 
 def test_an_empty_output_or_nothing_open_gives_an_empty_checkpoint():
     assert reconstruct([]) == EventualCheckpoint()
     ec = reconstruct(reversed([g("open", "a", 1, 1, 1.0), r("a", 1, 0, 2.0)]))
     assert ec.windows == {} and ec.replay_after is None and ec.newest == Position(2.0, 0)
+    assert ec.closed == {"a": Position(2.0, 0)} and ec.extent == 1
 
 
 def test_data_tuples_of_other_operators_are_passed_over_and_counted_in_the_extent():

@@ -43,6 +43,9 @@ class EventualCheckpoint:
     newest: Position | None = None
     #: tuples rolled back over, the last footprint included (the extent at the crash)
     extent: int = 0
+    #: windows whose R lies inside the extent, with the position that closed them: replayed input
+    #: of such a window must not open it again (its result is already out)
+    closed: dict[Hashable, Position] = field(default_factory=dict)
 
 
 def reconstruct(newest_first: Iterable[object]) -> EventualCheckpoint:
@@ -51,7 +54,7 @@ def reconstruct(newest_first: Iterable[object]) -> EventualCheckpoint:
     empty EC. Raises :class:`ReconstructionError` if the output ends before N footprints."""
     wanted: int | None = None
     newest: Position | None = None
-    closed: set[Hashable] = set()
+    closed: dict[Hashable, Position] = {}
     found: dict[Hashable, WindowCheckpoint] = {}
     extent = 0
     for item in newest_first:
@@ -61,14 +64,13 @@ def reconstruct(newest_first: Iterable[object]) -> EventualCheckpoint:
         extent += 1
         if wanted is None:
             wanted, newest = item.open_windows, item.position
-            if wanted == 0:
-                return EventualCheckpoint({}, None, newest, extent)
         if isinstance(item, WindowResult):
-            closed.add(item.window)
+            closed.setdefault(item.window, item.position)
         elif item.window not in closed and item.window not in found:
             found[item.window] = item
-            if len(found) == wanted:
-                return EventualCheckpoint(found, min(f.position for f in found.values()), newest, extent)
+        if len(found) == wanted:  # (none open at the newest output: done at once)
+            replay_after = min(f.position for f in found.values()) if found else None
+            return EventualCheckpoint(found, replay_after, newest, extent, closed)
     if wanted is None:
         return EventualCheckpoint()
     raise ReconstructionError(f"the operator's output ends after {extent} tuples with {len(found)} of the "
