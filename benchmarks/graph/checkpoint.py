@@ -47,7 +47,7 @@ import numpy as np
 
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import Timer, event_after, failure, jobmaster_events, median, pyplot, write_csv
+from benchmarks.graph.measure import Event, Timer, event_after, failure, jobmaster_events, median, pyplot, write_csv
 
 #: papers/003 Fig. 2(b): overall overhead of Imitator-CKPT, PageRank on LJournal, 20 iterations,
 #: checkpoint interval (iterations) -> overhead; and Table 2, CKPT recovery time of PageRank (s).
@@ -95,7 +95,7 @@ def _restart_index(timings: Sequence[dict[str, Any]]) -> int:
     return next(i for i, t in enumerate(timings) if "completed" not in t) + 1
 
 
-def _timeline(result: Any, fail_at: int, events: Sequence[tuple[float, str]], workers: int) -> dict[str, float]:
+def _timeline(result: Any, fail_at: int, events: Sequence[Event], workers: int) -> dict[str, float]:
     """Where a run with one failure at ``fail_at`` spent its recovery (see the module docstring)."""
     timings, restart = result.timings, result.restarts[0]
     boundary = _restart_index(timings)

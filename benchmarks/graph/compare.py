@@ -48,6 +48,7 @@ from typing import Any
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat, road_grid
 from benchmarks.graph.measure import (
+    Event,
     MemoryWatch,
     Timer,
     event_after,
@@ -63,14 +64,14 @@ RDD_GOAL, SCIPY_GOAL = 20.0, 5.0
 WARM_UP_SCALE = 8
 
 
-def _epochal_phases(outcome: peers.Outcome, timer: Timer, events: Sequence[tuple[float, str]]) -> dict[str, Any]:
+def _epochal_phases(outcome: peers.Outcome, timer: Timer, events: Sequence[Event]) -> dict[str, Any]:
     """Where an epochal run's wall time went, from its timings and the JobMaster's events (see the
     module docstring)."""
     result = outcome.result
     assert result is not None
     timings = [t for t in result.timings if "completed" in t]
     launched = event_after(events, "JobStarted", timer.started)
-    ended = max((t for t, name in events if name == "SparkJobEnded"), default=float("nan"))
+    ended = max((t for t, name, _ in events if name == "SparkJobEnded"), default=float("nan"))
     steps = [t["completed"] - t["started"] for t in timings]
     return {"supersteps": result.supersteps, "driver_before_s": launched - timer.started,
             "startup_s": timings[0]["started"] - launched,

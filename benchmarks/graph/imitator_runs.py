@@ -8,7 +8,7 @@ Owns, for papers/003 §6 on epochal (:mod:`benchmarks.graph.replication`):
   replication with Rebirth/Migration, *k* replicas, selfish on/off, hash/Fennel) plus the workers
   killed and when;
 * :func:`run_job`, one ``run_graph`` call with the JobMaster's events recorded
-  (:func:`record_events`) and the workers' peak RSS watched
+  (:func:`~benchmarks.graph.measure.jobmaster_events`) and the workers' peak RSS watched
   (:class:`~benchmarks.graph.measure.MemoryWatch`), returned as one CSV row: wall, job and
   superstep-phase times, messages (``history`` "sent"), the answer checked against the
   failure-free run, and for a failure the recovery split into phases (:func:`replica_phases`,
@@ -21,8 +21,7 @@ Owns, for papers/003 §6 on epochal (:mod:`benchmarks.graph.replication`):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 
 from benchmarks.graph import checkpoint
 from benchmarks.graph.generators import BenchGraph, _relabelled, rmat, road_grid
-from benchmarks.graph.measure import MemoryWatch, event_after, failure
+from benchmarks.graph.measure import Event, MemoryWatch, event_after, failure, jobmaster_events
 
 ALGORITHMS = ("pr", "sssp", "cdlp", "wcc", "als")
 NAMES = {"pr": "PageRank", "sssp": "SSSP", "cdlp": "CDLP", "wcc": "WCC", "als": "ALS"}
@@ -134,40 +133,7 @@ class Mode:
         return out
 
 
-@contextmanager
-def record_events() -> Iterator[list[tuple[float, str, int | None]]]:
-    """The JobMaster's events during the block as ``(time, name, worker)``: worker messages by type
-    (``KindReport:<payload type>`` for a graph report; superstep reports, ticks and heartbeats left
-    out), other events by type, and the instructions ``SubmitSparkJob``/``SubmitWorker``. Names
-    match :func:`~benchmarks.graph.measure.jobmaster_events`. Instrumentation only."""
-    from epochal.control import jobmaster_machine
-
-    events: list[tuple[float, str, int | None]] = []
-    original = jobmaster_machine.JobMasterMachine.handle
-
-    def handle(machine: Any, event: Any) -> Any:
-        name, worker = type(event).__name__, None
-        if name == "WorkerMessage":
-            message = event.message
-            name, worker = type(message).__name__, getattr(message, "worker", None)
-            if name == "KindReport":
-                name = f"KindReport:{type(message.payload).__name__}"
-        if name not in ("Tick", "Heartbeat", "KindReport:SuperstepDone"):
-            events.append((getattr(event, "now", time.monotonic()), name, worker))
-        instructions = original(machine, event)
-        now = time.monotonic()
-        events.extend((now, type(i).__name__, getattr(i, "worker", None)) for i in instructions
-                      if type(i).__name__ in ("SubmitSparkJob", "SubmitWorker"))
-        return instructions
-
-    jobmaster_machine.JobMasterMachine.handle = handle
-    try:
-        yield events
-    finally:
-        jobmaster_machine.JobMasterMachine.handle = original
-
-
-def _last_of(events: Sequence[tuple[float, str, int | None]], name: str, since: float, workers: Sequence[int],
+def _last_of(events: Sequence[Event], name: str, since: float, workers: Sequence[int],
              until: float = float("inf")) -> float:
     """When the last of ``workers`` sent ``name`` (its first after ``since``); NaN if one did not."""
     times = []
@@ -179,7 +145,7 @@ def _last_of(events: Sequence[tuple[float, str, int | None]], name: str, since: 
     return max(times)
 
 
-def replica_phases(result: Any, events: Sequence[tuple[float, str, int | None]],
+def replica_phases(result: Any, events: Sequence[Event],
                    parallelism: int) -> dict[str, float]:
     """A replication recovery's phases from ``result.recoveries[0]`` and the events: detected ->
     (Rebirth) new task registered -> its partition shell deployed and ready (= ``started``) ->
@@ -209,16 +175,15 @@ def replica_phases(result: Any, events: Sequence[tuple[float, str, int | None]],
     return out
 
 
-def checkpoint_phases(result: Any, fail_at: int, events: Sequence[tuple[float, str, int | None]],
+def checkpoint_phases(result: Any, fail_at: int, events: Sequence[Event],
                       parallelism: int) -> dict[str, float]:
     """A checkpoint restart's phases (:func:`benchmarks.graph.checkpoint._timeline`); its recovery
     time is detection -> superstep ``fail_at`` completed again (reload + replay), the point the
     failed run had reached."""
-    plain = [(t, n) for t, n, _ in events]
-    phases = checkpoint._timeline(result, fail_at, plain, parallelism)
+    phases = checkpoint._timeline(result, fail_at, events, parallelism)
     detected = result.restarts[0]["detected"]
     phases["recovery_s"] = phases["recovery_total_s"]
-    phases["detected_to_started_s"] = event_after(plain, "Register", event_after(plain, "SubmitSparkJob", detected),
+    phases["detected_to_started_s"] = event_after(events, "Register", event_after(events, "SubmitSparkJob", detected),
                                                   parallelism) - detected
     phases["started_to_recovered_s"] = phases["recovery_s"] - phases["detected_to_started_s"]
     phases["restored_from"] = result.restored_from[0] if result.restored_from else -1
@@ -313,7 +278,7 @@ def run_job(runner: Runner, algorithm: str, mode: Mode, repeat: int, experiment:
                            "edges": bench.num_edges, "parallelism": parallelism}
     env = epochal.Environment(parallelism, spark=runner.spark, registration_timeout=60.0)
     try:
-        with record_events() as events, MemoryWatch() as watch:
+        with jobmaster_events() as events, MemoryWatch() as watch:
             started = time.perf_counter()
             result = run_graph(bench.graph, program, parallelism=parallelism, environment=env, timeout=runner.timeout,
                                job_name=f"imitator {algorithm} {mode.label}", **mode.options())

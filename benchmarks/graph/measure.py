@@ -165,26 +165,35 @@ class Timer:
         self.ended = time.monotonic()
 
 
+#: One recorded JobMaster event: ``(monotonic time, name, worker or None)``.
+Event = tuple[float, str, int | None]
+
+
 @contextmanager
-def jobmaster_events() -> Iterator[list[tuple[float, str]]]:
-    """Record the JobMaster's events during the block as ``(time, name)``: worker messages by the
-    message's type (Register, Ready, Processing, Failed ...), ticks, heartbeats and superstep
-    reports left out, and each Spark job submission. Instrumentation only: it wraps
-    ``JobMasterMachine.handle`` for the block and changes nothing it does."""
+def jobmaster_events() -> Iterator[list[Event]]:
+    """Record the JobMaster's events during the block as ``(time, name, worker)``: worker messages
+    by the message's type (Register, Ready, Processing, Failed ...; a graph report as
+    ``KindReport:<payload type>``), other events by type, and the instructions ``SubmitSparkJob``
+    and ``SubmitWorker``; ticks, heartbeats and superstep reports are left out. Instrumentation
+    only: it wraps ``JobMasterMachine.handle`` for the block and changes nothing it does."""
     from epochal.control import jobmaster_machine
 
-    events: list[tuple[float, str]] = []
+    events: list[Event] = []
     original = jobmaster_machine.JobMasterMachine.handle
 
     def handle(machine: Any, event: Any) -> Any:
-        name = type(event).__name__
+        name, worker = type(event).__name__, None
         if name == "WorkerMessage":
-            name = type(event.message).__name__
-        if name not in ("Tick", "Heartbeat", "KindReport"):
-            events.append((getattr(event, "now", time.monotonic()), name))
+            message = event.message
+            name, worker = type(message).__name__, getattr(message, "worker", None)
+            if name == "KindReport":
+                name = f"KindReport:{type(message.payload).__name__}"
+        if name not in ("Tick", "Heartbeat", "KindReport:SuperstepDone"):
+            events.append((getattr(event, "now", time.monotonic()), name, worker))
         instructions = original(machine, event)
-        events.extend((time.monotonic(), "SubmitSparkJob") for i in instructions
-                      if type(i).__name__ == "SubmitSparkJob")
+        now = time.monotonic()
+        events.extend((now, type(i).__name__, getattr(i, "worker", None)) for i in instructions
+                      if type(i).__name__ in ("SubmitSparkJob", "SubmitWorker"))
         return instructions
 
     jobmaster_machine.JobMasterMachine.handle = handle
@@ -194,9 +203,9 @@ def jobmaster_events() -> Iterator[list[tuple[float, str]]]:
         jobmaster_machine.JobMasterMachine.handle = original
 
 
-def event_after(events: Sequence[tuple[float, str]], name: str, since: float, count: int = 1) -> float:
+def event_after(events: Sequence[Event], name: str, since: float, count: int = 1) -> float:
     """The time of the ``count``-th event ``name`` at or after ``since`` (NaN if there is none)."""
-    times = [t for t, n in events if n == name and t >= since]
+    times = [t for t, n, _ in events if n == name and t >= since]
     return times[count - 1] if len(times) >= count else float("nan")
 
 
