@@ -107,9 +107,9 @@ def plan_replicas(graph: Graph, owner: np.ndarray, replicas: list[np.ndarray], k
         has_ft = (ft & left).any(axis=1)
         pick = np.where(has_ft, (ft & left).argmax(axis=1), -1)
         for master in range(num_workers):
-            free = np.flatnonzero((owner == master) & ~has_ft & left.any(axis=1))
+            mine = owner == master
+            free = np.flatnonzero(mine & ~has_ft & left.any(axis=1))
             if free.size:
-                mine = owner == master
                 placed = np.concatenate([mirrors[mine, :j].ravel(), pick[mine & has_ft]])
                 used = np.bincount(placed + 1, minlength=num_workers + 1)[1:]
                 pick[free] = balanced_choice(left[free], used, rng)
