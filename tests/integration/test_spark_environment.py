@@ -162,7 +162,8 @@ FOREVER = """
 
 
 def session_processes(sid: int) -> list[str]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
+    # -ww: whole command lines whatever COLUMNS says (CI sets it; a cut line hides "pyspark")
+    out = subprocess.run(["ps", "-ww", "-e", "-o", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in out.splitlines()
             if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")]  # zombies are gone
 
