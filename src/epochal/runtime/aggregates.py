@@ -120,3 +120,124 @@ def emit_value(key: Any, value: Any) -> Any:
 def emit_key_value(key: Any, value: Any) -> tuple[Any, Any]:
     """Output of ``count``/``sum``/``min``/``max``: ``(key, aggregate)``."""
     return (key, value)
+
+
+# ---------------------------------------------------------------------- AggregateFunctions
+# Window aggregates as Flink's AggregateFunction (epochal.state.descriptors.AggregateFunction):
+# ``create_accumulator() -> acc``, ``add(value, acc) -> acc``, ``merge(a, b) -> acc``,
+# ``get_result(acc) -> result``. The built-ins keep accumulators immutable (``add`` returns a new
+# one), so a window's state can be copied into a checkpoint by reference.
+class _ValueFunction:
+    """Base of the built-ins: ``value(record)`` (the record itself by default) is aggregated."""
+
+    def __init__(self, value: Callable[[Any], Any] | None = None) -> None:
+        self.value = value
+
+    def _of(self, record: Any) -> Any:
+        return record if self.value is None else self.value(record)
+
+
+class CountFunction(_ValueFunction):
+    """Records per window."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, record: Any, acc: int) -> int:
+        return acc + 1
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+
+class SumFunction(_ValueFunction):
+    """Sum of ``value(record)``."""
+
+    def create_accumulator(self) -> Any:
+        return 0
+
+    def add(self, record: Any, acc: Any) -> Any:
+        return acc + self._of(record)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def get_result(self, acc: Any) -> Any:
+        return acc
+
+
+class _Empty:
+    """The accumulator of min/max before any record; pickled by name, so it stays itself."""
+
+    def __reduce__(self) -> str:
+        return "EMPTY"
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY = _Empty()
+
+
+class _ExtremeFunction(_ValueFunction):
+    largest = False
+
+    def create_accumulator(self) -> Any:
+        return EMPTY
+
+    def add(self, record: Any, acc: Any) -> Any:
+        return self.merge(acc, self._of(record))
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if a is EMPTY:
+            return b
+        if b is EMPTY:
+            return a
+        return (b if b > a else a) if self.largest else (b if b < a else a)
+
+    def get_result(self, acc: Any) -> Any:
+        return None if acc is EMPTY else acc
+
+
+class MinFunction(_ExtremeFunction):
+    """Minimum of ``value(record)`` (None for no records)."""
+
+
+class MaxFunction(_ExtremeFunction):
+    """Maximum of ``value(record)`` (None for no records)."""
+
+    largest = True
+
+
+class AvgFunction(_ValueFunction):
+    """Mean of ``value(record)``; the accumulator is ``(sum, count)``."""
+
+    def create_accumulator(self) -> tuple[Any, int]:
+        return (0, 0)
+
+    def add(self, record: Any, acc: tuple[Any, int]) -> tuple[Any, int]:
+        return (acc[0] + self._of(record), acc[1] + 1)
+
+    def merge(self, a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, int]:
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc: tuple[Any, int]) -> float | None:
+        return acc[0] / acc[1] if acc[1] else None
+
+
+#: The built-in window aggregates by name.
+BUILTIN_FUNCTIONS: dict[str, type[_ValueFunction]] = {
+    "count": CountFunction, "sum": SumFunction, "min": MinFunction, "max": MaxFunction, "avg": AvgFunction}
+
+
+def check_aggregate_function(function: Any, where: str) -> None:
+    """Raise ``TypeError`` naming what ``function`` lacks to be an AggregateFunction."""
+    missing = [name for name in ("create_accumulator", "add", "merge", "get_result")
+               if not callable(getattr(function, name, None))]
+    if missing:
+        raise TypeError(f"{where} needs an AggregateFunction with create_accumulator(), add(value, accumulator), "
+                        f"merge(a, b) and get_result(accumulator); {type(function).__name__} has no "
+                        f"{', '.join(missing)}")

@@ -12,13 +12,20 @@ from typing import Any, Protocol
 
 
 class AggregateFunction(Protocol):
-    """Incremental aggregation for :class:`AggregatingStateDescriptor` (Flink's AggregateFunction)."""
+    """Incremental aggregation (Flink's AggregateFunction), for :class:`AggregatingStateDescriptor`
+    and window aggregates.
+
+    ``add`` returns the new accumulator (it may change and return the one given); ``merge``
+    combines two accumulators of the same key (windows that merge, partial aggregates), and is
+    needed by window aggregates only; ``get_result`` does not change the accumulator."""
 
     def create_accumulator(self) -> Any: ...
 
     def add(self, value: Any, accumulator: Any) -> Any: ...
 
     def get_result(self, accumulator: Any) -> Any: ...
+
+    def merge(self, a: Any, b: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
