@@ -27,16 +27,16 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("connectors", {"connectors"}),
     ("plan", {"plan"}),
     ("state", {"state"}),
-    ("persisted output queues", {"cec"}),
     ("worker", {"runtime"}),
     ("driver", {"control"}),
     ("user API", {"api"}),
     ("graph jobs", {"graph"}),
+    ("continuous eventual checkpointing", {"cec"}),
     ("tools", {"testing", "__main__", "__init__"}),
 ]
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "serialization", "messages", "validation", "config", "connectors", "plan", "state",
-               "cec", "runtime"}
+               "runtime"}
 DRIVER_SIDE = {"control", "api", "testing"}
 
 _LAYER_OF = {component: index for index, (_, members) in enumerate(LAYERS) for component in members}

@@ -11,8 +11,8 @@ back over the output from the newest tuple:
 - the first footprint met of every other window is its part of the EC.
 
 Reconstruction stops as soon as N footprints are found; ``extent`` counts the tuples gone
-through (the paper's q at the crash). The upstream replay starts after T, the oldest position
-among the footprints, and each restored window ignores replayed input at or before its own
+through (the paper's q at the crash). The upstream replay starts after T, per input channel
+the oldest position among the footprints, and each restored window ignores replayed input at or before its own
 footprint's position (:func:`~epochal.cec.tuples.already_counted`).
 
 A pure function of the tuples: reading the log (:meth:`~epochal.cec.output_log.OutputLog.read_backwards`)
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from epochal.cec.tuples import Position, WindowCheckpoint, WindowResult
+from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult, earliest
 
 
 class ReconstructionError(Exception):
@@ -36,8 +36,8 @@ class EventualCheckpoint:
     """Every window open at the newest output, each with its newest footprint."""
 
     windows: dict[Hashable, WindowCheckpoint] = field(default_factory=dict)
-    #: T: replay upstream input after this position (None: nothing was open; replay nothing older
-    #: than ``newest``)
+    #: T: replay upstream input after this position, per channel (None: nothing was open; replay
+    #: nothing older than ``newest``)
     replay_after: Position | None = None
     #: the position of the newest output (t_c)
     newest: Position | None = None
@@ -69,9 +69,33 @@ def reconstruct(newest_first: Iterable[object]) -> EventualCheckpoint:
         elif item.window not in closed and item.window not in found:
             found[item.window] = item
         if len(found) == wanted:  # (none open at the newest output: done at once)
-            replay_after = min(f.position for f in found.values()) if found else None
+            replay_after = earliest([f.position for f in found.values()]) if found else None
             return EventualCheckpoint(found, replay_after, newest, extent, closed)
     if wanted is None:
         return EventualCheckpoint()
     raise ReconstructionError(f"the operator's output ends after {extent} tuples with {len(found)} of the "
                               f"{wanted} open windows' checkpoints found: it was trimmed past a footprint still needed")
+
+
+@dataclass(frozen=True)
+class FullRestore:
+    """CRB's restore point: the newest full checkpoint (None: none was written; replay all) and
+    the windows whose results came after it (their results must not be emitted again)."""
+
+    checkpoint: FullCheckpoint | None
+    results_after: set[Hashable]
+    #: tuples rolled back over
+    extent: int
+
+
+def reconstruct_full(newest_first: Iterable[object]) -> FullRestore:
+    """CRB's restore point from an operator's output tuples, newest first."""
+    results: set[Hashable] = set()
+    extent = 0
+    for item in newest_first:
+        extent += 1
+        if isinstance(item, FullCheckpoint):
+            return FullRestore(item, results, extent)
+        if isinstance(item, WindowResult):
+            results.add(item.window)
+    return FullRestore(None, results, extent)

@@ -8,14 +8,16 @@ everything in its output queue) and input tuples it has *consumed*. For the olde
 - ``q`` (extent) = tuples emitted since its footprint: what EC reconstruction would roll back over;
 - ``u`` (replay) = input consumed since its footprint: what upstream would replay.
 
-The background path checkpoints the oldest window while ``q > Q`` or ``u > U``, but only inside
+The background path checkpoints the oldest window while ``q > Q`` or ``u > U`` (and ``q > N``:
+the extent never falls below one footprint per open window), but only inside
 slices of ``CI`` seconds that start every ``CP`` seconds, so checkpointing never takes more than
 CI/CP of the operator's time. ``g_check=False`` turns G_check off (G_open only: minimum recovery
 guarantees, the paper's baseline setting). The machine has no clock: the operator passes ``now``.
 
-Events in: :meth:`opened`, :meth:`updated`, :meth:`closed` (the foreground path),
-:meth:`emitted` (any other output). Decision out: :meth:`next_check` (a window to G_check now,
-or None), after which the operator emits the G_check and reports it with :meth:`checked`.
+Events in: :meth:`took` (input), :meth:`opened`, :meth:`closed` (the foreground path),
+:meth:`emitted` (any other output), :meth:`restored` (after a recovery). Decision out:
+:meth:`next_check` (a window to G_check now, or None), after which the operator emits
+the G_check and reports it with :meth:`checked`.
 """
 
 from __future__ import annotations
@@ -57,25 +59,29 @@ class CheckpointPolicy:
         self.checks = 0
 
     # ------------------------------------------------------------------ foreground events
+    def took(self, count: int = 1) -> None:
+        """The operator consumed ``count`` input tuples."""
+        self.consumed += count
+
     def opened(self, window: Hashable) -> None:
-        """An input tuple opened ``window``; the operator emits its G_open (counted here)."""
-        self.consumed += 1
+        """A window opened; the operator emitted its G_open (counted here)."""
         self.emitted_count += 1
         self.footprints[window] = (self.emitted_count, self.consumed)
 
-    def updated(self) -> None:
-        """An input tuple updated an open window (tau2 stays: no footprint)."""
-        self.consumed += 1
-
     def closed(self, window: Hashable) -> None:
-        """An input tuple closed ``window``; the operator emits its R (counted here)."""
-        self.consumed += 1
+        """A window closed; the operator emitted its R (counted here)."""
         self.emitted_count += 1
         self.footprints.pop(window, None)
 
     def emitted(self, count: int = 1) -> None:
         """Other tuples went to the output queue."""
         self.emitted_count += count
+
+    def restored(self, windows: list[Hashable], extent: int) -> None:
+        """After a recovery: ``windows`` (oldest footprint first) came back from an eventual
+        checkpoint whose footprints lie up to ``extent`` tuples back in the output queue."""
+        for i, window in enumerate(windows):
+            self.footprints[window] = (self.emitted_count - extent + i, self.consumed)
 
     # ------------------------------------------------------------------ accounting
     @property
@@ -98,7 +104,8 @@ class CheckpointPolicy:
         if not settings.g_check or not self.footprints:
             return None
         q, u = self.extent()
-        if q <= settings.q_target and u <= settings.u_target:
+        # q cannot fall below N (one footprint per open window): a Q under N checks no further
+        if q <= max(settings.q_target, len(self.footprints)) and u <= settings.u_target:
             return None
         if self.slice_start is None or now >= self.slice_start + settings.period:
             self.slice_start = now

@@ -9,12 +9,13 @@ An operator instance in CEC mode emits, in timestamp order, into its persisted o
 - :class:`WindowResult` (R) when a window closes.
 
 Each carries the number of windows open after it (N, what the EC reconstruction counts
-footprints against) and the *position* of the last input tuple the operator had processed:
-its timestamp ``ts`` (the paper's t_now) and its input sequence number ``seq``. The position
-orders inputs exactly even where timestamps tie, which is what makes per-window deduplication
-after a replay exact (:func:`already_counted`). Window ids must be unique within an operator
-instance for its lifetime (a key's next count window gets a new id), so that a closed window is
-never mistaken for an open one.
+footprints against) and the operator's input :class:`Position` after the tuple that caused it:
+for every input channel the sequence number of the last tuple taken from it, and the watermark.
+Sequence numbers are per channel, so input merged from several upstream instances is still
+ordered exactly, timestamps tied or not, which is what makes per-window deduplication after a
+replay exact (:func:`already_counted`). Window ids are unique within an operator instance for
+its lifetime (a key's next count window gets a new id), so that a closed window is never
+mistaken for an open one.
 
 Downstream operators and sinks drop control tuples (:func:`is_control`); they never see them.
 """
@@ -25,13 +26,37 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+#: An item's sequence number in its channel: ``frame << ITEM_BITS | index in the frame``.
+ITEM_BITS = 20
 
-@dataclass(frozen=True, slots=True, order=True)
+
+def item_seq(frame_seq: int, index: int) -> int:
+    """The sequence number of item ``index`` of stream event ``frame_seq``."""
+    return frame_seq << ITEM_BITS | index
+
+
+def split_seq(seq: int) -> tuple[int, int]:
+    """``(frame sequence number, index in the frame)`` of an item sequence number."""
+    return seq >> ITEM_BITS, seq & ((1 << ITEM_BITS) - 1)
+
+
+@dataclass(frozen=True, slots=True)
 class Position:
-    """Where an input tuple was in the operator's input: ordered by timestamp, then sequence number."""
+    """How far an operator instance had read: per input channel the sequence number of the last
+    tuple it took (-1: none yet), and its watermark then."""
 
-    ts: float
-    seq: int
+    seqs: tuple[int, ...]
+    watermark: float = float("-inf")
+
+    def covers(self, channel: int, seq: int) -> bool:
+        """Whether the tuple ``seq`` of ``channel`` had been read at this position."""
+        return seq <= self.seqs[channel]
+
+
+def earliest(positions: list[Position]) -> Position:
+    """Per channel the oldest of ``positions`` (T: replay must start after it on every channel)."""
+    seqs = tuple(min(column) for column in zip(*(p.seqs for p in positions), strict=True))
+    return Position(seqs, min(p.watermark for p in positions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +80,26 @@ class WindowResult:
     position: Position
 
 
+@dataclass(frozen=True, slots=True)
+class FullCheckpoint:
+    """CRB (the paper's baseline): every open window's state at once, ``windows`` by id as
+    ``(accumulator, count)``, with the per-key phases of count windows, at ``position``.
+    ``suppressed``: open windows whose result is already in the output (a replay after an
+    earlier crash rebuilt them): their results must not be emitted again."""
+
+    windows: dict[Hashable, Any]
+    phase: dict[Any, int]
+    open_windows: int
+    position: Position
+    suppressed: frozenset[Hashable] = frozenset()
+
+
 def is_control(item: object) -> bool:
     """Whether ``item`` is a control tuple (consumers drop it)."""
-    return isinstance(item, WindowCheckpoint)
+    return isinstance(item, (WindowCheckpoint, FullCheckpoint))
 
 
-def already_counted(footprint: WindowCheckpoint, position: Position) -> bool:
-    """After a recovery, whether the window restored from ``footprint`` already holds the input at
-    ``position`` (replayed from upstream): every input at or before the footprint's position."""
-    return position <= footprint.position
+def already_counted(footprint: WindowCheckpoint, channel: int, seq: int) -> bool:
+    """After a recovery, whether the window restored from ``footprint`` already holds tuple
+    ``seq`` of input ``channel`` (replayed from upstream): every tuple its position covers."""
+    return footprint.position.covers(channel, seq)

@@ -1,0 +1,338 @@
+"""The window aggregate of CEC (papers/002 §II-III): per-key windows checkpointed one by one,
+in the operator's own output, and rebuilt after a crash from that output plus a replay.
+
+:class:`WindowAggregate` is a pure machine: input tuples in (``process(channel, seq, record)``,
+each with its channel's sequence number), output items out (:meth:`take`), in the order they go
+to the operator's persisted output queue. Windows have a shape
+(:class:`~epochal.runtime.window_assigners.TimeWindows` or
+:class:`~epochal.runtime.window_assigners.CountWindows`, tumbling or sliding) and an
+AggregateFunction (create/add/merge/result). Its fault-tolerance ``mode``:
+
+- ``"cec"``: a G_open (:class:`~epochal.cec.tuples.WindowCheckpoint`) after a window's opening
+  tuple, G_checks when :meth:`check_next` is called (the background path, under the
+  :class:`~epochal.cec.policy.CheckpointPolicy`), an R (:class:`~epochal.cec.tuples.WindowResult`)
+  when it closes. :meth:`restore` loads an eventual checkpoint; input replayed from T is then
+  *caught up*: a tuple the crashed instance had read (covered by the EC's newest position) only
+  goes into restored windows whose footprint does not cover it, and opens or closes nothing (every
+  opening and closing it caused is in the output already); newer tuples wait until every channel
+  caught up, so the rebuilt instance continues one consistent execution.
+- ``"crb"`` (the paper's baseline): no per-window control tuples; :meth:`snapshot` writes one
+  :class:`~epochal.cec.tuples.FullCheckpoint` of every open window at once. :meth:`restore_full`
+  loads the newest one and replays everything after it, suppressing the results of windows whose
+  R is already in the output.
+- ``"none"``: results only (what a job without fault tolerance needs).
+
+Time windows close when the watermark (per channel the newest event time minus
+``out_of_orderness`` minus 1; the minimum over channels that have not ended) reaches their end;
+a tuple for a window already closed is late and dropped (counted). Count windows close with their
+``size``-th tuple; at the end of the input open time windows close, partial count windows do not.
+Results are ``(key, start, value)`` for time windows and ``(key, value)`` for count windows.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from epochal.cec.eventual import EventualCheckpoint
+from epochal.cec.policy import CecSettings, CheckpointPolicy
+from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult
+from epochal.runtime.aggregates import BUILTIN_FUNCTIONS
+from epochal.runtime.window_assigners import CountWindows, TimeWindows
+
+Mode = Literal["cec", "crb", "none"]
+_NEVER = float("-inf")
+
+
+@dataclass(slots=True)
+class _Window:
+    key: Any
+    start: Any  # time windows: the start; count windows: None
+    acc: Any
+    count: int
+    #: per channel, the last tuple its newest footprint holds (None: no footprint yet)
+    footprint: tuple[int, ...] | None = None
+
+
+class WindowAggregate:
+    """Windows of ``shape`` per ``key(record)``, aggregated with ``function``, over ``channels``
+    input channels (see the module docstring)."""
+
+    def __init__(self, shape: TimeWindows | CountWindows, function: Any, key: Callable[[Any], Any],
+                 channels: int, mode: Mode = "cec", settings: CecSettings | None = None,
+                 timestamp: Callable[[Any], Any] | None = None, out_of_orderness: Any = 0) -> None:
+        if isinstance(shape, TimeWindows) and timestamp is None:
+            raise ValueError("time windows need timestamp(record)")
+        self.shape = shape
+        self.timed = isinstance(shape, TimeWindows)
+        self.function = function
+        self.copy_state = type(function) not in BUILTIN_FUNCTIONS.values()  # user accumulators may mutate
+        self.key = key
+        self.timestamp = timestamp
+        self.out_of_orderness = out_of_orderness
+        self.mode = mode
+        self.policy = CheckpointPolicy(settings or CecSettings())
+        self.windows: dict[Hashable, _Window] = {}
+        self.by_key: dict[Any, list[Hashable]] = {}  # count windows: a key's open windows, oldest first
+        self.phase: dict[Any, int] = {}  # count windows: a key's tuples since its newest window opened
+        self.by_start: dict[Any, list[Hashable]] = {}  # time windows: open windows by start
+        self.starts: list[Any] = []  # heap of by_start's keys
+        self.consumed = [-1] * channels
+        self.received = [-1] * channels
+        self.max_ts: list[Any] = [_NEVER] * channels
+        self.ended = [False] * channels
+        self.watermark: Any = _NEVER
+        self.out: list[Any] = []
+        #: after :meth:`restore`: per channel, the last tuple the crashed instance had read
+        self.catch_up: list[int] | None = None
+        self.held: deque[tuple[int, int, Any]] = deque()
+        #: after :meth:`restore_full`: windows whose results are out already
+        self.suppressed: set[Hashable] = set()
+        self.stats = {"g_open": 0, "g_check": 0, "results": 0, "late": 0, "duplicates": 0, "caught_up": 0}
+
+    # ------------------------------------------------------------------ input
+    def process(self, channel: int, seq: int, record: Any) -> None:
+        """Tuple ``seq`` of input ``channel`` (sequence numbers increase per channel; one at or
+        below what the channel already delivered is a re-sent duplicate and is dropped)."""
+        if seq <= self.received[channel]:
+            self.stats["duplicates"] += 1
+            return
+        self.received[channel] = seq
+        if self.catch_up is None:
+            self._take(channel, seq, record)
+        elif seq <= self.catch_up[channel]:
+            self._catch_up(channel, seq, record)
+            self._maybe_caught_up()
+        else:
+            self.held.append((channel, seq, record))
+
+    def end_channel(self, channel: int) -> None:
+        """Input ``channel`` ended: it no longer holds the watermark back."""
+        self.ended[channel] = True
+        if self.catch_up is None:
+            self._advance_watermark()
+
+    def end_input(self) -> None:
+        """Every input ended: open time windows close in order of start; partial count windows
+        never do."""
+        if self.timed:
+            self._fire(lambda start: True)
+
+    def take(self) -> list[Any]:
+        """The output items since the last call, in output order."""
+        out, self.out = self.out, []
+        return out
+
+    # ------------------------------------------------------------------ the foreground path
+    def _take(self, channel: int, seq: int, record: Any) -> None:
+        self.consumed[channel] = seq
+        self.policy.took()
+        if self.timed:
+            self._take_timed(channel, record)
+        else:
+            self._take_counted(channel, seq, record)
+
+    def _take_timed(self, channel: int, record: Any) -> None:
+        ts = self.timestamp(record)  # type: ignore[misc]
+        if ts > self.max_ts[channel]:
+            self.max_ts[channel] = ts
+        key, function, shape, windows = self.key(record), self.function, self.shape, self.windows
+        for start in shape.starts(ts):  # type: ignore[union-attr]
+            if shape.closes(start, self.watermark):  # type: ignore[union-attr]
+                self.stats["late"] += 1
+                continue
+            wid = (key, start)
+            window = windows.get(wid)
+            if window is None:
+                window = windows[wid] = _Window(key, start, function.add(record, function.create_accumulator()), 1)
+                starting = self.by_start.get(start)
+                if starting is None:
+                    starting = self.by_start[start] = []
+                    heapq.heappush(self.starts, start)
+                starting.append(wid)
+                self._footprint("open", wid, window)
+            else:
+                window.acc = function.add(record, window.acc)
+                window.count += 1
+        self._advance_watermark()
+
+    def _take_counted(self, channel: int, seq: int, record: Any) -> None:
+        key, function, windows = self.key(record), self.function, self.windows
+        wids = self.by_key.get(key)
+        if wids is None:
+            wids = self.by_key[key] = []
+        phase = self.phase.get(key, 0)
+        opened = None
+        if phase == 0 or phase >= self.shape.step:
+            opened = (key, channel, seq)
+            windows[opened] = _Window(key, None, function.create_accumulator(), 0)
+            wids.append(opened)
+            phase = 0
+        self.phase[key] = phase + 1
+        size = self.shape.size
+        full = 0
+        for wid in wids:
+            window = windows[wid]
+            window.acc = function.add(record, window.acc)
+            window.count += 1
+            if window.count >= size:
+                full += 1
+        if opened is not None:
+            self._footprint("open", opened, windows[opened])
+        for _ in range(full):  # the oldest windows are the full ones
+            self._close(wids.pop(0))
+        if not wids:
+            del self.by_key[key], self.phase[key]  # none open: the key's next tuple opens one
+
+    def _advance_watermark(self) -> None:
+        live = [ts for ts, ended in zip(self.max_ts, self.ended, strict=True) if not ended]
+        if not live:
+            return
+        watermark = min(live) - self.out_of_orderness - 1
+        if watermark > self.watermark:
+            self.watermark = watermark
+            self._fire(lambda start: self.shape.closes(start, watermark))  # type: ignore[union-attr]
+
+    def _fire(self, due: Callable[[Any], bool]) -> None:
+        starts = self.starts
+        while starts and due(starts[0]):
+            for wid in self.by_start.pop(heapq.heappop(starts)):
+                self._close(wid)
+
+    def _close(self, wid: Hashable) -> None:
+        window = self.windows.pop(wid)
+        value = self.function.get_result(window.acc)
+        record = (window.key, window.start, value) if self.timed else (window.key, value)
+        self.policy.closed(wid)
+        if wid in self.suppressed:  # CRB replay: its R is in the output already
+            self.suppressed.discard(wid)
+            return
+        self.stats["results"] += 1
+        if self.mode == "none":
+            self.out.append(record)
+        else:
+            self.out.append(WindowResult(wid, record, len(self.windows), self._position()))
+
+    def _position(self) -> Position:
+        return Position(tuple(self.consumed), self.watermark)
+
+    def _footprint(self, kind: Literal["open", "check"], wid: Hashable, window: _Window) -> None:
+        if self.mode != "cec":
+            return
+        position = self._position()
+        window.footprint = position.seqs
+        acc = copy.deepcopy(window.acc) if self.copy_state else window.acc
+        self.out.append(WindowCheckpoint(kind, wid, (acc, window.count), len(self.windows), position))
+        if kind == "open":
+            self.stats["g_open"] += 1
+            self.policy.opened(wid)
+        else:
+            self.stats["g_check"] += 1
+            self.policy.checked(wid)
+
+    # ------------------------------------------------------------------ the background path
+    def check_next(self, now: float) -> bool:
+        """Emit the G_check the policy wants now, if any (the driver calls this until False,
+        with a fresh ``now`` each time, so the CI slice bounds the work)."""
+        if self.mode != "cec" or self.catch_up is not None:
+            return False
+        wid = self.policy.next_check(now)
+        if wid is None:
+            return False
+        self._footprint("check", wid, self.windows[wid])
+        return True
+
+    def snapshot(self) -> None:
+        """CRB: one checkpoint of every open window at once, into the output."""
+        windows = {wid: (copy.deepcopy(w.acc) if self.copy_state else w.acc, w.count)
+                   for wid, w in self.windows.items()}
+        self.out.append(FullCheckpoint(windows, dict(self.phase), len(self.windows), self._position(),
+                                       frozenset(self.suppressed)))
+
+    # ------------------------------------------------------------------ recovery
+    def restore(self, ec: EventualCheckpoint) -> None:
+        """Load eventual checkpoint ``ec`` into this fresh instance; input is then replayed from
+        ``ec.replay_after`` on every channel (see the module docstring)."""
+        if ec.newest is None:
+            return
+        oldest_first = list(reversed(ec.windows.values()))  # reconstruct met them newest first
+        for footprint in oldest_first:
+            acc, count = footprint.state
+            acc = copy.deepcopy(acc) if self.copy_state else acc  # the checkpoint stays as it was
+            wid = footprint.window
+            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, footprint.position.seqs)  # type: ignore[index]
+            self.windows[wid] = window
+            if self.timed:
+                if window.start not in self.by_start:
+                    self.by_start[window.start] = []
+                    heapq.heappush(self.starts, window.start)
+                self.by_start[window.start].append(wid)
+            else:
+                self.by_key.setdefault(window.key, []).append(wid)  # ordered once caught up
+        self.policy.restored([f.window for f in oldest_first], ec.extent)
+        start = ec.replay_after if ec.replay_after is not None else ec.newest
+        self.consumed, self.received = list(start.seqs), list(start.seqs)
+        self.watermark = ec.newest.watermark
+        self.catch_up = list(ec.newest.seqs)
+        self._maybe_caught_up()
+
+    def restore_full(self, checkpoint: FullCheckpoint | None, results_after: set[Hashable]) -> None:
+        """CRB: load ``checkpoint`` (None: start empty, replaying from the start); the windows of
+        ``results_after`` closed after it, and their results are not emitted again."""
+        self.suppressed = set(results_after)
+        if checkpoint is None:
+            return
+        self.suppressed |= checkpoint.suppressed
+        for wid, (acc, count) in checkpoint.windows.items():
+            acc = copy.deepcopy(acc) if self.copy_state else acc
+            self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc, count)  # type: ignore[index]
+            if self.timed:
+                start = wid[1]  # type: ignore[index]
+                if start not in self.by_start:
+                    self.by_start[start] = []
+                    heapq.heappush(self.starts, start)
+                self.by_start[start].append(wid)
+            else:
+                self.by_key.setdefault(wid[0], []).append(wid)  # type: ignore[index]
+        if not self.timed:
+            for wids in self.by_key.values():
+                wids.sort(key=lambda wid: -self.windows[wid].count)  # the oldest holds the most
+        self.phase = dict(checkpoint.phase)
+        self.consumed, self.received = list(checkpoint.position.seqs), list(checkpoint.position.seqs)
+        self.watermark = checkpoint.position.watermark
+
+    def _catch_up(self, channel: int, seq: int, record: Any) -> None:
+        self.consumed[channel] = seq
+        self.policy.took()
+        self.stats["caught_up"] += 1
+        key, function, windows = self.key(record), self.function, self.windows
+        if self.timed:
+            ts = self.timestamp(record)  # type: ignore[misc]
+            if ts > self.max_ts[channel]:
+                self.max_ts[channel] = ts
+            wids: list[Hashable] = [(key, start) for start in self.shape.starts(ts)]  # type: ignore[union-attr]
+        else:
+            wids = self.by_key.get(key, [])
+        for wid in wids:
+            window = windows.get(wid)
+            if window is not None and window.footprint is not None and seq > window.footprint[channel]:
+                window.acc = function.add(record, window.acc)
+                window.count += 1
+
+    def _maybe_caught_up(self) -> None:
+        catch_up = self.catch_up
+        if catch_up is None or any(c < bound for c, bound in zip(self.consumed, catch_up, strict=True)):
+            return
+        self.catch_up = None
+        if not self.timed:  # a key's windows, oldest (fullest) first; its phase: the newest one's count
+            for key, wids in self.by_key.items():
+                wids.sort(key=lambda wid: -self.windows[wid].count)
+                self.phase[key] = self.windows[wids[-1]].count
+        held, self.held = self.held, deque()
+        for channel, seq, record in held:
+            self._take(channel, seq, record)
+        self._advance_watermark()

@@ -1,0 +1,228 @@
+"""CEC's window aggregate as a pure machine (papers/002 §II-III): every window shape and aggregate,
+crashed at random points of its output queue, rebuilt from that output (EC, or CRB's full
+checkpoint) and a replay in another interleaving, gives every window's result exactly once.
+
+The simulation is the machine's contract with its driver: output items are durable in order (a
+crash keeps a prefix), replay sends every channel's tuples after T in channel order, and any
+interleaving of channels may happen. Mutations (no per-window dedup, no G_open) must fail."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from epochal.cec.aggregate import WindowAggregate
+from epochal.cec.eventual import reconstruct, reconstruct_full
+from epochal.cec.policy import CecSettings
+from epochal.cec.tuples import WindowResult, is_control
+from epochal.runtime.aggregates import AvgFunction, CountFunction, MaxFunction, MinFunction, SumFunction
+from epochal.runtime.window_assigners import CountWindows, TimeWindows
+
+
+class Members:
+    """A user AggregateFunction with a mutable accumulator: the set of record ids."""
+
+    def create_accumulator(self):
+        return set()
+
+    def add(self, record, acc):
+        acc.add(record[3])
+        return acc
+
+    def merge(self, a, b):
+        return a | b
+
+    def get_result(self, acc):
+        return tuple(sorted(acc))
+
+
+def stream(channels: int, per_channel: int, keys: int, seed: int, key_affine: bool):
+    """Per channel its records ``(key, ts, value, id)`` in order; timestamps rise per channel."""
+    rng = random.Random(seed)
+    data = []
+    for c in range(channels):
+        ts = 0
+        records = []
+        for i in range(per_channel):
+            ts += rng.choice((0, 1, 1, 2))
+            key = rng.randrange(keys)
+            if key_affine:
+                key = key - key % channels + c  # every key comes from one channel only
+            records.append((key, ts, rng.randrange(100), c * 10_000 + i))
+        data.append(records)
+    return data
+
+
+def interleave(data, rng, after=None):
+    """One arrival order of the channels' tuples ``(channel, seq, record)`` (``after``: per
+    channel, only tuples with a higher sequence number)."""
+    cursors = [(after[c] + 1) if after is not None else 0 for c in range(len(data))]
+    order = []
+    while True:
+        live = [c for c in range(len(data)) if cursors[c] < len(data[c])]
+        if not live:
+            return order
+        c = rng.choice(live)
+        order.append((c, cursors[c], data[c][cursors[c]]))
+        cursors[c] += 1
+
+
+def make(shape, function, channels, mode):
+    settings = CecSettings(q_target=4, u_target=6, interval=1.0, period=1.0)
+    return WindowAggregate(shape, function, lambda r: r[0], channels, mode, settings,
+                           timestamp=lambda r: r[1])
+
+
+def finish(op, channels):
+    for c in range(channels):
+        op.end_channel(c)
+    op.end_input()
+
+
+def failure_free(shape, function, data):
+    op = make(shape, function, len(data), "none")
+    for c, seq, record in interleave(data, random.Random(0)):
+        op.process(c, seq, record)
+    finish(op, len(data))
+    return Counter(_frozen(r) for r in op.take())
+
+
+def _frozen(result):
+    return tuple(tuple(x) if isinstance(x, (list, set)) else x for x in result)
+
+
+def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mutate=None):
+    """Run with ``crashes`` crashes at random output prefixes; the committed results."""
+    rng = random.Random(seed)
+    channels = len(data)
+    log: list = []  # the durable output queue
+    op = make(shape, function, channels, mode)
+    order = interleave(data, rng)
+    for crash in range(crashes + 1):
+        produced: list = []
+        for n, (c, seq, record) in enumerate(order):
+            op.process(c, seq, record)
+            while op.check_next(0.0):
+                pass
+            if mode == "crb" and n % snapshot_every == 0:
+                op.snapshot()
+            produced.extend(op.take())
+        if crash == crashes:
+            finish(op, channels)
+            log.extend(produced + op.take())
+            break
+        log.extend(produced[:rng.randrange(len(produced) + 1)])  # the durable prefix survives
+        op = make(shape, function, channels, mode)
+        if mode == "cec":
+            ec = reconstruct(reversed(log))
+            if mutate == "no-dedup":
+                for footprint in ec.windows.values():
+                    object.__setattr__(footprint.position, "seqs", tuple(-1 for _ in range(channels)))
+            op.restore(ec)
+            start = ec.replay_after or ec.newest
+            after = list(start.seqs) if start is not None else None
+        else:
+            restore = reconstruct_full(reversed(log))
+            op.restore_full(restore.checkpoint, restore.results_after)
+            after = list(restore.checkpoint.position.seqs) if restore.checkpoint is not None else None
+        order = interleave(data, rng, after)  # the replay, in another interleaving
+    return Counter(_frozen(item.value) for item in log if isinstance(item, WindowResult))
+
+
+SHAPES = {
+    "time-tumbling": TimeWindows(5),
+    "time-sliding": TimeWindows(6, 2),
+    "count-tumbling": CountWindows(3),
+    "count-sliding": CountWindows(4, 2),
+}
+FUNCTIONS = {"count": CountFunction(), "sum": SumFunction(lambda r: r[2]), "min": MinFunction(lambda r: r[2]),
+             "max": MaxFunction(lambda r: r[2]), "avg": AvgFunction(lambda r: r[2]), "members": Members()}
+
+
+@pytest.mark.parametrize("mode", ["cec", "crb"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_every_window_result_once_after_three_crashes(shape, function, mode):
+    data = stream(channels=3, per_channel=60, keys=6, seed=1, key_affine=shape.startswith("count"))
+    expected = failure_free(SHAPES[shape], FUNCTIONS[function], data)
+    assert sum(expected.values()) > 10
+    for seed in range(6):
+        assert crashing(SHAPES[shape], FUNCTIONS[function], data, mode, seed) == expected, seed
+
+
+@pytest.mark.parametrize("shape", ["count-tumbling", "count-sliding"])
+def test_count_windows_over_keys_from_several_channels_count_every_record_exactly_once(shape):
+    """Which records share a count window depends on the arrival order when a key's records come
+    from several channels; whatever the order after a crash, each record is in the windows a
+    consistent run would put it in: as many as the shape says, never two results for one window."""
+    windows = SHAPES[shape]
+    data = stream(channels=3, per_channel=50, keys=3, seed=2, key_affine=False)
+    for seed in range(8):
+        results = crashing(windows, Members(), data, "cec", seed)
+        assert all(n == 1 for n in results.values()), seed
+        per_key: dict = {}
+        for key, members in results:
+            assert len(members) == windows.size
+            for m in members:
+                per_key.setdefault(key, Counter())[m] += 1
+        total = Counter({key: sum(1 for c in data for r in c if r[0] == key) for key in per_key})
+        for key, seen in per_key.items():
+            # a sliding window of 4 every 2 holds each record twice, but the first and last few
+            assert all(n <= windows.windows_per_record() for n in seen.values())
+            assert sum(seen.values()) == (total[key] - windows.size) // windows.step * windows.size + windows.size \
+                or sum(seen.values()) <= total[key] * windows.windows_per_record()
+
+
+def test_without_per_window_dedup_replayed_input_is_counted_twice():
+    data = stream(channels=2, per_channel=60, keys=4, seed=3, key_affine=False)
+    shape, function = SHAPES["time-tumbling"], FUNCTIONS["sum"]
+    expected = failure_free(shape, function, data)
+    outcomes = [crashing(shape, function, data, "cec", seed, mutate="no-dedup") == expected for seed in range(6)]
+    assert not all(outcomes)
+
+
+def test_without_g_open_the_eventual_checkpoint_misses_windows():
+    data = stream(channels=2, per_channel=40, keys=4, seed=4, key_affine=False)
+    op = make(SHAPES["time-tumbling"], FUNCTIONS["sum"], 2, "cec")
+    log = []
+    for c, seq, record in interleave(data, random.Random(0))[:30]:
+        op.process(c, seq, record)
+        log.extend(item for item in op.take() if not (is_control(item) and item.kind == "open"))
+    from epochal.cec.eventual import ReconstructionError
+
+    with pytest.raises(ReconstructionError):  # N windows are open, but their footprints are missing
+        reconstruct(reversed(log))
+
+
+def test_g_checks_bound_the_extent_and_g_open_only_does_not():
+    """A window that opens first and never closes (one record of a rare key) keeps the extent
+    growing under G_open only; with G_check the extent stays near Q."""
+    records = [("rare", 0, 1, 0)] + [(k % 10, 0, 1, k) for k in range(1, 800)]
+    extents = {}
+    for g_check in (True, False):
+        settings = CecSettings(q_target=30, u_target=10**9, interval=1.0, period=1.0, g_check=g_check)
+        op = WindowAggregate(CountWindows(4), SumFunction(lambda r: r[2]), lambda r: r[0], 1, "cec", settings)
+        log = []
+        for seq, record in enumerate(records):
+            op.process(0, seq, record)
+            while op.check_next(0.0):
+                pass
+            log.extend(op.take())
+        ec = reconstruct(reversed(log))
+        extents[g_check] = ec.extent
+        assert ("rare", 0, 0) in ec.windows and ec.windows[("rare", 0, 0)].state == (1, 1)
+        assert op.stats["g_check"] > 0 if g_check else op.stats["g_check"] == 0
+    assert extents[True] <= 30 + 11 and extents[False] > 300
+
+
+def test_duplicates_are_dropped_and_late_records_counted():
+    op = make(TimeWindows(5), SumFunction(lambda r: r[2]), 1, "cec")
+    op.process(0, 0, ("a", 1, 10, 0))
+    op.process(0, 0, ("a", 1, 10, 0))  # re-sent
+    op.process(0, 1, ("a", 12, 1, 1))  # the watermark passes window [0, 5)
+    op.process(0, 2, ("a", 2, 5, 2))  # late
+    assert op.stats["duplicates"] == 1 and op.stats["late"] == 1
+    results = [i.value for i in op.take() if isinstance(i, WindowResult)]
+    assert results == [("a", 0, 10)]
