@@ -1,5 +1,6 @@
-"""Event-time windows under real crashes: window contents are keyed state in the checkpoints, so
-after kills the committed windows equal the oracle (each window once, with its full count)."""
+"""Windows under real crashes: window contents are keyed state in the checkpoints, so after kills
+the committed windows equal the oracle (each window once, with its full contents): tumbling and
+sliding event-time windows, and sliding count windows with a user AggregateFunction."""
 
 from __future__ import annotations
 
@@ -40,3 +41,88 @@ def test_windows_exactly_once_under_random_kills(make_env, tmp_path, parallelism
     result, committed = run_with_faults(make_env, tmp_path, parallelism, faults, window_job, "windows chaos")
     assert len(result.restarts) == 2
     assert committed == oracle()  # every window exactly once, with its exact count
+
+
+def sliding_time_oracle(slide: int) -> collections.Counter:
+    counts: collections.Counter = collections.Counter()
+    for i in range(RECORDS):
+        key, ts = record(i)
+        for start in range(ts - ts % slide, ts - WINDOW, -slide):
+            counts[(key, start)] += 1
+    return collections.Counter(f"{key} {start} {n}" for (key, start), n in counts.items())
+
+
+def test_sliding_time_windows_exactly_once_under_random_kills(make_env, tmp_path):
+    slide = WINDOW // 4  # each record in 4 windows
+
+    def job(env, out_dir):
+        (env.from_generator(record, count=RECORDS, rate=RATE)
+         .with_watermarks(lambda r: r[1])
+         .key_by(lambda r: r[0])
+         .window(WINDOW, timestamp=lambda r: r[1], slide=slide).count().name("sliding-window-count")
+         .sink_to(ExactlyOnceFileSink(str(out_dir), format=lambda w: f"{w[0]} {w[1]} {w[2]}"), name="sink"))
+
+    faults = random_faults(47, 2, count=2, window=(0.5, 1.5))
+    result, committed = run_with_faults(make_env, tmp_path, 2, faults, job, "sliding windows chaos")
+    assert len(result.restarts) == 2
+    assert committed == sliding_time_oracle(slide)  # every window exactly once, with its exact count
+
+
+#: Count windows follow each key's arrival order, which is deterministic only when all records of
+#: a key come from ONE source subtask: from_generator gives source subtask j of p the indices
+#: j, j + p, ..., and key i % COUNT_KEYS (a multiple of the parallelism) fixes i % p. A key's
+#: records then travel one channel, in index order, also when a restart replays them.
+COUNT_KEYS = 12
+COUNT_SIZE, COUNT_SLIDE = 1_000, 300
+
+
+def keyed_record(i: int) -> tuple[str, int]:
+    return (f"c{i % COUNT_KEYS}", i)
+
+
+class FirstLastCount:
+    """A user AggregateFunction whose accumulator changes in place: the window's first and last
+    index and its size identify exactly which records it held."""
+
+    def create_accumulator(self):
+        return [None, None, 0]
+
+    def add(self, record, accumulator):
+        if accumulator[0] is None:
+            accumulator[0] = record[1]
+        accumulator[1] = record[1]
+        accumulator[2] += 1
+        return accumulator
+
+    def merge(self, a, b):
+        return [a[0], b[1], a[2] + b[2]]
+
+    def get_result(self, accumulator):
+        return tuple(accumulator)
+
+
+def sliding_count_oracle() -> collections.Counter:
+    per_key: dict[str, list[int]] = collections.defaultdict(list)
+    for i in range(RECORDS):
+        key, index = keyed_record(i)
+        per_key[key].append(index)
+    return collections.Counter(f"{key} {indices[first]} {indices[first + COUNT_SIZE - 1]} {COUNT_SIZE}"
+                               for key, indices in per_key.items()
+                               for first in range(0, len(indices) - COUNT_SIZE + 1, COUNT_SLIDE))
+
+
+def test_sliding_count_windows_exactly_once_under_random_kills(make_env, tmp_path):
+    parallelism = 2
+    assert COUNT_KEYS % parallelism == 0  # each key's records from one source subtask (see COUNT_KEYS)
+
+    def job(env, out_dir):
+        (env.from_generator(keyed_record, count=RECORDS, rate=RATE)
+         .key_by(lambda r: r[0])
+         .count_window(COUNT_SIZE, slide=COUNT_SLIDE).aggregate(FirstLastCount()).name("sliding-count-window")
+         .sink_to(ExactlyOnceFileSink(str(out_dir), format=lambda w: f"{w[0]} {w[1][0]} {w[1][1]} {w[1][2]}"),
+                  name="sink"))
+
+    faults = random_faults(53, parallelism, count=2, window=(0.5, 1.5))
+    result, committed = run_with_faults(make_env, tmp_path, parallelism, faults, job, "count windows chaos")
+    assert len(result.restarts) == 2
+    assert committed == sliding_count_oracle()  # every full window exactly once, with exactly its records

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.api.functions import ProcessFunction, as_process_function
-from epochal.api.windowed import WindowedStream
+from epochal.api.windowed import WindowedStream, count_windows, time_windows
 from epochal.connectors.base import Sink
 from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
 from epochal.errors import PlanError
@@ -256,9 +256,13 @@ class DataStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("max_by")
 
-    def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
+    def window(self, size: float, timestamp: Callable[[Any], Any], slide: float | None = None) -> WindowedStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("window")
+
+    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
+        raise self._not_keyed("count_window")
 
     # ---------------------------------------------------------------- sinks
     def sink_to(self, sink: Sink, name: str | None = None) -> DataStream:
@@ -381,14 +385,34 @@ class KeyedStream(DataStream):
         return self._aggregate("max_by", "MaxBy", ByFieldAggregate(field_getter(field, "max_by"), largest=True),
                                emit_value, [field] if callable(field) else [])
 
-    def window(self, size: float, timestamp: Callable[[Any], Any]) -> WindowedStream:
-        """Tumbling event-time windows of ``size`` (in the unit of the event times) per key.
+    def window(self, size: float, timestamp: Callable[[Any], Any], slide: float | None = None) -> WindowedStream:
+        """Event-time windows of ``size`` (in the unit of the event times) per key: tumbling, or
+        sliding with a new window every ``slide`` (``0 < slide <= size``; a record then belongs
+        to up to ``ceil(size / slide)`` windows). Window starts are multiples of ``slide`` (of
+        ``size`` when tumbling); window ``start`` covers ``[start, start + size)``.
 
         ``timestamp(record)`` is the record's event time (records do not carry one, so the
         window reads it like ``with_watermarks`` upstream, which must exist for windows to fire
-        before the input ends). Window ``[start, start + size)`` fires once the watermark reaches
-        ``start + size - 1``; every open window fires at the end of a bounded input.
+        before the input ends). A window fires once the watermark reaches ``start + size - 1``
+        and emits ``(key, start, result)``, windows in order of start; every open window fires
+        at the end of a bounded input. No record enters a window that has fired; one whose
+        windows have all fired is late: dropped and counted in ``JobResult.late_records_dropped``
+        (no allowed lateness).
+        Aggregate with :class:`WindowedStream`'s ``count``, ``sum``, ``min``, ``max``, ``avg``,
+        ``reduce`` or ``aggregate``.
         """
         check_callable(timestamp, "window")
-        check_number(size, "window size")
-        return WindowedStream(self, size, timestamp)
+        return WindowedStream(self, time_windows(size, slide), timestamp)
+
+    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Windows of ``size`` consecutive records per key (Flink's ``countWindow``): tumbling,
+        or sliding with a new window every ``slide`` records (``1 <= slide <= size``): the key's
+        ``n``-th record (from 0) opens a window when ``n % slide == 0``.
+
+        A window fires with its ``size``-th record and emits ``(key, result)``; at the end of a
+        bounded input, windows that are not full never fire (as Flink's count trigger). Windows
+        follow each key's arrival order, so their contents are deterministic only if each key's
+        records reach the window in a deterministic order (e.g. all from one source subtask).
+        Event time and watermarks play no part: nothing is late.
+        """
+        return WindowedStream(self, count_windows(size, slide))
