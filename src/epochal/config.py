@@ -120,3 +120,55 @@ class CheckpointConfig:
     @property
     def enabled(self) -> bool:
         return self.interval is not None and self.mode != NONE
+
+
+#: Recovery modes of jobs run as the ``cec`` job kind (papers/002): continuous eventual
+#: checkpointing, and its baseline, instant checkpoints of every window plus input replay.
+CEC, CRB = "cec", "crb"
+
+
+@dataclass(frozen=True)
+class CecConfig:
+    """How a job recovers under CEC or CRB (``Environment.enable_cec`` / ``enable_crb``).
+
+    Attributes:
+        mode: ``"cec"`` or ``"crb"``.
+        q_target, u_target: CEC's Q (extent target, output tuples) and U (replay target, input
+            tuples): G_checks are emitted while the extent or the replay exceed them.
+        interval, period: CEC's CI and CP: at most ``interval`` seconds of G_checks in every
+            ``period`` seconds.
+        g_check: False: G_open only (minimum recovery guarantees).
+        snapshot_interval: CRB: seconds between checkpoints of every open window.
+        log_dir: where workers keep their persisted output queues (a directory on each
+            executor's local disk that outlives the worker process; a replacement must find its
+            predecessor's queue there, which holds in local mode and on a cluster with a shared
+            mount). Default ``<tmp>/epochal-cec``.
+        commit_interval: seconds between a sink's commits.
+        fsync: whether each frame of an output queue is fsync'd before it leaves the worker
+            (survives a lost machine's page cache, not only a lost process).
+    """
+
+    mode: str = CEC
+    q_target: int = 1_000
+    u_target: int = 1_000_000
+    interval: float = 0.005
+    period: float = 0.1
+    g_check: bool = True
+    snapshot_interval: float = 1.0
+    log_dir: str = ""
+    commit_interval: float = 0.5
+    fsync: bool = False
+
+    def __post_init__(self) -> None:
+        from epochal.errors import PlanError
+
+        if self.mode not in (CEC, CRB):
+            raise PlanError(f"CEC mode must be '{CEC}' or '{CRB}', got {self.mode!r}")
+        check_number(self.q_target, "Q (q_target, output tuples)", integer=True, minimum=1, strict=False)
+        check_number(self.u_target, "U (u_target, input tuples)", integer=True, minimum=1, strict=False)
+        check_number(self.interval, "CI (interval, seconds)")
+        check_number(self.period, "CP (period, seconds)")
+        if self.interval > self.period:
+            raise PlanError(f"CI ({self.interval} s) must not exceed CP ({self.period} s)")
+        check_number(self.snapshot_interval, "snapshot_interval (seconds)")
+        check_number(self.commit_interval, "commit_interval (seconds)")

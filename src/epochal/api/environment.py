@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
 from epochal.api.running import wait
-from epochal.config import CheckpointConfig, EngineConfig
+from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import interrupts
 from epochal.control import spark as spark_support
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient, JobResult
+from epochal.control.kinds import job_runner
 from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
 from epochal.errors import EpochalError, PlanError
@@ -66,6 +67,8 @@ class Environment:
         self.last_result: JobResult | None = None
         self.checkpoint_config = CheckpointConfig()
         self.restart_strategy: RestartStrategy = NoRestart()
+        #: CEC or CRB (``enable_cec`` / ``enable_crb``): the job runs as the ``cec`` job kind
+        self.cec_config: CecConfig | None = None
 
     # ---------------------------------------------------------------- fault tolerance
     def enable_checkpointing(self, interval: float, mode: str = "exactly_once", *, storage: str | None = None,
@@ -83,6 +86,33 @@ class Environment:
             storage=storage or os.path.join(tempfile.gettempdir(), "epochal-checkpoints"))
         if isinstance(self.restart_strategy, NoRestart) and self.checkpoint_config.enabled:
             self.restart_strategy = FixedDelayRestart(attempts=3, delay=1.0)
+        return self
+
+    def enable_cec(self, *, q_target: int = 1_000, u_target: int = 1_000_000, interval: float = 0.005,
+                   period: float = 0.1, g_check: bool = True, log_dir: str | None = None,
+                   commit_interval: float = 0.5, fsync: bool = False) -> Environment:
+        """Recover window aggregates by continuous eventual checkpointing (papers/002) instead of
+        checkpoints: each operator instance persists its output, with per-window checkpoints
+        (G_open when a window opens, G_check for the oldest windows while the extent exceeds
+        ``q_target`` tuples or the replay ``u_target``, at most ``interval`` seconds in every
+        ``period``; ``g_check=False``: G_open only), and a lost worker is replaced and rebuilt
+        from its own output and its producers' replay while every other keeps running. The job
+        must be a pipeline of sources, map/filter/flat_map, window aggregates and sinks (see
+        :class:`~epochal.config.CecConfig` for the options); exactly-once sinks stay exactly once.
+        """
+        self.cec_config = CecConfig(CEC, q_target, u_target, interval, period, g_check, 1.0,
+                                    log_dir or os.path.join(tempfile.gettempdir(), "epochal-cec"),
+                                    commit_interval, fsync)
+        return self
+
+    def enable_crb(self, interval: float = 1.0, *, log_dir: str | None = None, commit_interval: float = 0.5,
+                   fsync: bool = False) -> Environment:
+        """CEC's baseline (papers/002 §IV, CRB): the same job kind and single-worker recovery, but
+        a window operator checkpoints every open window at once every ``interval`` seconds, and
+        a replacement reloads the newest such checkpoint and replays all input after it."""
+        self.cec_config = CecConfig(CRB, snapshot_interval=interval,
+                                    log_dir=log_dir or os.path.join(tempfile.gettempdir(), "epochal-cec"),
+                                    commit_interval=commit_interval, fsync=fsync)
         return self
 
     def set_restart_strategy(self, strategy: RestartStrategy) -> Environment:
@@ -166,6 +196,15 @@ class Environment:
         ``JobResult.non_restored_state`` and logged). ``faults`` (epochal.testing.Fault) crash
         chosen workers at chosen moments, for chaos tests.
         """
+        if self.cec_config is not None:
+            if self.checkpoint_config.enabled:
+                raise PlanError("a job recovers either by checkpoints (enable_checkpointing) or by "
+                                f"{self.cec_config.mode.upper()} (enable_{self.cec_config.mode}), not both")
+            if restore_from is not None:
+                raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
+                                "it cannot restore_from a checkpoint")
+            runner = job_runner(self.cec_config.mode)
+            return runner(self, job_name, faults)
         job = self.plan()
         job_id = uuid.uuid4().hex[:12]
         restore: dict[str, Any] | None = None

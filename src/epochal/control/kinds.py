@@ -70,3 +70,21 @@ class TaskLocalRecovery(Protocol):
     def worker_rejoined(self, worker: int, now: float) -> list[Any]:
         """The replacement of ``worker`` registered, connected to its peers and is ready."""
         ...
+
+
+# ---------------------------------------------------------------------- job runners
+#: Recovery modes whose jobs run as a job kind of their own -> ``"module:function"`` starting one:
+#: ``function(environment, job_name, faults) -> JobClient``. Imported when a job uses the mode, so
+#: the API layer names no higher layer (``epochal.cec`` builds on it).
+JOB_RUNNERS: dict[str, str] = {
+    "cec": "epochal.cec.job:execute_async",
+    "crb": "epochal.cec.job:execute_async",
+}
+
+
+def job_runner(mode: str) -> Any:
+    """The function that starts a job recovering by ``mode`` (imported now)."""
+    import importlib
+
+    module, _, name = JOB_RUNNERS[mode].partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -241,3 +241,25 @@ def check_aggregate_function(function: Any, where: str) -> None:
         raise TypeError(f"{where} needs an AggregateFunction with create_accumulator(), add(value, accumulator), "
                         f"merge(a, b) and get_result(accumulator); {type(function).__name__} has no "
                         f"{', '.join(missing)}")
+
+
+class RollingFunction:
+    """A rolling aggregate (``aggregate(accumulator or MISSING, record)``: ``reduce``, ``sum`` by
+    field...) as an AggregateFunction whose result is the accumulator, for runtimes that fold
+    windows with AggregateFunctions. Its empty accumulator is :data:`EMPTY` (it pickles as
+    itself); ``merge`` is not defined for rolling aggregates."""
+
+    def __init__(self, rolling: Callable[[Any, Any], Any]) -> None:
+        self.rolling = rolling
+
+    def create_accumulator(self) -> Any:
+        return EMPTY
+
+    def add(self, record: Any, acc: Any) -> Any:
+        return self.rolling(MISSING if acc is EMPTY else acc, record)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError("a rolling aggregate (reduce, sum/min/max by field) cannot merge accumulators")
+
+    def get_result(self, acc: Any) -> Any:
+        return None if acc is EMPTY else acc

@@ -36,6 +36,8 @@ POINTS = (
     "superstep",       # graph job: a superstep computed and sent, before the global barrier
     "barrier",         # graph job: at the global barrier, after reporting the superstep done
     "recovery",        # graph job (replication): recovery batches sent, before the recovery finished
+    "log_write",       # CEC: a frame of the persisted output queue is durable (``after``: frames written)
+    "g_check",         # CEC: inside a G_check slice, after G_checks (``after``: G_checks emitted so far)
 )
 
 
@@ -120,6 +122,10 @@ class FaultInjector:
                 continue
             if at.point == "records" and at.records_processed < fault.after:
                 continue
+            if at.point in ("log_write", "g_check"):
+                if (at.checkpoint_id or 0) < fault.after:
+                    continue
+                crash()
             wanted = fault.superstep if fault.superstep is not None else fault.checkpoint
             if wanted is not None and at.checkpoint_id != wanted:
                 continue

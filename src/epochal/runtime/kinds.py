@@ -23,6 +23,7 @@ from epochal.runtime.links import Bootstrap
 JOB_KINDS: dict[str, str] = {
     "dataflow": "epochal.runtime.worker:Worker",
     "graph": "epochal.graph.worker:GraphWorker",
+    "cec": "epochal.cec.worker:CecWorker",
 }
 
 
