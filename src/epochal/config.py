@@ -125,6 +125,8 @@ class CheckpointConfig:
 #: Recovery modes of jobs run as the ``cec`` job kind (papers/002): continuous eventual
 #: checkpointing, and its baseline, instant checkpoints of every window plus input replay.
 CEC, CRB = "cec", "crb"
+#: The same job kind without fault tolerance: no control tuples, nothing persisted (a baseline).
+NATIVE = "native"
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class CecConfig:
         commit_interval: seconds between a sink's commits.
         fsync: whether each frame of an output queue is fsync'd before it leaves the worker
             (survives a lost machine's page cache, not only a lost process).
+        persist: False: frames are forwarded without being written (the paper's "G_open to
+            network only" point of Fig. 5): a benchmark baseline, a lost worker cannot be rebuilt.
     """
 
     mode: str = CEC
@@ -158,12 +162,13 @@ class CecConfig:
     log_dir: str = ""
     commit_interval: float = 0.5
     fsync: bool = False
+    persist: bool = True
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
 
-        if self.mode not in (CEC, CRB):
-            raise PlanError(f"CEC mode must be '{CEC}' or '{CRB}', got {self.mode!r}")
+        if self.mode not in (CEC, CRB, NATIVE):
+            raise PlanError(f"CEC mode must be '{CEC}', '{CRB}' or '{NATIVE}', got {self.mode!r}")
         check_number(self.q_target, "Q (q_target, output tuples)", integer=True, minimum=1, strict=False)
         check_number(self.u_target, "U (u_target, input tuples)", integer=True, minimum=1, strict=False)
         check_number(self.interval, "CI (interval, seconds)")

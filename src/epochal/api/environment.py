@@ -90,7 +90,7 @@ class Environment:
 
     def enable_cec(self, *, q_target: int = 1_000, u_target: int = 1_000_000, interval: float = 0.005,
                    period: float = 0.1, g_check: bool = True, log_dir: str | None = None,
-                   commit_interval: float = 0.5, fsync: bool = False) -> Environment:
+                   commit_interval: float = 0.5, fsync: bool = False, persist: bool = True) -> Environment:
         """Recover window aggregates by continuous eventual checkpointing (papers/002) instead of
         checkpoints: each operator instance persists its output, with per-window checkpoints
         (G_open when a window opens, G_check for the oldest windows while the extent exceeds
@@ -99,10 +99,12 @@ class Environment:
         from its own output and its producers' replay while every other keeps running. The job
         must be a pipeline of sources, map/filter/flat_map, window aggregates and sinks (see
         :class:`~epochal.config.CecConfig` for the options); exactly-once sinks stay exactly once.
+        ``persist=False`` forwards output without writing it: a benchmark baseline (the paper's
+        "G_open to network only"), under which a lost worker cannot be rebuilt.
         """
         self.cec_config = CecConfig(CEC, q_target, u_target, interval, period, g_check, 1.0,
                                     log_dir or os.path.join(tempfile.gettempdir(), "epochal-cec"),
-                                    commit_interval, fsync)
+                                    commit_interval, fsync, persist)
         return self
 
     def enable_crb(self, interval: float = 1.0, *, log_dir: str | None = None, commit_interval: float = 0.5,

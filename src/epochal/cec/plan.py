@@ -31,8 +31,8 @@ from epochal.runtime.operators import FilterOperator, FlatMapOperator, MapOperat
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 from epochal.runtime.windows import FunctionAggregate, TimeWindowOperator, WatermarkGenerator
 
-#: Recovery modes of a ``cec`` job: CEC itself and the paper's baseline.
-MODES = ("cec", "crb")
+#: Recovery modes of a ``cec`` job: CEC itself, the paper's baseline, and none (``native``).
+MODES = ("cec", "crb", "native")
 _STATELESS = (MapOperator, FilterOperator, FlatMapOperator)
 
 
@@ -91,6 +91,8 @@ class CecDeployment:
     segment_bytes: int = 16 << 20
     fsync: bool = False
     max_outstanding: int = 8
+    #: False: frames are forwarded unwritten (a benchmark baseline; nothing can be rebuilt)
+    persist: bool = True
 
     @property
     def num_workers(self) -> int:

@@ -41,7 +41,7 @@ from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import CecDeployment, Stage, targets_of
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
-from epochal.cec.tuples import item_seq, split_seq
+from epochal.cec.tuples import WindowResult, item_seq, split_seq
 from epochal.cec.worker_machine import (
     BeginProcessing,
     CecPhase,
@@ -71,6 +71,46 @@ class _Durable:
 
     def __init__(self, frame: Frame) -> None:
         self.frame = frame
+
+
+class _MemoryQueue:
+    """The output queue when nothing is persisted (``persist=False``, ``native``): frames are
+    "durable" at once and kept in memory until no consumer needs them (a benchmark baseline:
+    a lost worker cannot be rebuilt). It is its own writer."""
+
+    def __init__(self, worker: CecWorker) -> None:
+        self.worker = worker
+        self.frames: list[Frame] = []
+        self.payloads: dict[int, bytes] = {}
+        self.last_seq = -1
+
+    def submit(self, seq: int, min_ts: float, max_ts: float, payload: bytes) -> None:
+        frame = Frame(seq, min_ts, max_ts, -1, 0, len(payload))
+        self.frames.append(frame)
+        self.payloads[seq] = payload
+        self.last_seq = seq
+        self.worker.mailbox.put(_Durable(frame))  # type: ignore[arg-type]
+
+    def find(self, *, seq: int) -> int:
+        import bisect
+
+        return bisect.bisect_left(self.frames, seq, key=lambda f: f.seq)
+
+    def read(self, frame: Frame) -> bytes:
+        return self.payloads[frame.seq]
+
+    def trim(self, before_seq: int) -> int:
+        cut = self.find(seq=before_seq)
+        for frame in self.frames[:cut]:
+            del self.payloads[frame.seq]
+        del self.frames[:cut]
+        return cut
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _chain(operators: list[Operator], records: list[Any]) -> list[Any]:
@@ -211,14 +251,18 @@ class CecWorker(WorkerShell):
         self.ended = [None] * channels
         consumers = deployment.consumers(stage, subtask)
         self.channels = OutputChannels(consumers, live=not message.joining)
-        if stage.downstream is not None or stage.window is not None or stage.upstream is None:
+        if (stage.downstream is not None or stage.window is not None or stage.upstream is None) \
+                and not deployment.persist:
+            self.log = self.writer = _MemoryQueue(self)  # type: ignore[assignment]
+        elif stage.downstream is not None or stage.window is not None or stage.upstream is None:
             self.log = OutputLog.open(os.path.join(directory, "out"), deployment.segment_bytes, deployment.fsync)
             self.next_seq = self.log.last_seq + 1
             self.last_durable = self.log.last_seq
         phases["open_s"] = time.monotonic() - started
         if stage.window is not None:
             spec = stage.window
-            self.aggregate = WindowAggregate(spec.shape, spec.function, spec.key, channels, deployment.mode,  # type: ignore[arg-type]
+            mode = "none" if deployment.mode == "native" else deployment.mode
+            self.aggregate = WindowAggregate(spec.shape, spec.function, spec.key, channels, mode,  # type: ignore[arg-type]
                                              deployment.settings, spec.timestamp, spec.out_of_orderness)
         if stage.splits is not None:
             self.source = SourceReader(stage.splits[subtask])
@@ -230,7 +274,7 @@ class CecWorker(WorkerShell):
             self._recover(phases)
         elif self.log is not None and self.log.frames:
             raise RuntimeError(f"the output queue {directory} of a new job is not empty")
-        if self.log is not None:
+        if self.log is not None and deployment.persist:
             self.writer = LogWriter(self.log, deployment.max_outstanding, lambda f: self.mailbox.put(_Durable(f)))  # type: ignore[arg-type]
         phases["total_s"] = time.monotonic() - started
         self._feed(SetUp(time.monotonic(), deployment.config.connect_timeout + 30, phases))
@@ -360,8 +404,11 @@ class CecWorker(WorkerShell):
         items = aggregate.take()
         if not items:
             return
-        results = [item.value for item in items if type(item).__name__ == "WindowResult"]
-        self._emit(_chain(self.stage.post, results) if results else [], None, items)  # type: ignore[union-attr]
+        if aggregate.mode == "none":  # results only, nothing to rebuild from
+            results, logged = items, None
+        else:
+            results, logged = [item.value for item in items if isinstance(item, WindowResult)], items
+        self._emit(_chain(self.stage.post, results) if results else [], None, logged)  # type: ignore[union-attr]
 
     def _emit(self, records: list[Any], meta: Any, items: list[Any] | None, seq: int | None = None) -> None:
         """Append one frame (``records`` for the consumers or the own sink) to the output queue."""
@@ -420,6 +467,8 @@ class CecWorker(WorkerShell):
             _, records = pickle.loads(pickle.loads(log.read(frame))[2][0])
             sink.write(records)
             self.sink_fed = frame.seq
+        if isinstance(log, _MemoryQueue):
+            log.trim(self.sink_fed + 1)
 
     # ------------------------------------------------------------------ the work loop
     def _has_work(self) -> bool:
@@ -439,7 +488,7 @@ class CecWorker(WorkerShell):
                 self._emit_aggregate()
                 if "g_check" in self.hook_points:
                     self._reach("g_check", aggregate.stats["g_check"])
-        elif aggregate is not None and now >= self.next_snapshot:
+        elif aggregate is not None and self.deployment.mode == "crb" and now >= self.next_snapshot:  # type: ignore[union-attr]
             self.next_snapshot = now + self.deployment.snapshot_interval  # type: ignore[union-attr]
             if aggregate.windows:
                 aggregate.snapshot()
@@ -524,7 +573,7 @@ class CecWorker(WorkerShell):
         elif self.sink is not None and self.log is None and self.sink.committed is not None:
             for channel, producer in enumerate(self.producers):
                 self._send(producer, TrimRequest(self.index, self.sink.committed[channel]))
-        if self.log is not None and self.channels.consumers and aggregate is None:
+        if self.log is not None and self.channels.consumers and (aggregate is None or not self.deployment.persist):  # type: ignore[union-attr]
             self.log.trim(self.channels.trim_before())
 
     def _maybe_done(self) -> None:

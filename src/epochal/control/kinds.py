@@ -79,6 +79,7 @@ class TaskLocalRecovery(Protocol):
 JOB_RUNNERS: dict[str, str] = {
     "cec": "epochal.cec.job:execute_async",
     "crb": "epochal.cec.job:execute_async",
+    "native": "epochal.cec.job:execute_async",
 }
 
 
