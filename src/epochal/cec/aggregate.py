@@ -56,6 +56,7 @@ class _Window:
     count: int
     #: per channel, the last tuple its newest footprint holds (None: no footprint yet)
     footprint: tuple[int, ...] | None = None
+    opened: float = 0.0  # the driver's time when it opened (response times)
 
 
 class WindowAggregate:
@@ -93,6 +94,10 @@ class WindowAggregate:
         #: after :meth:`restore_full`: windows whose results are out already
         self.suppressed: set[Hashable] = set()
         self.stats = {"g_open": 0, "g_check": 0, "results": 0, "late": 0, "duplicates": 0, "caught_up": 0}
+        #: the driver's current time, set before input when response times are wanted (Fig. 8:
+        #: window open -> close); None: not measured. The machine reads no clock itself.
+        self.now: float | None = None
+        self.response_s = 0.0
 
     # ------------------------------------------------------------------ input
     def process(self, channel: int, seq: int, record: Any) -> None:
@@ -148,7 +153,8 @@ class WindowAggregate:
             wid = (key, start)
             window = windows.get(wid)
             if window is None:
-                window = windows[wid] = _Window(key, start, function.add(record, function.create_accumulator()), 1)
+                window = windows[wid] = _Window(key, start, function.add(record, function.create_accumulator()), 1,
+                                                opened=self.now or 0.0)
                 starting = self.by_start.get(start)
                 if starting is None:
                     starting = self.by_start[start] = []
@@ -169,7 +175,7 @@ class WindowAggregate:
         opened = None
         if phase == 0 or phase >= self.shape.step:
             opened = (key, channel, seq)
-            windows[opened] = _Window(key, None, function.create_accumulator(), 0)
+            windows[opened] = _Window(key, None, function.create_accumulator(), 0, opened=self.now or 0.0)
             wids.append(opened)
             phase = 0
         self.phase[key] = phase + 1
@@ -205,6 +211,8 @@ class WindowAggregate:
 
     def _close(self, wid: Hashable) -> None:
         window = self.windows.pop(wid)
+        if self.now is not None:
+            self.response_s += self.now - window.opened
         value = self.function.get_result(window.acc)
         record = (window.key, window.start, value) if self.timed else (window.key, value)
         self.policy.closed(wid)

@@ -208,6 +208,7 @@ class CecWorker(WorkerShell):
         if self.aggregate is not None:
             out.update({f"window_{k}": v for k, v in self.aggregate.stats.items()})
             out["open_windows"] = len(self.aggregate.windows)
+            out["window_response_s"] = self.aggregate.response_s  # summed over window_results
         return out
 
     def _close_body(self) -> None:
@@ -372,6 +373,7 @@ class CecWorker(WorkerShell):
             self.received[channel] = seqs[-1]
         self.counters["records_in"] += len(records)
         if self.aggregate is not None:
+            self.aggregate.now = time.monotonic()
             process = self.aggregate.process
             for seq, record in zip(seqs, records, strict=True):
                 process(channel, seq, record)
