@@ -163,6 +163,9 @@ class CecConfig:
     commit_interval: float = 0.5
     fsync: bool = False
     persist: bool = True
+    #: exist only to show each mechanism is needed: G_open off; per-window dedup off
+    g_open: bool = True
+    dedup: bool = True
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError

@@ -69,8 +69,8 @@ def interleave(data, rng, after=None):
         cursors[c] += 1
 
 
-def make(shape, function, channels, mode):
-    settings = CecSettings(q_target=4, u_target=6, interval=1.0, period=1.0)
+def make(shape, function, channels, mode, dedup=True):
+    settings = CecSettings(q_target=4, u_target=6, interval=1.0, period=1.0, dedup=dedup)
     return WindowAggregate(shape, function, lambda r: r[0], channels, mode, settings,
                            timestamp=lambda r: r[1])
 
@@ -114,12 +114,9 @@ def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mut
             log.extend(produced + op.take())
             break
         log.extend(produced[:rng.randrange(len(produced) + 1)])  # the durable prefix survives
-        op = make(shape, function, channels, mode)
+        op = make(shape, function, channels, mode, dedup=mutate != "no-dedup")
         if mode == "cec":
             ec = reconstruct(reversed(log))
-            if mutate == "no-dedup":
-                for footprint in ec.windows.values():
-                    object.__setattr__(footprint.position, "seqs", tuple(-1 for _ in range(channels)))
             op.restore(ec)
             start = ec.replay_after or ec.newest
             after = list(start.seqs) if start is not None else None

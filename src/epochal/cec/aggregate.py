@@ -76,7 +76,8 @@ class WindowAggregate:
         self.timestamp = timestamp
         self.out_of_orderness = out_of_orderness
         self.mode = mode
-        self.policy = CheckpointPolicy(settings or CecSettings())
+        self.settings = settings or CecSettings()
+        self.policy = CheckpointPolicy(self.settings)
         self.windows: dict[Hashable, _Window] = {}
         self.by_key: dict[Any, list[Hashable]] = {}  # count windows: a key's open windows, oldest first
         self.phase: dict[Any, int] = {}  # count windows: a key's tuples since its newest window opened
@@ -229,7 +230,7 @@ class WindowAggregate:
         return Position(tuple(self.consumed), self.watermark)
 
     def _footprint(self, kind: Literal["open", "check"], wid: Hashable, window: _Window) -> None:
-        if self.mode != "cec":
+        if self.mode != "cec" or (kind == "open" and not self.settings.g_open):
             return
         position = self._position()
         window.footprint = position.seqs
@@ -272,7 +273,9 @@ class WindowAggregate:
             acc, count = footprint.state
             acc = copy.deepcopy(acc) if self.copy_state else acc  # the checkpoint stays as it was
             wid = footprint.window
-            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, footprint.position.seqs)  # type: ignore[index]
+            covered = footprint.position.seqs if self.settings.dedup else \
+                (ec.replay_after or ec.newest).seqs  # (off: every replayed tuple counts again)
+            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, covered)  # type: ignore[index]
             self.windows[wid] = window
             if self.timed:
                 if window.start not in self.by_start:

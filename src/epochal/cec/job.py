@@ -35,7 +35,8 @@ def execute_async(env: Environment, job_name: str, faults: list[Fault] | None = 
     assert config is not None
     graph = build_execution_graph(env.plan())
     stages = build_stages(graph)
-    settings = CecSettings(config.q_target, config.u_target, config.interval, config.period, config.g_check)
+    settings = CecSettings(config.q_target, config.u_target, config.interval, config.period, config.g_check,
+                           config.g_open, config.dedup)
     job_id = uuid.uuid4().hex[:12]
     deployment = CecDeployment(job_name, job_id, stages, env.config, config.mode, settings, config.log_dir,
                                FaultInjector.of(faults or []), config.commit_interval, config.snapshot_interval,

@@ -175,6 +175,8 @@ def build_stages(graph: ExecutionGraph) -> list[Stage]:
     index_of = {vertex.id: i for i, vertex in enumerate(job.vertices)}
     for edge in job.edges:
         producer, consumer = stages[index_of[edge.source_vertex]], stages[index_of[edge.target_vertex]]
+        if edge.partitioner.kind == "broadcast":
+            raise _unsupported(consumer.name, "a broadcast input: every record must reach exactly one consumer")
         producer.downstream, producer.partitioner = consumer.index, edge.partitioner
         consumer.upstream, consumer.forward_in = producer.index, edge.partitioner.is_forward
     for stage in stages:

@@ -38,6 +38,10 @@ class CecSettings:
     interval: float = 0.005
     period: float = 0.1
     g_check: bool = True
+    #: exist only to show each mechanism is needed (the chaos tests turn them off): no G_open
+    #: when a window opens; no per-window dedup of replayed input after a recovery
+    g_open: bool = True
+    dedup: bool = True
 
     def __post_init__(self) -> None:
         if self.q_target < 1 or self.u_target < 1:

@@ -1,0 +1,218 @@
+"""Where the window worker's time goes, measured in this one process (no Spark, no sockets, no
+other process competing for a core): the per-frame work of a CEC window stage and its rebuild.
+
+:func:`window_path` replays what :class:`~epochal.cec.worker.CecWorker` does for each input
+stream event of a window stage whose sink is chained to it: unpickle the input batch, feed each
+tuple to the :class:`~epochal.cec.aggregate.WindowAggregate`, run the G_check loop, split the
+output into results and logged items, pickle the frame (``(meta, items, parts)``) as ``_emit``
+does, append it to an :class:`~epochal.cec.output_log.OutputLog`, and, as ``_feed_own_sink``
+does, read it back and unpickle the whole payload to get the sink's records. Each step is timed
+on its own.
+
+:func:`rebuild_path` writes a CEC window stage's output log up to a crash, then rebuilds the
+instance as ``CecWorker._recover`` does: open the log, read it backwards (frame reads),
+unpickle each frame, :func:`~epochal.cec.eventual.reconstruct` over the items, and
+``WindowAggregate.restore``, each step timed, with a cProfile of ``restore``.
+
+``fast_pickle=True`` is a *what-if*, never what the benchmark figures use: it registers, in this
+process only, ``copyreg`` reducers for the control tuples and :class:`~epochal.cec.tuples.Position`
+(a constructor call with the field values instead of the frozen slotted dataclasses' default
+``__getstate__``/``__setstate__``, which call ``dataclasses.fields()`` for every object), to show
+how much of the cost is that.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import cProfile
+import io
+import os
+import pickle
+import pstats
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from benchmarks.cec.workload import Items, item_id, item_price
+from epochal.cec.aggregate import WindowAggregate
+from epochal.cec.eventual import reconstruct
+from epochal.cec.output_log import OutputLog
+from epochal.cec.policy import CecSettings
+from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult, item_seq
+from epochal.runtime.aggregates import AvgFunction
+from epochal.runtime.window_assigners import CountWindows
+from epochal.serialization import dumps
+
+FRAME = 1024  # records per source stream event (EngineConfig.batch_size)
+
+
+def _reduce_position(p: Position) -> tuple[Any, ...]:
+    return Position, (p.seqs, p.watermark)
+
+
+def _reduce_check(c: WindowCheckpoint) -> tuple[Any, ...]:
+    return WindowCheckpoint, (c.kind, c.window, c.state, c.open_windows, c.position)
+
+
+def _reduce_result(r: WindowResult) -> tuple[Any, ...]:
+    return WindowResult, (r.window, r.value, r.open_windows, r.position)
+
+
+@contextmanager
+def fast_pickling(enabled: bool = True) -> Iterator[None]:
+    """The what-if of the module docstring, for the block (this process only)."""
+    if not enabled:
+        yield
+        return
+    classes = {Position: _reduce_position, WindowCheckpoint: _reduce_check, WindowResult: _reduce_result}
+    for cls, reducer in classes.items():
+        copyreg.pickle(cls, reducer)
+    try:
+        yield
+    finally:
+        for cls in classes:
+            copyreg.dispatch_table.pop(cls, None)
+
+
+def _aggregate(mode: str, size: int, settings: CecSettings) -> WindowAggregate:
+    return WindowAggregate(CountWindows(size, size), AvgFunction(item_price), item_id, 1,
+                           "none" if mode == "native" else mode, settings)  # type: ignore[arg-type]
+
+
+def _input_frames(records: int, keys: int) -> Iterator[tuple[int, bytes]]:
+    items = Items(keys)
+    for start in range(0, records, FRAME):
+        batch = [items(i) for i in range(start, min(records, start + FRAME))]
+        yield start + len(batch), dumps((list(range(len(batch))), batch))
+
+
+def window_path(mode: str, records: int, keys: int, size: int, settings: CecSettings | None = None,
+                fast_pickle: bool = False) -> dict[str, Any]:
+    """Seconds per step of a window stage's work over ``records`` tuples (see the module
+    docstring); ``mode``: ``native``, ``cec`` (``settings.g_check=False``: G_open only)."""
+    settings = settings or CecSettings(g_check=False)
+    aggregate = _aggregate(mode, size, settings)
+    frames = list(_input_frames(records, keys))  # pickled before the clock starts
+    steps = dict.fromkeys(("input_unpickle", "process", "g_check", "split", "pickle", "log_append",
+                           "sink_read_unpickle"), 0.0)
+    root = tempfile.mkdtemp(prefix="cec-anatomy-")
+    items_out = 0
+    logged_bytes = 0
+    try:
+        log = OutputLog.open(os.path.join(root, "out"))
+        clock = time.perf_counter
+        with fast_pickling(fast_pickle):
+            for out_seq, (frame_seq, blob) in enumerate(frames):
+                t0 = clock()
+                indices, batch = pickle.loads(blob)
+                t1 = clock()
+                aggregate.now = time.monotonic()
+                process = aggregate.process
+                for k, record in zip(indices, batch, strict=True):
+                    process(0, item_seq(frame_seq, k), record)
+                t2 = clock()
+                while aggregate.check_next(time.monotonic()):
+                    pass
+                t3 = clock()
+                items = aggregate.take()
+                if aggregate.mode == "none":
+                    results, logged = items, None
+                else:
+                    results, logged = [i.value for i in items if isinstance(i, WindowResult)], items
+                t4 = clock()
+                parts = [dumps((list(range(len(results))), results))]
+                payload = dumps((None, logged, parts))
+                t5 = clock()
+                frame = log.append(out_seq, 0.0, 0.0, payload)
+                t6 = clock()
+                _, records_out = pickle.loads(pickle.loads(log.read(frame))[2][0])
+                t7 = clock()
+                items_out += len(items)
+                logged_bytes += len(payload)
+                for name, seconds in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6),
+                                         strict=True):
+                    steps[name] += seconds
+        log.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    total = sum(steps.values())
+    return {"mode": mode if mode == "native" or settings.g_check else "gopen_disk", "records": records,
+            "keys": keys, "size": size, "fast_pickle": fast_pickle, "total_s": total,
+            "us_per_tuple": total / records * 1e6, "items_out": items_out, "logged_bytes": logged_bytes,
+            "g_open": aggregate.stats["g_open"], "g_check": aggregate.stats["g_check"],
+            "results": aggregate.stats["results"], **{f"{k}_s": v for k, v in steps.items()}}
+
+
+def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast_pickle: bool = False,
+                 profile_lines: int = 0) -> dict[str, Any]:
+    """Write a CEC window stage's output log for ``records`` tuples (its crash point), then rebuild
+    it step by step (see the module docstring). With ``profile_lines``, ``restore_profile`` holds
+    that many lines of the cProfile of ``restore`` (by own time)."""
+    root = tempfile.mkdtemp(prefix="cec-anatomy-")
+    try:
+        directory = os.path.join(root, "out")
+        with fast_pickling(fast_pickle):
+            log = OutputLog.open(directory)
+            aggregate = _aggregate("cec", size, settings)
+            for out_seq, (frame_seq, blob) in enumerate(_input_frames(records, keys)):
+                indices, batch = pickle.loads(blob)
+                for k, record in zip(indices, batch, strict=True):
+                    aggregate.process(0, item_seq(frame_seq, k), record)
+                while aggregate.check_next(time.monotonic()):
+                    pass
+                items = aggregate.take()
+                results = [i.value for i in items if isinstance(i, WindowResult)]
+                log.append(out_seq, 0.0, 0.0, dumps((None, items, [dumps((list(range(len(results))), results))])))
+            log.close()
+            open_windows = len(aggregate.windows)
+            clock = time.perf_counter
+            t0 = clock()
+            log = OutputLog.open(directory)
+            t1 = clock()
+            read_s = unpickle_s = 0.0
+            frames_read = 0
+
+            def newest_first() -> Iterator[Any]:
+                nonlocal read_s, unpickle_s, frames_read
+                for frame in reversed(log.frames):
+                    a = clock()
+                    payload = log.read(frame)
+                    b = clock()
+                    items = pickle.loads(payload)[1]
+                    c = clock()
+                    read_s += b - a
+                    unpickle_s += c - b
+                    frames_read += 1
+                    yield from reversed(items)
+
+            t2 = clock()
+            ec = reconstruct(newest_first())
+            t3 = clock()
+            fresh = _aggregate("cec", size, settings)
+            profiler = cProfile.Profile() if profile_lines else None
+            t4 = clock()
+            if profiler is not None:
+                profiler.enable()
+            fresh.restore(ec)
+            if profiler is not None:
+                profiler.disable()
+            t5 = clock()
+            log.close()
+        row = {"records": records, "keys": keys, "size": size, "fast_pickle": fast_pickle,
+               "q_target": settings.q_target, "open_windows": open_windows, "extent": ec.extent,
+               "windows": len(ec.windows), "frames_read": frames_read, "open_s": t1 - t0, "read_s": read_s,
+               "unpickle_s": unpickle_s, "reconstruct_only_s": (t3 - t2) - read_s - unpickle_s,
+               "reconstruct_s": t3 - t2, "load_s": t5 - t4, "profiled": profiler is not None}
+        if profiler is not None:
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(profile_lines)
+            row["restore_profile"] = out.getvalue()
+        return row
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+__all__ = ["FullCheckpoint", "fast_pickling", "rebuild_path", "window_path"]
