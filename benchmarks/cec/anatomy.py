@@ -14,17 +14,20 @@ instance as ``CecWorker._recover`` does: open the log, read it backwards (frame 
 unpickle each frame, :func:`~epochal.cec.eventual.reconstruct` over the items, and
 ``WindowAggregate.restore``, each step timed, with a cProfile of ``restore``.
 
-``fast_pickle=True`` is a *what-if*, never what the benchmark figures use: it registers, in this
-process only, ``copyreg`` reducers for the control tuples and :class:`~epochal.cec.tuples.Position`
-(a constructor call with the field values instead of the frozen slotted dataclasses' default
-``__getstate__``/``__setstate__``, which call ``dataclasses.fields()`` for every object), to show
-how much of the cost is that.
+``fast_pickle=True`` and ``gc_off=True`` are *what-ifs*, never what the benchmark figures use:
+the first registers, in this process only, ``copyreg`` reducers for the control tuples and
+:class:`~epochal.cec.tuples.Position` (a constructor call with the field values instead of the
+frozen slotted dataclasses' default ``__getstate__``/``__setstate__``, which call
+``dataclasses.fields()`` for every object); the second turns Python's cyclic garbage collector
+off for the measured steps (with ~100,000 open windows, each a few tracked objects, every full
+collection walks them all). They show how much of the cost is each.
 """
 
 from __future__ import annotations
 
 import copyreg
 import cProfile
+import gc
 import io
 import os
 import pickle
@@ -41,7 +44,7 @@ from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct
 from epochal.cec.output_log import OutputLog
 from epochal.cec.policy import CecSettings
-from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult, item_seq
+from epochal.cec.tuples import Position, WindowCheckpoint, WindowResult, item_seq
 from epochal.runtime.aggregates import AvgFunction
 from epochal.runtime.window_assigners import CountWindows
 from epochal.serialization import dumps
@@ -59,6 +62,19 @@ def _reduce_check(c: WindowCheckpoint) -> tuple[Any, ...]:
 
 def _reduce_result(r: WindowResult) -> tuple[Any, ...]:
     return WindowResult, (r.window, r.value, r.open_windows, r.position)
+
+
+@contextmanager
+def no_gc(enabled: bool = True) -> Iterator[None]:
+    """The garbage collector off for the block (a what-if)."""
+    was = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextmanager
@@ -90,7 +106,7 @@ def _input_frames(records: int, keys: int) -> Iterator[tuple[int, bytes]]:
 
 
 def window_path(mode: str, records: int, keys: int, size: int, settings: CecSettings | None = None,
-                fast_pickle: bool = False) -> dict[str, Any]:
+                fast_pickle: bool = False, gc_off: bool = False) -> dict[str, Any]:
     """Seconds per step of a window stage's work over ``records`` tuples (see the module
     docstring); ``mode``: ``native``, ``cec`` (``settings.g_check=False``: G_open only)."""
     settings = settings or CecSettings(g_check=False)
@@ -104,7 +120,7 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
     try:
         log = OutputLog.open(os.path.join(root, "out"))
         clock = time.perf_counter
-        with fast_pickling(fast_pickle):
+        with fast_pickling(fast_pickle), no_gc(gc_off):
             for out_seq, (frame_seq, blob) in enumerate(frames):
                 t0 = clock()
                 indices, batch = pickle.loads(blob)
@@ -140,14 +156,14 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
         shutil.rmtree(root, ignore_errors=True)
     total = sum(steps.values())
     return {"mode": mode if mode == "native" or settings.g_check else "gopen_disk", "records": records,
-            "keys": keys, "size": size, "fast_pickle": fast_pickle, "total_s": total,
+            "keys": keys, "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off, "total_s": total,
             "us_per_tuple": total / records * 1e6, "items_out": items_out, "logged_bytes": logged_bytes,
             "g_open": aggregate.stats["g_open"], "g_check": aggregate.stats["g_check"],
             "results": aggregate.stats["results"], **{f"{k}_s": v for k, v in steps.items()}}
 
 
 def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast_pickle: bool = False,
-                 profile_lines: int = 0) -> dict[str, Any]:
+                 gc_off: bool = False, profile_lines: int = 0) -> dict[str, Any]:
     """Write a CEC window stage's output log for ``records`` tuples (its crash point), then rebuild
     it step by step (see the module docstring). With ``profile_lines``, ``restore_profile`` holds
     that many lines of the cProfile of ``restore`` (by own time)."""
@@ -168,7 +184,10 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
                 log.append(out_seq, 0.0, 0.0, dumps((None, items, [dumps((list(range(len(results))), results))])))
             log.close()
             open_windows = len(aggregate.windows)
+            del aggregate
             clock = time.perf_counter
+            collector = no_gc(gc_off)
+            collector.__enter__()
             t0 = clock()
             log = OutputLog.open(directory)
             t1 = clock()
@@ -200,8 +219,9 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
             if profiler is not None:
                 profiler.disable()
             t5 = clock()
+            collector.__exit__(None, None, None)
             log.close()
-        row = {"records": records, "keys": keys, "size": size, "fast_pickle": fast_pickle,
+        row = {"records": records, "keys": keys, "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off,
                "q_target": settings.q_target, "open_windows": open_windows, "extent": ec.extent,
                "windows": len(ec.windows), "frames_read": frames_read, "open_s": t1 - t0, "read_s": read_s,
                "unpickle_s": unpickle_s, "reconstruct_only_s": (t3 - t2) - read_s - unpickle_s,
@@ -215,4 +235,4 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
         shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["FullCheckpoint", "fast_pickling", "rebuild_path", "window_path"]
+__all__ = ["fast_pickling", "no_gc", "rebuild_path", "window_path"]

@@ -3,8 +3,8 @@
 :class:`ProfileHook` is a :class:`~epochal.runtime.hooks.WorkerHook` (the deployment's hook,
 normally the fault injector): it asks worker ``worker`` for the ``records`` point, which the
 worker reaches on its processing thread after every input batch; the first time, it starts a
-``cProfile.Profile`` on that thread, and after ``seconds`` it stops and writes the statistics to
-``path`` (pstats format). The worker's processing thread is what is profiled (its input,
+``cProfile.Profile`` on that thread, and after ``seconds`` it stops. The statistics so far are written to ``path`` (pstats format) every half
+second and at the stop, so a job shorter than ``seconds`` leaves its profile too. The worker's processing thread is what is profiled (its input,
 the window aggregate, pickling of frames, the own sink); the log writer thread is not.
 :func:`profiled` installs the hook for the jobs started inside a ``with`` block (in place of
 the fault injector: no faults are injected meanwhile). Instrumentation only: nothing in
@@ -37,15 +37,21 @@ class ProfileHook:
         state = self._state
         if state.get("done"):
             return
+        now = time.monotonic()
         if "profile" not in state:
             state["profile"] = cProfile.Profile()
-            state["until"] = time.monotonic() + self.seconds
+            state["until"] = now + self.seconds
+            state["dumped"] = now
             state["profile"].enable()
-        elif time.monotonic() >= state["until"]:
+        elif now >= state["until"] or now >= state["dumped"] + 0.5:
             profile = state["profile"]
             profile.disable()
             profile.dump_stats(self.path)
-            state["done"] = True
+            state["dumped"] = now
+            if now >= state["until"]:
+                state["done"] = True
+            else:
+                profile.enable()
 
 
 @contextmanager

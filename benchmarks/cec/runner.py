@@ -9,12 +9,14 @@ Modes (:data:`MODES`), all on the ``cec`` job kind except ``abs``:
 * ``gopen_disk``: CEC with G_open only, persisted (Gopen/Disk);
 * ``cec``: CEC with G_checks (Q, U, CI, CP as given);
 * ``crb``: the paper's baseline, every open window checkpointed every ``crb_interval`` seconds;
+* ``dataflow``: the same job on the dataflow runtime without checkpoints (``abs``'s own
+  baseline; the sink commits once, at the end);
 * ``abs``: the dataflow runtime with exactly-once ABS checkpoints every ``abs_interval`` seconds
   and a full restart from the latest one (``FixedDelayRestart``).
 
 Worker indices on the ``cec`` job kind with parallelism 1: worker 0 is the source (and the
 chained filter), worker 1 the window aggregate with the chained sink; a fault kills worker 1.
-On the dataflow runtime (``abs``) everything is one worker (0), which a fault kills.
+On the dataflow runtime (``dataflow``, ``abs``) everything is one worker (0), which a fault kills.
 
 Timing (:func:`run`): ``processing_s`` is the JobMaster's processing phase, from the first
 ``Processing`` message (a worker started its input) to the last ``StageDone`` (every worker's
@@ -47,7 +49,7 @@ from epochal.connectors.transactional import ExactlyOnceFileSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault
 
-MODES = ("native", "gopen_net", "gopen_disk", "cec", "crb", "abs")
+MODES = ("native", "gopen_net", "gopen_disk", "cec", "crb", "dataflow", "abs")
 WINDOW_WORKER = 1
 
 
@@ -112,9 +114,22 @@ class _CommitPoller(threading.Thread):
         self.directory, self.interval = directory, interval
         self.seen: dict[str, float] = {}
         self.halt = threading.Event()
+        #: the job's client, once started: its workers' heartbeat metrics are kept too
+        self.client: Any = None
+        #: (worker, pid) -> the newest heartbeat metrics of that process
+        self.heartbeats: dict[tuple[int, int], dict[str, Any]] = {}
 
     def run(self) -> None:
+        polls = 0
         while not self.halt.is_set():
+            polls += 1
+            if self.client is not None and polls % 20 == 0:
+                try:
+                    for worker, m in self.client.metrics().items():
+                        if "pid" in m:
+                            self.heartbeats[(worker, m["pid"])] = dict(m)
+                except Exception:  # noqa: BLE001 - instrumentation only
+                    pass
             now = time.monotonic()
             try:
                 names = os.listdir(self.directory)
@@ -146,6 +161,8 @@ def build(spec: Spec, spark: Any, root: str) -> tuple[epochal.Environment, str]:
                        g_check=True, log_dir=logs, commit_interval=spec.commit_interval)
     elif mode == "crb":
         env.enable_crb(spec.crb_interval, log_dir=logs, commit_interval=spec.commit_interval)
+    elif mode == "dataflow":
+        pass
     elif mode == "abs":
         env.enable_checkpointing(spec.abs_interval, storage=os.path.join(root, "checkpoints"))
         env.set_restart_strategy(FixedDelayRestart(attempts=3, delay=0.0))
@@ -168,7 +185,7 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
         os.makedirs(out, exist_ok=True)
         faults = []
         if spec.kill_after is not None:
-            worker = 0 if spec.mode == "abs" else WINDOW_WORKER
+            worker = 0 if spec.mode in ("abs", "dataflow") else WINDOW_WORKER
             faults = [Fault("records", worker=worker, after=spec.kill_after)]
         poller = _CommitPoller(out)
         cpu = _CpuWatch()
@@ -177,6 +194,7 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
         with jobmaster_events() as events:
             poller.start()
             client = env.execute_async(f"cec-bench-{spec.mode}", faults=faults)
+            poller.client = client
             result = client.result(spec.timeout)
             wall = time.monotonic() - started
         poller.halt.set()
@@ -194,10 +212,16 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
         processing = [t for t, name, _ in events if name == "Processing"]
         done = [t for t, name, _ in events if name == "KindReport:StageDone"]
         finished = [t for t, name, _ in events if name == "Finished"]
-        end = max(done) if done else (max(finished) if finished else float("nan"))
+        if done:
+            end = max(done)
+        elif finished:  # dataflow runtime: the final checkpoint's acks (its commit) come after
+            acks = [t for t, name, _ in events if name == "Ack" and t >= max(finished)]
+            end = max(acks) if acks else max(finished)
+        else:
+            end = float("nan")
         row["processing_s"] = end - min(processing) if processing else float("nan")
         row.update(_worker_metrics(spec, result.metrics))
-        row.update(_recovery(spec, client, poller, events))
+        row.update(_recovery(spec, client, poller, events, result.metrics))
         row.update(check_output(out, oracle(spec.records, spec.keys, spec.size)))
         return row
     finally:
@@ -205,7 +229,7 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
 
 
 def _worker_metrics(spec: Spec, metrics: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    if spec.mode == "abs":
+    if spec.mode in ("abs", "dataflow"):
         m = metrics.get(0, {})
         return {"window_uptime_s": m.get("uptime", float("nan"))}
     source, window = metrics.get(0, {}), metrics.get(WINDOW_WORKER, {})
@@ -222,10 +246,21 @@ def _worker_metrics(spec: Spec, metrics: dict[int, dict[str, Any]]) -> dict[str,
         "response_s": window.get("window_response_s", 0.0) / results if results else float("nan")}
 
 
-def _recovery(spec: Spec, client: Any, poller: _CommitPoller, events: list) -> dict[str, Any]:
+def _recovery(spec: Spec, client: Any, poller: _CommitPoller, events: list,
+              final: dict[int, dict[str, Any]]) -> dict[str, Any]:
     if spec.kill_after is None:
         return {}
     row: dict[str, Any] = {}
+    if spec.mode not in ("abs", "dataflow"):
+        # the killed window worker's counters, from its last heartbeat (up to 0.5 s old), plus
+        # its replacement's final ones: G_checks and G_opens over the whole run
+        final_pid = final.get(WINDOW_WORKER, {}).get("pid")
+        before = [m for (w, pid), m in poller.heartbeats.items() if w == WINDOW_WORKER and pid != final_pid]
+        if before:
+            killed = max(before, key=lambda m: m.get("uptime", 0.0))
+            row["g_check_before_kill"] = killed.get("window_g_check", 0)
+            row["g_open_before_kill"] = killed.get("window_g_open", 0)
+            row["records_before_kill"] = killed.get("records_in", 0)
     if spec.mode == "abs":
         restarts = client.restarts()
         if restarts:

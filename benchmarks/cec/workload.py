@@ -109,7 +109,8 @@ def oracle(records: int, keys: int, size: int) -> Expected:
             value = s / size
             lines[str((key, value))] += 1
             values.append(value)
-            del counts[key], sums[key]
+            counts.pop(key, None)
+            sums.pop(key, None)
         else:
             counts[key], sums[key] = c, s
     return Expected(lines, len(values), math.fsum(values), len(counts))

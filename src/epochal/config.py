@@ -148,6 +148,8 @@ class CecConfig:
         commit_interval: seconds between a sink's commits.
         fsync: whether each frame of an output queue is fsync'd before it leaves the worker
             (survives a lost machine's page cache, not only a lost process).
+        segment_bytes: the size of an output queue's segment files; output every consumer has
+            confirmed is deleted a whole segment at a time.
         persist: False: frames are forwarded without being written (the paper's "G_open to
             network only" point of Fig. 5): a benchmark baseline, a lost worker cannot be rebuilt.
     """
@@ -162,6 +164,7 @@ class CecConfig:
     log_dir: str = ""
     commit_interval: float = 0.5
     fsync: bool = False
+    segment_bytes: int = 16 << 20
     persist: bool = True
     #: exist only to show each mechanism is needed: G_open off; per-window dedup off
     g_open: bool = True
@@ -180,3 +183,4 @@ class CecConfig:
             raise PlanError(f"CI ({self.interval} s) must not exceed CP ({self.period} s)")
         check_number(self.snapshot_interval, "snapshot_interval (seconds)")
         check_number(self.commit_interval, "commit_interval (seconds)")
+        check_number(self.segment_bytes, "segment_bytes", integer=True, minimum=1024, strict=False)

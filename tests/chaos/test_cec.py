@@ -180,3 +180,31 @@ def test_without_g_open_or_per_window_dedup_a_kill_loses_or_duplicates_results(m
         return
     assert len(client.kind.history) == 1  # the kill happened
     assert committed != expected, (switch, client.kind.history[0]["phases"])
+
+
+def test_a_worker_whose_queue_was_lost_with_its_disk_fails_the_job_with_a_clear_error(make_env, tmp_path):
+    """The replacement finds no queue (as when the executor's disk is gone): its producers already
+    deleted the output it would need, so the job fails saying so instead of losing windows."""
+    import shutil
+
+    parallelism = 2
+    env = make_env(parallelism)
+    logs = tmp_path / "logs"
+    env.enable_cec(q_target=8, interval=0.002, period=0.02, log_dir=str(logs), commit_interval=0.2)
+    import dataclasses
+
+    env.cec_config = dataclasses.replace(env.cec_config, segment_bytes=64 << 10)  # trimmed early and often
+    build(env, "count-tumbling", parallelism, tmp_path / "out")
+    client = env.execute_async("disk-lost", faults=[Fault("time", worker=2, after=2.0)])
+    deadline = time.monotonic() + 60
+    seen = False
+    while time.monotonic() < deadline and client.status.value in ("created", "deploying", "running"):
+        workers = client.workers()
+        seen = seen or 2 in workers
+        if seen and 2 not in workers:  # dead, its replacement not yet registered
+            for directory in logs.glob("*/w2"):
+                shutil.rmtree(directory)
+            break
+        time.sleep(0.005)
+    with pytest.raises(JobFailedError, match="lost its own persisted output queue"):
+        client.result(120)

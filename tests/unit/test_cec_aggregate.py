@@ -223,3 +223,15 @@ def test_duplicates_are_dropped_and_late_records_counted():
     assert op.stats["duplicates"] == 1 and op.stats["late"] == 1
     results = [i.value for i in op.take() if isinstance(i, WindowResult)]
     assert results == [("a", 0, 10)]
+
+
+def test_a_frame_without_records_for_the_instance_still_moves_its_position():
+    from epochal.cec.aggregate import NOTHING
+
+    op = make(CountWindows(2), SumFunction(lambda r: r[2]), 2, "cec")
+    op.process(1, 99, NOTHING)  # channel 1 was read up to 99: nothing in it for this instance
+    op.process(0, 0, ("a", 0, 5, 0))
+    opened = op.take()[0]
+    assert opened.position.seqs == (0, 99) and op.policy.consumed == 1
+    op.process(1, 99, NOTHING)
+    assert op.stats["duplicates"] == 0

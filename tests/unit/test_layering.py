@@ -158,6 +158,9 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
     "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.transactional",
     # a graph job's worker body, its engine and the built-in programs it unpickles
     "from epochal.runtime.kinds import worker_body; worker_body('graph'); import epochal.graph.algorithms",
+    # a CEC job's worker body and what its deployment holds
+    "from epochal.runtime.kinds import worker_body; worker_body('cec'); import epochal.cec.plan, "
+    "epochal.runtime.count_windows",
 ])
 def test_a_worker_process_loads_no_driver_code(entry):
     code = (f"{entry}; import sys; "

@@ -102,9 +102,9 @@ class Environment:
         ``persist=False`` forwards output without writing it: a benchmark baseline (the paper's
         "G_open to network only"), under which a lost worker cannot be rebuilt.
         """
-        self.cec_config = CecConfig(CEC, q_target, u_target, interval, period, g_check, 1.0,
-                                    log_dir or os.path.join(tempfile.gettempdir(), "epochal-cec"),
-                                    commit_interval, fsync, persist)
+        self.cec_config = CecConfig(CEC, q_target, u_target, interval, period, g_check,
+                                    log_dir=log_dir or os.path.join(tempfile.gettempdir(), "epochal-cec"),
+                                    commit_interval=commit_interval, fsync=fsync, persist=persist)
         return self
 
     def enable_crb(self, interval: float = 1.0, *, log_dir: str | None = None, commit_interval: float = 0.5,

@@ -45,6 +45,17 @@ from epochal.runtime.aggregates import BUILTIN_FUNCTIONS
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 
 Mode = Literal["cec", "crb", "none"]
+
+
+class _Nothing:
+    """No record: ``process(channel, seq, NOTHING)`` only says the channel was read up to ``seq``
+    (the end of a frame that held nothing for this instance)."""
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING: Any = _Nothing()
 _NEVER = float("-inf")
 
 
@@ -103,9 +114,11 @@ class WindowAggregate:
     # ------------------------------------------------------------------ input
     def process(self, channel: int, seq: int, record: Any) -> None:
         """Tuple ``seq`` of input ``channel`` (sequence numbers increase per channel; one at or
-        below what the channel already delivered is a re-sent duplicate and is dropped)."""
+        below what the channel already delivered is a re-sent duplicate and is dropped).
+        ``record`` :data:`NOTHING`: the channel was read up to ``seq``, without a tuple."""
         if seq <= self.received[channel]:
-            self.stats["duplicates"] += 1
+            if record is not NOTHING:
+                self.stats["duplicates"] += 1
             return
         self.received[channel] = seq
         if self.catch_up is None:
@@ -136,6 +149,8 @@ class WindowAggregate:
     # ------------------------------------------------------------------ the foreground path
     def _take(self, channel: int, seq: int, record: Any) -> None:
         self.consumed[channel] = seq
+        if record is NOTHING:
+            return
         self.policy.took()
         if self.timed:
             self._take_timed(channel, record)
@@ -318,6 +333,8 @@ class WindowAggregate:
 
     def _catch_up(self, channel: int, seq: int, record: Any) -> None:
         self.consumed[channel] = seq
+        if record is NOTHING:
+            return
         self.policy.took()
         self.stats["caught_up"] += 1
         key, function, windows = self.key(record), self.function, self.windows

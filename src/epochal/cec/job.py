@@ -40,7 +40,8 @@ def execute_async(env: Environment, job_name: str, faults: list[Fault] | None = 
     job_id = uuid.uuid4().hex[:12]
     deployment = CecDeployment(job_name, job_id, stages, env.config, config.mode, settings, config.log_dir,
                                FaultInjector.of(faults or []), config.commit_interval, config.snapshot_interval,
-                               fsync=config.fsync, persist=config.persist and config.mode != "native")
+                               segment_bytes=config.segment_bytes, fsync=config.fsync,
+                               persist=config.persist and config.mode != "native")
     for node in env.graph.nodes:
         for fn in node.functions:
             if fn is not None:

@@ -28,6 +28,9 @@ from typing import Any, Literal
 
 #: An item's sequence number in its channel: ``frame << ITEM_BITS | index in the frame``.
 ITEM_BITS = 20
+#: The index that stands for a frame's end: position ``item_seq(frame, ITEM_LAST)`` has read all
+#: of ``frame`` (a consumer may get no item of a frame and still have read it).
+ITEM_LAST = (1 << ITEM_BITS) - 1
 
 
 def item_seq(frame_seq: int, index: int) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from epochal.cec.aggregate import WindowAggregate
+from epochal.cec.aggregate import NOTHING, WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.log_writer import LogWriter
 from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, StreamEvent, TrimRequest
@@ -41,7 +41,7 @@ from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import CecDeployment, Stage, targets_of
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
-from epochal.cec.tuples import WindowResult, item_seq, split_seq
+from epochal.cec.tuples import ITEM_LAST, WindowResult, item_seq, split_seq
 from epochal.cec.worker_machine import (
     BeginProcessing,
     CecPhase,
@@ -62,6 +62,10 @@ from epochal.runtime.worker_events import Registered, Tick
 from epochal.serialization import dumps
 
 _DO = Dispatch("cec worker instructions")
+
+
+class QueueLost(RuntimeError):
+    """A consumer asked for output this producer deleted: the consumer's own queue is gone."""
 
 
 class _Durable:
@@ -139,6 +143,8 @@ class CecWorker(WorkerShell):
         self.metas: dict[int, Any] = {}  # a stateless stage's input position per frame not yet durable
         #: trims to send once the frame holding what they rely on is durable: (frame, per channel)
         self.pending_trim: tuple[int, list[int]] | None = None
+        #: the newest frame deleted from the output queue (-1: none): older output is gone
+        self.trimmed_through = -1
         self.next_seq = 0
         self.last_durable = -1
         self.channels = OutputChannels([])
@@ -348,6 +354,14 @@ class CecWorker(WorkerShell):
             self._on_stream_event(event)
         elif kind is ReplayRequest:
             if event.consumer in self.channels.of:
+                frame, index = split_seq(event.after)
+                if self.trimmed_through >= (frame + 1 if index == ITEM_LAST else frame):
+                    raise QueueLost(
+                        f"worker {event.consumer} asked worker {self.index} ({self.stage.name!r}) for its output "  # type: ignore[union-attr]
+                        f"after sequence number {event.after}, but that output was deleted once every consumer "
+                        "had confirmed it: the worker asking lost its own persisted output queue (was the "
+                        f"executor's disk or the log_dir {self.deployment.log_root!r} lost?). A CEC job cannot "
+                        "rebuild that worker; run the job again from its sources")
                 self.channels.request(event.consumer, event.after)
         elif kind is Credit:
             self.channels.credit(event.consumer, event.frames)
@@ -369,14 +383,15 @@ class CecWorker(WorkerShell):
         fresh = [i for i, seq in enumerate(seqs) if seq > last]
         if len(fresh) != len(seqs):
             seqs, records = [seqs[i] for i in fresh], [records[i] for i in fresh]
-        if seqs:
-            self.received[channel] = seqs[-1]
+        # the whole frame is in: the channel's position is its end, with records for me or not
+        self.received[channel] = max(last, item_seq(event.frame_seq, ITEM_LAST))
         self.counters["records_in"] += len(records)
         if self.aggregate is not None:
             self.aggregate.now = time.monotonic()
             process = self.aggregate.process
             for seq, record in zip(seqs, records, strict=True):
                 process(channel, seq, record)
+            process(channel, item_seq(event.frame_seq, ITEM_LAST), NOTHING)
             self._emit_aggregate()
         elif self.log is not None:
             out = _chain(self.stage.pre, records)  # type: ignore[union-attr]
@@ -477,6 +492,8 @@ class CecWorker(WorkerShell):
         return (self.source is not None and not self.source_done) or bool(self.channels.behind())
 
     def _work(self, now: float) -> None:
+        if "time" in self.hook_points:
+            self._reach("time")
         self._replay_step()
         if self.source is not None and not self.source_done and self._room():
             self._read_source()
@@ -576,7 +593,12 @@ class CecWorker(WorkerShell):
             for channel, producer in enumerate(self.producers):
                 self._send(producer, TrimRequest(self.index, self.sink.committed[channel]))
         if self.log is not None and self.channels.consumers and (aggregate is None or not self.deployment.persist):  # type: ignore[union-attr]
-            self.log.trim(self.channels.trim_before())
+            log = self.log
+            before = self.channels.trim_before()
+            kept = log.find(seq=before)
+            last_removable = log.frames[kept - 1].seq if kept else -1
+            if log.trim(before) and log.frames:
+                self.trimmed_through = max(self.trimmed_through, min(last_removable, log.frames[0].seq - 1))
 
     def _maybe_done(self) -> None:
         if self.done_reported or not self.source_done:
