@@ -10,7 +10,7 @@ import pytest
 
 from epochal.api.environment import Environment
 from epochal.cec.coordination import CecCoordination
-from epochal.cec.messages import FinishJob, Rejoined, StageDone
+from epochal.cec.messages import FinishJob, Rejoined, Resumed, StageDone
 from epochal.cec.plan import build_stages, targets_of
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
@@ -98,8 +98,9 @@ def test_the_coordinator_replaces_lost_workers_and_finishes_when_all_are_done():
     assert coordination.worker_lost(0, 2.0) == [ReplaceWorker(0)]  # done, then lost: must be done again
     coordination.worker_rejoined(0, 2.5)
     coordination.on_report(0, Rejoined(0, {"load_s": 0.1}), 2.6)
+    coordination.on_report(0, Resumed(0), 2.7)
     assert coordination.history == [{"worker": 0, "lost": 2.0, "ready": 2.5, "rebuilt": 2.6,
-                                     "phases": {"load_s": 0.1}}]
+                                     "phases": {"load_s": 0.1}, "resumed": 2.7}]
     assert coordination.on_report(1, StageDone(1), 3.0) == [] and coordination.on_report(2, StageDone(2), 3.0) == []
     assert coordination.on_report(0, StageDone(0), 4.0) == [FinishJob()]
 

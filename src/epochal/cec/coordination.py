@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochal.cec.messages import FinishJob, Rejoined, StageDone
+from epochal.cec.messages import FinishJob, Rejoined, Resumed, StageDone
 from epochal.control.jobmaster_events import ResolveRestore
 from epochal.control.kinds import ReplaceWorker
 
@@ -29,8 +29,9 @@ class CecCoordination:
         self.num_workers = num_workers
         self.done: set[int] = set()
         self.counters: dict[int, dict[str, int]] = {}
-        #: per recovery: the worker, when its loss was seen, when its replacement was ready and
-        #: its rebuild phases (monotonic seconds of the JobMaster)
+        #: per recovery: the worker, when its loss was seen (``lost``), when its replacement was
+        #: ready (``ready``), had rebuilt (``rebuilt``, with its ``phases``) and processed its
+        #: first input (``resumed``), in the JobMaster's monotonic seconds
         self.history: list[dict[str, Any]] = []
         self._open: dict[int, dict[str, Any]] = {}
 
@@ -54,6 +55,11 @@ class CecCoordination:
             if entry is not None:
                 entry.update({"rebuilt": now, "phases": dict(payload.phases)})
                 self.history.append(entry)
+        elif isinstance(payload, Resumed):
+            for entry in reversed(self.history):
+                if entry["worker"] == worker:
+                    entry.setdefault("resumed", now)
+                    break
         return []
 
     # ---------------------------------------------------------------- TaskLocalRecovery

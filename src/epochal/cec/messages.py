@@ -9,7 +9,8 @@ producer's flow control); :class:`EndOfStream` says a producer's output is compl
 
 To the JobMaster, as :class:`~epochal.messages.KindReport` payloads: :class:`StageDone` (this
 worker's output is complete and durable, and its sink committed everything) and
-:class:`Rejoined` (a replacement rebuilt its state: how long each phase took). From it, as a
+:class:`Rejoined` (a replacement rebuilt its state: how long each phase took) and
+:class:`Resumed` (it processed its first input). From it, as a
 :class:`~epochal.messages.KindCommand`: :class:`FinishJob` once every worker is done.
 """
 
@@ -80,6 +81,13 @@ class Rejoined:
 
     worker: int
     phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A replacement of ``worker`` processed its first input since it started."""
+
+    worker: int
 
 
 @dataclass(frozen=True)

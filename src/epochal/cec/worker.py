@@ -36,7 +36,7 @@ import cloudpickle
 from epochal.cec.aggregate import NOTHING, WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.log_writer import LogWriter
-from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, StreamEvent, TrimRequest
+from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
 from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import CecDeployment, Stage, targets_of
 from epochal.cec.replay import OutputChannels
@@ -52,7 +52,7 @@ from epochal.cec.worker_machine import (
     SetUpWorker,
 )
 from epochal.connectors.base import SinkContext
-from epochal.messages import Dispatch, Finished
+from epochal.messages import Dispatch, Finished, KindReport
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
 from epochal.runtime.operators import Operator, UserFunctionError
@@ -145,6 +145,8 @@ class CecWorker(WorkerShell):
         self.pending_trim: tuple[int, list[int]] | None = None
         #: the newest frame deleted from the output queue (-1: none): older output is gone
         self.trimmed_through = -1
+        #: a replacement reports its first input once (recovery time: kill -> first record)
+        self.resume_pending = False
         self.next_seq = 0
         self.last_durable = -1
         self.channels = OutputChannels([])
@@ -278,6 +280,7 @@ class CecWorker(WorkerShell):
                                   self.bootstrap.incarnation, True)
             self.sink = SinkCommitter(stage.sink, context, os.path.join(directory, "commits"))
         if message.joining:
+            self.resume_pending = True
             self._recover(phases)
         elif self.log is not None and self.log.frames:
             raise RuntimeError(f"the output queue {directory} of a new job is not empty")
@@ -343,6 +346,10 @@ class CecWorker(WorkerShell):
         if self.sink is not None and self.log is not None:
             self._feed_own_sink()
 
+    def _resumed(self) -> None:
+        self.resume_pending = False
+        self.send_control(KindReport(self.index, Resumed(self.index)))
+
     @_DO.on(ReportFinished)
     def _report_finished(self, instruction: ReportFinished) -> None:
         self.send_control(Finished(self.metrics()))
@@ -386,6 +393,8 @@ class CecWorker(WorkerShell):
         # the whole frame is in: the channel's position is its end, with records for me or not
         self.received[channel] = max(last, item_seq(event.frame_seq, ITEM_LAST))
         self.counters["records_in"] += len(records)
+        if records and self.resume_pending:
+            self._resumed()
         if self.aggregate is not None:
             self.aggregate.now = time.monotonic()
             process = self.aggregate.process
@@ -539,6 +548,8 @@ class CecWorker(WorkerShell):
             return
         self.records_read += len(batch)
         self.counters["records_in"] += len(batch)
+        if self.resume_pending:
+            self._resumed()
         out = _chain(self.stage.pre, batch)  # type: ignore[union-attr]
         # the frame's sequence number is the records read: a replacement resumes from its meta
         self._emit(out, (source.positions(), self.records_read), None, seq=self.records_read)
