@@ -1,0 +1,211 @@
+"""The output side of a CEC stage instance: its persisted queue, and what leaves it for whom.
+
+:class:`StageOutput` appends each output batch as one frame to the instance's queue (an
+:class:`~epochal.cec.output_log.OutputLog` written by a
+:class:`~epochal.cec.log_writer.LogWriter`, or a :class:`MemoryQueue` when nothing is
+persisted) and, once a frame is durable, sends each consumer its part, as
+:class:`~epochal.cec.replay.OutputChannels` decides: at once, or later from the queue
+(:meth:`StageOutput.replay_step`) for a consumer that is behind or asked for a replay. It also
+deletes the segments no consumer needs any more and refuses a replay of output it deleted
+(:class:`QueueLost`).
+
+A frame's payload pickles ``(meta, items, parts)``: ``meta`` is how far the instance had read,
+``items`` a window's whole output (results and control tuples), ``parts`` per consumer (or for
+the own sink) the pickled ``(indices, records)`` it gets; record ``k`` of a part has sequence
+number ``item_seq(frame, indices[k])`` in its channel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from epochal.cec.messages import EndOfStream, StreamEvent
+from epochal.cec.output_log import Frame, OutputLog
+from epochal.cec.plan import Stage, targets_of
+from epochal.cec.replay import OutputChannels
+from epochal.cec.tuples import ITEM_LAST, split_seq
+from epochal.serialization import dumps
+
+
+class QueueLost(RuntimeError):
+    """A consumer asked for output this producer deleted: the consumer's own queue is gone."""
+
+
+class Durable:
+    """A frame of the output queue is on disk (from the writer thread, via the mailbox)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+
+
+class MemoryQueue:
+    """The output queue when nothing is persisted (``persist=False``, ``native``): frames are
+    "durable" at once and kept in memory until no consumer needs them (a benchmark baseline:
+    a lost worker cannot be rebuilt). It is its own writer."""
+
+    def __init__(self, post: Callable[[Durable], None]) -> None:
+        self.post = post
+        self.frames: list[Frame] = []
+        self.payloads: dict[int, bytes] = {}
+        self.last_seq = -1
+
+    def submit(self, seq: int, min_ts: float, max_ts: float, payload: bytes) -> None:
+        frame = Frame(seq, min_ts, max_ts, -1, 0, len(payload))
+        self.frames.append(frame)
+        self.payloads[seq] = payload
+        self.last_seq = seq
+        self.post(Durable(frame))
+
+    def find(self, *, seq: int) -> int:
+        return bisect.bisect_left(self.frames, seq, key=lambda f: f.seq)
+
+    def read(self, frame: Frame) -> bytes:
+        return self.payloads[frame.seq]
+
+    def trim(self, before_seq: int) -> int:
+        cut = self.find(seq=before_seq)
+        for frame in self.frames[:cut]:
+            del self.payloads[frame.seq]
+        del self.frames[:cut]
+        return cut
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class StageOutput:
+    """The queue and channels of one stage instance (worker ``worker``); ``send(peer, event)``
+    sends on the peer connection and returns False when the peer is gone."""
+
+    def __init__(self, worker: int, stage: Stage, log: OutputLog | MemoryQueue, writer: Any,
+                 channels: OutputChannels, send: Callable[[int, Any], bool], counters: dict[str, int]) -> None:
+        self.worker = worker
+        self.stage = stage
+        self.log = log
+        self.writer = writer
+        self.channels = channels
+        self.send = send
+        self.counters = counters
+        self.parts: dict[int, list[bytes]] = {}  # frames submitted, not yet durable
+        self.next_seq = log.last_seq + 1
+        self.last_durable = log.last_seq
+        self.rebalanced = 0
+        #: the newest frame deleted from the queue (-1: none): older output is gone
+        self.trimmed_through = -1
+
+    def emit(self, records: list[Any], meta: Any, items: list[Any] | None, seq: int | None = None) -> int:
+        """Append one frame: ``records`` for the consumers (or the own sink); returns its seq."""
+        consumers = self.channels.consumers
+        if consumers:
+            targets = targets_of(self.stage.partitioner, records, len(consumers), self.rebalanced)
+            self.rebalanced += len(records)
+            split: list[tuple[list[int], list[Any]]] = [([], []) for _ in consumers]
+            for k, (record, target) in enumerate(zip(records, targets, strict=True)):
+                split[target][0].append(k)
+                split[target][1].append(record)
+            parts = [dumps(part) for part in split]
+        else:
+            parts = [dumps((list(range(len(records))), records))]
+        seq = self.next_seq if seq is None else seq
+        self.next_seq = seq + 1
+        payload = dumps((meta, items, parts))
+        self.parts[seq] = parts
+        self.counters["records_out"] += len(records)
+        self.counters["frames"] += 1
+        self.counters["bytes_logged"] += len(payload)
+        self.writer.submit(seq, 0.0, 0.0, payload)
+        return seq
+
+    def durable(self, frame: Frame) -> None:
+        """``frame`` is on disk: send it to the consumers that are current."""
+        self.last_durable = frame.seq
+        parts = self.parts.pop(frame.seq, None)
+        consumers = self.channels.consumers
+        for consumer in self.channels.durable(frame.seq):
+            index = consumers.index(consumer)
+            blob = parts[index] if parts is not None else pickle.loads(self.log.read(frame))[2][index]
+            self.send(consumer, StreamEvent(self.worker, frame.seq, blob))
+
+    def request(self, consumer: int, after: int) -> None:
+        """``consumer`` wants everything after ``after``; output it needs must not be gone."""
+        frame, index = split_seq(after)
+        if self.trimmed_through >= (frame + 1 if index == ITEM_LAST else frame):
+            raise QueueLost(
+                f"worker {consumer} asked worker {self.worker} ({self.stage.name!r}) for its output after "
+                f"sequence number {after}, but that output was deleted once every consumer had confirmed it: "
+                "the worker asking lost its own persisted output queue (was the executor's disk or the log_dir "
+                "lost?). A CEC job cannot rebuild that worker; run the job again from its sources")
+        self.channels.request(consumer, after)
+
+    def frames_after(self, seq: int) -> list[Frame]:
+        """Durable frames with a sequence number above ``seq``."""
+        log = self.log
+        out = []
+        for frame in log.frames[log.find(seq=seq + 1):]:
+            if frame.seq > self.last_durable:
+                break
+            out.append(frame)
+        return out
+
+    def part(self, frame: Frame, index: int) -> tuple[list[int], list[Any]]:
+        """``(indices, records)`` of part ``index`` of ``frame``, read from the queue."""
+        indices, records = pickle.loads(pickle.loads(self.log.read(frame))[2][index])
+        return indices, records
+
+    def replay_step(self, done: bool, frames: int = 8) -> None:
+        """Send consumers that are behind their next few frames from the queue; ``done``: the
+        instance's output is complete, so one that caught up is told the stream ended."""
+        channels = self.channels
+        for consumer in channels.behind():
+            index = channels.consumers.index(consumer)
+            sent, after = channels.replay_from(consumer)
+            after_frame, after_index = split_seq(after) if after >= 0 else (-1, -1)
+            for frame in self.frames_after(sent)[:frames]:
+                indices, records = self.part(frame, index)
+                if frame.seq == after_frame:  # the frame it had part of: only what came later
+                    keep = [i for i, k in enumerate(indices) if k > after_index]
+                    indices, records = [indices[i] for i in keep], [records[i] for i in keep]
+                self.send(consumer, StreamEvent(self.worker, frame.seq, dumps((indices, records))))
+                channels.replayed(consumer, frame.seq)
+                self.counters["replayed_frames"] += 1
+                if consumer not in channels.behind():
+                    break
+            if channels.of[consumer].sent >= self.last_durable:
+                channels.caught_up(consumer)
+                if done:  # a replaced consumer: it has everything again
+                    self.send(consumer, EndOfStream(self.worker, self.last_durable))
+
+    def room(self) -> bool:
+        """Back-pressure: produce more only while the slowest consumer is close behind."""
+        if not self.channels.consumers:
+            return True
+        log = self.log
+        return len(log.frames) - log.find(seq=self.channels.slowest() + 1) < 4 * self.channels.window
+
+    def trim(self) -> None:
+        """Delete whole segments below what every consumer confirmed."""
+        if not self.channels.consumers:
+            return
+        log = self.log
+        before = self.channels.trim_before()
+        kept = log.find(seq=before)
+        last_removable = log.frames[kept - 1].seq if kept else -1
+        if log.trim(before) and log.frames:
+            self.trimmed_through = max(self.trimmed_through, min(last_removable, log.frames[0].seq - 1))
+
+    def caught_up_all(self) -> bool:
+        """Every consumer was sent every durable frame."""
+        return all(not self.channels.of[c].waiting and self.channels.of[c].sent >= self.last_durable
+                   for c in self.channels.consumers)
+
+    def end(self) -> None:
+        for consumer in self.channels.consumers:
+            self.send(consumer, EndOfStream(self.worker, self.last_durable))

@@ -1,0 +1,74 @@
+"""Rebuilding a lost CEC stage instance from what its predecessor left on disk (papers/002 §II.B-C).
+
+:func:`rebuild` is what a replacement does before it is ready: a window stage reads its output
+queue newest first into :func:`~epochal.cec.eventual.reconstruct` (CEC) or
+:func:`~epochal.cec.eventual.reconstruct_full` (CRB) and loads the result into its
+:class:`~epochal.cec.aggregate.WindowAggregate`; a source seeks its splits to the positions in
+its newest frame; a stateless stage resumes after its newest frame's input position; a sink
+stage after its newest commit. It returns, per input channel, the position to ask the producer
+to replay after (T for a window stage), and the timings of each phase.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochal.cec.aggregate import WindowAggregate
+from epochal.cec.eventual import reconstruct, reconstruct_full
+from epochal.cec.output_log import OutputLog
+from epochal.cec.sink import SinkCommitter
+from epochal.runtime.source_reader import SourceReader
+
+
+@dataclass
+class Rebuilt:
+    """What a replacement continues from."""
+
+    #: per input channel: ask the producer for everything after this position
+    after: list[int]
+    #: a source: the records its predecessor had read
+    records_read: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAggregate | None,
+            source: SourceReader | None, sink: SinkCommitter | None) -> Rebuilt:
+    """Restore ``aggregate`` / ``source`` from ``log`` (the instance's own queue) and say where
+    each of its ``channels`` inputs resumes (see the module docstring)."""
+    started = time.monotonic()
+    out = Rebuilt([-1] * channels)
+    phases = out.phases
+    if aggregate is not None and log is not None:
+        items = (item for _, payload in log.read_backwards() for item in reversed(pickle.loads(payload)[1]))
+        start: Any
+        if mode == "cec":
+            ec = reconstruct(items)
+            phases["reconstruct_s"] = time.monotonic() - started
+            loaded = time.monotonic()
+            aggregate.restore(ec)
+            phases.update(load_s=time.monotonic() - loaded, extent=float(ec.extent), windows=float(len(ec.windows)))
+            start = ec.replay_after or ec.newest
+        else:
+            restore = reconstruct_full(items)
+            phases["reconstruct_s"] = time.monotonic() - started
+            loaded = time.monotonic()
+            aggregate.restore_full(restore.checkpoint, restore.results_after)
+            phases.update(load_s=time.monotonic() - loaded, extent=float(restore.extent),
+                          windows=float(len(aggregate.windows)))
+            start = restore.checkpoint.position if restore.checkpoint is not None else None
+        if start is not None:
+            out.after = list(start.seqs)
+    elif log is not None and log.frames:
+        meta = pickle.loads(log.read(log.frames[-1]))[0]
+        if source is not None:
+            positions, out.records_read = meta
+            source.restore(positions)
+        else:
+            out.after = list(meta)
+    elif sink is not None and sink.committed is not None and channels:
+        out.after = list(sink.committed)
+    phases["rebuild_s"] = time.monotonic() - started
+    return out
