@@ -123,10 +123,11 @@ def run(make_env, tmp_path, shape: str, parallelism: int, faults: list[Fault], n
 
         env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
         env.set_restart_strategy(FixedDelayRestart(attempts=len(faults) + 1, delay=0.2))
-    if options:
+    if mode in ("cec", "crb"):
         import dataclasses
 
-        env.cec_config = dataclasses.replace(env.cec_config, **options)
+        # small segments: queues are trimmed during the run, and recovery must still find all it needs
+        env.cec_config = dataclasses.replace(env.cec_config, **{"segment_bytes": 64 << 10, **options})
     out = tmp_path / f"out-{name}"
     build(env, shape, parallelism, out)
     client = env.execute_async(name, faults=faults)

@@ -179,3 +179,57 @@ def test_targets_follow_the_partitioners():
     assert sorted(targets) == sorted(expected)
     assert all(r in hashed.split(records, 3)[t] for r, t in zip(records, targets, strict=True))
     assert targets_of(RebalancePartitioner(), records, 3, offset=2)[:4] == [2, 0, 1, 2]
+
+
+# ---------------------------------------------------------------- what a window's queue must keep
+def test_a_window_stage_keeps_the_frames_of_durable_footprints_and_crb_its_newest_full_checkpoint():
+    from epochal.cec.output import ExtentFrames
+    from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult
+
+    at = Position((1,))
+    extent = ExtentFrames("cec")
+    extent.emitted(5, [WindowCheckpoint("open", "a", 1, 1, at)])
+    extent.emitted(6, [WindowCheckpoint("open", "b", 1, 2, at), WindowResult("a", 1, 1, at)])
+    assert extent.needed_from(4) == 4  # nothing durable yet: no footprint counts
+    extent.durable(5)
+    assert extent.needed_from(5) == 5
+    extent.durable(6)  # a closed, b open from frame 6
+    assert extent.needed_from(6) == 6
+    extent.emitted(7, [WindowCheckpoint("check", "b", 2, 1, at)])
+    assert extent.needed_from(7) == 6  # its G_check is not on disk yet
+    extent.durable(7)
+    assert extent.needed_from(7) == 7
+    extent.emitted(8, [WindowResult("b", 2, 0, at)])
+    extent.durable(8)
+    assert extent.needed_from(8) == 8  # nothing open: only the newest frame
+    full = ExtentFrames("crb")
+    assert full.needed_from(3) == -1
+    full.emitted(4, [FullCheckpoint({}, {}, 0, at)])
+    assert full.durable(4) == at and full.needed_from(9) == 4
+
+
+def test_trimming_deletes_only_segments_below_what_consumers_and_the_instance_need(tmp_path):
+    from epochal.cec.output import StageOutput
+    from epochal.cec.output_log import OutputLog
+    from epochal.cec.plan import Stage
+
+    log = OutputLog.open(tmp_path, segment_bytes=300, fsync=False)
+    sent = []
+
+    class Writer:
+        def submit(self, seq, min_ts, max_ts, payload):
+            output.durable(log.append(seq, min_ts, max_ts, payload))
+
+    output = StageOutput(0, Stage(0, "s", 1, 0), log, Writer(), OutputChannels([1]),
+                         lambda peer, event: sent.append(event) or True, {"records_out": 0, "frames": 0,
+                                                                            "bytes_logged": 0})
+    for n in range(20):
+        output.emit([n] * 20, None, None)
+    segments = len({f.segment for f in log.frames})
+    output.channels.trim(1, item_seq(12, 0))
+    output.trim(needed_from=8)  # the instance itself still needs frame 8 on
+    assert log.frames[0].seq <= 8 and len({f.segment for f in log.frames}) < segments
+    with pytest.raises(Exception, match="lost its own persisted output queue"):
+        output.request(1, -1)  # a consumer that lost its queue asks for what is gone
+    output.request(1, item_seq(12, 3))
+    assert output.channels.behind() == [1]

@@ -270,6 +270,13 @@ class WindowAggregate:
         self._footprint("check", wid, self.windows[wid])
         return True
 
+    def replay_floor(self) -> list[int]:
+        """T of the eventual checkpoint as it stands: per channel the oldest position an open
+        window's footprint holds (everything read, when no window is open). Input at or before
+        it is never replayed again, once the footprints are durable."""
+        footprints = [w.footprint for w in self.windows.values() if w.footprint is not None]
+        return [min(column) for column in zip(*footprints, strict=True)] if footprints else list(self.consumed)
+
     def snapshot(self) -> None:
         """CRB: one checkpoint of every open window at once, into the output."""
         windows = {wid: (copy.deepcopy(w.acc) if self.copy_state else w.acc, w.count)

@@ -18,7 +18,10 @@ number ``item_seq(frame, indices[k])`` in its channel.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
 import pickle
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +29,7 @@ from epochal.cec.messages import EndOfStream, StreamEvent
 from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import Stage, targets_of
 from epochal.cec.replay import OutputChannels
-from epochal.cec.tuples import ITEM_LAST, split_seq
+from epochal.cec.tuples import ITEM_LAST, FullCheckpoint, Position, WindowCheckpoint, WindowResult, split_seq
 from epochal.serialization import dumps
 
 
@@ -160,6 +163,16 @@ class StageOutput:
         indices, records = pickle.loads(pickle.loads(self.log.read(frame))[2][index])
         return indices, records
 
+    def feed(self, sink: Any, after: int) -> int:
+        """Write every durable frame after ``after`` to the instance's own ``sink`` (a
+        :class:`~epochal.cec.sink.SinkCommitter`); returns the newest frame written."""
+        for frame in self.frames_after(after):
+            sink.write(self.part(frame, 0)[1])
+            after = frame.seq
+        if isinstance(self.log, MemoryQueue):
+            self.log.trim(after + 1)  # nothing else needs them
+        return after
+
     def replay_step(self, done: bool, frames: int = 8) -> None:
         """Send consumers that are behind their next few frames from the queue; ``done``: the
         instance's output is complete, so one that caught up is told the stream ended."""
@@ -190,12 +203,16 @@ class StageOutput:
         log = self.log
         return len(log.frames) - log.find(seq=self.channels.slowest() + 1) < 4 * self.channels.window
 
-    def trim(self) -> None:
-        """Delete whole segments below what every consumer confirmed."""
-        if not self.channels.consumers:
+    def trim(self, needed_from: int | None = None) -> None:
+        """Delete whole segments below what every consumer confirmed and below frame
+        ``needed_from`` (what the instance needs itself: a window's extent, its own sink)."""
+        bounds = [self.channels.trim_before()] if self.channels.consumers else []
+        if needed_from is not None:
+            bounds.append(needed_from)
+        if not bounds:
             return
         log = self.log
-        before = self.channels.trim_before()
+        before = min(bounds)
         kept = log.find(seq=before)
         last_removable = log.frames[kept - 1].seq if kept else -1
         if log.trim(before) and log.frames:
@@ -209,3 +226,60 @@ class StageOutput:
     def end(self) -> None:
         for consumer in self.channels.consumers:
             self.send(consumer, EndOfStream(self.worker, self.last_durable))
+
+
+class ExtentFrames:
+    """Which frames of a window stage's queue its own rebuild still needs (papers/002 §II.B):
+    under CEC the frames holding each open window's newest durable footprint (the oldest bounds
+    the extent), under CRB the newest durable full checkpoint's. Footprints count only once
+    their frame is durable, so nothing a crash would need is ever deleted."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.pending: dict[int, list[tuple[str, Any]]] = {}
+        self.footprints: dict[Any, int] = {}
+        self.full_frame: int | None = None
+
+    def restored(self, windows: list[Any], frame: int) -> None:
+        """After a rebuild: ``windows`` have footprints somewhere from ``frame`` on."""
+        for window in windows:
+            self.footprints[window] = frame
+
+    def emitted(self, frame: int, items: list[Any]) -> None:
+        entries: list[tuple[str, Any]] = []
+        for item in items:
+            if isinstance(item, WindowCheckpoint):
+                entries.append(("footprint", item.window))
+            elif isinstance(item, WindowResult):
+                entries.append(("closed", item.window))
+            elif isinstance(item, FullCheckpoint):
+                entries.append(("full", item.position))
+        if entries:
+            self.pending[frame] = entries
+
+    def durable(self, frame: int) -> Position | None:
+        """Frame ``frame`` is on disk; returns the position of a full checkpoint it holds."""
+        full = None
+        for kind, value in self.pending.pop(frame, ()):
+            if kind == "footprint":
+                self.footprints[value] = frame
+            elif kind == "closed":
+                self.footprints.pop(value, None)
+            else:
+                self.full_frame, full = frame, value
+        return full
+
+    def needed_from(self, last_durable: int) -> int:
+        """The oldest frame a rebuild would read now."""
+        if self.mode == "crb":
+            return self.full_frame if self.full_frame is not None else -1
+        return min(self.footprints.values()) if self.footprints else last_durable
+
+
+def remove_queue(log_root: str, job_id: str, worker: int) -> None:
+    """Delete worker ``worker``'s queues once its job finished; the last one out removes the
+    job's directory."""
+    job = os.path.join(log_root, job_id)
+    shutil.rmtree(os.path.join(job, f"w{worker}"), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.rmdir(job)

@@ -27,7 +27,14 @@ from epochal.plan.partitioners import CustomPartitioner, KeyGroupPartitioner, Pa
 from epochal.runtime.aggregates import CountAggregate, CountFunction, RollingFunction
 from epochal.runtime.count_windows import CountWindowOperator
 from epochal.runtime.hooks import WorkerHook
-from epochal.runtime.operators import FilterOperator, FlatMapOperator, MapOperator, Operator, SinkOperator
+from epochal.runtime.operators import (
+    FilterOperator,
+    FlatMapOperator,
+    MapOperator,
+    Operator,
+    SinkOperator,
+    UserFunctionError,
+)
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 from epochal.runtime.windows import FunctionAggregate, TimeWindowOperator, WatermarkGenerator
 
@@ -205,3 +212,16 @@ def targets_of(partitioner: Partitioner | None, records: list[Any], n: int, offs
             raise ValueError(f"custom partitioner returned {bad!r}, expected an index in 0..{n - 1}")
         return out
     raise PlanError(f"a CEC job cannot use a {partitioner.kind} edge: every record must go to exactly one consumer")
+
+
+def run_chain(operators: list[Operator], records: list[Any]) -> list[Any]:
+    """``records`` through a stage's stateless ``operators``; a user function that raises is a
+    :class:`~epochal.runtime.operators.UserFunctionError` naming its operator."""
+    for operator in operators:
+        try:
+            records = operator.process_batch(records)
+        except UserFunctionError:
+            raise
+        except Exception as error:
+            raise UserFunctionError(operator.name or type(operator).__name__, error) from error
+    return records

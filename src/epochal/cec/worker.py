@@ -28,9 +28,9 @@ import cloudpickle
 from epochal.cec.aggregate import NOTHING, WindowAggregate
 from epochal.cec.log_writer import LogWriter
 from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
-from epochal.cec.output import Durable, MemoryQueue, StageOutput
+from epochal.cec.output import Durable, ExtentFrames, MemoryQueue, StageOutput, remove_queue
 from epochal.cec.output_log import OutputLog
-from epochal.cec.plan import CecDeployment, Stage
+from epochal.cec.plan import CecDeployment, Stage, run_chain
 from epochal.cec.rebuild import rebuild
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
@@ -48,23 +48,11 @@ from epochal.connectors.base import SinkContext
 from epochal.messages import Dispatch, Finished, KindReport
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
-from epochal.runtime.operators import Operator, UserFunctionError
 from epochal.runtime.shell import WorkerShell, register_shell_executors
 from epochal.runtime.source_reader import SourceReader
 from epochal.runtime.worker_events import Registered, Tick
 
 _DO = Dispatch("cec worker instructions")
-
-
-def _chain(operators: list[Operator], records: list[Any]) -> list[Any]:
-    for operator in operators:
-        try:
-            records = operator.process_batch(records)
-        except UserFunctionError:
-            raise
-        except Exception as error:
-            raise UserFunctionError(operator.name or type(operator).__name__, error) from error
-    return records
 
 
 class CecWorker(WorkerShell):
@@ -87,6 +75,7 @@ class CecWorker(WorkerShell):
         self.aggregate: WindowAggregate | None = None
         self.sink: SinkCommitter | None = None
         self.sink_fed = -1  # the newest own frame given to the own sink
+        self.extent = ExtentFrames("cec")
         self.processing = False
         self.done_reported = False
         self.next_commit = self.next_trim = self.next_snapshot = 0.0
@@ -162,6 +151,8 @@ class CecWorker(WorkerShell):
             self.sink.close()
         if self.source is not None:
             self.source.close()
+        if getattr(self, "finished_cleanly", False) and self.deployment is not None:
+            remove_queue(self.deployment.log_root, self.deployment.job_id, self.index)
 
     def _send(self, peer: int, event: Any) -> bool:
         """Send ``event`` to ``peer``; a peer that died is not this worker's failure (the JobMaster
@@ -208,6 +199,7 @@ class CecWorker(WorkerShell):
                                   self.bootstrap.incarnation, True)
             self.sink = SinkCommitter(stage.sink, context, os.path.join(directory, "commits"))
         phases: dict[str, float] = {}
+        self.extent = ExtentFrames(deployment.mode)
         if message.joining:
             self.resume_pending = True
             persisted = log if isinstance(log, OutputLog) else None
@@ -217,6 +209,8 @@ class CecWorker(WorkerShell):
                 self.sink_fed = self.sink.committed  # own frames after it go to the sink again
             for channel, producer in enumerate(self.producers):
                 self._send(producer, ReplayRequest(self.index, self.received[channel]))
+            if self.aggregate is not None and isinstance(log, OutputLog) and log.frames:
+                self.extent.restored(list(self.aggregate.windows), log.frames[0].seq)
         elif isinstance(log, OutputLog) and log.frames:
             raise RuntimeError(f"the output queue {directory} of a new job is not empty")
         if log is not None:
@@ -244,6 +238,7 @@ class CecWorker(WorkerShell):
     @_DO.on(ReportFinished)
     def _report_finished(self, instruction: ReportFinished) -> None:
         self.send_control(Finished(self.metrics()))
+        self.finished_cleanly = True  # every worker is done: nobody will replay from this queue
 
     # ------------------------------------------------------------------ input
     def _on_peer(self, event: Any) -> None:
@@ -291,9 +286,9 @@ class CecWorker(WorkerShell):
             self._emit_aggregate()
         elif self.output is not None:
             meta = tuple(self.received)
-            self.metas[self.output.emit(_chain(stage.pre, records), meta, None)] = meta
+            self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta
         elif self.sink is not None:
-            self.sink.write(_chain(stage.pre, records))
+            self.sink.write(run_chain(stage.pre, records))
         self._maybe_inputs_ended()
         if "records" in self.hook_points:
             self._reach("records")
@@ -323,7 +318,7 @@ class CecWorker(WorkerShell):
         if self.resume_pending:
             self._resumed()
         # the frame's sequence number is the records read: a replacement resumes from its meta
-        output.emit(_chain(self.stage.pre, batch), (source.positions(), self.records_read), None,  # type: ignore[union-attr]
+        output.emit(run_chain(self.stage.pre, batch), (source.positions(), self.records_read), None,  # type: ignore[union-attr]
                     seq=self.records_read)
         if "records" in self.hook_points:
             self._reach("records")
@@ -339,7 +334,9 @@ class CecWorker(WorkerShell):
             results, logged = items, None
         else:
             results, logged = [item.value for item in items if isinstance(item, WindowResult)], items
-        output.emit(_chain(self.stage.post, results) if results else [], None, logged)  # type: ignore[union-attr]
+        seq = output.emit(run_chain(self.stage.post, results) if results else [], None, logged)  # type: ignore[union-attr]
+        if logged is not None:
+            self.extent.emitted(seq, logged)
 
     def _on_durable(self, event: Durable) -> None:
         output = self.output
@@ -353,6 +350,10 @@ class CecWorker(WorkerShell):
             self.pending_trim = None
             for channel, producer in enumerate(self.producers):
                 self._send(producer, TrimRequest(self.index, pending[1][channel]))
+        full = self.extent.durable(frame.seq)
+        if full is not None:  # CRB: input before a durable full checkpoint is never replayed
+            for channel, producer in enumerate(self.producers):
+                self._send(producer, TrimRequest(self.index, full.seqs[channel]))
         if "log_write" in self.hook_points:
             self._reach("log_write", self.counters["frames"])
         output.durable(frame)
@@ -361,13 +362,8 @@ class CecWorker(WorkerShell):
 
     def _feed_own_sink(self) -> None:
         """Give the own sink every durable frame after the newest it had (from the queue)."""
-        output, sink = self.output, self.sink
-        assert output is not None and sink is not None
-        for frame in output.frames_after(self.sink_fed):
-            sink.write(output.part(frame, 0)[1])
-            self.sink_fed = frame.seq
-        if isinstance(output.log, MemoryQueue):
-            output.log.trim(self.sink_fed + 1)
+        assert self.output is not None and self.sink is not None
+        self.sink_fed = self.output.feed(self.sink, self.sink_fed)
 
     # ------------------------------------------------------------------ the work loop
     def _has_work(self) -> bool:
@@ -415,17 +411,19 @@ class CecWorker(WorkerShell):
         aggregate, output, deployment = self.aggregate, self.output, self.deployment
         assert deployment is not None
         if aggregate is not None and deployment.mode == "cec" and output is not None:
-            # T of the EC as it stands: per channel the oldest footprint (or all read, none open)
-            footprints = [w.footprint for w in aggregate.windows.values() if w.footprint is not None]
-            through = [min(column) for column in zip(*footprints, strict=True)] if footprints \
-                else list(aggregate.consumed)
             if aggregate.catch_up is None and self.producers:
-                self.pending_trim = (output.next_seq - 1, through)
+                self.pending_trim = (output.next_seq - 1, aggregate.replay_floor())
         elif self.sink is not None and output is None and self.sink.committed is not None:
             for channel, producer in enumerate(self.producers):
                 self._send(producer, TrimRequest(self.index, self.sink.committed[channel]))
-        if output is not None and (aggregate is None or not deployment.persist):  # a window's queue holds its EC
-            output.trim()
+        if output is not None:
+            needed = None  # what the instance needs of its own queue: its extent, its sink's input
+            if aggregate is not None and deployment.persist:
+                needed = self.extent.needed_from(output.last_durable)
+            if self.sink is not None:  # frames after its newest commit are fed again after a crash
+                committed = self.sink.committed + 1 if self.sink.committed is not None else 0
+                needed = committed if needed is None else min(needed, committed)
+            output.trim(needed)
 
     def _maybe_done(self) -> None:
         if self.done_reported or not self.source_done:
