@@ -109,11 +109,17 @@ def connect_peers(worker: int, listener: socket.socket, addresses: dict[int, tup
     """One connection per pair: connect to lower-numbered workers, accept higher ones on
     ``listener`` (closed once the mesh is complete, unless ``keep_listener``: then replacements
     may connect later, see :func:`accept_replacements`). A ``joining`` worker replaces a lost
-    one while the others run: it connects to every peer and accepts none."""
+    one while the others run: it connects to every peer and accepts none; a peer that refuses
+    is itself lost (the JobMaster had not seen it yet), and its replacement will connect to this
+    one, so it is left out rather than failing the replacement."""
     sockets: dict[int, socket.socket] = {}
     for peer, (host, port) in sorted(addresses.items()):
         if joining and peer != worker:
-            sockets[peer] = _hello(worker, host, port, token, timeout)
+            try:
+                sockets[peer] = _hello(worker, host, port, token, timeout)
+            except OSError:
+                if not keep_listener:
+                    raise
         elif peer < worker:
             sockets[peer] = _hello(worker, host, port, token, timeout)
     expected = set() if joining else {p for p in addresses if p > worker}
