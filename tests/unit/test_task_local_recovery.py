@@ -132,3 +132,27 @@ def test_before_the_job_runs_a_lost_worker_still_fails_the_attempt():
     register(machine, 0, 1.0)
     machine.handle(WorkerDisconnected(0, 10, 1.5))
     assert machine.status is JobStatus.FAILING and machine.replacing == {}
+
+
+def test_a_joining_worker_leaves_out_a_peer_that_is_lost_too():
+    """Two workers lost close together: the first replacement gets the second's old address
+    (the JobMaster has not seen that loss yet), which refuses; it connects to the rest."""
+    import socket
+
+    from epochal.runtime.links import connect_peers
+
+    token = b"t" * 32
+    alive = socket.create_server(("127.0.0.1", 0))
+    dead = socket.create_server(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there any more
+    own = socket.create_server(("127.0.0.1", 0))
+    try:
+        peers = connect_peers(2, own, {0: ("127.0.0.1", alive.getsockname()[1]), 1: ("127.0.0.1", dead_port)},
+                              token, 2.0, lambda event: None, joining=True, keep_listener=True)
+        assert sorted(peers) == [0]
+        for peer in peers.values():
+            peer.close()
+    finally:
+        alive.close()
+        own.close()
