@@ -49,7 +49,7 @@ def test_kinds_are_named_once_and_unknown_kinds_are_named_in_the_error(echo_kind
         kinds.register_job_kind(echo_kind, "elsewhere:Body")
     with pytest.raises(ValueError, match="module:Class"):
         kinds.register_job_kind("bad", "no_colon")
-    with pytest.raises(ValueError, match="unknown job kind 'graphx'; known kinds: dataflow, echo, graph"):
+    with pytest.raises(ValueError, match="unknown job kind 'graphx'; known kinds: cec, dataflow, echo, graph"):
         kinds.worker_body("graphx")
 
 
