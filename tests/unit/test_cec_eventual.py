@@ -105,3 +105,11 @@ def test_g_open_only_never_checks_and_bad_knobs_are_refused():
         CecSettings(interval=0.2, period=0.1)
     with pytest.raises(ValueError, match="Q and U must be at least 1"):
         CecSettings(q_target=0)
+
+
+def test_items_are_stored_as_plain_tuples_and_read_back_equal():
+    from epochal.cec.tuples import FullCheckpoint, decode_items, encode_items
+
+    items = [g("open", ("k", 0, 3), (5, 1), 2, 3, 4), g("check", "w", (9, 2), 2, 5), r("w", 4.5, 1, 6),
+             FullCheckpoint({"w": (1, 1)}, {"k": 1}, 1, at(7, 8), frozenset({"x"}))]
+    assert decode_items(encode_items(items)) == items

@@ -9,10 +9,11 @@ persisted) and, once a frame is durable, sends each consumer its part, as
 deletes the segments no consumer needs any more and refuses a replay of output it deleted
 (:class:`QueueLost`).
 
-A frame's payload pickles ``(meta, items, parts)``: ``meta`` is how far the instance had read,
-``items`` a window's whole output (results and control tuples), ``parts`` per consumer (or for
-the own sink) the pickled ``(indices, records)`` it gets; record ``k`` of a part has sequence
-number ``item_seq(frame, indices[k])`` in its channel.
+A frame's payload pickles ``(meta, parts, items)``: ``meta`` is how far the instance had read,
+``parts`` per consumer (or for the own sink) the pickled ``(indices, records)`` it gets (record
+``k`` of a part has sequence number ``item_seq(frame, indices[k])`` in its channel), and
+``items`` a window's whole output, results and control tuples, as
+:func:`~epochal.cec.tuples.encode_items` stores them (what EC reconstruction reads).
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from epochal.cec.messages import EndOfStream, StreamEvent
 from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import Stage, targets_of
 from epochal.cec.replay import OutputChannels
-from epochal.cec.tuples import ITEM_LAST, FullCheckpoint, Position, WindowCheckpoint, WindowResult, split_seq
+from epochal.cec.tuples import (
+    ITEM_LAST,
+    FullCheckpoint,
+    Position,
+    WindowCheckpoint,
+    WindowResult,
+    encode_items,
+    split_seq,
+)
 from epochal.serialization import dumps
 
 
@@ -98,6 +107,7 @@ class StageOutput:
         self.send = send
         self.counters = counters
         self.parts: dict[int, list[bytes]] = {}  # frames submitted, not yet durable
+        self.unfed: dict[int, bytes] = {}  # durable frames' parts the own sink has not had yet
         self.next_seq = log.last_seq + 1
         self.last_durable = log.last_seq
         self.rebalanced = 0
@@ -119,7 +129,7 @@ class StageOutput:
             parts = [dumps((list(range(len(records))), records))]
         seq = self.next_seq if seq is None else seq
         self.next_seq = seq + 1
-        payload = dumps((meta, items, parts))
+        payload = dumps((meta, parts, encode_items(items) if items is not None else None))
         self.parts[seq] = parts
         self.counters["records_out"] += len(records)
         self.counters["frames"] += 1
@@ -128,13 +138,16 @@ class StageOutput:
         return seq
 
     def durable(self, frame: Frame) -> None:
-        """``frame`` is on disk: send it to the consumers that are current."""
+        """``frame`` is on disk: send it to the consumers that are current (or keep it for the
+        own sink, which :meth:`feed` gives it to)."""
         self.last_durable = frame.seq
         parts = self.parts.pop(frame.seq, None)
         consumers = self.channels.consumers
+        if not consumers and parts is not None:
+            self.unfed[frame.seq] = parts[0]
         for consumer in self.channels.durable(frame.seq):
             index = consumers.index(consumer)
-            blob = parts[index] if parts is not None else pickle.loads(self.log.read(frame))[2][index]
+            blob = parts[index] if parts is not None else pickle.loads(self.log.read(frame))[1][index]
             self.send(consumer, StreamEvent(self.worker, frame.seq, blob))
 
     def request(self, consumer: int, after: int) -> None:
@@ -160,14 +173,16 @@ class StageOutput:
 
     def part(self, frame: Frame, index: int) -> tuple[list[int], list[Any]]:
         """``(indices, records)`` of part ``index`` of ``frame``, read from the queue."""
-        indices, records = pickle.loads(pickle.loads(self.log.read(frame))[2][index])
+        indices, records = pickle.loads(pickle.loads(self.log.read(frame))[1][index])
         return indices, records
 
     def feed(self, sink: Any, after: int) -> int:
         """Write every durable frame after ``after`` to the instance's own ``sink`` (a
         :class:`~epochal.cec.sink.SinkCommitter`); returns the newest frame written."""
+        unfed = self.unfed
         for frame in self.frames_after(after):
-            sink.write(self.part(frame, 0)[1])
+            blob = unfed.pop(frame.seq, None)
+            sink.write(pickle.loads(blob)[1] if blob is not None else self.part(frame, 0)[1])
             after = frame.seq
         if isinstance(self.log, MemoryQueue):
             self.log.trim(after + 1)  # nothing else needs them

@@ -20,6 +20,7 @@ from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.output_log import OutputLog
 from epochal.cec.sink import SinkCommitter
+from epochal.cec.tuples import decode_items
 from epochal.runtime.source_reader import SourceReader
 
 
@@ -42,7 +43,8 @@ def rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAg
     out = Rebuilt([-1] * channels)
     phases = out.phases
     if aggregate is not None and log is not None:
-        items = (item for _, payload in log.read_backwards() for item in reversed(pickle.loads(payload)[1]))
+        items = (item for _, payload in log.read_backwards()
+                 for item in reversed(decode_items(pickle.loads(payload)[2])))
         start: Any
         if mode == "cec":
             ec = reconstruct(items)

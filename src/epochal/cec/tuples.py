@@ -106,3 +106,40 @@ def already_counted(footprint: WindowCheckpoint, channel: int, seq: int) -> bool
     """After a recovery, whether the window restored from ``footprint`` already holds tuple
     ``seq`` of input ``channel`` (replayed from upstream): every tuple its position covers."""
     return footprint.position.covers(channel, seq)
+
+
+# Items as they are stored: plain tuples pickle several times faster than slotted dataclasses,
+# and a window operator writes one or two items per input tuple.
+_OPEN, _CHECK, _RESULT, _FULL = 0, 1, 2, 3
+
+
+def encode_items(items: list[Any]) -> list[tuple[Any, ...]]:
+    """``items`` (control tuples and results) as plain tuples, for the output queue."""
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    for item in items:
+        kind = type(item)
+        position = item.position
+        if kind is WindowCheckpoint:
+            append((_OPEN if item.kind == "open" else _CHECK, item.window, item.state, item.open_windows,
+                    position.seqs, position.watermark))
+        elif kind is WindowResult:
+            append((_RESULT, item.window, item.value, item.open_windows, position.seqs, position.watermark))
+        else:
+            append((_FULL, item.windows, item.phase, item.open_windows, position.seqs, position.watermark,
+                    item.suppressed))
+    return out
+
+
+def decode_items(encoded: list[tuple[Any, ...]]) -> list[Any]:
+    """The items :func:`encode_items` stored."""
+    out: list[Any] = []
+    for entry in encoded:
+        kind, position = entry[0], Position(entry[4], entry[5])
+        if kind == _RESULT:
+            out.append(WindowResult(entry[1], entry[2], entry[3], position))
+        elif kind == _FULL:
+            out.append(FullCheckpoint(entry[1], entry[2], entry[3], position, entry[6]))
+        else:
+            out.append(WindowCheckpoint("open" if kind == _OPEN else "check", entry[1], entry[2], entry[3], position))
+    return out

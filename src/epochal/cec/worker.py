@@ -50,13 +50,15 @@ from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
 from epochal.runtime.shell import WorkerShell, register_shell_executors
 from epochal.runtime.source_reader import SourceReader
-from epochal.runtime.worker_events import Registered, Tick
+from epochal.runtime.worker_events import Registered
 
 _DO = Dispatch("cec worker instructions")
 
 
 class CecWorker(WorkerShell):
     """Runs one stage instance of a CEC job."""
+
+    instructions = _DO
 
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         super().__init__(bootstrap, index, task_attempt)
@@ -104,13 +106,6 @@ class CecWorker(WorkerShell):
                 output.channels.lost(event.peer)  # its replacement will ask for what it lacks
         else:
             self._feed(event)
-
-    def _tick(self, now: float) -> None:
-        self._feed(Tick(now))
-
-    def _feed(self, event: Any) -> None:
-        for instruction in self.machine.handle(event):
-            _DO.handlers[type(instruction)](self, instruction)
 
     def _serve(self) -> None:
         self._feed(Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))

@@ -57,7 +57,7 @@ from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.shell import WorkerShell, register_shell_executors
-from epochal.runtime.worker_events import Registered, Tick
+from epochal.runtime.worker_events import Registered
 from epochal.state.storage import CheckpointStorage
 
 #: Peer-connection channels: a superstep's exchange, a resync after a restore, a recovery batch.
@@ -71,6 +71,8 @@ _DO = Dispatch("graph worker instructions")
 
 class GraphWorker(WorkerShell):
     """Runs one partition of a graph job."""
+
+    instructions = _DO
 
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         super().__init__(bootstrap, index, task_attempt)
@@ -110,13 +112,6 @@ class GraphWorker(WorkerShell):
             return  # the connection of a worker that was replaced since
         else:
             self._feed(event)
-
-    def _tick(self, now: float) -> None:
-        self._feed(Tick(now))
-
-    def _feed(self, event: Any) -> None:
-        for instruction in self.machine.handle(event):
-            _DO.handlers[type(instruction)](self, instruction)
 
     def _serve(self) -> None:
         self._feed(Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))

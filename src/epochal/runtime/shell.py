@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from epochal.messages import Dispatch, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.channels import PeerConnection
@@ -24,11 +24,17 @@ from epochal.runtime.hooks import HookPoint, WorkerHook
 from epochal.runtime.links import Bootstrap, ControlLink, accept_replacements, connect_peers
 from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed, PeerJoined
 from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker
+from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker, Tick
 
 
 class WorkerShell:
-    """The plumbing of worker ``index`` (``task_attempt``: Spark's attempt of the task)."""
+    """The plumbing of worker ``index`` (``task_attempt``: Spark's attempt of the task).
+
+    A body sets ``machine`` (its pure machine, ``handle(event) -> instructions``) and the class
+    attribute ``instructions`` (the :class:`~epochal.messages.Dispatch` of its executors)."""
+
+    instructions: ClassVar[Dispatch]
+    machine: Any
 
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         self.bootstrap = bootstrap
@@ -51,9 +57,15 @@ class WorkerShell:
         """Handle one mailbox event (feed it to the body's machine)."""
         raise NotImplementedError
 
+    def _feed(self, event: Any) -> None:
+        """Hand ``event`` to the body's machine and carry out what it returns, each instruction
+        by the body's executor for its type (:attr:`instructions`)."""
+        for instruction in self.machine.handle(event):
+            self.instructions.handlers[type(instruction)](self, instruction)
+
     def _tick(self, now: float) -> None:
         """Time passed: let the machine check its deadlines."""
-        raise NotImplementedError
+        self._feed(Tick(now))
 
     def _serve(self) -> None:
         """After registration: everything until the job ends (raises :class:`WorkerStopped`)."""

@@ -62,6 +62,8 @@ class Worker(WorkerShell):
     """Runs the subtasks that slot sharing places on worker ``index``; ``task_attempt`` is Spark's
     attempt number of the task running it (the job attempt comes with the bootstrap)."""
 
+    instructions = _DO
+
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         super().__init__(bootstrap, index, task_attempt)
         self.machine = WorkerMachine(index)
@@ -91,12 +93,6 @@ class Worker(WorkerShell):
             handler(self, event)
         else:
             self._execute(self.machine.handle(event))
-
-    def _feed(self, event: Any) -> None:
-        self._execute(self.machine.handle(event))
-
-    def _tick(self, now: float) -> None:
-        self._feed(ev.Tick(now))
 
     def _execute(self, instructions: list[ev.Instruction]) -> None:
         for instruction in instructions:
