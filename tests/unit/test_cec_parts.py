@@ -226,6 +226,8 @@ def test_trimming_deletes_only_segments_below_what_consumers_and_the_instance_ne
     for n in range(20):
         output.emit([n] * 20, None, None)
     segments = len({f.segment for f in log.frames})
+    times = [f.max_ts for f in log.frames]  # frames carry the time they were produced, in order
+    assert times == sorted(times) and times[0] > 0 and log.find(ts=times[5]) <= 5
     output.channels.trim(1, item_seq(12, 0))
     output.trim(needed_from=8)  # the instance itself still needs frame 8 on
     assert log.frames[0].seq <= 8 and len({f.segment for f in log.frames}) < segments

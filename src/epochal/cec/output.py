@@ -23,6 +23,7 @@ import contextlib
 import os
 import pickle
 import shutil
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -111,6 +112,7 @@ class StageOutput:
         self.next_seq = log.last_seq + 1
         self.last_durable = log.last_seq
         self.rebalanced = 0
+        self.last_ts = log.frames[-1].max_ts if log.frames else 0.0
         #: the newest frame deleted from the queue (-1: none): older output is gone
         self.trimmed_through = -1
 
@@ -134,7 +136,10 @@ class StageOutput:
         self.counters["records_out"] += len(records)
         self.counters["frames"] += 1
         self.counters["bytes_logged"] += len(payload)
-        self.writer.submit(seq, 0.0, 0.0, payload)
+        # the frame's time: when it was produced (never going back), so find(ts=...) finds the
+        # output of a moment, e.g. to replay what came after it
+        self.last_ts = max(self.last_ts, time.time())
+        self.writer.submit(seq, self.last_ts, self.last_ts, payload)
         return seq
 
     def durable(self, frame: Frame) -> None:
