@@ -11,6 +11,7 @@ to replay after (T for a window stage), and the timings of each phase.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,21 @@ class Rebuilt:
 def rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAggregate | None,
             source: SourceReader | None, sink: SinkCommitter | None) -> Rebuilt:
     """Restore ``aggregate`` / ``source`` from ``log`` (the instance's own queue) and say where
-    each of its ``channels`` inputs resumes (see the module docstring)."""
+    each of its ``channels`` inputs resumes (see the module docstring). The garbage collector
+    is off meanwhile: rebuilding allocates every open window at once, and collections scanning
+    them again and again took two thirds of a rebuild of 100,000 windows."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _rebuild(log, channels, mode, aggregate, source, sink)
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()  # the restored windows live long: later collections need not scan them
+
+
+def _rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAggregate | None,
+             source: SourceReader | None, sink: SinkCommitter | None) -> Rebuilt:
     started = time.monotonic()
     out = Rebuilt([-1] * channels)
     phases = out.phases
