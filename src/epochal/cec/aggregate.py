@@ -297,7 +297,8 @@ class WindowAggregate:
             wid = footprint.window
             covered = footprint.position.seqs if self.settings.dedup else \
                 (ec.replay_after or ec.newest).seqs  # (off: every replayed tuple counts again)
-            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, covered)  # type: ignore[index]
+            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, covered,  # type: ignore[index]
+                             opened=self.now or 0.0)
             self.windows[wid] = window
             if self.timed:
                 if window.start not in self.by_start:
@@ -322,7 +323,8 @@ class WindowAggregate:
         self.suppressed |= checkpoint.suppressed
         for wid, (acc, count) in checkpoint.windows.items():
             acc = copy.deepcopy(acc) if self.copy_state else acc
-            self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc, count)  # type: ignore[index]
+            self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc, count,  # type: ignore[index]
+                                        opened=self.now or 0.0)
             if self.timed:
                 start = wid[1]  # type: ignore[index]
                 if start not in self.by_start:

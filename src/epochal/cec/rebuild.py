@@ -55,6 +55,8 @@ def rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAg
 def _rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAggregate | None,
              source: SourceReader | None, sink: SinkCommitter | None) -> Rebuilt:
     started = time.monotonic()
+    if aggregate is not None:
+        aggregate.now = started  # restored windows' response times count from their restore
     out = Rebuilt([-1] * channels)
     phases = out.phases
     if aggregate is not None and log is not None:

@@ -7,8 +7,7 @@ sequence number), run the stateless operators and the window aggregate
 (:class:`~epochal.cec.aggregate.WindowAggregate`), and hand every output batch to its
 :class:`~epochal.cec.output.StageOutput` (the persisted queue; only durable frames leave, to the
 consumers or to the own sink, :class:`~epochal.cec.sink.SinkCommitter`). Consumers tell their
-producers what they will never need again; windows do so only once the footprints that make
-it so are durable.
+producers what they will never need again, once what makes it so is durable.
 
 A replacement (``Deploy(joining=True)``) rebuilds from the queue its predecessor left
 (:func:`~epochal.cec.rebuild.rebuild`), asks its producers to replay after that point, and waits
@@ -146,7 +145,7 @@ class CecWorker(WorkerShell):
             self.sink.close()
         if self.source is not None:
             self.source.close()
-        if getattr(self, "finished_cleanly", False) and self.deployment is not None:
+        if getattr(self, "finished_cleanly", False) and self.deployment:  # nobody replays from it now
             remove_queue(self.deployment.log_root, self.deployment.job_id, self.index)
 
     def _send(self, peer: int, event: Any) -> bool:
@@ -233,7 +232,7 @@ class CecWorker(WorkerShell):
     @_DO.on(ReportFinished)
     def _report_finished(self, instruction: ReportFinished) -> None:
         self.send_control(Finished(self.metrics()))
-        self.finished_cleanly = True  # every worker is done: nobody will replay from this queue
+        self.finished_cleanly = True
 
     # ------------------------------------------------------------------ input
     def _on_peer(self, event: Any) -> None:
@@ -279,6 +278,8 @@ class CecWorker(WorkerShell):
                 process(channel, seq, record)
             process(channel, item_seq(event.frame_seq, ITEM_LAST), NOTHING)
             self._emit_aggregate()
+            if self.aggregate.mode == "cec":
+                self._background_checks()
         elif self.output is not None:
             meta = tuple(self.received)
             self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta
@@ -375,13 +376,7 @@ class CecWorker(WorkerShell):
         if self.source is not None and not self.source_done and output is not None and output.room():
             self._read_source()
         if aggregate is not None and deployment.mode == "cec":
-            checks = 0
-            while aggregate.check_next(time.monotonic()):
-                checks += 1
-            if checks:
-                self._emit_aggregate()
-                if "g_check" in self.hook_points:
-                    self._reach("g_check", aggregate.stats["g_check"])
+            self._background_checks()
         elif aggregate is not None and deployment.mode == "crb" and now >= self.next_snapshot:
             self.next_snapshot = now + deployment.snapshot_interval
             if aggregate.windows:
@@ -394,6 +389,19 @@ class CecWorker(WorkerShell):
             self.next_trim = now + 1.0
             self._trim()
         self._maybe_done()
+
+    def _background_checks(self) -> None:
+        """CEC's background path: the G_checks the policy grants now (after every input event
+        too, so a busy mailbox cannot starve the CI slices)."""
+        aggregate = self.aggregate
+        assert aggregate is not None
+        checks = 0
+        while aggregate.check_next(time.monotonic()):
+            checks += 1
+        if checks:
+            self._emit_aggregate()
+            if "g_check" in self.hook_points:
+                self._reach("g_check", aggregate.stats["g_check"])
 
     def _commit_sink(self) -> None:
         sink = self.sink
