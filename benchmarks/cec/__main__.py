@@ -51,6 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quiet-wait", type=float, default=0.0,
                         help="before each run wait up to this many seconds for other processes to leave "
                              "the CPUs (default 0: do not wait; foreign_cpu_cores is recorded either way)")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="run nothing: redo the tables, summaries and plots from the CSV in --out "
+                             "(with the options the runs had)")
     parser.add_argument("--quiet-cores", type=float, default=0.2,
                         help="what counts as quiet for --quiet-wait: CPU cores used by other processes")
     for module in (fig5, fig67, fig89, recovery):

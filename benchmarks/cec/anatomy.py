@@ -5,9 +5,8 @@ other process competing for a core): the per-frame work of a CEC window stage an
 stream event of a window stage whose sink is chained to it: unpickle the input batch, feed each
 tuple to the :class:`~epochal.cec.aggregate.WindowAggregate`, run the G_check loop, split the
 output into results and logged items, pickle the frame (``(meta, items, parts)``) as ``_emit``
-does, append it to an :class:`~epochal.cec.output_log.OutputLog`, and, as ``_feed_own_sink``
-does, read it back and unpickle the whole payload to get the sink's records. Each step is timed
-on its own.
+does, append it to an :class:`~epochal.cec.output_log.OutputLog`, and get the own sink's
+records as the engine under test does (:data:`TUPLE_ITEMS`). Each step is timed on its own.
 
 :func:`rebuild_path` writes a CEC window stage's output log up to a crash, then rebuilds the
 instance as ``CecWorker._recover`` does: open the log, read it backwards (frame reads),
@@ -15,7 +14,8 @@ unpickle each frame, :func:`~epochal.cec.eventual.reconstruct` over the items, a
 ``WindowAggregate.restore``, each step timed, with a cProfile of ``restore``.
 
 ``fast_pickle=True`` and ``gc_off=True`` are *what-ifs*, never what the benchmark figures use:
-the first registers, in this process only, ``copyreg`` reducers for the control tuples and
+the first (which matters only before 4939b5c, see :data:`TUPLE_ITEMS`) registers, in this
+process only, ``copyreg`` reducers for the control tuples and
 :class:`~epochal.cec.tuples.Position` (a constructor call with the field values instead of the
 frozen slotted dataclasses' default ``__getstate__``/``__setstate__``, which call
 ``dataclasses.fields()`` for every object); the second turns Python's cyclic garbage collector
@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.cec.workload import Items, item_id, item_price
+from epochal.cec import tuples as _tuples
 from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct
 from epochal.cec.output_log import OutputLog
@@ -50,6 +51,30 @@ from epochal.runtime.window_assigners import CountWindows
 from epochal.serialization import dumps
 
 FRAME = 1024  # records per source stream event (EngineConfig.batch_size)
+
+#: How the engine under test lays out a frame: since 4939b5c ``(meta, parts, items)`` with the
+#: items as plain tuples (``encode_items``) and the own sink fed from the parts in memory; before
+#: it ``(meta, items, parts)`` with the items' dataclasses pickled as they are and the own sink
+#: reading each frame back from the queue and unpickling all of it.
+TUPLE_ITEMS = hasattr(_tuples, "encode_items")
+
+
+def _payload(items: list[Any] | None, parts: list[bytes]) -> bytes:
+    if TUPLE_ITEMS:
+        return dumps((None, parts, _tuples.encode_items(items) if items is not None else None))
+    return dumps((None, items, parts))
+
+
+def _sink_records(log: OutputLog, frame: Any, parts: list[bytes]) -> list[Any]:
+    if TUPLE_ITEMS:  # from the durable parts in memory
+        return pickle.loads(parts[0])[1]
+    return pickle.loads(pickle.loads(log.read(frame))[2][0])[1]
+
+
+def _logged_items(payload: bytes) -> list[Any]:
+    if TUPLE_ITEMS:
+        return _tuples.decode_items(pickle.loads(payload)[2])
+    return pickle.loads(payload)[1]
 
 
 def _reduce_position(p: Position) -> tuple[Any, ...]:
@@ -95,7 +120,7 @@ def fast_pickling(enabled: bool = True) -> Iterator[None]:
 
 def _aggregate(mode: str, size: int, settings: CecSettings) -> WindowAggregate:
     return WindowAggregate(CountWindows(size, size), AvgFunction(item_price), item_id, 1,
-                           "none" if mode == "native" else mode, settings)  # type: ignore[arg-type]
+                           "none" if mode == "native" else mode, settings)
 
 
 def _input_frames(records: int, keys: int) -> Iterator[tuple[int, bytes]]:
@@ -113,7 +138,7 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
     aggregate = _aggregate(mode, size, settings)
     frames = list(_input_frames(records, keys))  # pickled before the clock starts
     steps = dict.fromkeys(("input_unpickle", "process", "g_check", "split", "pickle", "log_append",
-                           "sink_read_unpickle"), 0.0)
+                           "sink_records"), 0.0)
     root = tempfile.mkdtemp(prefix="cec-anatomy-")
     items_out = 0
     logged_bytes = 0
@@ -140,11 +165,11 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
                     results, logged = [i.value for i in items if isinstance(i, WindowResult)], items
                 t4 = clock()
                 parts = [dumps((list(range(len(results))), results))]
-                payload = dumps((None, logged, parts))
+                payload = _payload(logged, parts)
                 t5 = clock()
                 frame = log.append(out_seq, 0.0, 0.0, payload)
                 t6 = clock()
-                _, records_out = pickle.loads(pickle.loads(log.read(frame))[2][0])
+                _sink_records(log, frame, parts)
                 t7 = clock()
                 items_out += len(items)
                 logged_bytes += len(payload)
@@ -155,7 +180,8 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
     finally:
         shutil.rmtree(root, ignore_errors=True)
     total = sum(steps.values())
-    return {"mode": mode if mode == "native" or settings.g_check else "gopen_disk", "records": records,
+    return {"mode": mode if mode == "native" or settings.g_check else "gopen_disk",
+            "layout": "tuples" if TUPLE_ITEMS else "dataclasses", "records": records,
             "keys": keys, "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off, "total_s": total,
             "us_per_tuple": total / records * 1e6, "items_out": items_out, "logged_bytes": logged_bytes,
             "g_open": aggregate.stats["g_open"], "g_check": aggregate.stats["g_check"],
@@ -181,9 +207,10 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
                     pass
                 items = aggregate.take()
                 results = [i.value for i in items if isinstance(i, WindowResult)]
-                log.append(out_seq, 0.0, 0.0, dumps((None, items, [dumps((list(range(len(results))), results))])))
+                log.append(out_seq, 0.0, 0.0, _payload(items, [dumps((list(range(len(results))), results))]))
             log.close()
             open_windows = len(aggregate.windows)
+            g_checks, g_opens = aggregate.stats["g_check"], aggregate.stats["g_open"]
             del aggregate
             clock = time.perf_counter
             collector = no_gc(gc_off)
@@ -200,7 +227,7 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
                     a = clock()
                     payload = log.read(frame)
                     b = clock()
-                    items = pickle.loads(payload)[1]
+                    items = _logged_items(payload)
                     c = clock()
                     read_s += b - a
                     unpickle_s += c - b
@@ -221,8 +248,11 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
             t5 = clock()
             collector.__exit__(None, None, None)
             log.close()
-        row = {"records": records, "keys": keys, "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off,
-               "q_target": settings.q_target, "open_windows": open_windows, "extent": ec.extent,
+        row = {"layout": "tuples" if TUPLE_ITEMS else "dataclasses", "records": records, "keys": keys,
+               "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off,
+               "q_target": settings.q_target, "u_target": settings.u_target, "ci": settings.interval,
+               "cp": settings.period, "g_checks": g_checks, "g_opens": g_opens,
+               "open_windows": open_windows, "extent": ec.extent,
                "windows": len(ec.windows), "frames_read": frames_read, "open_s": t1 - t0, "read_s": read_s,
                "unpickle_s": unpickle_s, "reconstruct_only_s": (t3 - t2) - read_s - unpickle_s,
                "reconstruct_s": t3 - t2, "load_s": t5 - t4, "profiled": profiler is not None}

@@ -4,6 +4,7 @@ optional wait for a quiet machine, one printed line per run, medians, CSV and pl
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import statistics
 import time
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cec.runner import Spec, _CpuWatch, run
+from benchmarks.cec.runner import CpuWatch, Spec, run
 from benchmarks.graph.measure import failure, machine, pyplot, write_csv
 
 __all__ = ["Context", "median_min_max", "pyplot", "write_csv", "machine", "fmt"]
@@ -35,18 +36,42 @@ def median_min_max(values: Iterable[float]) -> tuple[float, float, float]:
     return statistics.median(finite), min(finite), max(finite)
 
 
+def _cell(text: str) -> Any:
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a CSV this package wrote, numbers and booleans parsed back."""
+    with path.open(newline="") as handle:
+        return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
 class Context:
-    """One experiment's session: ``run`` each spec, keep its row, print a line."""
+    """One experiment's session: ``run`` each spec, keep its row, print a line. With
+    ``--summarise-only`` it starts no Spark and ``rows`` are read back from the experiment's CSV
+    (``loaded``), so tables and plots can be redone without running anything."""
 
     def __init__(self, args: argparse.Namespace, experiment: str) -> None:
-        from epochal.control.spark import create_session
-
         self.args = args
         self.experiment = experiment
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = []
         self.started = time.monotonic()
+        self.spark: Any = None
+        self.loaded = bool(getattr(args, "summarise_only", False))
+        if self.loaded:
+            self.rows = load_rows(self.out / f"cec_{experiment}.csv")
+            return
+        from epochal.control.spark import create_session
+
         # one slot per worker (2), one for a replacement while the lost one's task ends, one spare
         self.spark = create_session("local[4]", 1, app_name=f"epochal-cec-{experiment}")
         self._warm_up()
@@ -64,7 +89,7 @@ class Context:
             return 0.0
         start = time.monotonic()
         while time.monotonic() - start < limit:
-            watch = _CpuWatch()
+            watch = CpuWatch()
             time.sleep(1.0)
             if watch.foreign_cores() < self.args.quiet_cores:
                 break
@@ -110,7 +135,8 @@ class Context:
         return path
 
     def close(self) -> None:
-        self.spark.stop()
+        if self.spark is not None:
+            self.spark.stop()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -120,6 +146,17 @@ def rotate(items: Sequence[Any], shift: int) -> list[Any]:
     """``items`` started at position ``shift`` (interleaving: each round another order)."""
     shift %= max(1, len(items))
     return list(items[shift:]) + list(items[:shift])
+
+
+#: a run counts as quiet when other processes used less than this many cores on average during it
+QUIET_CORES = 0.25
+
+
+def quiet(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs during which other processes left the CPUs alone (``foreign_cpu_cores`` below
+    :data:`QUIET_CORES`), or all of ``rows`` when none was quiet."""
+    calm = [r for r in rows if float(r.get("foreign_cpu_cores", 0.0) or 0.0) < QUIET_CORES]
+    return calm or list(rows)
 
 
 def exact_all(rows: Iterable[dict[str, Any]]) -> bool:

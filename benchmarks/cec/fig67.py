@@ -27,6 +27,7 @@ Fig. 6 varies Q from 1 to 8 x openwins with U out of the way (10^12); Fig. 7 var
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
 from benchmarks.cec.common import Context, bytes_per_tuple, exact_all, fmt, pyplot
@@ -65,6 +66,8 @@ def _setup(args: argparse.Namespace) -> tuple[int, int, int]:
 
 def measure_open_windows(ctx: Context, keys: int, records: int, kill: int) -> int:
     """The open windows at the crash point, measured by a native run of that many tuples."""
+    if ctx.loaded:
+        return int(next(r["open_windows_end"] for r in ctx.rows if r.get("point") == "openwins"))
     row = ctx.run(Spec("native", kill, keys, SIZE, filter_stage=True), point="openwins")
     measured = int(row.get("open_windows_end", 0) or 0)
     expected = open_windows_at(kill, keys, SIZE)
@@ -75,6 +78,8 @@ def measure_open_windows(ctx: Context, keys: int, records: int, kill: int) -> in
 def derive(row: dict[str, Any]) -> None:
     """The paper's four metrics from one crash run's row."""
     row["g_checks_whole_run"] = (row.get("g_check_before_kill", 0) or 0) + (row.get("g_check", 0) or 0)
+    kill_at = row.get("kill_at_s", float("nan"))
+    row["g_checks_per_s_before_kill"] = (row.get("g_check_before_kill", 0) or 0) / kill_at if kill_at else float("nan")
     row["extent"] = row.get("phase_extent", float("nan"))
     row["bytes_per_tuple"] = bytes_per_tuple(row)
     row["replayed_tuples"] = row.get("caught_up", 0)
@@ -89,13 +94,14 @@ def main_q(args: argparse.Namespace) -> None:
     ctx = Context(args, "fig6")
     try:
         openwins = measure_open_windows(ctx, keys, records, kill)
-        for repeat in range(args.repeats or 1):
+        for repeat in range(0 if ctx.loaded else args.repeats or 1):
             for factor in args.q_factors:
                 q = max(1, int(factor * openwins))
                 row = ctx.run(Spec("cec", records, keys, SIZE, filter_stage=True, q_target=q, u_target=OFF,
                                    ci=CI, cp=CP, kill_after=kill), q_factor=factor, openwins=openwins, repeat=repeat)
                 derive(row)
-        ctx.write("cec_fig6.csv")
+        if not ctx.loaded:
+            ctx.write("cec_fig6.csv")
         runs = [r for r in ctx.rows if r.get("q_factor") not in (None, "")]
         table(runs, "q_factor", "Q / openwins", f"Fig. 6: effect of Q (openwins = {openwins:,}, CI 5 ms, CP 100 ms, "
               f"{records:,} tuples, {keys:,} ids, killed after {kill:,})", PAPER_Q)
@@ -112,13 +118,14 @@ def main_u(args: argparse.Namespace) -> None:
     ctx = Context(args, "fig7")
     try:
         openwins = measure_open_windows(ctx, keys, records, kill)
-        for repeat in range(args.repeats or 1):
+        for repeat in range(0 if ctx.loaded else args.repeats or 1):
             for u in targets:
                 row = ctx.run(Spec("cec", records, keys, SIZE, filter_stage=True, q_target=OFF, u_target=u,
                                    ci=CI, cp=CP, kill_after=kill), openwins=openwins, repeat=repeat)
                 derive(row)
                 row["u"] = u
-        ctx.write("cec_fig7.csv")
+        if not ctx.loaded:
+            ctx.write("cec_fig7.csv")
         runs = [r for r in ctx.rows if r.get("u") not in (None, "")]
         table(runs, "u", "U (tuples)", f"Fig. 7: effect of U (openwins = {openwins:,}, CI 5 ms, CP 100 ms, "
               f"{records:,} tuples, {keys:,} ids, killed after {kill:,})", PAPER_U)
@@ -132,14 +139,16 @@ def main_u(args: argparse.Namespace) -> None:
 def table(runs: list[dict[str, Any]], key: str, label: str, title: str, paper: str) -> None:
     print(f"\n{title}")
     print(f"{label:>14} {'G_chk<kill':>10} {'G_chk run':>10} {'extent':>9} {'EC-load s':>9} {'(reconstr':>9} "
-          f"{'load)':>6} {'T tuple':>9} {'replayed':>9} {'MB':>7} {'ready s':>7} {'1st commit':>10} {'exact':>6}")
+          f"{'load)':>6} {'T tuple':>9} {'replayed':>9} {'MB':>7} {'ready s':>7} {'resumed':>7} {'1st commit':>10} "
+          f"{'exact':>6}")
     for r in runs:
         print(f"{fmt(r.get(key)):>14} {fmt(r.get('g_check_before_kill', float('nan'))):>10} "
               f"{fmt(r.get('g_checks_whole_run', float('nan'))):>10} {fmt(r.get('extent', float('nan')), 0):>9} "
               f"{fmt(r.get('ec_load_s', float('nan')), 2):>9} {fmt(r.get('phase_reconstruct_s', float('nan')), 2):>9} "
               f"{fmt(r.get('phase_load_s', float('nan')), 2):>6} {fmt(r.get('t_tuple', float('nan')), 0):>9} "
               f"{fmt(r.get('replayed_tuples', float('nan'))):>9} {fmt(r.get('replayed_mb', float('nan')), 1):>7} "
-              f"{fmt(r.get('ready_s', float('nan')), 2):>7} {fmt(r.get('first_commit_s', float('nan')), 2):>10} "
+              f"{fmt(r.get('ready_s', float('nan')), 2):>7} {fmt(r.get('resumed_s', float('nan')), 2):>7} "
+              f"{fmt(r.get('first_commit_s', float('nan')), 2):>10} "
               f"{str(r.get('exact')):>6}")
     print(f"paper: {paper}")
 
@@ -157,8 +166,8 @@ def plot(runs: list[dict[str, Any]], key: str, xlabel: str, ctx: Context, name: 
             ax.plot([x] * len(ys), ys, "o", color="tab:blue", alpha=0.6)
         medians = []
         for x in xs:
-            ys = sorted(r.get(metric, float("nan")) for r in ok if r[key] == x)
-            medians.append(ys[len(ys) // 2] if ys else float("nan"))
+            ys = [r.get(metric, float("nan")) for r in ok if r[key] == x]
+            medians.append(statistics.median(ys) if ys else float("nan"))
         ax.plot(xs, medians, "-", color="tab:blue")
         if metric == "g_checks_whole_run":
             before = [sorted(r.get("g_check_before_kill", 0) for r in ok if r[key] == x)[0] for x in xs]

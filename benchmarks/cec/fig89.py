@@ -16,10 +16,12 @@ a window to checkpoint, so every CI slice is spent on G_checks) and U out of the
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
-from benchmarks.cec.common import Context, exact_all, fmt, pyplot
+from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
 from benchmarks.cec.fig67 import OFF, SIZE, derive, measure_open_windows
+from benchmarks.cec.profile import profiled
 from benchmarks.cec.runner import Spec
 
 CPS = (0.025, 0.05, 0.1, 0.25)
@@ -44,7 +46,7 @@ def main(args: argparse.Namespace) -> None:
     ctx = Context(args, "fig8_9")
     try:
         openwins = measure_open_windows(ctx, keys, records, kill)
-        for repeat in range(args.repeats or 1):
+        for repeat in range(0 if ctx.loaded else args.repeats or 1):
             row = ctx.run(Spec("native", records, keys, SIZE, filter_stage=True), cp="native", repeat=repeat)
             for cp in args.cps:
                 spec = dict(q_target=max(1, openwins), u_target=OFF, ci=CI, cp=cp)
@@ -52,7 +54,8 @@ def main(args: argparse.Namespace) -> None:
                 row = ctx.run(Spec("cec", records, keys, SIZE, filter_stage=True, kill_after=kill, **spec),
                               cp=cp, repeat=repeat)
                 derive(row)
-        ctx.write("cec_fig8_9.csv")
+        if not ctx.loaded:
+            ctx.write("cec_fig8_9.csv")
         summary = summarise(ctx.rows, args.cps)
         ctx.write("cec_fig8_9_summary.csv", summary)
         print(f"\nFig. 8/9: CP with CI = 10 ms, Q = openwins = {openwins:,} ({records:,} tuples, {keys:,} ids; "
@@ -66,25 +69,31 @@ def main(args: argparse.Namespace) -> None:
                   f"{s['paper_response']:>16}")
         print(f"paper: {PAPER_NOTE}")
         plot(summary, ctx, openwins)
+        if args.profile and not ctx.loaded:
+            loop_profile(ctx, keys, records)
         print(f"fig8_9: {ctx.elapsed():.0f} s, every run's output exact: {exact_all(ctx.rows)}")
     finally:
         ctx.close()
 
 
 def _median(values: list[float]) -> float:
-    values = sorted(v for v in values if v == v)
-    return values[len(values) // 2] if values else float("nan")
+    """The median of the values that are numbers (NaN when none are); of two, their mean."""
+    numbers = [float(v) for v in values if v not in ("", None) and v == v]
+    return statistics.median(numbers) if numbers else float("nan")
 
 
 def summarise(rows: list[dict[str, Any]], cps: list[float]) -> list[dict[str, Any]]:
     out = []
-    native = [r for r in rows if r.get("cp") == "native"]
+    native = quiet([r for r in rows if r.get("cp") == "native"])
     base = _median([r.get("response_s", float("nan")) for r in native])
-    for cp in ["native", *cps]:
-        free = [r for r in rows if r.get("cp") == cp and r.get("kill_after") == ""]
-        crash = [r for r in rows if r.get("cp") == cp and r.get("kill_after") != ""]
+    points: list[Any] = ["native", *cps]
+    for cp in points:
+        free_all = [r for r in rows if r.get("cp") == cp and r.get("kill_after") == ""]
+        crash_all = [r for r in rows if r.get("cp") == cp and r.get("kill_after") != ""]
+        free, crash = quiet(free_all), quiet(crash_all)
         response = _median([r.get("response_s", float("nan")) for r in free])
-        out.append({"cp": "native" if cp == "native" else f"{cp * 1000:g} ms", "cp_s": "" if cp == "native" else cp,
+        label = "native" if cp == "native" else f"{float(cp) * 1000:g} ms"
+        out.append({"cp": label, "cp_s": "" if cp == "native" else cp,
                     "response_s": response, "response_vs_native": response / base if base == base else float("nan"),
                     "processing_s": _median([r.get("processing_s", float("nan")) for r in free]),
                     "g_checks": _median([float(r.get("g_check", 0)) for r in free]),
@@ -92,7 +101,9 @@ def summarise(rows: list[dict[str, Any]], cps: list[float]) -> list[dict[str, An
                     "ec_load_s": _median([r.get("ec_load_s", float("nan")) for r in crash]),
                     "replayed_mb": _median([r.get("replayed_mb", float("nan")) for r in crash]),
                     "ready_s": _median([r.get("ready_s", float("nan")) for r in crash]),
-                    "exact": exact_all(free + crash), "paper_response": PAPER.get(cp, "")})
+                    "foreign_cpu_cores_max": max([float(r.get("foreign_cpu_cores", 0) or 0) for r in free + crash],
+                                                 default=float("nan")),
+                    "exact": exact_all(free_all + crash_all), "paper_response": PAPER.get(cp, "")})
     return out
 
 
@@ -128,3 +139,34 @@ def plot(summary: list[dict[str, Any]], ctx: Context, openwins: int) -> None:
     fig.tight_layout()
     fig.savefig(ctx.out / "cec_fig8_9.png", dpi=120)
     plt.close(fig)
+
+
+def loop_profile(ctx: Context, keys: int, records: int, seconds: float = 5.0) -> None:
+    """How often the window worker enters its background path under load: a cProfile of its
+    processing thread for ``seconds``, counting ``_work`` (where a CI slice can start) and
+    ``check_next`` calls, at CI/CP 5/100 ms and 10/25 ms; written to
+    ``cec_fig8_9_loop_profile.txt``."""
+    import pstats
+
+    lines = [f"window worker, {min(records, 600_000):,} tuples over {keys:,} ids, Q 1,000, {seconds:g} s profiled"]
+    for ci, cp in ((0.005, 0.1), (0.01, 0.025)):
+        path = str(ctx.out / f"cec_fig8_9_loop_{int(ci * 1000)}_{int(cp * 1000)}.pstats")
+        with profiled(1, path, seconds):
+            row = ctx.run(Spec("cec", min(records, 600_000), keys, SIZE, filter_stage=True, q_target=1_000,
+                               u_target=1_000_000, ci=ci, cp=cp), cp=f"profiled {cp}")
+        ctx.rows.pop()  # profiled runs are slower: not part of the figure
+        counts: dict[str, list[float]] = {}
+        for (_, _, name), (_, calls, _, cumulative, _) in pstats.Stats(path).stats.items():  # type: ignore[attr-defined]
+            if name in ("_work", "check_next", "_on_stream_event", "_handle"):
+                entry = counts.setdefault(name, [0, 0.0])
+                entry[0] += calls
+                entry[1] += cumulative
+        window = min(seconds, float(row.get("processing_s", seconds) or seconds))
+        slices = window / cp
+        lines.append(f"CI {ci * 1000:g} ms / CP {cp * 1000:g} ms (CI/CP asks for {slices:.0f} slices in "
+                     f"{window:.1f} s; run exact: {row.get('exact')}, G_checks {row.get('g_check')}):")
+        lines += [f"  {name:>18}: {int(n):>7} calls, {ct:7.3f} s cumulative"
+                  for name, (n, ct) in sorted(counts.items())]
+    text = "\n".join(lines)
+    (ctx.out / "cec_fig8_9_loop_profile.txt").write_text(text + "\n")
+    print("\n" + text)

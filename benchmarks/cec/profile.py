@@ -3,9 +3,10 @@
 :class:`ProfileHook` is a :class:`~epochal.runtime.hooks.WorkerHook` (the deployment's hook,
 normally the fault injector): it asks worker ``worker`` for the ``records`` point, which the
 worker reaches on its processing thread after every input batch; the first time, it starts a
-``cProfile.Profile`` on that thread, and after ``seconds`` it stops. The statistics so far are written to ``path`` (pstats format) every half
-second and at the stop, so a job shorter than ``seconds`` leaves its profile too. The worker's processing thread is what is profiled (its input,
-the window aggregate, pickling of frames, the own sink); the log writer thread is not.
+``cProfile.Profile`` on that thread, and after ``seconds`` it stops. The statistics so far are
+written to ``path`` (pstats format) every half second and at the stop, so a job shorter than
+``seconds`` leaves its profile too. The worker's processing thread is what is profiled (its
+input, the window aggregate, pickling of frames, the own sink); the log writer thread is not.
 :func:`profiled` installs the hook for the jobs started inside a ``with`` block (in place of
 the fault injector: no faults are injected meanwhile). Instrumentation only: nothing in
 ``src/`` changes.
@@ -67,11 +68,11 @@ def profiled(worker: int, path: str, seconds: float) -> Iterator[ProfileHook]:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     hook = ProfileHook(worker, path, seconds)
     original = job.FaultInjector
-    job.FaultInjector = type("_Hooked", (), {"of": staticmethod(lambda faults: hook)})  # type: ignore[misc]
+    job.FaultInjector = type("_Hooked", (), {"of": staticmethod(lambda faults: hook)})
     try:
         yield hook
     finally:
-        job.FaultInjector = original  # type: ignore[misc]
+        job.FaultInjector = original
 
 
 def top(path: str, lines: int = 25, sort: str = "tottime") -> str:

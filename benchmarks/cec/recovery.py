@@ -21,18 +21,24 @@ worker's connection drop:
 * **kill -> ready**: the replacement registered, rebuilt its state (CEC: EC reconstructed and
   loaded; CRB: the newest full checkpoint loaded) and is ready (ABS: every worker of the new
   attempt restored and started);
+* **kill -> resumed**: the replacement processed its first input (ABS: the first record of the
+  new attempt), from the coordinator's history (``resumed``);
 * **kill -> first new committed result**: a committed output file that was not there before the
-  kill appears in the sink's directory (polled every 5 ms); it includes catching up with the
-  replayed input and the next commit.
+  kill appears in the sink's directory (polled every 5 ms). For CEC and CRB that can be results
+  the lost instance had made durable but not yet committed, which its replacement commits first;
+* **kill -> back at the crash point**: the replacement has read again every tuple its predecessor
+  had read (its ``records_in`` from heartbeats every 0.1 s reaches the kill point minus T): from
+  then on it produces results the predecessor never did (CEC and CRB only).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
 from benchmarks.cec import anatomy
-from benchmarks.cec.common import Context, exact_all, fmt, pyplot
+from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
 from benchmarks.cec.fig67 import SIZE
 from benchmarks.cec.runner import Spec
 from benchmarks.cec.workload import open_windows_at
@@ -70,7 +76,7 @@ def main(args: argparse.Namespace) -> dict[str, bool]:
     ctx = Context(args, "recovery")
     try:
         openwins = open_windows_at(kill, keys, SIZE)
-        for repeat in range(args.repeats or 1):
+        for repeat in range(0 if ctx.loaded else args.repeats or 1):
             for name, config in configurations(args):
                 config = dict(config)
                 mode = config.pop("mode")
@@ -81,12 +87,14 @@ def main(args: argparse.Namespace) -> dict[str, bool]:
                                        kill_after=kill, **config), config=name, repeat=repeat)
                     row["t_tuple"] = records - row["window_records_in"] if row.get("window_records_in") else ""
                     row["replayed_tuples"] = kill - row["t_tuple"] if row["t_tuple"] != "" else ""
-        ctx.write("cec_recovery.csv")
+        if not ctx.loaded:
+            ctx.write("cec_recovery.csv")
         summary = summarise(ctx.rows, args)
         ctx.write("cec_recovery_summary.csv", summary)
         goals = report(summary, openwins, records, kill, keys)
         plot(summary, ctx, openwins)
-        if args.profile and not goals.get(f"CEC rebuild of ~{openwins:,} open windows within {GOAL_S:g} s", True):
+        missed = not goals.get(f"CEC rebuild of ~{openwins:,} open windows within {GOAL_S:g} s", True)
+        if args.profile and not ctx.loaded and missed:
             profile(ctx, keys, kill)
         print(f"recovery: {ctx.elapsed():.0f} s, every run's output exact: {exact_all(ctx.rows)}")
         return goals
@@ -95,17 +103,19 @@ def main(args: argparse.Namespace) -> dict[str, bool]:
 
 
 def _median(values: list[Any]) -> float:
-    values = sorted(float(v) for v in values if v not in ("", None) and v == v)
-    return values[len(values) // 2] if values else float("nan")
+    """The median of the values that are numbers (NaN when none are); of two, their mean."""
+    numbers = [float(v) for v in values if v not in ("", None) and v == v]
+    return statistics.median(numbers) if numbers else float("nan")
 
 
 def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    native = _median([r.get("processing_s") for r in rows if r.get("config") == "native"])
-    dataflow = _median([r.get("processing_s") for r in rows if r.get("config") == "dataflow"])
+    native = _median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "native"])])
+    dataflow = _median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "dataflow"])])
     out = []
     for name, config in configurations(args):
-        free = [r for r in rows if r.get("config") == name and r.get("kill_after") == ""]
-        crash = [r for r in rows if r.get("config") == name and r.get("kill_after") != ""]
+        free_all = [r for r in rows if r.get("config") == name and r.get("kill_after") == ""]
+        crash_all = [r for r in rows if r.get("config") == name and r.get("kill_after") != ""]
+        free, crash = quiet(free_all), quiet(crash_all)
         processing = _median([r.get("processing_s") for r in free])
         is_abs = config["mode"] in ("abs", "dataflow")
         out.append({
@@ -114,28 +124,39 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
             "overhead_vs_dataflow": processing / dataflow - 1 if is_abs and dataflow == dataflow else float("nan"),
             "window_bytes_logged_mb": _median([r.get("window_bytes_logged", "") for r in free]) / 1e6,
             "ready_s": _median([r.get("recovered_s" if is_abs else "ready_s") for r in crash]),
+            "resumed_s": _median([r.get("resumed_s") for r in crash]),
             "first_commit_s": _median([r.get("first_commit_s") for r in crash]),
+            "back_at_crash_point_s": _median([r.get("back_at_crash_point_s") for r in crash]),
             "rebuild_s": _median([r.get("phase_rebuild_s") for r in crash]),
+            # kill -> ready minus the replacement's own set-up: Spark starting its task, registering
+            "launch_s": _median([r["ready_s"] - r["phase_total_s"] for r in crash
+                                 if r.get("ready_s", "") != "" and r.get("phase_total_s", "") != ""]),
             "reconstruct_s": _median([r.get("phase_reconstruct_s") for r in crash]),
             "load_s": _median([r.get("phase_load_s") for r in crash]),
             "extent": _median([r.get("phase_extent") for r in crash]),
             "windows": _median([r.get("phase_windows") for r in crash]),
             "replayed_tuples": _median([r.get("replayed_tuples") for r in crash]),
             "crash_processing_s": _median([r.get("processing_s") for r in crash]),
-            "exact": exact_all(free + crash), "runs": len(free) + len(crash)})
+            "foreign_cpu_cores_max": max([float(r.get("foreign_cpu_cores", 0) or 0) for r in free + crash],
+                                         default=float("nan")),
+            "exact": exact_all(free_all + crash_all), "runs": len(free_all) + len(crash_all)})
     return out
 
 
 def report(summary: list[dict[str, Any]], openwins: int, records: int, kill: int, keys: int) -> dict[str, bool]:
     print(f"\nRecovery of the window operator (~{openwins:,} open windows when killed after {kill:,} of "
           f"{records:,} tuples, {keys:,} ids) and failure-free overhead")
-    print(f"{'config':>10} {'proc s':>7} {'overhead':>9} {'log MB':>7} {'ready s':>8} {'1st commit':>10} "
-          f"{'rebuild s':>9} {'reconstr':>8} {'load':>6} {'extent':>8} {'replayed':>9} {'exact':>6}")
+    print(f"{'config':>10} {'proc s':>7} {'overhead':>9} {'log MB':>7} {'ready s':>8} {'resumed':>8} "
+          f"{'1st commit':>10} {'back':>6} {'rebuild s':>9} {'reconstr':>8} {'load':>6} {'extent':>8} "
+          f"{'replayed':>9} {'exact':>6}")
     for s in summary:
-        overhead = s["overhead_vs_native"]
-        extra = f" ({s['overhead_vs_dataflow']:+.0%} vs dataflow)" if s["overhead_vs_dataflow"] == s["overhead_vs_dataflow"] else ""
-        print(f"{s['config']:>10} {fmt(s['processing_s'], 2):>7} {overhead:>+9.0%} {fmt(s['window_bytes_logged_mb'], 1):>7} "
-              f"{fmt(s['ready_s'], 2):>8} {fmt(s['first_commit_s'], 2):>10} {fmt(s['rebuild_s'], 2):>9} "
+        overhead, versus = s["overhead_vs_native"], s["overhead_vs_dataflow"]
+        extra = f" ({versus:+.0%} vs dataflow)" if versus == versus else ""
+        print(f"{s['config']:>10} {fmt(s['processing_s'], 2):>7} {overhead:>+9.0%} "
+              f"{fmt(s['window_bytes_logged_mb'], 1):>7} "
+              f"{fmt(s['ready_s'], 2):>8} {fmt(s['resumed_s'], 2):>8} {fmt(s['first_commit_s'], 2):>10} "
+              f"{fmt(s['back_at_crash_point_s'], 2):>6} "
+              f"{fmt(s['rebuild_s'], 2):>9} "
               f"{fmt(s['reconstruct_s'], 2):>8} {fmt(s['load_s'], 2):>6} {fmt(s['extent'], 0):>8} "
               f"{fmt(s['replayed_tuples'], 0):>9} {str(s['exact']):>6}{extra}")
     cec = [s for s in summary if s["mode"] in ("cec", "gopen_disk")]
@@ -189,8 +210,10 @@ def profile(ctx: Context, keys: int, kill: int) -> None:
     rows = []
     settings = CecSettings(q_target=1_000, u_target=1_000_000, interval=0.005, period=0.1)
     profile_text = ""
-    for fast_pickle, gc_off, variant in ((False, False, "as is"), (True, False, "what-if: copyreg reducers"),
-                                         (False, True, "what-if: gc off"), (True, True, "what-if: both")):
+    variants = [(False, False, "as is"), (False, True, "what-if: gc off")]
+    if not anatomy.TUPLE_ITEMS:
+        variants += [(True, False, "what-if: copyreg reducers"), (True, True, "what-if: both")]
+    for fast_pickle, gc_off, variant in variants:
         row = anatomy.rebuild_path(kill, keys, SIZE, settings, fast_pickle=fast_pickle, gc_off=gc_off,
                                    profile_lines=20 if variant == "as is" else 0)
         profile_text = row.pop("restore_profile", profile_text)

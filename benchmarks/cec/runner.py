@@ -26,7 +26,8 @@ registration and deployment before and the shutdown after, which ``duration_s`` 
 and keeps when each committed file first appeared, which gives *kill -> first new committed
 result*. ``foreign_cpu`` is the CPU time (in cores, averaged over the run) that processes
 outside this benchmark's process tree used meanwhile: other work on the machine competing for
-its 2 cores.
+its 2 cores. ``cpu_w<i>_s`` is the CPU time of worker ``i``'s process from its registration to
+the job's end (``cpu_w<i>_share``: per second of the processing phase; 1.0 is one core).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class Spec:
     commit_interval: float = 0.5
     #: kill the window worker after it read this many records (None: no failure)
     kill_after: int | None = None
+    #: tuples per second the source is paced at (None: as fast as it can)
+    rate: float | None = None
     timeout: float = 900.0
     tags: dict[str, Any] = field(default_factory=dict)
 
@@ -80,29 +83,51 @@ def keep_all(record: Any) -> bool:
     return record[1] >= 0
 
 
-class _CpuWatch:
-    """CPU seconds of the whole machine and of this process tree, to tell other load apart."""
+class CpuWatch:
+    """CPU seconds of the whole machine and of this process tree, to tell other load apart.
+
+    Each process of the tree is counted by its own user + system time (not its reaped
+    children's, which would count them twice), from its first sample (0 for a process born
+    after the start) to its last: ``sample()`` is called periodically, so a process that dies
+    (a killed worker) is counted up to its last sample; Spark's Python workers are reused
+    across jobs, so their totals before the start are left out."""
 
     def __init__(self) -> None:
         self.me = psutil.Process()
-        self.start = self._sample()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.t0, self.busy0 = time.monotonic(), self._busy()
+        self.sample(initial=True)
 
-    def _sample(self) -> tuple[float, float, float]:
+    @staticmethod
+    def _busy() -> float:
         times = psutil.cpu_times()
-        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
-        ours = 0.0
+        return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+    def sample(self, initial: bool = False) -> None:
         for process in [self.me, *self.me.children(recursive=True)]:
             try:
                 t = process.cpu_times()
-                ours += t.user + t.system + t.children_user + t.children_system
             except psutil.Error:
-                pass
-        return time.monotonic(), busy, ours
+                continue
+            used = t.user + t.system
+            if process.pid not in self.first:
+                self.first[process.pid] = used if initial else 0.0
+            self.last[process.pid] = used
 
     def foreign_cores(self) -> float:
-        t1, busy1, ours1 = self._sample()
-        t0, busy0, ours0 = self.start
-        return max(0.0, (busy1 - busy0) - (ours1 - ours0)) / max(t1 - t0, 1e-9)
+        self.sample()
+        ours = sum(self.last[pid] - self.first[pid] for pid in self.last)
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        return max(0.0, (self._busy() - self.busy0) - ours) / elapsed
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return float("nan")
 
 
 class _CommitPoller(threading.Thread):
@@ -118,16 +143,36 @@ class _CommitPoller(threading.Thread):
         self.client: Any = None
         #: (worker, pid) -> the newest heartbeat metrics of that process
         self.heartbeats: dict[tuple[int, int], dict[str, Any]] = {}
+        #: (time seen, worker, pid, records_in) of every heartbeat metrics poll
+        self.series: list[tuple[float, int, int, int]] = []
+        #: (worker, pid) -> CPU seconds (user + system) of that process when it registered
+        self.cpu_at_start: dict[tuple[int, int], float] = {}
+        #: sampled every 0.1 s, so that a killed worker's CPU time is not lost
+        self.cpu: CpuWatch | None = None
 
     def run(self) -> None:
         polls = 0
         while not self.halt.is_set():
             polls += 1
+            if self.client is not None:
+                try:
+                    for worker, info in self.client.workers().items():
+                        key = (worker, info["pid"])
+                        if key not in self.cpu_at_start:
+                            self.cpu_at_start[key] = _cpu_seconds(info["pid"])
+                except Exception:  # noqa: BLE001 - instrumentation only
+                    pass
+            if self.cpu is not None and polls % 20 == 0:
+                try:
+                    self.cpu.sample()
+                except Exception:  # noqa: BLE001 - instrumentation only
+                    pass
             if self.client is not None and polls % 20 == 0:
                 try:
                     for worker, m in self.client.metrics().items():
                         if "pid" in m:
                             self.heartbeats[(worker, m["pid"])] = dict(m)
+                            self.series.append((time.monotonic(), worker, m["pid"], m.get("records_in", 0)))
                 except Exception:  # noqa: BLE001 - instrumentation only
                     pass
             now = time.monotonic()
@@ -140,6 +185,11 @@ class _CommitPoller(threading.Thread):
                     self.seen[name] = now
             self.halt.wait(self.interval)
 
+    def cpu_used(self) -> dict[tuple[int, int], float]:
+        """CPU seconds each worker process used since it registered (NaN: it is gone, killed).
+        Spark reuses its Python worker processes, so the count starts at registration."""
+        return {key: _cpu_seconds(key[1]) - start for key, start in self.cpu_at_start.items()}
+
     def first_after(self, t: float) -> float:
         times = [s for s in self.seen.values() if s > t]
         return min(times) if times else float("nan")
@@ -149,7 +199,10 @@ def build(spec: Spec, spark: Any, root: str) -> tuple[epochal.Environment, str]:
     """The environment of ``spec``'s job, its sink writing to ``<root>/out``."""
     out = os.path.join(root, "out")
     logs = os.path.join(root, "logs")
-    env = epochal.Environment(parallelism=1, spark=spark)
+    # runs with a kill report heartbeats every 0.1 s (not 0.5 s): when the replacement is back at
+    # the crash point is read from them
+    env = epochal.Environment(parallelism=1, spark=spark,
+                              heartbeat_interval=0.1 if spec.kill_after is not None else 0.5)
     mode = spec.mode
     if mode == "native":
         env.cec_config = CecConfig("native", log_dir=logs, commit_interval=spec.commit_interval)
@@ -168,7 +221,7 @@ def build(spec: Spec, spark: Any, root: str) -> tuple[epochal.Environment, str]:
         env.set_restart_strategy(FixedDelayRestart(attempts=3, delay=0.0))
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    stream = env.from_generator(Items(spec.keys), count=spec.records)
+    stream = env.from_generator(Items(spec.keys), count=spec.records, rate=spec.rate)
     if spec.filter_stage:
         stream = stream.filter(keep_all)
     (stream.key_by(item_id).count_window(spec.size).avg(item_price)
@@ -188,7 +241,7 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
             worker = 0 if spec.mode in ("abs", "dataflow") else WINDOW_WORKER
             faults = [Fault("records", worker=worker, after=spec.kill_after)]
         poller = _CommitPoller(out)
-        cpu = _CpuWatch()
+        cpu = poller.cpu = CpuWatch()
         load = os.getloadavg()[0]
         started = time.monotonic()
         with jobmaster_events() as events:
@@ -199,6 +252,8 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
             wall = time.monotonic() - started
         poller.halt.set()
         poller.join()
+        worker_cpu = {worker: used for (worker, pid), used in poller.cpu_used().items()
+               if pid == result.metrics.get(worker, {}).get("pid")}
         row: dict[str, Any] = {
             "mode": spec.mode, **spec.tags, "records": spec.records, "keys": spec.keys, "size": spec.size,
             "filter": spec.filter_stage, "q_target": spec.q_target if spec.mode == "cec" else "",
@@ -220,8 +275,15 @@ def run(spec: Spec, spark: Any) -> dict[str, Any]:
         else:
             end = float("nan")
         row["processing_s"] = end - min(processing) if processing else float("nan")
+        # CPU seconds of each worker's (final) process from its registration to the job's end, and
+        # as a share of the processing phase (1.0 = one core busy throughout)
+        for worker, used in sorted(worker_cpu.items()):
+            row[f"cpu_w{worker}_s"] = used
+            row[f"cpu_w{worker}_share"] = used / row["processing_s"] if row["processing_s"] > 0 else float("nan")
         row.update(_worker_metrics(spec, result.metrics))
         row.update(_recovery(spec, client, poller, events, result.metrics))
+        if processing and "lost_at" in row:  # when the kill came, from the start of processing
+            row["kill_at_s"] = row.pop("lost_at") - min(processing)
         row.update(check_output(out, oracle(spec.records, spec.keys, spec.size)))
         return row
     finally:
@@ -279,10 +341,21 @@ def _recovery(spec: Spec, client: Any, poller: _CommitPoller, events: list,
         phases = h.get("phases", {})
         row.update({"ready_s": h.get("ready", float("nan")) - lost,
                     "rebuilt_s": h.get("rebuilt", float("nan")) - lost,
+                    "resumed_s": h.get("resumed", float("nan")) - lost,
                     **{f"phase_{k}": v for k, v in phases.items()}})
         row["ec_load_s"] = phases.get("reconstruct_s", 0.0) + phases.get("load_s", 0.0)
         # the replacement's Processing: it was started (sent right after its Ready)
         again = [t for t, name, w in events if name == "Processing" and w == WINDOW_WORKER and t > lost]
         row["started_s"] = (min(again) - lost) if again else float("nan")
     row["first_commit_s"] = poller.first_after(lost) - lost
+    row["lost_at"] = lost
+    if spec.mode not in ("abs", "dataflow") and spec.kill_after is not None:
+        # back at the crash point: the replacement has read again everything its predecessor had
+        # (it reads every tuple after T, so T = records - its records_in at the end)
+        final_pid = final.get(WINDOW_WORKER, {}).get("pid")
+        t_tuple = spec.records - final.get(WINDOW_WORKER, {}).get("records_in", spec.records)
+        target = spec.kill_after - t_tuple
+        back = [t for t, w, pid, records in poller.series
+                if w == WINDOW_WORKER and pid == final_pid and records >= target and t > lost]
+        row["back_at_crash_point_s"] = (min(back) - lost) if back else float("nan")
     return row

@@ -270,7 +270,6 @@ class CecWorker(WorkerShell):
         if records and self.resume_pending:
             self._resumed()
         stage = self.stage
-        assert stage is not None
         if self.aggregate is not None:
             self.aggregate.now = time.monotonic()
             process = self.aggregate.process
@@ -282,9 +281,9 @@ class CecWorker(WorkerShell):
                 self._background_checks()
         elif self.output is not None:
             meta = tuple(self.received)
-            self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta
+            self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta  # type: ignore[union-attr]
         elif self.sink is not None:
-            self.sink.write(run_chain(stage.pre, records))
+            self.sink.write(run_chain(stage.pre, records))  # type: ignore[union-attr]
         self._maybe_inputs_ended()
         if "records" in self.hook_points:
             self._reach("records")
