@@ -10,6 +10,7 @@ import pytest
 
 from epochal.connectors.transactional import ExactlyOnceFileSink
 from epochal.testing import random_faults
+from tests.aggregates import Span
 from tests.chaos.harness import run_with_faults
 
 RECORDS = 200_000
@@ -80,27 +81,6 @@ def keyed_record(i: int) -> tuple[str, int]:
     return (f"c{i % COUNT_KEYS}", i)
 
 
-class FirstLastCount:
-    """A user AggregateFunction whose accumulator changes in place: the window's first and last
-    index and its size identify exactly which records it held."""
-
-    def create_accumulator(self):
-        return [None, None, 0]
-
-    def add(self, record, accumulator):
-        if accumulator[0] is None:
-            accumulator[0] = record[1]
-        accumulator[1] = record[1]
-        accumulator[2] += 1
-        return accumulator
-
-    def merge(self, a, b):
-        return [a[0], b[1], a[2] + b[2]]
-
-    def get_result(self, accumulator):
-        return tuple(accumulator)
-
-
 def sliding_count_oracle() -> collections.Counter:
     per_key: dict[str, list[int]] = collections.defaultdict(list)
     for i in range(RECORDS):
@@ -118,7 +98,7 @@ def test_sliding_count_windows_exactly_once_under_random_kills(make_env, tmp_pat
     def job(env, out_dir):
         (env.from_generator(keyed_record, count=RECORDS, rate=RATE)
          .key_by(lambda r: r[0])
-         .count_window(COUNT_SIZE, slide=COUNT_SLIDE).aggregate(FirstLastCount()).name("sliding-count-window")
+         .count_window(COUNT_SIZE, slide=COUNT_SLIDE).aggregate(Span()).name("sliding-count-window")
          .sink_to(ExactlyOnceFileSink(str(out_dir), format=lambda w: f"{w[0]} {w[1][0]} {w[1][1]} {w[1][2]}"),
                   name="sink"))
 

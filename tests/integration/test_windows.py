@@ -10,6 +10,7 @@ import time
 import pytest
 
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from tests.aggregates import Span
 
 RECORDS = 60_000
 WINDOW = 2_000
@@ -65,26 +66,6 @@ def shaped(i: int) -> tuple[str, int, int]:
 
 def event_time(record):
     return record[1]
-
-
-class Span:
-    """A user AggregateFunction whose accumulator ``[first, last, count]`` changes in place."""
-
-    def create_accumulator(self):
-        return [None, None, 0]
-
-    def add(self, record, accumulator):
-        if accumulator[0] is None:
-            accumulator[0] = record[1]
-        accumulator[1] = record[1]
-        accumulator[2] += 1
-        return accumulator
-
-    def merge(self, a, b):
-        return [a[0], b[1], a[2] + b[2]]
-
-    def get_result(self, accumulator):
-        return tuple(accumulator)
 
 
 SHAPES = {
