@@ -41,7 +41,8 @@ def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: 
         nonlocal launcher
         bootstrap = Bootstrap(spark_support.driver_host(spark), jm.address[1], token, job_id,
                               config.registration_timeout, bind_host, jm.attempt, job_kind)
-        launcher = spark_support.SparkJobLauncher(spark, bootstrap, num_workers, job_name, independent)
+        launcher = spark_support.SparkJobLauncher(spark, bootstrap, num_workers, job_name, independent,
+                                                  spare=config.spare_worker)
         launcher.submit(jm)
 
     def cancel_spark() -> None:

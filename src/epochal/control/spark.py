@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from epochal.control.spare import SpareWorker
 from epochal.errors import EnvironmentSetupError, JavaNotFoundError
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class SparkJobLauncher:
     (:meth:`submit_worker`). The JobMaster hears of the end once every task ended."""
 
     def __init__(self, spark: SparkSession, bootstrap: Bootstrap, num_workers: int, job_name: str,
-                 independent: bool = False) -> None:
+                 independent: bool = False, spare: bool = False) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
         self.num_workers = num_workers
@@ -159,6 +160,9 @@ class SparkJobLauncher:
         self._results: list[Any] = []
         self._error: BaseException | None = None
         self._incarnations: dict[int, int] = {}
+        #: independent jobs: a warm idle Python worker for the next replacement (``spare``)
+        self.spare: SpareWorker | None = SpareWorker(spark, self.group, bootstrap.job_id, bootstrap.job_kind) \
+            if independent and spare else None
 
     def submit(self, jobmaster: JobMaster) -> None:
         """Start the Spark job (jobs); its end (results or the first error) is reported to ``jobmaster``."""
@@ -167,12 +171,16 @@ class SparkJobLauncher:
             return
         for index in range(self.num_workers):
             self.submit_worker(index, jobmaster)
+        if self.spare is not None:
+            self.spare.start()
 
     def submit_worker(self, index: int, jobmaster: JobMaster) -> None:
         """Start a Spark job of one task running worker ``index`` (its next incarnation)."""
         with self._lock:
             incarnation = self._incarnations.get(index, -1) + 1
             self._incarnations[index] = incarnation
+        if self.spare is not None:
+            self.spare.worker_submitted()
         self._start(jobmaster, index, dataclasses.replace(self.bootstrap, incarnation=incarnation))
 
     def _start(self, jobmaster: JobMaster, index: int | None, bootstrap: Bootstrap) -> None:
@@ -208,11 +216,15 @@ class SparkJobLauncher:
             self._error = self._error or error
             if self._running:
                 return  # other tasks still run
+            if self.spare is not None:
+                self.spare.stop()
             final, first_error = list(self._results), self._error
         jobmaster.spark_finished(final if final or first_error is None else None, first_error)
 
     def cancel(self) -> None:
         """Kill the Spark job (jobs, their Python workers included)."""
+        if self.spare is not None:
+            self.spare.stop()
         try:
             self.spark.sparkContext.cancelJobGroup(self.group)
         except Exception:

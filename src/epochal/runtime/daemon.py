@@ -20,7 +20,7 @@ import importlib
 
 #: what a graph or dataflow worker imports first (the slow part of a fresh worker)
 PRELOAD = ("numpy", "pyarrow", "pyarrow.compute", "cloudpickle", "epochal.runtime.kinds", "epochal.runtime.worker",
-           "epochal.graph.worker")
+           "epochal.graph.worker", "epochal.cec.worker")
 
 
 def preload() -> None:

@@ -59,6 +59,21 @@ def worker_body(kind: str) -> type[WorkerBody]:
     return body
 
 
+#: jobs (ids) this Python process ran a warm-up task for (:func:`warm_worker_partition`)
+WARMED_FOR: set[str] = set()
+
+
+def warm_worker_partition(job_id: str, job_kind: str, data: Any) -> Iterator[int]:
+    """Spark entry point of a spare's warm-up task (``epochal.control.spare``): import the worker
+    body of ``job_kind`` into this Python process, remember it was warmed for ``job_id``, and end;
+    PySpark keeps the process idle for the job's next replacement."""
+    for _ in data:  # consumed, or PySpark does not keep the process for the next task
+        pass
+    worker_body(job_kind)
+    WARMED_FOR.add(job_id)
+    return iter([0])
+
+
 def run_worker_partition(bootstrap: Bootstrap, data: Any, index: int | None = None) -> Iterator[dict[str, Any]]:
     """Spark entry point: ``mapPartitions`` calls this once per task; it runs one worker body
     (worker ``index``, or the task's partition index when the job is one Spark job of W tasks)."""

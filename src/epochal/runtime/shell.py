@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from epochal.messages import Dispatch, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.channels import PeerConnection
 from epochal.runtime.hooks import HookPoint, WorkerHook
+from epochal.runtime.kinds import WARMED_FOR
 from epochal.runtime.links import Bootstrap, ControlLink, accept_replacements, connect_peers
 from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed, PeerJoined
 from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
@@ -77,7 +78,8 @@ class WorkerShell:
 
     def metrics(self) -> dict[str, Any]:
         """Counters sent with heartbeats and at the end."""
-        return {"worker": self.index, "pid": os.getpid(), "rss_bytes": rss_bytes(),
+        return {"worker": self.index, "pid": os.getpid(), "spare": self.bootstrap.job_id in WARMED_FOR,
+                "rss_bytes": rss_bytes(),
                 "uptime": time.monotonic() - self.started,
                 "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values()))}
 
