@@ -9,18 +9,21 @@ busy (each runs a long-lived epochal worker), so a replacement always paid the f
 
 :class:`SpareWorker` keeps one idle Python worker around for the job: now and then it runs a
 Spark job of one trivial task (:func:`~epochal.runtime.kinds.warm_worker_partition`, which also
-imports the job kind's worker body) in the job's group; the process that ran it stays in PySpark's idle pool
-(``spark.python.worker.reuse``), where the next replacement finds it. It does this only when a
-task slot is free, so that a queued warm-up never stands before a replacement; again after each
-replacement (which took the spare); and every ``refresh_s`` otherwise, because PySpark kills
-idle workers after a minute without activity. It is a convenience: a failed warm-up is ignored,
-and a job without a free slot simply replaces workers as before.
+imports the job kind's worker body) in the job's group; the process that ran it stays in
+PySpark's idle pool (``spark.python.worker.reuse``), where the next replacement finds it. It
+warms only while a task slot is free and every worker of the job is registered (their tasks
+have taken their processes, so a warm-up neither takes one a worker's task is about to use nor
+queues before a replacement): first once the job's workers registered, again once a replacement
+(which took the spare) registered, and every ``refresh_s`` otherwise, because PySpark kills
+idle workers after a minute without activity. It is a convenience: a failed warm-up is
+ignored, and a job without a free slot replaces workers as before.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -33,28 +36,27 @@ if TYPE_CHECKING:
 class SpareWorker:
     """Keeps one idle Python worker warm for the replacements of one job (see the module docstring).
 
-    ``group`` is the job's Spark job group (cancelling the job cancels a running warm-up);
-    ``settle_s`` is how long after a (re)submitted worker it waits before warming, so that the
-    workers' own tasks have taken their processes first."""
+    ``group`` is the job's Spark job group (cancelling the job cancels a running warm-up)."""
 
-    def __init__(self, spark: SparkSession, group: str, job_id: str, job_kind: str, refresh_s: float = 30.0,
-                 settle_s: float = 1.0) -> None:
+    def __init__(self, spark: SparkSession, group: str, job_id: str, job_kind: str, refresh_s: float = 30.0) -> None:
         self.spark = spark
         self.group = group
         self.job_id = job_id
         self.job_kind = job_kind
         self.refresh_s = refresh_s
-        self.settle_s = settle_s
         self.warmups = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._ready: Callable[[], bool] = lambda: False
         self._submitted = time.monotonic()
         self._warm_at: float | None = None  # when the spare was last warmed (None: not yet, or taken)
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, ready: Callable[[], bool]) -> None:
+        """Begin; ``ready()`` says whether every worker of the job is registered now."""
         from pyspark import InheritableThread
 
+        self._ready = ready
         self._thread = InheritableThread(target=self._loop, daemon=True, name="epochal-spare-worker")
         self._thread.start()
 
@@ -68,9 +70,9 @@ class SpareWorker:
             self._warm_at = None
 
     def _due(self, now: float) -> bool:
+        if not self._ready():
+            return False
         with self._lock:
-            if now - self._submitted < self.settle_s:
-                return False
             return self._warm_at is None or now - self._warm_at >= self.refresh_s
 
     def _loop(self) -> None:

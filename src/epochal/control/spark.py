@@ -172,7 +172,7 @@ class SparkJobLauncher:
         for index in range(self.num_workers):
             self.submit_worker(index, jobmaster)
         if self.spare is not None:
-            self.spare.start()
+            self.spare.start(lambda: jobmaster.registered_workers() >= self.num_workers)
 
     def submit_worker(self, index: int, jobmaster: JobMaster) -> None:
         """Start a Spark job of one task running worker ``index`` (its next incarnation)."""

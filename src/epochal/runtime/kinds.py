@@ -61,6 +61,15 @@ def worker_body(kind: str) -> type[WorkerBody]:
 
 #: jobs (ids) this Python process ran a warm-up task for (:func:`warm_worker_partition`)
 WARMED_FOR: set[str] = set()
+_tasks_run = 0
+
+
+def task_started() -> int:
+    """Count a task (a worker body or a warm-up) starting in this Python process; returns how
+    many ran in it before (0: a process forked for this task, PySpark reuses idle ones)."""
+    global _tasks_run
+    before, _tasks_run = _tasks_run, _tasks_run + 1
+    return before
 
 
 def warm_worker_partition(job_id: str, job_kind: str, data: Any) -> Iterator[int]:
@@ -69,6 +78,7 @@ def warm_worker_partition(job_id: str, job_kind: str, data: Any) -> Iterator[int
     PySpark keeps the process idle for the job's next replacement."""
     for _ in data:  # consumed, or PySpark does not keep the process for the next task
         pass
+    task_started()
     worker_body(job_kind)
     WARMED_FOR.add(job_id)
     return iter([0])
