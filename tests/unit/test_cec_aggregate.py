@@ -133,6 +133,7 @@ SHAPES = {
     "time-sliding": TimeWindows(6, 2),
     "count-tumbling": CountWindows(3),
     "count-sliding": CountWindows(4, 2),
+    "count-fast": CountWindows(1),  # opens and closes with one tuple: no G_open (its R follows at once)
 }
 FUNCTIONS = {"count": CountFunction(), "sum": SumFunction(lambda r: r[2]), "min": MinFunction(lambda r: r[2]),
              "max": MaxFunction(lambda r: r[2]), "avg": AvgFunction(lambda r: r[2]), "members": Members()}
@@ -147,6 +148,16 @@ def test_every_window_result_once_after_three_crashes(shape, function, mode):
     assert sum(expected.values()) > 10
     for seed in range(6):
         assert crashing(SHAPES[shape], FUNCTIONS[function], data, mode, seed) == expected, seed
+
+
+def test_a_window_that_closes_with_its_opening_tuple_gets_no_g_open():
+    op = make(CountWindows(1), SumFunction(lambda r: r[2]), 1, "cec")
+    op.process(0, 0, ("a", 0, 5, 0))
+    op.process(0, 1, ("b", 0, 7, 1))
+    items = op.take()
+    assert [type(item) for item in items] == [WindowResult, WindowResult]
+    assert [item.value for item in items] == [("a", 5), ("b", 7)]
+    assert reconstruct(reversed(items)).windows == {}  # nothing open: nothing to rebuild
 
 
 @pytest.mark.parametrize("shape", ["count-tumbling", "count-sliding"])

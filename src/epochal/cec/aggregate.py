@@ -9,7 +9,9 @@ to the operator's persisted output queue. Windows have a shape
 AggregateFunction (create/add/merge/result). Its fault-tolerance ``mode``:
 
 - ``"cec"``: a G_open (:class:`~epochal.cec.tuples.WindowCheckpoint`) after a window's opening
-  tuple, G_checks when :meth:`check_next` is called (the background path, under the
+  tuple (except for a window that closes with that very tuple, a count window of size 1: its R
+  follows in the same output, and a reconstruction skips a window whose R it meets first, so
+  such a G_open could never be used), G_checks when :meth:`check_next` is called (the background path, under the
   :class:`~epochal.cec.policy.CheckpointPolicy`), an R (:class:`~epochal.cec.tuples.WindowResult`)
   when it closes. :meth:`restore` loads an eventual checkpoint; input replayed from T is then
   *caught up*: a tuple the crashed instance had read (covered by the EC's newest position) only
@@ -203,8 +205,8 @@ class WindowAggregate:
             window.count += 1
             if window.count >= size:
                 full += 1
-        if opened is not None:
-            self._footprint("open", opened, windows[opened])
+        if opened is not None and windows[opened].count < size:  # (one that closes at once needs no
+            self._footprint("open", opened, windows[opened])        # G_open: its R follows in this output)
         for _ in range(full):  # the oldest windows are the full ones
             self._close(wids.pop(0))
         if not wids:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 #: An item's sequence number in its channel: ``frame << ITEM_BITS | index in the frame``.
 ITEM_BITS = 20
@@ -43,8 +43,7 @@ def split_seq(seq: int) -> tuple[int, int]:
     return seq >> ITEM_BITS, seq & ((1 << ITEM_BITS) - 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
+class Position(NamedTuple):
     """How far an operator instance had read: per input channel the sequence number of the last
     tuple it took (-1: none yet), and its watermark then."""
 
@@ -62,8 +61,7 @@ def earliest(positions: list[Position]) -> Position:
     return Position(seqs, min(p.watermark for p in positions))
 
 
-@dataclass(frozen=True, slots=True)
-class WindowCheckpoint:
+class WindowCheckpoint(NamedTuple):
     """G_open or G_check of one window: its state ``state`` after the input at ``position``."""
 
     kind: Literal["open", "check"]
@@ -73,8 +71,7 @@ class WindowCheckpoint:
     position: Position
 
 
-@dataclass(frozen=True, slots=True)
-class WindowResult:
+class WindowResult(NamedTuple):
     """R: window ``window`` closed with ``value`` after the input at ``position``."""
 
     window: Hashable

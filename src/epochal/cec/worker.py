@@ -58,6 +58,7 @@ class CecWorker(WorkerShell):
     """Runs one stage instance of a CEC job."""
 
     instructions = _DO
+    gc_thresholds = (50_000, 20, 100)
 
     def __init__(self, bootstrap: Bootstrap, index: int, task_attempt: int = 0) -> None:
         super().__init__(bootstrap, index, task_attempt)
@@ -71,14 +72,13 @@ class CecWorker(WorkerShell):
         self.ended: list[int | None] = []
         self.inputs_ended = False
         self.source: SourceReader | None = None
-        self.source_done = False
+        self.source_done = self.source_idle = False
         self.records_read = 0
         self.aggregate: WindowAggregate | None = None
         self.sink: SinkCommitter | None = None
         self.sink_fed = -1  # the newest own frame given to the own sink
         self.extent = ExtentFrames("cec")
-        self.processing = False
-        self.done_reported = False
+        self.processing = self.done_reported = False
         self.next_commit = self.next_trim = self.next_snapshot = 0.0
         self.metas: dict[int, Any] = {}  # a stateless stage's input position per frame not yet durable
         #: trims to send once the frame holding what they rely on is durable: (frame, per channel)
@@ -110,9 +110,10 @@ class CecWorker(WorkerShell):
         self._feed(Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))
         while True:
             busy = self.processing and self._has_work()
+            wait = 0.002 if self.source_idle else 0.05  # a paced source: poll it again soon, not at once
             for _ in range(64):
                 try:
-                    event = self.mailbox.get_nowait() if busy else self.mailbox.get(timeout=0.05)
+                    event = self.mailbox.get_nowait() if busy else self.mailbox.get(timeout=wait)
                 except queue.Empty:
                     break
                 self._handle(event)
@@ -242,12 +243,10 @@ class CecWorker(WorkerShell):
         elif kind is ReplayRequest:
             if output is not None and event.consumer in output.channels.of:
                 output.request(event.consumer, event.after)
-        elif kind is Credit:
-            if output is not None:
-                output.channels.credit(event.consumer, event.frames)
-        elif kind is TrimRequest:
-            if output is not None:
-                output.channels.trim(event.consumer, event.through)
+        elif kind is Credit and output is not None:
+            output.channels.credit(event.consumer, event.frames)
+        elif kind is TrimRequest and output is not None:
+            output.channels.trim(event.consumer, event.through)
         elif kind is EndOfStream and event.producer in self.producers:
             self.ended[self.producers.index(event.producer)] = event.last
             self._maybe_inputs_ended()
@@ -306,6 +305,7 @@ class CecWorker(WorkerShell):
         if batch is None:
             self.source_done = True
             return
+        self.source_idle = not batch  # nothing due yet (a paced source)
         if not batch:
             return
         self.records_read += len(batch)
@@ -362,7 +362,7 @@ class CecWorker(WorkerShell):
 
     # ------------------------------------------------------------------ the work loop
     def _has_work(self) -> bool:
-        return (self.source is not None and not self.source_done) or \
+        return (self.source is not None and not self.source_done and not self.source_idle) or \
             (self.output is not None and bool(self.output.channels.behind()))
 
     def _work(self, now: float) -> None:
