@@ -293,22 +293,33 @@ class WindowAggregate:
         if ec.newest is None:
             return
         oldest_first = list(reversed(ec.windows.values()))  # reconstruct met them newest first
+        # (one pass over ~100,000 windows: every attribute it needs is a local)
+        windows, timed, copy_state, opened = self.windows, self.timed, self.copy_state, self.now or 0.0
+        by_start, by_key, starts = self.by_start, self.by_key, self.starts
+        everything = None if self.settings.dedup else (ec.replay_after or ec.newest).seqs
+        deepcopy, make = copy.deepcopy, _Window
         for footprint in oldest_first:
             acc, count = footprint.state
-            acc = copy.deepcopy(acc) if self.copy_state else acc  # the checkpoint stays as it was
+            if copy_state:
+                acc = deepcopy(acc)  # the checkpoint stays as it was
             wid = footprint.window
-            covered = footprint.position.seqs if self.settings.dedup else \
-                (ec.replay_after or ec.newest).seqs  # (off: every replayed tuple counts again)
-            window = _Window(wid[0], wid[1] if self.timed else None, acc, count, covered,  # type: ignore[index]
-                             opened=self.now or 0.0)
-            self.windows[wid] = window
-            if self.timed:
-                if window.start not in self.by_start:
-                    self.by_start[window.start] = []
-                    heapq.heappush(self.starts, window.start)
-                self.by_start[window.start].append(wid)
+            # covered: what its footprint holds (dedup off: every replayed tuple counts again)
+            covered = footprint.position.seqs if everything is None else everything
+            key = wid[0]  # type: ignore[index]
+            if timed:
+                start = wid[1]  # type: ignore[index]
+                windows[wid] = make(key, start, acc, count, covered, opened)
+                if start not in by_start:
+                    by_start[start] = []
+                    heapq.heappush(starts, start)
+                by_start[start].append(wid)
             else:
-                self.by_key.setdefault(window.key, []).append(wid)  # ordered once caught up
+                windows[wid] = make(key, None, acc, count, covered, opened)
+                wids = by_key.get(key)
+                if wids is None:
+                    by_key[key] = [wid]
+                else:
+                    wids.append(wid)  # ordered once caught up
         self.policy.restored([f.window for f in oldest_first], ec.extent)
         start = ec.replay_after if ec.replay_after is not None else ec.newest
         self.consumed, self.received = list(start.seqs), list(start.seqs)

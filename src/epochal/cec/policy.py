@@ -84,8 +84,8 @@ class CheckpointPolicy:
     def restored(self, windows: list[Hashable], extent: int) -> None:
         """After a recovery: ``windows`` (oldest footprint first) came back from an eventual
         checkpoint whose footprints lie up to ``extent`` tuples back in the output queue."""
-        for i, window in enumerate(windows):
-            self.footprints[window] = (self.emitted_count - extent + i, self.consumed)
+        base, consumed = self.emitted_count - extent, self.consumed
+        self.footprints.update((window, (base + i, consumed)) for i, window in enumerate(windows))
 
     # ------------------------------------------------------------------ accounting
     @property
