@@ -6,6 +6,7 @@ driver and all workers always agree on batch sizes, credits and timeouts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from epochal.validation import check_number
@@ -81,6 +82,65 @@ class EngineConfig:
         for name in ("buffer_timeout", "registration_timeout", "heartbeat_interval",
                      "heartbeat_timeout", "cancel_timeout", "connect_timeout"):
             check_number(getattr(self, name), name)
+
+
+#: Keyed-state backends (papers/001 §4.1): Python dicts per key group; RocksDB (out of core).
+HEAP, ROCKSDB = "heap", "rocksdb"
+#: How the heap backend takes the asynchronous part of a snapshot: in a forked child process
+#: (copy-on-write, the processing thread only forks) or on a thread of the worker.
+FORK, THREAD = "fork", "thread"
+
+
+@dataclass(frozen=True)
+class StateBackendConfig:
+    """Where a job's keyed state lives and how its snapshots are taken (papers/001 §4.1-4.2).
+
+    Attributes:
+        kind: ``"heap"``: Python dicts per key group, in the worker's memory. ``"rocksdb"``:
+            a RocksDB database per keyed operator subtask on the worker's local disk (state larger
+            than memory); its checkpoints are always incremental (a flush and a local hard-link
+            checkpoint at the barrier, new SST files uploaded by a thread;
+            :mod:`epochal.state.rocksdb_checkpoints`), and ``snapshot``, ``incremental`` and
+            ``full_every`` do not apply to it.
+        snapshot: ``"fork"`` (the default where the platform has ``fork``): at the barrier the
+            worker forks; the child sees the state as it was (copy-on-write), serialises and
+            writes it with its own interpreter and reports the files, while the worker goes on
+            processing (:mod:`epochal.runtime.fork_snapshots`). ``"thread"``: the worker copies
+            the state's per-key-group dicts at the barrier and a thread of the worker serialises
+            and writes them (it shares the interpreter lock with processing). Loop heads, whose
+            snapshot waits for their back-edge log, and the ``synchronous`` checkpoint mode always
+            use the thread path.
+        incremental: a checkpoint writes only the keys changed since the last completed one,
+            as a delta that references the earlier files (:mod:`epochal.state.incremental`).
+        full_every: with ``incremental``, a subtask's chain of files is at most this long: the
+            checkpoint that would make it longer writes the whole state again (a restore reads
+            at most ``full_every`` files per old subtask).
+        local_dir: RocksDB: where the databases live (None: Spark's local directory, else the
+            temp directory); local disk, with room for the state and its local checkpoints.
+        write_buffer_bytes, block_cache_bytes: RocksDB: memtable size per state, and the read
+            cache per operator subtask (with the OS page cache, what bounds its memory).
+    """
+
+    kind: str = HEAP
+    snapshot: str = FORK if hasattr(os, "fork") else THREAD
+    incremental: bool = False
+    full_every: int = 8
+    local_dir: str | None = None
+    write_buffer_bytes: int = 64 << 20
+    block_cache_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        from epochal.errors import PlanError
+
+        if self.kind not in (HEAP, ROCKSDB):
+            raise PlanError(f"state backend kind must be '{HEAP}' or '{ROCKSDB}', got {self.kind!r}")
+        for name in ("write_buffer_bytes", "block_cache_bytes"):
+            check_number(getattr(self, name), name, minimum=1 << 16, integer=True)
+        if self.snapshot not in (FORK, THREAD):
+            raise PlanError(f"snapshot must be '{FORK}' or '{THREAD}', got {self.snapshot!r}")
+        check_number(self.full_every, "full_every", minimum=1, strict=False, integer=True)
+        if self.snapshot == FORK and not hasattr(os, "fork"):
+            raise PlanError("snapshot='fork' needs a platform with fork(); use snapshot='thread'")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 import epochal
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import NoRestart
-from epochal.state.storage import CheckpointError
+from epochal.state.storage import CheckpointError, CheckpointStorage, state_files
 
 RECORDS = 60_000
 
@@ -96,10 +96,15 @@ def test_corrupt_state_file_fails_naming_the_file(make_env, tmp_path):
     env.enable_checkpointing(0.2, storage=str(tmp_path / "chk"), retained=1)
     build(env, tmp_path / "out", rate=None, records=20_000)
     result = env.execute("corrupt", timeout=200)
-    checkpoint_dir = os.path.join(result.checkpoint_path, f"chk-{result.checkpoints[-1]['checkpoint_id']}")
-    keyed = sorted(name for name in os.listdir(checkpoint_dir) if name.endswith(".keyed"))
-    assert keyed
-    victim = os.path.join(checkpoint_dir, keyed[0])
+    checkpoint_id = result.checkpoints[-1]["checkpoint_id"]
+    checkpoint_dir = os.path.join(result.checkpoint_path, f"chk-{checkpoint_id}")
+    # the keyed state's files, wherever the backend keeps them (the checkpoint's own directory, or
+    # shared/ for incremental chains and RocksDB SST files)
+    storage = CheckpointStorage(result.checkpoint_path)
+    handles = storage.read_metadata(checkpoint_id)["operators"]["counts"]["subtasks"].values()
+    files = [f for h in handles for f in state_files(h["keyed"]) if f["size"] > 64]
+    assert files
+    victim = storage.file_path(checkpoint_id, files[0])
     data = bytearray(open(victim, "rb").read())
     data[len(data) // 2] ^= 0xFF
     open(victim, "wb").write(bytes(data))
@@ -107,5 +112,5 @@ def test_corrupt_state_file_fails_naming_the_file(make_env, tmp_path):
     again = make_env(2)
     again.set_restart_strategy(NoRestart())
     build(again, tmp_path / "out2", rate=None, records=20_000)
-    with pytest.raises(epochal.JobFailedError, match=rf"{keyed[0]} is corrupt"):
+    with pytest.raises(epochal.JobFailedError, match=rf"{os.path.basename(victim)} is corrupt"):
         again.execute("corrupt-restore", timeout=200, restore_from=checkpoint_dir)

@@ -21,7 +21,7 @@ from epochal.runtime.events import END_OF_PARTITION, Watermark
 from epochal.runtime.operators import Operator
 from epochal.runtime.tasks import ChainRunner, Subtask
 from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
-from epochal.state.keyed import HeapKeyedStateBackend
+from epochal.state.heap import HeapKeyedStateBackend
 from epochal.testing import OperatorHarness
 
 MAX_PARALLELISM = 16

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
 from epochal.api.running import wait
-from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig
+from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig, StateBackendConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import interrupts
@@ -66,6 +66,7 @@ class Environment:
         self.graph = LogicalGraph()
         self.last_result: JobResult | None = None
         self.checkpoint_config = CheckpointConfig()
+        self.state_backend = StateBackendConfig()
         self.restart_strategy: RestartStrategy = NoRestart()
         #: CEC or CRB (``enable_cec`` / ``enable_crb``): the job runs as the ``cec`` job kind
         self.cec_config: CecConfig | None = None
@@ -86,6 +87,20 @@ class Environment:
             storage=storage or os.path.join(tempfile.gettempdir(), "epochal-checkpoints"))
         if isinstance(self.restart_strategy, NoRestart) and self.checkpoint_config.enabled:
             self.restart_strategy = FixedDelayRestart(attempts=3, delay=1.0)
+        return self
+
+    def set_state_backend(self, kind: str = "heap", *, snapshot: str | None = None, incremental: bool = False,
+                          full_every: int = 8, local_dir: str | None = None) -> Environment:
+        """Choose where keyed state lives and how snapshots are taken (see
+        :class:`~epochal.config.StateBackendConfig`): ``snapshot="fork"`` (default where the
+        platform has it) writes each snapshot from a copy-on-write child process, so the
+        processing thread only pays the fork; ``"thread"`` copies the state at the barrier and
+        writes it from a thread of the worker. ``incremental=True``: checkpoints write only
+        what changed since the last completed one; every ``full_every``-th is full again.
+        ``kind="rocksdb"``: keyed state in RocksDB under ``local_dir`` (state larger than memory),
+        checkpointed incrementally."""
+        self.state_backend = StateBackendConfig(kind, snapshot or StateBackendConfig().snapshot, incremental,
+                                                full_every, local_dir)
         return self
 
     def enable_cec(self, *, q_target: int = 1_000, u_target: int = 1_000_000, interval: float = 0.005,
@@ -233,7 +248,7 @@ class Environment:
             safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
             storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
         deployment = Deployment(job_name, job_id, graph, self.config, checkpoint, storage_uri,
-                                hook=FaultInjector.of(faults or []))
+                                hook=FaultInjector.of(faults or []), state_backend=self.state_backend)
         functions: dict[str, list[Any]] = {}
         for node in self.graph.nodes:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from epochal.config import CheckpointConfig, EngineConfig
+from epochal.config import CheckpointConfig, EngineConfig, StateBackendConfig
 from epochal.connectors.base import SourceSplit
 from epochal.errors import PlanError
 from epochal.plan.jobgraph import JobGraph
@@ -117,6 +117,8 @@ class Deployment:
     #: Called at named points of the worker's protocol: fault injection for chaos tests
     #: (``epochal.testing.faults.FaultInjector``), else None.
     hook: WorkerHook | None = None
+    #: the keyed-state backend and how its snapshots are taken
+    state_backend: StateBackendConfig = field(default_factory=StateBackendConfig)
 
 
 _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {

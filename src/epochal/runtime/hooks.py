@@ -29,7 +29,8 @@ POINTS = (
     "records",         # after the worker processed ``after`` records
     "alignment",       # while aligning barriers of a checkpoint (an input blocked)
     "after_sync",      # after the synchronous part of a snapshot, before the upload
-    "during_upload",   # in the middle of writing the snapshot's files
+    "during_upload",   # in the middle of writing the snapshot's files (forked snapshots: while the child writes)
+    "snapshot_child",  # forked snapshots: the child wrote the files, before it reports (the child dies)
     "after_ack",       # after acknowledging a checkpoint, before it completes
     "before_commit",   # after the checkpoint completed, before the sink committed it
     "back_edge_log",   # at a loop head, while it logs the loop's in-transit records for a snapshot

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from epochal.config import StateBackendConfig
 from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
 from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
@@ -22,7 +23,7 @@ from epochal.runtime.iteration import LOG_STATE, IterationHead
 from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
 from epochal.runtime.source_reader import SourceReader
 from epochal.state.backend import KeyedStateBackend
-from epochal.state.keyed import HeapKeyedStateBackend
+from epochal.state.backends import create_backend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
 
@@ -202,6 +203,8 @@ class Subtask:
         self.barriers: BarrierHandler | None = None
         #: Highest checkpoint this subtask has snapshotted.
         self.last_snapshot = 0
+        #: per operator uid, what the keyed state's snapshot in progress writes (None: all of it)
+        self.plans: dict[str, Any] = {}
         #: Event time: the minimum watermark over the live input channels.
         self.watermark: Any = NO_WATERMARK
         #: Loops: the loop this subtask's vertex lies in, and the head's loop bookkeeping.
@@ -217,16 +220,19 @@ class Subtask:
 
     def open(self, nodes: dict[int, ChainedNode], node_ids: list[int], max_parallelism: int,
              send_to_driver: Callable[[str | None, Any], None], attempt: int = 0,
-             checkpointing: bool = False, restore: RestoreSource | None = None) -> None:
+             checkpointing: bool = False, restore: RestoreSource | None = None,
+             state_backend: StateBackendConfig | None = None) -> None:
         """Restore each operator's state (if restoring), then open the operators in chain order
-        (user ``open`` hooks run here and see their restored state)."""
+        (user ``open`` hooks run here and see their restored state). Keyed operators get the
+        backend ``state_backend`` names (default: heap, full snapshots)."""
+        backend = state_backend or StateBackendConfig()
         runners = {}
         key_groups = key_group_range(self.index, self.parallelism, max_parallelism)
         for node_id in node_ids:
             node = nodes[node_id]
             runner = ChainRunner(node.name, node.uid, node.operator)
             if node.operator.keyed:
-                runner.keyed_state = HeapKeyedStateBackend(max_parallelism, key_groups)
+                runner.keyed_state = create_backend(backend, max_parallelism, key_groups, f"{node.uid}-{self.index}")
             if restore is not None:
                 self._restore(runner, restore, key_groups)
             context = RuntimeContext(
@@ -280,25 +286,46 @@ class Subtask:
             reader.restore(restored)
 
     def capture(self, checkpoint_id: int) -> dict[str, dict[str, Any]]:
-        """The synchronous part of a snapshot of every operator in the chain."""
+        """The synchronous part of a snapshot of every operator in the chain: a copy of its state."""
+        self.prepare_capture(checkpoint_id)
+        return self.capture_state()
+
+    def prepare_capture(self, checkpoint_id: int) -> None:
+        """What must happen on the processing thread at the barrier before the state is read:
+        the source positions into operator state, the operators' ``prepare_snapshot``."""
         if self.reader is not None:
             positions = self.runners[0].operator_state.get_list_state(SourceReader.POSITIONS, "union")
             positions[:] = self.reader.positions()
-        captured: dict[str, dict[str, Any]] = {}
         for runner in self.runners:
             try:
                 runner.operator.prepare_snapshot(checkpoint_id)
             except Exception as error:
                 raise UserFunctionError(runner.name, error) from error
-            captured[runner.uid] = {
-                "keyed": runner.keyed_state.capture() if runner.keyed_state is not None else None,
-                "operator": runner.operator_state.capture(),
-            }
+        self.plans = {runner.uid: runner.keyed_state.begin_snapshot(checkpoint_id)
+                      for runner in self.runners if runner.keyed_state is not None}
         self.last_snapshot = max(self.last_snapshot, checkpoint_id)
-        return captured
+
+    def capture_state(self) -> dict[str, dict[str, Any]]:
+        """Every operator's state as it is now, by uid: ``{"keyed": ..., "operator": ...}`` (a
+        copy; in a forked snapshot's child the live state no longer changes), keyed state as the
+        plan of :meth:`prepare_capture` says (all of it, or an incremental checkpoint's part)."""
+        return {runner.uid: {"keyed": runner.keyed_state.capture_snapshot(self.plans.get(runner.uid))
+                             if runner.keyed_state is not None else None,
+                             "operator": runner.operator_state.capture()}
+                for runner in self.runners}
+
+    def snapshot_written(self, checkpoint_id: int, handles: dict[str, Any]) -> None:
+        """This subtask's files of checkpoint ``checkpoint_id`` are written (``handles`` by uid);
+        called on the uploader thread before the acknowledgement is sent."""
+        for runner in self.runners:
+            keyed = handles.get(runner.uid, {}).get("keyed")
+            if runner.keyed_state is not None and keyed is not None:
+                runner.keyed_state.snapshot_written(checkpoint_id, keyed)
 
     def notify_complete(self, checkpoint_id: int) -> None:
         for runner in self.runners:
+            if runner.keyed_state is not None:
+                runner.keyed_state.checkpoint_completed(checkpoint_id)
             try:
                 runner.operator.notify_checkpoint_complete(checkpoint_id)
             except Exception as error:
@@ -378,6 +405,12 @@ class Subtask:
                 runner.operator.close()
             except Exception:
                 pass
+            dispose = getattr(runner.keyed_state, "dispose", None)  # an out-of-core backend's files
+            if dispose is not None:
+                try:
+                    dispose()
+                except Exception:
+                    pass
         if self.reader is not None:
             try:
                 self.reader.close()

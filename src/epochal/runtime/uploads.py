@@ -4,7 +4,9 @@
 its operators' state, timed. :func:`add_back_edge_log` completes a loop head's held copy with its
 back-edge log (Algorithm 2). :class:`Uploader` is the asynchronous part: on its own thread (on
 the processing thread for the synchronous baseline) it serialises and writes the state to
-checkpoint storage, then acknowledges with the file handles, or declines when writing failed.
+checkpoint storage, then acknowledges with the file handles, or declines when writing failed;
+for a snapshot taken by ``fork()`` (:mod:`epochal.runtime.fork_snapshots`) the child writes and
+the thread only waits for its report.
 *When* to snapshot is the snapshot pipeline's decision (:mod:`epochal.runtime.snapshots`).
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.messages import Ack, Decline, ToJobMaster
+from epochal.runtime.fork_snapshots import ForkedSnapshot, fork_snapshot, wait_report
 from epochal.runtime.iteration import IterationHead
 from epochal.runtime.mailbox import SnapshotUpload
 from epochal.runtime.tasks import Subtask
@@ -34,6 +37,26 @@ def capture(subtask: Subtask, instruction: Capture) -> SnapshotUpload:
     if subtask.reader is not None:
         stats["source_records"] = subtask.records_read  # what this snapshot's positions cover
     return SnapshotUpload(instruction.checkpoint_id, subtask.vertex_id, subtask.index, captured, stats)
+
+
+def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointStorage,
+                   reach: Callable[[str], None]) -> ForkedSnapshot:
+    """The synchronous part of ``subtask``'s snapshot taken by ``fork()``: the operators' snapshot
+    hooks, then the fork; the child reads the state as it was and writes it (see
+    :mod:`epochal.runtime.fork_snapshots`)."""
+    started = time.monotonic()
+    checkpoint_id, index, uri = instruction.checkpoint_id, subtask.index, storage.uri
+    subtask.prepare_capture(checkpoint_id)
+    stats: dict[str, float] = {"alignment_s": instruction.alignment_s, **instruction.stats}
+    if subtask.reader is not None:
+        stats["source_records"] = subtask.records_read
+
+    def write() -> dict[str, Any]:  # in the child
+        return materialize(CheckpointStorage(uri), checkpoint_id, index, subtask.capture_state())
+
+    snapshot = fork_snapshot(checkpoint_id, subtask.vertex_id, index, stats, write, reach)
+    snapshot.stats["sync_s"] = time.monotonic() - started
+    return snapshot
 
 
 def add_back_edge_log(upload: SnapshotUpload, head: IterationHead, log: list[Any], max_parallelism: int) -> None:
@@ -56,14 +79,17 @@ class Uploader:
     """
 
     def __init__(self, worker: int, storage: CheckpointStorage | None, send: Callable[[ToJobMaster], None],
-                 fault: Callable[[str, int], None], hook_points: frozenset[str], synchronous: bool) -> None:
+                 fault: Callable[[str, int], None], hook_points: frozenset[str], synchronous: bool,
+                 written: Callable[[int, int, int, dict[str, Any]], None] = lambda *_: None) -> None:
         self.worker = worker
         self.storage = storage
         self.send = send
         self.fault = fault
         self.hook_points = hook_points
         self.synchronous = synchronous
-        self.jobs: queue.SimpleQueue[SnapshotUpload | None] = queue.SimpleQueue()
+        #: ``written(vertex, subtask, checkpoint_id, handles)``: files written, before the Ack
+        self.written = written
+        self.jobs: queue.SimpleQueue[SnapshotUpload | ForkedSnapshot | None] = queue.SimpleQueue()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="epochal-uploader", daemon=True).start()
@@ -71,15 +97,34 @@ class Uploader:
     def stop(self) -> None:
         self.jobs.put(None)
 
-    def submit(self, upload: SnapshotUpload) -> None:
-        if self.synchronous:
+    def submit(self, upload: SnapshotUpload | ForkedSnapshot) -> None:
+        if isinstance(upload, ForkedSnapshot):
+            self.jobs.put(upload)  # the child writes; this thread waits for its report
+        elif self.synchronous:
             self.upload(upload)  # the baseline writes state on the processing thread
         else:
             self.jobs.put(upload)
 
     def _run(self) -> None:
         while (upload := self.jobs.get()) is not None:
-            self.upload(upload)
+            if isinstance(upload, ForkedSnapshot):
+                self.forked(upload)
+            else:
+                self.upload(upload)
+
+    def forked(self, snapshot: ForkedSnapshot) -> None:
+        """Wait for a forked snapshot's child to report, then acknowledge (or decline)."""
+        started = time.monotonic()
+        if "during_upload" in self.hook_points:  # the worker dies while its child writes
+            self.fault("during_upload", snapshot.checkpoint_id)
+        handles, why = wait_report(snapshot)
+        if handles is None:
+            self.send(Decline(snapshot.checkpoint_id, self.worker, why))
+            return
+        stats = {**snapshot.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.written(snapshot.vertex, snapshot.subtask, snapshot.checkpoint_id, handles)
+        self.send(Ack(snapshot.checkpoint_id, snapshot.vertex, snapshot.subtask, self.worker, handles, stats))
+        self.fault("after_ack", snapshot.checkpoint_id)
 
     def upload(self, upload: SnapshotUpload) -> None:
         """Serialise and write the captured state, then acknowledge (or decline)."""
@@ -95,5 +140,6 @@ class Uploader:
             self.send(Decline(checkpoint_id, self.worker, f"{type(error).__name__}: {error}"))
             return
         stats = {**upload.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.written(upload.vertex, upload.subtask, checkpoint_id, handles)
         self.send(Ack(checkpoint_id, upload.vertex, upload.subtask, self.worker, handles, stats))
         self.fault("after_ack", checkpoint_id)

@@ -98,7 +98,8 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
         subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
         try:
             subtask.open(job.nodes, vertex.nodes, job.max_parallelism, callbacks.send_to_driver,
-                         attempt=job_attempt, checkpointing=mode != NONE, restore=restore)
+                         attempt=job_attempt, checkpointing=mode != NONE, restore=restore,
+                         state_backend=deployment.state_backend)
         except CheckpointError as error:
             raise RestoreFailed(error, restore.checkpoint_id if restore else None) from error
         loop = loop_of_vertex.get(vertex_id)

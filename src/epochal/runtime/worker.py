@@ -28,7 +28,7 @@ from typing import Any, cast
 
 import cloudpickle
 
-from epochal.config import NONE, SYNCHRONOUS
+from epochal.config import FORK, HEAP, NONE, SYNCHRONOUS
 from epochal.messages import Collect, CollectPayload, Dispatch
 from epochal.plan.execution import Deployment
 from epochal.runtime import worker_events as ev
@@ -44,7 +44,7 @@ from epochal.runtime.mailbox import (
 from epochal.runtime.reports import PeerLost, WorkerStopped
 from epochal.runtime.shell import WorkerShell, register_shell_executors
 from epochal.runtime.tasks import Subtask
-from epochal.runtime.uploads import Uploader, add_back_edge_log, capture
+from epochal.runtime.uploads import Uploader, add_back_edge_log, capture, capture_forked
 from epochal.runtime.wiring import RestoreFailed, WorkerCallbacks, wire_worker
 from epochal.runtime.worker_machine import WorkerMachine, WorkerPhase
 from epochal.state.snapshot import RestoreSource
@@ -70,6 +70,7 @@ class Worker(WorkerShell):
         self.data = DataPath(self._feed)
         self.by_key: dict[ev.SubtaskKey, Subtask] = {}
         self.uploader: Uploader | None = None
+        self.forked_snapshots = False  # snapshots taken by fork() (StateBackendConfig.snapshot)
         self.deployment: Deployment | None = None
         self.restore: RestoreSource | None = None
         self.storage: CheckpointStorage | None = None
@@ -124,7 +125,11 @@ class Worker(WorkerShell):
         self.data.attach(wired)
         self.by_key = {key_of(s): s for s in wired.subtasks}
         self.uploader = Uploader(self.index, self.storage, self.send_control, self._reach, self.hook_points,
-                                 synchronous=self.mode == SYNCHRONOUS)
+                                 synchronous=self.mode == SYNCHRONOUS,
+                                 written=lambda vertex, index, checkpoint_id, handles:
+                                 self.by_key[(vertex, index)].snapshot_written(checkpoint_id, handles))
+        backend = deployment.state_backend  # (RocksDB writes hard-linked files from a thread)
+        self.forked_snapshots = backend.kind == HEAP and backend.snapshot == FORK and self.mode != SYNCHRONOUS
         self._feed(ev.Built(time.monotonic(), config.connect_timeout + 30, tuple(wired.infos), self.mode,
                             config.iteration_log))
 
@@ -205,7 +210,14 @@ class Worker(WorkerShell):
     @_DO.on(ev.Capture)
     def _do_capture(self, instruction: ev.Capture) -> None:
         """The synchronous part of a snapshot, then its upload (or a hold at a loop head)."""
-        upload = capture(self.by_key[instruction.key], instruction)
+        subtask = self.by_key[instruction.key]
+        if self.forked_snapshots and not instruction.hold:  # (a loop head holds its copy for its log)
+            forked = capture_forked(subtask, instruction, self.storage,  # type: ignore[arg-type]
+                                    lambda point: self._reach(point, instruction.checkpoint_id))
+            self._reach("after_sync", instruction.checkpoint_id)
+            self.uploader.submit(forked)  # type: ignore[union-attr]
+            return
+        upload = capture(subtask, instruction)
         self._reach("after_sync", instruction.checkpoint_id)
         if instruction.hold:
             self._feed(ev.SnapshotHeld(instruction.key, upload))

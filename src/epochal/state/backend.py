@@ -26,6 +26,7 @@ from typing import Any
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
 from epochal.state.descriptors import StateDescriptor
+from epochal.state.ttl import IncrementalCleanup, StateTtlConfig
 
 #: key group -> key -> value, for one state name
 GroupTables = MutableMapping[int, MutableMapping[Any, Any]]
@@ -46,6 +47,11 @@ class KeyedStateBackend(ABC):
         self.key_groups = key_groups
         #: state name -> kind ("value", "list", ...): one name, one kind
         self.kinds: dict[str, str] = {}
+        #: state name -> TTL config, for states declared with one (``capture`` reads it for
+        #: snapshot cleanup, :func:`epochal.state.ttl.drop_expired`)
+        self.ttl_configs: dict[str, StateTtlConfig] = {}
+        #: state name -> its incremental TTL cleanup, for states whose config asks for one
+        self.ttl_cleanups: dict[str, IncrementalCleanup] = {}
         self.current_key: Any = None
         self.current_group = 0
 
@@ -57,15 +63,60 @@ class KeyedStateBackend(ABC):
         self.current_group = key_group_of(key, self.max_parallelism) if group is None else group
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
-        """The state object for ``descriptor``; the same name must always have the same kind."""
-        from epochal.state.keyed import STATE_TYPES
+        """The state object for ``descriptor``; the same name must always have the same kind and
+        the same TTL config (:mod:`epochal.state.ttl`). A state with TTL gets a TTL state object;
+        one without keeps the plain object, which pays nothing for TTL."""
+        from epochal.state.keyed import STATE_TYPES, TTL_STATE_TYPES
 
-        known = self.kinds.get(descriptor.name)
-        if known is not None and known != descriptor.kind:
-            raise PlanError(f"state '{descriptor.name}' was declared as {known} state and now as "
+        name, ttl = descriptor.name, descriptor.ttl
+        known = self.kinds.get(name)
+        if known is None:
+            self.kinds[name] = descriptor.kind
+            if ttl is not None:
+                self._declare_ttl(name, descriptor.kind, ttl)
+        elif known != descriptor.kind:
+            raise PlanError(f"state '{name}' was declared as {known} state and now as "
                             f"{descriptor.kind} state; use another name")
-        self.kinds[descriptor.name] = descriptor.kind
-        return STATE_TYPES[descriptor.kind](self, descriptor)
+        else:
+            declared = self.ttl_configs.get(name)
+            if declared is not ttl and declared != ttl:
+                raise PlanError(f"state '{name}' was declared with ttl={declared!r} and now with ttl={ttl!r}; "
+                                f"one state name has one TTL config (use another name)")
+        if ttl is None:
+            return STATE_TYPES[descriptor.kind](self, descriptor)
+        return TTL_STATE_TYPES[descriptor.kind](self, descriptor)
+
+    def _declare_ttl(self, name: str, kind: str, config: StateTtlConfig) -> None:
+        """Record state ``name``'s TTL config (and start its incremental cleanup if it has one)."""
+        self.ttl_configs[name] = config
+        if config.cleanup_incrementally:
+            self.ttl_cleanups[name] = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config)
+
+    # -- snapshots. A backend whose snapshots are not a copy of ``capture()`` overrides these, or
+    # -- sets ``snapshots`` (an object with ``begin``/``written``/``completed``, see
+    # -- :class:`epochal.state.rocksdb_checkpoints.RocksDBSnapshots`).
+    snapshots: Any = None
+
+    def begin_snapshot(self, checkpoint_id: int) -> Any:
+        """At the barrier of checkpoint ``checkpoint_id`` (processing thread): what its snapshot
+        will write (a plan), or None: a copy of all of it."""
+        return None if self.snapshots is None else self.snapshots.begin(checkpoint_id)
+
+    def capture_snapshot(self, plan: Any) -> Any:
+        """What to hand to the writer for ``plan`` (from :meth:`begin_snapshot`): :meth:`capture`
+        without a plan; else the plan, which writes itself (``plan.upload``)."""
+        return self.capture() if plan is None else plan
+
+    def snapshot_written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
+        """The files of checkpoint ``checkpoint_id`` are written; ``handle``: its keyed-state
+        handle (uploader thread, before the acknowledgement)."""
+        if self.snapshots is not None:
+            self.snapshots.written(checkpoint_id, handle)
+
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed (processing thread)."""
+        if self.snapshots is not None:
+            self.snapshots.completed(checkpoint_id)
 
     @abstractmethod
     def owned_table(self, name: str) -> GroupTables:

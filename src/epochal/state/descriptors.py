@@ -7,8 +7,10 @@ restores), so it must be stable across versions of a job.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from epochal.state.ttl import StateTtlConfig
 
 
 class AggregateFunction(Protocol):
@@ -30,9 +32,14 @@ class AggregateFunction(Protocol):
 
 @dataclass(frozen=True)
 class StateDescriptor:
-    """Base of all descriptors: ``name`` is unique within an operator."""
+    """Base of all descriptors: ``name`` is unique within an operator.
+
+    ``ttl`` (keyword only, every kind): a :class:`~epochal.state.ttl.StateTtlConfig` makes the
+    state's values expire (:mod:`epochal.state.ttl`); ``None`` (default): they never do. One state
+    name has one TTL config within a backend."""
 
     name: str
+    ttl: StateTtlConfig | None = field(default=None, kw_only=True)
 
     #: "value" | "list" | "reducing" | "aggregating" | "map": decides how snapshots copy values.
     kind = "value"

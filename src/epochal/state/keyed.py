@@ -1,16 +1,14 @@
-"""Keyed state objects (Value/List/Reducing/Aggregating/Map) and the heap backend.
+"""Keyed state objects (Value/List/Reducing/Aggregating/Map), on any backend.
 
 The state objects work on any :class:`~epochal.state.backend.KeyedStateBackend`: they read and
 write the current key's entry in ``backend.owned_table(name)[current group]`` and write a value
 back after changing it, so a backend whose tables are views (RocksDB) sees every change.
 
-The heap backend keeps ``tables[state name][key group][key] = value`` in Python dicts. Keeping
-key groups apart is what lets a snapshot be written per key group and a restore with another
-parallelism read only the groups it owns (papers/001 §3.1.2). Snapshots have a cheap
-synchronous part, :meth:`HeapKeyedStateBackend.capture` (shallow copies of the per-group dicts;
-lists and maps, the only values state objects change in place, are copied one level deeper), and
-an asynchronous part done by the caller on another thread (serialising what was captured), while
-records keep updating the live tables.
+The backends: :mod:`epochal.state.heap` (Python dicts) and :mod:`epochal.state.rocksdb`.
+
+A descriptor with a TTL config gets the Ttl* subclass of its state object (:mod:`epochal.state.ttl`:
+values stored as ``(value, timestamp)`` tuples, expired ones invisible and removed on access);
+``get_state`` picks it once, so state without TTL runs exactly the plain code.
 """
 
 from __future__ import annotations
@@ -19,16 +17,14 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from epochal.errors import PlanError
-from epochal.state.backend import Captured, KeyedStateBackend
+from epochal.state.backend import KeyedStateBackend
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
-
-#: name -> key group -> key -> value
-Tables = dict[str, dict[int, dict[Any, Any]]]
+from epochal.state.ttl import ABSENT, TtlAccess, store_map, ttl_settings
 
 
 class _BoundState:
@@ -170,46 +166,196 @@ class MapState(_BoundState):
 
 STATE_TYPES: dict[str, type[_BoundState]] = {"value": ValueState, "list": ListState, "reducing": ReducingState,
                                              "aggregating": AggregatingState, "map": MapState}
-_DEEP_KINDS = {"list": list, "map": dict}
 
 
-class HeapKeyedStateBackend(KeyedStateBackend):
-    """Keyed state of one operator subtask, kept in Python dicts, partitioned by key group."""
+class TtlValueState(TtlAccess, ValueState):
+    """ValueState with TTL: ``value()`` returns ``default`` for an expired value."""
 
-    def __init__(self, max_parallelism: int, key_groups: range) -> None:
-        super().__init__(max_parallelism, key_groups)
-        self.tables: Tables = {}
+    __slots__ = TtlAccess.SLOTS
 
-    def capture(self) -> Captured:
-        """Synchronous part of a snapshot: a copy per key group, ``{group: {name: {key: value}}}``.
+    def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
 
-        After it returns the live tables may change freely; the copy is serialised later.
-        """
-        by_group: Captured = {}
-        for name, groups in self.tables.items():
-            deep = _DEEP_KINDS.get(self.kinds.get(name, "value"))
-            for group, entries in groups.items():
-                if not entries:
-                    continue
-                copied = {k: deep(v) for k, v in entries.items()} if deep else entries.copy()
-                by_group.setdefault(group, {})[name] = copied
-        return by_group
+    def value(self) -> Any:
+        now = self._now()
+        found = self._read(self._entries(), self.backend.current_key, now)
+        return self.default if found is ABSENT else found
 
-    def owned_table(self, name: str) -> dict[int, dict[Any, Any]]:  # type: ignore[override]
-        """State ``name``'s table with a dict for every key group this subtask owns, so that
-        operators accessing state inline (built-in aggregations, windows) index it by key group
-        without a missing-group check per record. Empty groups are left out of snapshots."""
-        table = self.tables.get(name)
-        if table is None or len(table) < len(self.key_groups):  # once per name: it is on hot paths
-            table = self.tables.setdefault(name, {})
-            for group in self.key_groups:
-                table.setdefault(group, {})
-        return table
+    def update(self, value: Any) -> None:
+        now = self._now()
+        self._entries()[self.backend.current_key] = (value, now)
 
-    def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
-        """Load one key group's state (only groups this subtask owns are ever passed)."""
-        for name, entries in states.items():
-            self.tables.setdefault(name, {})[group] = dict(entries)
 
-    def entry_count(self) -> int:
-        return sum(len(e) for groups in self.tables.values() for e in groups.values())
+class TtlReducingState(TtlAccess, ReducingState):
+    """ReducingState with TTL: an expired value is not reduced with the next one (unless visible)."""
+
+    __slots__ = TtlAccess.SLOTS
+
+    def __init__(self, backend: KeyedStateBackend, descriptor: ReducingStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
+
+    def get(self) -> Any:
+        now = self._now()
+        found = self._read(self._entries(), self.backend.current_key, now)
+        return None if found is ABSENT else found
+
+    def add(self, value: Any) -> None:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        old = self._base(entries, key, now)
+        entries[key] = (value if old is ABSENT else self.reduce_fn(old, value), now)
+
+
+class TtlAggregatingState(TtlAccess, AggregatingState):
+    """AggregatingState with TTL: an expired accumulator is replaced by a new one (unless visible)."""
+
+    __slots__ = TtlAccess.SLOTS
+
+    def __init__(self, backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> None:
+        super().__init__(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
+
+    def get(self) -> Any:
+        now = self._now()
+        found = self._read(self._entries(), self.backend.current_key, now)
+        return None if found is ABSENT else self.function.get_result(found)
+
+    def add(self, value: Any) -> None:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        accumulator = self._base(entries, key, now)
+        if accumulator is ABSENT:
+            accumulator = self.function.create_accumulator()
+        entries[key] = (self.function.add(value, accumulator), now)
+
+
+class TtlListState(TtlAccess, ListState):
+    """ListState with TTL per element: ``get`` leaves out (and removes) expired elements, ``add``
+    removes them when the oldest element has expired (elements are stamped in order)."""
+
+    __slots__ = TtlAccess.SLOTS
+
+    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
+        super().__init__(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
+
+    def get(self) -> list[Any]:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if not found:
+            return []
+        horizon = now - self.ttl
+        live = [e for e in found if e[1] > horizon]
+        result = [e[0] for e in (found if self.return_expired else live)]
+        if self.refresh_on_read:
+            live = [(e[0], now) for e in live]
+        elif len(live) == len(found):
+            return result
+        if live:
+            entries[key] = live
+        else:
+            del entries[key]
+        return result
+
+    def add_all(self, values: list[Any]) -> None:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if found is None:
+            found = []
+        elif found and found[0][1] <= now - self.ttl:
+            horizon = now - self.ttl
+            found = [e for e in found if e[1] > horizon]
+        found.extend([(v, now) for v in values])
+        entries[key] = found
+
+    def update(self, values: list[Any]) -> None:
+        now = self._now()
+        self._entries()[self.backend.current_key] = [(v, now) for v in values]
+
+
+class TtlMapState(TtlAccess, MapState):
+    """MapState with TTL per user key: expired entries are invisible to get/contains/items/keys/
+    is_empty and removed by the access that finds them; ``put`` stamps its entry."""
+
+    __slots__ = TtlAccess.SLOTS
+
+    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
+        super().__init__(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
+
+    def _lookup(self, user_key: Any) -> Any:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if found is None:
+            return ABSENT
+        item = found.get(user_key)
+        if item is None:
+            return ABSENT
+        if item[1] <= now - self.ttl:
+            del found[user_key]
+            store_map(entries, key, found)
+            return item[0] if self.return_expired else ABSENT
+        if self.refresh_on_read:
+            found[user_key] = (item[0], now)
+            entries[key] = found
+        return item[0]
+
+    def _scan(self, refresh: bool) -> list[tuple[Any, Any]]:
+        """The visible ``(user key, value)`` pairs; removes expired entries, renews if ``refresh``."""
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if not found:
+            return []
+        horizon = now - self.ttl
+        live = {k: e for k, e in found.items() if e[1] > horizon}
+        result = [(k, e[0]) for k, e in (found if self.return_expired else live).items()]
+        if refresh:
+            live = {k: (e[0], now) for k, e in live.items()}
+        elif len(live) == len(found):
+            return result
+        store_map(entries, key, live)
+        return result
+
+    def get(self, user_key: Any, default: Any = None) -> Any:
+        found = self._lookup(user_key)
+        return default if found is ABSENT else found
+
+    def put(self, user_key: Any, value: Any) -> None:
+        now = self._now()
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        if found is None:
+            found = {}
+        found[user_key] = (value, now)
+        entries[key] = found
+
+    def contains(self, user_key: Any) -> bool:
+        return self._lookup(user_key) is not ABSENT
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return iter(self._scan(self.refresh_on_read))
+
+    def keys(self) -> Iterator[Any]:
+        return iter([k for k, _ in self._scan(self.refresh_on_read)])
+
+    def is_empty(self) -> bool:
+        """Whether no entry is visible (reads no value: renews nothing)."""
+        return not self._scan(False)
+
+
+TTL_STATE_TYPES: dict[str, type[_BoundState]] = {"value": TtlValueState, "list": TtlListState,
+                                                 "reducing": TtlReducingState, "aggregating": TtlAggregatingState,
+                                                 "map": TtlMapState}

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import pickle
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 from epochal import serialization
+from epochal.state.incremental import IncrementalCapture, apply_delta
 from epochal.state.operator_state import redistribute
 from epochal.state.storage import CheckpointError, CheckpointStorage, crc
 
@@ -29,20 +32,38 @@ def file_stem(uid: str) -> str:
     return safe if safe == uid else f"{safe}.{crc(uid.encode()):08x}"
 
 
+def _group_blobs(keyed: dict[int, Any]) -> tuple[bytes, dict[str, list[int]]]:
+    """One file of per-key-group pickles, and each group's ``[offset, length, crc]``."""
+    chunks, groups, offset = [], {}, 0
+    for group in sorted(keyed):
+        blob = serialization.dumps(keyed[group])
+        chunks.append(blob)
+        groups[str(group)] = [offset, len(blob), crc(blob)]
+        offset += len(blob)
+    return b"".join(chunks), groups
+
+
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:
-    """Serialise and write one subtask's captured state; returns handles per operator uid."""
+    """Serialise and write one subtask's captured state; returns handles per operator uid. Keyed
+    state of an incremental checkpoint goes to the job's ``shared/`` files, and its handle is the
+    chain of files a restore reads (``{"format": "chain", "chain": [...]}``, oldest first)."""
     handles: dict[str, Any] = {}
     for uid, parts in captured.items():
         handle: dict[str, Any] = {}
         keyed = parts.get("keyed")
-        if keyed:
-            chunks, groups, offset = [], {}, 0
-            for group in sorted(keyed):
-                blob = serialization.dumps(keyed[group])
-                chunks.append(blob)
-                groups[str(group)] = [offset, len(blob), crc(blob)]
-                offset += len(blob)
-            written = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed", b"".join(chunks))
+        upload = getattr(keyed, "upload", None)
+        if upload is not None:  # a backend that writes its own files (RocksDB)
+            handle["keyed"] = upload(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}")
+        elif isinstance(keyed, IncrementalCapture):
+            plan = keyed.plan
+            data, groups = _group_blobs(keyed.data)
+            kind = "full" if plan.full else "delta"
+            written = storage.write_shared(f"{file_stem(uid)}-{subtask}.c{checkpoint_id}.{kind}", data)
+            link = {"file": written["file"], "size": written["size"], "groups": groups, "kind": kind}
+            handle["keyed"] = {"format": "chain", "chain": [*plan.base, link]}
+        elif keyed:
+            data, groups = _group_blobs(keyed)
+            written = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed", data)
             handle["keyed"] = {"file": written["file"], "size": written["size"], "groups": groups}
         operator = parts.get("operator")
         if operator:
@@ -54,13 +75,22 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
 
 
 def handle_bytes(handles: dict[str, Any]) -> int:
-    """Bytes a subtask wrote for one checkpoint."""
+    """Bytes a subtask wrote for one checkpoint (of a chain, only its own newest file; of a
+    RocksDB checkpoint, the files it uploaded)."""
     total = 0
     for handle in handles.values():
         for part in ("keyed", "operator"):
             if part in handle:
-                total += handle[part]["size"]
+                keyed = handle[part]
+                if "chain" in keyed:
+                    total += keyed["chain"][-1]["size"]
+                elif keyed.get("format") == "rocksdb":  # what this checkpoint uploaded
+                    total += keyed["written_bytes"]
+                else:
+                    total += keyed["size"]
     return total
+
+
 
 
 class RestoreSource:
@@ -79,16 +109,47 @@ class RestoreSource:
         return [subtasks[key] for key in sorted(subtasks, key=int)]
 
     def keyed_groups(self, uid: str, key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
-        """``(group, {state name: {key: value}})`` for every owned key group with state."""
+        """``(group, {state name: {key: value}})`` for every owned key group with state; of an
+        incremental checkpoint, each old subtask's chain is read oldest first, only the ranges
+        of the owned groups of each file."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
             if not keyed:
                 continue
-            for group_text, (offset, length, checksum) in keyed["groups"].items():
-                group = int(group_text)
-                if group in key_groups:
-                    data = self.storage.read_file(self.checkpoint_id, keyed, offset, length, checksum)
-                    yield group, _unpickle(data, self._path(keyed))
+            if keyed.get("format") == "rocksdb":
+                yield from self._rocksdb_groups(keyed, key_groups)
+                continue
+            if "chain" not in keyed:
+                yield from self._groups_of(keyed, key_groups)
+                continue
+            merged: dict[int, dict[str, Any]] = {}
+            for link in keyed["chain"]:
+                for group, delta in self._groups_of(link, key_groups):
+                    apply_delta(merged.setdefault(group, {}), delta)
+            yield from ((group, states) for group, states in sorted(merged.items()) if states)
+
+    def _rocksdb_groups(self, keyed: dict[str, Any], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
+        """An old RocksDB subtask's owned groups: its files fetched into a local checkpoint,
+        read by key-group range."""
+        start, stop = keyed["key_groups"]
+        wanted = range(max(start, key_groups.start), min(stop, key_groups.stop))
+        if not wanted:
+            return
+        from epochal.state.rocksdb import read_key_groups
+        from epochal.state.rocksdb_checkpoints import download
+
+        local = tempfile.mkdtemp(prefix="epochal-restore-")
+        try:
+            yield from read_key_groups(download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def _groups_of(self, keyed: dict[str, Any], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
+        for group_text, (offset, length, checksum) in keyed["groups"].items():
+            group = int(group_text)
+            if group in key_groups:
+                data = self.storage.read_file(self.checkpoint_id, keyed, offset, length, checksum)
+                yield group, _unpickle(data, self._path(keyed))
 
     def operator_lists(self, uid: str, index: int, parallelism: int) -> dict[str, list[Any]]:
         """Operator list state for new subtask ``index`` of ``parallelism``, redistributed."""
@@ -99,7 +160,7 @@ class RestoreSource:
         return redistribute(old, index, parallelism)
 
     def _path(self, handle: dict[str, Any]) -> str:
-        return f"{self.storage.checkpoint_path(self.checkpoint_id)}/{handle['file']}"
+        return self.storage.file_path(self.checkpoint_id, handle)
 
 
 def _unpickle(data: bytes, path: str) -> Any:

@@ -7,6 +7,12 @@ Layout under the storage root of one job::
                                                (a uid with other characters than A-Z a-z 0-9 _ . -
                                                is written with those replaced, plus its CRC)
     chk-<n>/_metadata                          JSON; written last, atomically (write + rename)
+    shared/<operator uid>-<subtask>.c<n>.full  incremental heap checkpoints: key-group blobs of
+    shared/<operator uid>-<subtask>.c<n>.delta every entry, or of the entries changed since the
+                                               chain's previous file
+    shared/<uid>-<subtask>.<db>.c<n>.<f>.sst   RocksDB checkpoints: SST files, uploaded once
+                                               Shared files are referenced by every checkpoint that
+                                               needs them and deleted with the last of those
 
 A checkpoint exists for a restore only once its ``_metadata`` exists. Every blob has a CRC-32
 recorded in the metadata, and the metadata carries a checksum of itself, so corruption is
@@ -26,6 +32,8 @@ import pyarrow.fs as pafs
 from epochal.errors import EpochalError
 
 METADATA = "_metadata"
+#: Files more than one checkpoint may reference (incremental chains), under the root
+SHARED = "shared"
 _CHK = re.compile(r"chk-(\d+)$")
 
 
@@ -99,10 +107,43 @@ class CheckpointStorage:
         with self.fs.open_output_stream(path) as out:
             out.write(data)
 
+    def write_shared(self, name: str, data: bytes) -> dict[str, Any]:
+        """Write a state file that later checkpoints may reference too (an incremental
+        checkpoint's chain file) under ``<root>/shared/``; returns its handle, whose ``file`` is
+        relative to the root (``shared/<name>``)."""
+        directory = f"{self.root}/{SHARED}"
+        self._ensure_dir(directory)
+        self._write_durably(f"{directory}/{name}", data)
+        return {"file": f"{SHARED}/{name}", "size": len(data), "crc": crc(data)}
+
+    def file_path(self, checkpoint_id: int, handle: dict[str, Any]) -> str:
+        """Where the file of ``handle`` (of checkpoint ``checkpoint_id``) is: in the checkpoint's
+        directory, or, for a shared file, under the root."""
+        name = handle["file"]
+        if name.startswith(f"{SHARED}/"):
+            return f"{self.root}/{name}"
+        return f"{self.checkpoint_path(checkpoint_id)}/{name}"
+
+    def delete_shared(self, names: list[str]) -> None:
+        """Delete shared files (``shared/<name>`` as handles name them) no checkpoint references."""
+        for name in names:
+            try:
+                self.fs.delete_file(f"{self.root}/{name}")
+            except (FileNotFoundError, OSError):
+                pass
+
+    def shared_files(self) -> list[str]:
+        """Every file under ``shared/``, as handles name them."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/{SHARED}", allow_not_found=True))
+        except OSError:
+            return []
+        return sorted(f"{SHARED}/{info.base_name}" for info in infos if info.type == pafs.FileType.File)
+
     def read_file(self, checkpoint_id: int, handle: dict[str, Any], offset: int = 0,
                   length: int | None = None, checksum: int | None = None) -> bytes:
         """Read (a range of) a state file and verify its checksum."""
-        path = f"{self.checkpoint_path(checkpoint_id)}/{handle['file']}"
+        path = self.file_path(checkpoint_id, handle)
         try:
             with self.fs.open_input_file(path) as source:
                 data = source.read_at(length if length is not None else handle["size"], offset)
@@ -127,8 +168,8 @@ class CheckpointStorage:
                 continue
             for handle in operator.get("subtasks", {}).values():
                 for part in ("keyed", "operator"):
-                    if part in handle:
-                        expected[f"{self.checkpoint_path(checkpoint_id)}/{handle[part]['file']}"] = handle[part]["size"]
+                    for file in state_files(handle[part]) if part in handle else ():
+                        expected[self.file_path(checkpoint_id, file)] = file["size"]
         if not expected:
             return
         try:
@@ -200,6 +241,16 @@ class CheckpointStorage:
             self.fs.delete_dir(self.checkpoint_path(checkpoint_id))
         except (FileNotFoundError, OSError):
             pass
+
+
+def state_files(handle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files one ``keyed`` or ``operator`` handle references: one file, an incremental
+    chain's files, or a RocksDB checkpoint's shared and private files."""
+    if "chain" in handle:
+        return list(handle["chain"])
+    if handle.get("format") == "rocksdb":
+        return [*handle["shared"], *handle["private"]]
+    return [handle]
 
 
 def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:

@@ -1,0 +1,126 @@
+"""The heap keyed-state backend: Python dicts per key group, full or incremental snapshots.
+
+It keeps ``tables[state name][key group][key] = value``. Keeping key groups apart is what lets
+a snapshot be written per key group and a restore with another parallelism read only the groups
+it owns (papers/001 §3.1.2). A snapshot's synchronous part is :meth:`HeapKeyedStateBackend.capture`
+(shallow copies of the per-group dicts; lists and maps, the only values state objects change in
+place, are copied one level deeper) when a thread of the worker writes it, or nothing but a
+``fork()`` when a child process does (:mod:`epochal.runtime.fork_snapshots`: the child reads the
+tables as they were). With ``incremental``, the group dicts are
+:class:`~epochal.state.incremental.TrackedDict` and a checkpoint writes only the keys changed
+since the last completed one (:mod:`epochal.state.incremental`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochal.state.backend import Captured, KeyedStateBackend
+from epochal.state.incremental import DELETED, DeltaTracker, IncrementalCapture, SnapshotPlan, TrackedDict
+from epochal.state.ttl import CLOCK, drop_expired
+
+#: name -> key group -> key -> value
+Tables = dict[str, dict[int, dict[Any, Any]]]
+
+
+_DEEP_KINDS = {"list": list, "map": dict}
+
+
+class HeapKeyedStateBackend(KeyedStateBackend):
+    """Keyed state of one operator subtask, kept in Python dicts, partitioned by key group.
+
+    ``incremental``: checkpoints write only what changed since the last completed one, and every
+    ``full_every``-th file of a chain is a full checkpoint again (see the module docstring)."""
+
+    def __init__(self, max_parallelism: int, key_groups: range, incremental: bool = False,
+                 full_every: int = 8) -> None:
+        super().__init__(max_parallelism, key_groups)
+        self.tables: Tables = {}
+        self.tracker = DeltaTracker(full_every) if incremental else None
+        self._dict: type[dict[Any, Any]] = TrackedDict if incremental else dict
+
+    def capture(self) -> Captured:
+        """Synchronous part of a snapshot: a copy per key group, ``{group: {name: {key: value}}}``.
+
+        After it returns the live tables may change freely; the copy is serialised later. States
+        with a TTL config that has ``cleanup_in_snapshot`` are copied without their expired values
+        (:func:`~epochal.state.ttl.drop_expired`); the live tables keep them.
+        """
+        by_group: Captured = {}
+        now = CLOCK.now()
+        for name, groups in self.tables.items():
+            kind = self.kinds.get(name, "value")
+            deep = _DEEP_KINDS.get(kind)
+            ttl = self.ttl_configs.get(name)
+            if ttl is not None and not ttl.cleanup_in_snapshot:
+                ttl = None
+            for group, entries in groups.items():
+                if not entries:
+                    continue
+                if ttl is not None:  # snapshot cleanup: expired values are left out
+                    copied = drop_expired(entries, kind, ttl, now)
+                    if not copied:
+                        continue
+                else:
+                    copied = {k: deep(v) for k, v in entries.items()} if deep else entries.copy()
+                by_group.setdefault(group, {})[name] = copied
+        return by_group
+
+    def owned_table(self, name: str) -> dict[int, dict[Any, Any]]:  # type: ignore[override]
+        """State ``name``'s table with a dict for every key group this subtask owns, so that
+        operators accessing state inline (built-in aggregations, windows) index it by key group
+        without a missing-group check per record. Empty groups are left out of snapshots."""
+        table = self.tables.get(name)
+        if table is None or len(table) < len(self.key_groups):  # once per name: it is on hot paths
+            table = self.tables.setdefault(name, {})
+            for group in self.key_groups:
+                if group not in table:
+                    table[group] = self._dict()
+        return table
+
+    def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
+        """Load one key group's state (only groups this subtask owns are ever passed)."""
+        for name, entries in states.items():
+            self.tables.setdefault(name, {})[group] = self._dict(entries)
+
+    def entry_count(self) -> int:
+        return sum(len(e) for groups in self.tables.values() for e in groups.values())
+
+    # ------------------------------------------------------------------ incremental checkpoints
+    def begin_snapshot(self, checkpoint_id: int) -> SnapshotPlan | None:
+        if self.tracker is None:
+            return None
+        return self.tracker.begin(checkpoint_id, self.tables.items())
+
+    def capture_snapshot(self, plan: Any) -> Any:
+        """A full copy (no plan, or a full incremental checkpoint), or the entries ``plan``
+        changed: each key's value now, or :data:`~epochal.state.incremental.DELETED`."""
+        if plan is None:
+            return self.capture()
+        if plan.full:
+            return IncrementalCapture(plan, self.capture())
+        data: dict[int, dict[str, dict[Any, Any]]] = {}
+        now = CLOCK.now()
+        for name, groups in plan.changed.items():
+            table = self.tables.get(name, {})
+            kind = self.kinds.get(name, "value")
+            deep = _DEEP_KINDS.get(kind)
+            ttl = self.ttl_configs.get(name)
+            for group, keys in groups.items():
+                entries = table.get(group, {})
+                changed = {key: entries.get(key, DELETED) for key in keys}
+                if ttl is not None and ttl.cleanup_in_snapshot:  # expired: as good as deleted
+                    live = drop_expired({k: v for k, v in changed.items() if v is not DELETED}, kind, ttl, now)
+                    changed = {key: live.get(key, DELETED) for key in changed}
+                elif deep is not None:
+                    changed = {k: v if v is DELETED else deep(v) for k, v in changed.items()}
+                data.setdefault(group, {})[name] = changed
+        return IncrementalCapture(plan, data)
+
+    def snapshot_written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
+        if self.tracker is not None and "chain" in handle:
+            self.tracker.written(checkpoint_id, tuple(handle["chain"]))
+
+    def checkpoint_completed(self, checkpoint_id: int) -> None:
+        if self.tracker is not None:
+            self.tracker.completed(checkpoint_id)

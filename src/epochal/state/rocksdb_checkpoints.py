@@ -1,0 +1,121 @@
+"""Checkpoints of the RocksDB backend: a local hard-link checkpoint at the barrier, incremental
+uploads of its SST files to the job's ``shared/`` files, and restores from them.
+
+papers/001 §4.2: "upon taking a snapshot, the synchronous triggerSnapshot() call simply marks the
+current version ... an asynchronous thread iterates over the marked version, materializes it to
+the snapshot store"; the LSM tree "lends itself to incremental snapshots". Here:
+
+- **Synchronous part** (:meth:`RocksDBSnapshots.begin`, on the processing thread): flush the
+  memtables and create a RocksDB checkpoint next to the database (hard links of the immutable SST
+  files plus copies of the small MANIFEST/OPTIONS/CURRENT files). Milliseconds, whatever the
+  state's size.
+- **Asynchronous part** (:meth:`RocksDBPlan.upload`, on the worker's uploader thread): every SST
+  file not already in a *completed* checkpoint of this database goes to
+  ``shared/<uid>-<subtask>.<db id>.c<n>.<file>.sst`` (SST files never change, so one uploaded
+  once is referenced by every later checkpoint that still contains it); the small files go to the
+  checkpoint's own directory. The local checkpoint is deleted afterwards. A file uploaded for a
+  checkpoint that never completes is never referenced, and is deleted with that checkpoint (its
+  name carries ``.c<n>.``, see :mod:`epochal.control.checkpointing.store`).
+- **Handle**: ``{"format": "rocksdb", "key_groups": [start, stop], "shared": [...], "private":
+  [...], "written_bytes": n}``, each file ``{"file", "size", "crc", "name"}`` (``name``: its name in the database).
+- **Restore** (:func:`download`): the files of an old subtask are fetched (checksums verified)
+  into a local directory with their database names, which is then a RocksDB checkpoint that
+  :func:`~epochal.state.rocksdb.read_key_groups` reads by key-group range (any backend can restore
+  from it), or that a RocksDB backend ingests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochal.state.storage import CheckpointStorage
+
+
+@dataclass
+class RocksDBPlan:
+    """One checkpoint of one RocksDB backend: its local checkpoint ``directory`` and ``files``,
+    and the SST files of completed checkpoints already uploaded (name -> handle)."""
+
+    checkpoint_id: int
+    directory: str
+    files: list[str]
+    key_groups: range
+    db_id: str
+    uploaded: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def upload(self, storage: CheckpointStorage, checkpoint_id: int, stem: str) -> dict[str, Any]:
+        """Write this checkpoint's files (new SST files shared, the rest private); returns the
+        handle. The local checkpoint directory is removed whatever happens."""
+        shared: list[dict[str, Any]] = []
+        private: list[dict[str, Any]] = []
+        written_bytes = 0
+        try:
+            for name in self.files:
+                if name.endswith(".sst") and name in self.uploaded:
+                    shared.append(self.uploaded[name])
+                    continue
+                with open(os.path.join(self.directory, name), "rb") as source:
+                    data = source.read()
+                written_bytes += len(data)
+                if name.endswith(".sst"):
+                    written = storage.write_shared(f"{stem}.{self.db_id}.c{checkpoint_id}.{name}", data)
+                    shared.append({**written, "name": name})
+                else:
+                    written = storage.write_file(checkpoint_id, f"{stem}.rocksdb.{name}", data)
+                    private.append({**written, "name": name})
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        return {"format": "rocksdb", "key_groups": [self.key_groups.start, self.key_groups.stop],
+                "shared": shared, "private": private, "written_bytes": written_bytes}
+
+
+class RocksDBSnapshots:
+    """The checkpoints of one :class:`~epochal.state.rocksdb.RocksDBKeyedStateBackend`: local
+    checkpoints at barriers, which SST files completed checkpoints already hold."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.db_id = uuid.uuid4().hex[:12]  # SST numbers restart in a new database: names must not
+        self.written_files: dict[int, dict[str, dict[str, Any]]] = {}
+        self.confirmed: dict[str, dict[str, Any]] = {}
+
+    def begin(self, checkpoint_id: int) -> RocksDBPlan:
+        """The synchronous part: flush and hard-link a local checkpoint beside the database."""
+        directory = f"{self.backend.directory}.chk-{checkpoint_id}"
+        shutil.rmtree(directory, ignore_errors=True)
+        files = self.backend.local_checkpoint(directory)
+        return RocksDBPlan(checkpoint_id, directory, files, self.backend.key_groups, self.db_id,
+                           dict(self.confirmed))
+
+    def written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
+        self.written_files[checkpoint_id] = {file["name"]: file for file in handle.get("shared", ())}
+
+    def completed(self, checkpoint_id: int) -> None:
+        files = self.written_files.get(checkpoint_id)
+        if files is None:
+            return
+        self.confirmed = files
+        for done in [c for c in self.written_files if c <= checkpoint_id]:
+            del self.written_files[done]
+
+    def dispose(self) -> None:
+        """Remove local checkpoints left by uploads that never ran."""
+        parent, base = os.path.split(self.backend.directory)
+        for name in os.listdir(parent) if os.path.isdir(parent) else ():
+            if name.startswith(f"{base}.chk-"):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def download(storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, Any], target: str) -> str:
+    """Fetch the files of a RocksDB ``handle`` into the new directory ``target`` under their
+    database names (checksums verified); returns ``target``, a RocksDB checkpoint."""
+    os.makedirs(target)
+    for file in [*handle["shared"], *handle["private"]]:
+        data = storage.read_file(checkpoint_id, file)
+        with open(os.path.join(target, file["name"]), "wb") as out:
+            out.write(data)
+    return target

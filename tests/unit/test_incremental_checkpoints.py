@@ -1,0 +1,194 @@
+"""Incremental checkpoints of the heap backend (state/incremental.py, state/heap.py) without Spark:
+only changed keys are written, chains build on completed checkpoints only, a restore at another
+parallelism reads each old subtask's chain for the groups it owns, and retention never deletes a
+shared file a retained checkpoint references."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from epochal.control.checkpointing.store import CompletedCheckpointStore, shared_files_of
+from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.incremental import DELETED, TrackedDict
+from epochal.state.snapshot import RestoreSource, materialize
+from epochal.state.storage import CheckpointStorage
+
+MAX_P = 16
+UID = "sum-1"
+
+
+def test_a_tracked_dict_records_every_write_and_removal():
+    d = TrackedDict({"a": 1, "b": 2})
+    assert d.dirty == set()
+    d["c"] = 3
+    del d["a"]
+    d.pop("b")
+    d.pop("zz", None)
+    d.setdefault("e", 5)
+    d.setdefault("e", 6)  # present: not a change
+    d.update({"f": 6}, g=7)
+    d |= {"h": 8}
+    assert d.dirty == {"a", "b", "c", "e", "f", "g", "h", "zz"}
+    d.dirty = set()
+    d.clear()
+    assert d.dirty == {"c", "e", "f", "g", "h"} and d == {}
+    assert type(__import__("pickle").loads(__import__("pickle").dumps(TrackedDict(x=1)))) is dict
+
+
+class Subtask:
+    """One operator subtask's keyed state as the runtime drives it: barrier, write, ack, complete."""
+
+    def __init__(self, index: int, parallelism: int, storage: CheckpointStorage, full_every: int = 8) -> None:
+        self.index = index
+        self.backend = HeapKeyedStateBackend(MAX_P, key_group_range(index, parallelism, MAX_P), True, full_every)
+        self.storage = storage
+        self.value = self.backend.get_state(ValueStateDescriptor("v"))
+        self.items = self.backend.get_state(ListStateDescriptor("l"))
+        self.map = self.backend.get_state(MapStateDescriptor("m"))
+
+    def owns(self, key) -> bool:
+        return key_group_of(key, MAX_P) in self.backend.key_groups
+
+    def put(self, key, value) -> None:
+        self.backend.set_current_key(key)
+        self.value.update(value)
+        self.items.add(value)
+        self.map.put(value % 3, value)
+
+    def remove(self, key) -> None:
+        self.backend.set_current_key(key)
+        self.value.clear()
+        self.items.clear()
+        self.map.clear()
+
+    def checkpoint(self, checkpoint_id: int):
+        plan = self.backend.begin_snapshot(checkpoint_id)
+        handles = materialize(self.storage, checkpoint_id, self.index,
+                              {UID: {"keyed": self.backend.capture_snapshot(plan), "operator": {}}})
+        self.backend.snapshot_written(checkpoint_id, handles[UID]["keyed"])
+        return plan, handles[UID]
+
+
+def metadata(handles_by_subtask: dict[int, dict]) -> dict:
+    return {"operators": {UID: {"subtasks": {str(i): h for i, h in handles_by_subtask.items()}}}}
+
+
+def restored(storage, checkpoint_id, meta, parallelism):
+    """Every subtask of ``parallelism`` restores; the union of their state (each group once)."""
+    out = {}
+    for groups in (key_group_range(i, parallelism, MAX_P) for i in range(parallelism)):
+        backend = HeapKeyedStateBackend(MAX_P, groups)
+        for group, states in RestoreSource(storage, checkpoint_id, meta).keyed_groups(UID, groups):
+            assert group in groups
+            backend.restore_group(group, states)
+        for group, states in backend.capture().items():
+            assert group not in out
+            out[group] = states
+    return out
+
+
+def live(subtasks) -> dict:
+    out = {}
+    for subtask in subtasks:
+        out.update(subtask.backend.capture())
+    return out
+
+
+@pytest.mark.parametrize("restore_parallelism", [1, 2, 3])
+def test_deltas_hold_only_changed_keys_and_a_chain_restores_exactly_at_any_parallelism(tmp_path, restore_parallelism):
+    storage = CheckpointStorage(str(tmp_path))
+    subtasks = [Subtask(i, 2, storage) for i in range(2)]
+    rng = random.Random(7)
+    keys = [f"k{i}" for i in range(300)]
+    for checkpoint_id in range(1, 6):
+        for _ in range(40 if checkpoint_id > 1 else 600):
+            key = rng.choice(keys)
+            owner = next(s for s in subtasks if s.owns(key))
+            owner.remove(key) if rng.random() < 0.2 else owner.put(key, rng.randrange(1000))
+        handles = {}
+        for subtask in subtasks:
+            plan, handles[subtask.index] = subtask.checkpoint(checkpoint_id)
+            assert plan.full == (checkpoint_id == 1)
+            chain = handles[subtask.index]["keyed"]["chain"]
+            assert len(chain) == checkpoint_id and chain[-1]["kind"] == ("full" if checkpoint_id == 1 else "delta")
+            if not plan.full:  # at most the 40 keys touched since the last checkpoint, per state
+                assert sum(len(keys) for keys in plan.changed["v"].values()) <= 40
+        for subtask in subtasks:
+            subtask.backend.checkpoint_completed(checkpoint_id)
+        meta = metadata(handles)
+        assert restored(storage, checkpoint_id, meta, restore_parallelism) == live(subtasks)
+
+
+def test_every_full_every_th_checkpoint_is_full_again(tmp_path):
+    subtask = Subtask(0, 1, CheckpointStorage(str(tmp_path)), full_every=3)
+    kinds = []
+    for checkpoint_id in range(1, 8):
+        subtask.put(f"k{checkpoint_id}", checkpoint_id)
+        plan, handle = subtask.checkpoint(checkpoint_id)
+        subtask.backend.checkpoint_completed(checkpoint_id)
+        kinds.append(len(handle["keyed"]["chain"]))
+    assert kinds == [1, 2, 3, 1, 2, 3, 1]
+
+
+def test_a_failed_checkpoint_never_breaks_a_chain(tmp_path):
+    """Checkpoint 2 is written but never completes (declined elsewhere): checkpoint 3 builds on 1
+    and carries 2's changes too."""
+    storage = CheckpointStorage(str(tmp_path))
+    subtask = Subtask(0, 1, storage)
+    subtask.put("a", 1)
+    subtask.put("b", 2)
+    subtask.checkpoint(1)
+    subtask.backend.checkpoint_completed(1)
+    subtask.put("a", 10)
+    subtask.checkpoint(2)  # fails: never completed
+    subtask.remove("b")
+    plan, handle = subtask.checkpoint(3)
+    assert not plan.full and [f["kind"] for f in handle["keyed"]["chain"]] == ["full", "delta"]
+    assert {k for keys in plan.changed["v"].values() for k in keys} == {"a", "b"}
+    subtask.backend.checkpoint_completed(3)
+    assert restored(storage, 3, metadata({0: handle}), 1) == live([subtask])
+
+
+def test_deleted_keys_are_deleted_on_restore():
+    backend = HeapKeyedStateBackend(MAX_P, range(MAX_P), incremental=True)
+    state = backend.get_state(ValueStateDescriptor("v"))
+    backend.set_current_key("x")
+    state.update(1)
+    backend.checkpoint_completed(1)  # nothing written for 1: nothing confirmed
+    assert backend.begin_snapshot(1).full
+    backend.snapshot_written(1, {"format": "chain", "chain": [{"file": "shared/f", "size": 0, "groups": {},
+                                                               "kind": "full"}]})
+    backend.checkpoint_completed(1)
+    state.clear()
+    plan = backend.begin_snapshot(2)
+    capture = backend.capture_snapshot(plan)
+    assert capture.data == {key_group_of("x", MAX_P): {"v": {"x": DELETED}}}
+
+
+def test_retention_keeps_every_shared_file_a_retained_checkpoint_references(tmp_path):
+    """Old checkpoints are removed as new ones complete; the newest always restores, and shared
+    files go once no retained chain needs them (and an aborted checkpoint's at once)."""
+    storage = CheckpointStorage(str(tmp_path))
+    store = CompletedCheckpointStore(storage, retained=2)
+    subtask = Subtask(0, 1, storage, full_every=3)
+    for checkpoint_id in range(1, 9):
+        subtask.put(f"k{checkpoint_id % 5}", checkpoint_id)
+        if checkpoint_id == 5:  # aborted: its files must go, the chain must not notice
+            subtask.checkpoint(5)
+            store.discard(5)
+            assert not [f for f in storage.shared_files() if ".c5." in f]
+            continue
+        _, handle = subtask.checkpoint(checkpoint_id)
+        meta = metadata({0: handle})
+        store.write(checkpoint_id, meta)
+        store.add(checkpoint_id, 0)
+        subtask.backend.checkpoint_completed(checkpoint_id)
+        store.retain()
+        referenced = set().union(*(shared_files_of(storage.read_metadata(c)) for c in store.completed))
+        assert set(storage.shared_files()) == referenced  # nothing unreferenced left, nothing needed gone
+        assert restored(storage, checkpoint_id, storage.read_metadata(checkpoint_id), 1) == live([subtask])
+    assert store.completed == [7, 8]

@@ -1,0 +1,125 @@
+"""RocksDB checkpoints through checkpoint storage (state/rocksdb_checkpoints.py) without Spark: the
+synchronous part is a local hard-link checkpoint, later checkpoints upload only new SST files and
+reference the others, restores at another parallelism read only owned key groups (into RocksDB or
+the heap backend), and retention keeps every SST file a retained checkpoint needs."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from epochal.config import ROCKSDB, StateBackendConfig
+from epochal.control.checkpointing.store import CompletedCheckpointStore, shared_files_of
+from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.state.backends import create_backend
+from epochal.state.descriptors import ValueStateDescriptor
+from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.snapshot import RestoreSource, materialize
+from epochal.state.storage import CheckpointStorage
+
+MAX_P = 16
+UID = "agg-1"
+
+
+class Subtask:
+    def __init__(self, index: int, parallelism: int, storage: CheckpointStorage, local: str) -> None:
+        self.index = index
+        config = StateBackendConfig(ROCKSDB, local_dir=local, write_buffer_bytes=1 << 20)
+        self.backend = create_backend(config, MAX_P, key_group_range(index, parallelism, MAX_P), f"{UID}-{index}")
+        self.storage = storage
+        self.state = self.backend.get_state(ValueStateDescriptor("v"))
+
+    def owns(self, key) -> bool:
+        return key_group_of(key, MAX_P) in self.backend.key_groups
+
+    def put(self, key, value) -> None:
+        self.backend.set_current_key(key)
+        self.state.update(value)
+
+    def remove(self, key) -> None:
+        self.backend.set_current_key(key)
+        self.state.clear()
+
+    def checkpoint(self, checkpoint_id: int) -> dict:
+        plan = self.backend.begin_snapshot(checkpoint_id)  # the synchronous part
+        handles = materialize(self.storage, checkpoint_id, self.index,
+                              {UID: {"keyed": self.backend.capture_snapshot(plan), "operator": {}}})
+        self.backend.snapshot_written(checkpoint_id, handles[UID]["keyed"])
+        return handles[UID]
+
+
+def metadata(handles: dict[int, dict]) -> dict:
+    return {"operators": {UID: {"subtasks": {str(i): h for i, h in handles.items()}}}}
+
+
+def restored(storage, checkpoint_id, meta, parallelism, local, backend_kind="heap"):
+    out = {}
+    for index in range(parallelism):
+        groups = key_group_range(index, parallelism, MAX_P)
+        if backend_kind == "heap":
+            backend = HeapKeyedStateBackend(MAX_P, groups)
+        else:
+            backend = create_backend(StateBackendConfig(ROCKSDB, local_dir=local), MAX_P, groups, f"r{index}")
+        for group, states in RestoreSource(storage, checkpoint_id, meta).keyed_groups(UID, groups):
+            assert group in groups
+            backend.restore_group(group, states)
+        for group, states in backend.capture().items():
+            assert group not in out
+            out[group] = states
+        getattr(backend, "dispose", lambda: None)()
+    return out
+
+
+@pytest.mark.parametrize("restore_parallelism,restore_backend", [(3, "heap"), (1, "rocksdb"), (2, "rocksdb")])
+def test_incremental_sst_uploads_and_rescaled_restores(tmp_path, restore_parallelism, restore_backend):
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"))
+    local = str(tmp_path / "local")
+    subtasks = [Subtask(i, 2, storage, local) for i in range(2)]
+    rng = random.Random(3)
+    keys = [f"k{i}" for i in range(2_000)]
+    uploaded_before: set[str] = set()
+    for checkpoint_id in range(1, 5):
+        for _ in range(3_000 if checkpoint_id == 1 else 300):
+            key = rng.choice(keys)
+            owner = next(s for s in subtasks if s.owns(key))
+            owner.remove(key) if rng.random() < 0.1 else owner.put(key, "x" * rng.randrange(1, 200))
+        handles = {s.index: s.checkpoint(checkpoint_id) for s in subtasks}
+        for subtask in subtasks:
+            assert not [n for n in os.listdir(os.path.dirname(subtask.backend.directory)) if ".chk-" in n]
+            subtask.backend.checkpoint_completed(checkpoint_id)
+        shared = {f["file"] for h in handles.values() for f in h["keyed"]["shared"]}
+        new = {f for f in shared if f".c{checkpoint_id}." in f}
+        if checkpoint_id > 1:  # earlier SST files are referenced, not uploaded again
+            assert shared - new and shared - new <= uploaded_before
+        uploaded_before |= shared
+        live = {}
+        for subtask in subtasks:
+            live.update(subtask.backend.capture())
+        meta = metadata(handles)
+        storage.verify_files(checkpoint_id, meta)
+        assert restored(storage, checkpoint_id, meta, restore_parallelism, local, restore_backend) == live
+    for subtask in subtasks:
+        subtask.backend.dispose()
+    assert not os.listdir(os.path.join(local, "epochal-rocksdb"))
+
+
+def test_retention_never_deletes_an_sst_file_a_retained_checkpoint_needs(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"))
+    store = CompletedCheckpointStore(storage, retained=1)
+    subtask = Subtask(0, 1, storage, str(tmp_path / "local"))
+    rng = random.Random(5)
+    for checkpoint_id in range(1, 7):
+        for _ in range(2_000):
+            subtask.put(f"k{rng.randrange(5_000)}", "y" * 50)
+        meta = metadata({0: subtask.checkpoint(checkpoint_id)})
+        store.write(checkpoint_id, meta)
+        store.add(checkpoint_id, 0)
+        subtask.backend.checkpoint_completed(checkpoint_id)
+        store.retain()
+        assert set(storage.shared_files()) == shared_files_of(storage.read_metadata(checkpoint_id))
+        newest = storage.read_metadata(store.completed[-1])
+        storage.verify_files(store.completed[-1], newest)
+        assert restored(storage, checkpoint_id, newest, 1, str(tmp_path)) == subtask.backend.capture()
+    subtask.backend.dispose()
