@@ -5,6 +5,14 @@ keyed state, and for a cyclic job (papers/000 §4.3, Algorithm 2: a Collatz loop
 the records in transit inside the loop), with the size of those back-edge logs per checkpoint.
 
     python -m benchmarks.abs_overhead --records 1500000 --intervals 0.25 0.5 1 2 5 --repeats 2
+    python -m benchmarks.abs_overhead --states large --intervals 1 \
+        --backends heap-thread heap-fork heap-incremental rocksdb --modes exactly_once synchronous
+
+``--backends`` runs each state on several keyed-state backends (docs/state_backends.md):
+``heap-thread`` (the copy at the barrier pickled by a worker thread, the default before forked
+snapshots), ``heap-fork`` (the default: the barrier forks, the child writes), ``heap-incremental``
+and ``rocksdb``. Besides the runtime, each run records the longest synchronous part of a snapshot
+(``sync_s_max``: how long the processing thread stalled for one).
 
 Runs are interleaved: every round runs ``none`` and each mode at each interval, in a rotating
 order, so slow drift of the machine (JIT-free Python, but a JVM, page cache, thermal) hits the
@@ -28,6 +36,9 @@ import epochal
 from epochal.control.spark import create_session
 
 MODES = ("exactly_once", "at_least_once", "synchronous")
+#: keyed-state backends by name: ``Environment.set_state_backend`` arguments
+BACKENDS = {"heap-thread": {"snapshot": "thread"}, "heap-fork": {"snapshot": "fork"},
+            "heap-incremental": {"snapshot": "fork", "incremental": True}, "rocksdb": {"kind": "rocksdb"}}
 #: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more;
 #: "cyclic" runs the loop job instead, over records // CYCLIC_DIVISOR origins.
 STATE_KEYS = {"small": 10_007, "large": 1_000_003, "cyclic": 0}
@@ -62,9 +73,11 @@ def build_cyclic(env: epochal.Environment, records: int) -> None:
     stepped.filter(lambda s: s[1] == 1).discard()
 
 
-def run_once(spark, parallelism: int, records: int, state: str, mode: str, interval: float | None) -> dict:
+def run_once(spark, parallelism: int, records: int, state: str, mode: str, interval: float | None,
+             backend: str = "heap-fork") -> dict:
     env = epochal.Environment(parallelism, spark=spark)
     storage = tempfile.mkdtemp(prefix="epochal-bench-")
+    env.set_state_backend(**BACKENDS[backend], **({"local_dir": storage} if backend == "rocksdb" else {}))
     if mode != "none":
         env.enable_checkpointing(interval, mode=mode, storage=storage)
     if state == "cyclic":
@@ -91,6 +104,8 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--intervals", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 5.0])
     parser.add_argument("--states", nargs="+", choices=sorted(STATE_KEYS), default=["small", "large", "cyclic"])
+    parser.add_argument("--backends", nargs="+", choices=sorted(BACKENDS), default=["heap-fork"])
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
@@ -102,14 +117,15 @@ def main() -> None:
     for repeat in range(args.repeats):
         for state in args.states:
             for position, interval in enumerate(args.intervals):
-                modes = ("none", *MODES)
-                shift = (repeat + position) % len(modes)
-                for mode in modes[shift:] + modes[:shift]:
-                    row = {"state": state, "keys": STATE_KEYS[state], "mode": mode, "repeat": repeat,
-                           "interval_s": interval,
-                           **run_once(spark, args.parallelism, args.records, state, mode, interval)}
+                runs = [("none", args.backends[0])] + [(m, b) for b in args.backends for m in args.modes]
+                shift = (repeat + position) % len(runs)
+                for mode, backend in runs[shift:] + runs[:shift]:
+                    row = {"state": state, "keys": STATE_KEYS[state], "mode": mode, "backend": backend,
+                           "repeat": repeat, "interval_s": interval,
+                           **run_once(spark, args.parallelism, args.records, state, mode, interval, backend)}
                     rows.append(row)
-                    print(f"[{repeat}] {state:>5} {mode:>14} interval {interval:>5g} s: {row['seconds']:6.2f} s, "
+                    print(f"[{repeat}] {state:>5} {backend:>16} {mode:>14} interval {interval:>5g} s: "
+                          f"{row['seconds']:6.2f} s, stall {row['sync_s_max'] * 1e3:7.1f} ms, "
                           f"{row['checkpoints']:3d} checkpoints of {row['bytes_per_checkpoint'] / 1e6:7.2f} MB"
                           + (f", back-edge log {row['loop_log_records_median']:,.0f} records (max "
                              f"{row['loop_log_records_max']:,})" if state == "cyclic" and mode != "none" else ""),
@@ -124,24 +140,34 @@ def main() -> None:
 
 
 def summarise(rows: list[dict], args: argparse.Namespace) -> dict:
-    """Median runtime per (state, mode, interval), and the ratio table printed for the notes."""
+    """Median runtime per (state, backend, mode, interval), and the ratio tables printed for the
+    notes (runtime / none's, and the median longest stall per checkpoint)."""
     summary: dict = {}
     for state in args.states:
         none_s = statistics.median(r["seconds"] for r in rows if r["state"] == state and r["mode"] == "none")
-        per_mode = {mode: {i: statistics.median(r["seconds"] for r in rows if r["state"] == state
-                                                and r["mode"] == mode and r["interval_s"] == i)
-                           for i in args.intervals} for mode in MODES}
         spread = [r["seconds"] for r in rows if r["state"] == state and r["mode"] == "none"]
-        summary[state] = (none_s, per_mode)
-        mb = max(r["bytes_per_checkpoint"] for r in rows if r["state"] == state) / 1e6
-        what = f"{args.records // CYCLIC_DIVISOR:,} origins" if state == "cyclic" else f"{STATE_KEYS[state]:,} keys"
-        print(f"\n{state} ({what}, ~{mb:.1f} MB per checkpoint): none median "
-              f"{none_s:.2f} s (runs {min(spread):.2f}-{max(spread):.2f} s), "
-              f"{args.records / none_s:,.0f} records/s")
-        print(f"{'interval (s)':>14} " + " ".join(f"{m:>14}" for m in MODES))
-        for interval in args.intervals:
-            print(f"{interval:>14g} " + " ".join(f"x{per_mode[m][interval] / none_s:>13.2f}" for m in MODES))
-        if state == "cyclic":
+        for backend in args.backends:
+            mine = [r for r in rows if r["state"] == state and r.get("backend") == backend and r["mode"] != "none"]
+            per_mode = {mode: {i: statistics.median(r["seconds"] for r in mine
+                                                    if r["mode"] == mode and r["interval_s"] == i)
+                               for i in args.intervals} for mode in args.modes}
+            stall = {mode: {i: statistics.median(r["sync_s_max"] for r in mine
+                                                 if r["mode"] == mode and r["interval_s"] == i)
+                            for i in args.intervals} for mode in args.modes}
+            label = state if len(args.backends) == 1 else f"{state} [{backend}]"
+            summary[label] = (none_s, per_mode)
+            mb = max(r["bytes_per_checkpoint"] for r in mine) / 1e6
+            what = f"{args.records // CYCLIC_DIVISOR:,} origins" if state == "cyclic" else \
+                f"{STATE_KEYS[state]:,} keys"
+            print(f"\n{label} ({what}, up to {mb:.1f} MB per checkpoint): none median "
+                  f"{none_s:.2f} s (runs {min(spread):.2f}-{max(spread):.2f} s), "
+                  f"{args.records / none_s:,.0f} records/s")
+            print(f"{'interval (s)':>14} " + " ".join(f"{m:>14}" for m in args.modes)
+                  + " " + " ".join(f"{'stall ' + m[:8]:>16}" for m in args.modes))
+            for interval in args.intervals:
+                print(f"{interval:>14g} " + " ".join(f"x{per_mode[m][interval] / none_s:>13.2f}" for m in args.modes)
+                      + " " + " ".join(f"{stall[m][interval] * 1e3:>13.1f} ms" for m in args.modes))
+        if state == "cyclic" and "exactly_once" in args.modes:
             print(f"{'interval (s)':>14} back-edge log records per checkpoint, median (max), exactly_once")
             for interval in args.intervals:
                 runs = [r for r in rows if r["state"] == state and r["mode"] == "exactly_once"
@@ -159,7 +185,7 @@ def plot(summary: dict, args: argparse.Namespace) -> None:
 
     fig, axes = plt.subplots(1, len(summary), figsize=(6.5 * len(summary), 4.2), squeeze=False)
     for ax, (state, (none_s, per_mode)) in zip(axes[0], summary.items(), strict=True):
-        for mode, marker in zip(MODES, "os^", strict=True):
+        for mode, marker in zip(per_mode, "os^", strict=False):
             xs = sorted(per_mode[mode])
             ax.plot(xs, [per_mode[mode][x] for x in xs], marker=marker, label=mode)
         ax.axhline(none_s, color="grey", linestyle="--", label="none (no snapshots)")
@@ -169,8 +195,9 @@ def plot(summary: dict, args: argparse.Namespace) -> None:
         ax.set_xlabel("snapshot interval (s)")
         ax.set_ylabel("runtime (s)")
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{state} state: {STATE_KEYS[state]:,} keys" if state != "cyclic" else
-                     f"cyclic: Collatz loop, {args.records // CYCLIC_DIVISOR:,} origins")
+        base = state.split(" ")[0]
+        ax.set_title(f"{state} state: {STATE_KEYS[base]:,} keys" if base != "cyclic" else
+                     f"{state}: Collatz loop, {args.records // CYCLIC_DIVISOR:,} origins")
         ax.legend()
     fig.suptitle(f"ABS vs synchronous snapshots: {args.records:,} records, 3 shuffles, "
                  f"parallelism {args.parallelism}, {os.cpu_count()} CPUs")

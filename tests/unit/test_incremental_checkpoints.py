@@ -14,8 +14,9 @@ from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.incremental import DELETED, TrackedDict
-from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointStorage
+from tests.unit.snapshot_helpers import metadata, write_checkpoint
+from tests.unit.snapshot_helpers import restored as snapshot_restored
 
 MAX_P = 16
 UID = "sum-1"
@@ -66,29 +67,12 @@ class Subtask:
         self.map.clear()
 
     def checkpoint(self, checkpoint_id: int):
-        plan = self.backend.begin_snapshot(checkpoint_id)
-        handles = materialize(self.storage, checkpoint_id, self.index,
-                              {UID: {"keyed": self.backend.capture_snapshot(plan), "operator": {}}})
-        self.backend.snapshot_written(checkpoint_id, handles[UID]["keyed"])
-        return plan, handles[UID]
-
-
-def metadata(handles_by_subtask: dict[int, dict]) -> dict:
-    return {"operators": {UID: {"subtasks": {str(i): h for i, h in handles_by_subtask.items()}}}}
+        return write_checkpoint(self.backend, self.storage, checkpoint_id, self.index, UID)
 
 
 def restored(storage, checkpoint_id, meta, parallelism):
-    """Every subtask of ``parallelism`` restores; the union of their state (each group once)."""
-    out = {}
-    for groups in (key_group_range(i, parallelism, MAX_P) for i in range(parallelism)):
-        backend = HeapKeyedStateBackend(MAX_P, groups)
-        for group, states in RestoreSource(storage, checkpoint_id, meta).keyed_groups(UID, groups):
-            assert group in groups
-            backend.restore_group(group, states)
-        for group, states in backend.capture().items():
-            assert group not in out
-            out[group] = states
-    return out
+    return snapshot_restored(storage, checkpoint_id, meta, UID, MAX_P, parallelism,
+                             lambda index, groups: HeapKeyedStateBackend(MAX_P, groups))
 
 
 def live(subtasks) -> dict:
@@ -119,7 +103,7 @@ def test_deltas_hold_only_changed_keys_and_a_chain_restores_exactly_at_any_paral
                 assert sum(len(keys) for keys in plan.changed["v"].values()) <= 40
         for subtask in subtasks:
             subtask.backend.checkpoint_completed(checkpoint_id)
-        meta = metadata(handles)
+        meta = metadata(UID, handles)
         assert restored(storage, checkpoint_id, meta, restore_parallelism) == live(subtasks)
 
 
@@ -150,7 +134,7 @@ def test_a_failed_checkpoint_never_breaks_a_chain(tmp_path):
     assert not plan.full and [f["kind"] for f in handle["keyed"]["chain"]] == ["full", "delta"]
     assert {k for keys in plan.changed["v"].values() for k in keys} == {"a", "b"}
     subtask.backend.checkpoint_completed(3)
-    assert restored(storage, 3, metadata({0: handle}), 1) == live([subtask])
+    assert restored(storage, 3, metadata(UID, {0: handle}), 1) == live([subtask])
 
 
 def test_deleted_keys_are_deleted_on_restore():
@@ -183,7 +167,7 @@ def test_retention_keeps_every_shared_file_a_retained_checkpoint_references(tmp_
             assert not [f for f in storage.shared_files() if ".c5." in f]
             continue
         _, handle = subtask.checkpoint(checkpoint_id)
-        meta = metadata({0: handle})
+        meta = metadata(UID, {0: handle})
         store.write(checkpoint_id, meta)
         store.add(checkpoint_id, 0)
         subtask.backend.checkpoint_completed(checkpoint_id)

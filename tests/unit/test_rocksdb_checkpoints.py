@@ -16,8 +16,9 @@ from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointStorage
+from tests.unit.snapshot_helpers import metadata, write_checkpoint
+from tests.unit.snapshot_helpers import restored as snapshot_restored
 
 MAX_P = 16
 UID = "agg-1"
@@ -43,33 +44,15 @@ class Subtask:
         self.state.clear()
 
     def checkpoint(self, checkpoint_id: int) -> dict:
-        plan = self.backend.begin_snapshot(checkpoint_id)  # the synchronous part
-        handles = materialize(self.storage, checkpoint_id, self.index,
-                              {UID: {"keyed": self.backend.capture_snapshot(plan), "operator": {}}})
-        self.backend.snapshot_written(checkpoint_id, handles[UID]["keyed"])
-        return handles[UID]
-
-
-def metadata(handles: dict[int, dict]) -> dict:
-    return {"operators": {UID: {"subtasks": {str(i): h for i, h in handles.items()}}}}
+        return write_checkpoint(self.backend, self.storage, checkpoint_id, self.index, UID)[1]
 
 
 def restored(storage, checkpoint_id, meta, parallelism, local, backend_kind="heap"):
-    out = {}
-    for index in range(parallelism):
-        groups = key_group_range(index, parallelism, MAX_P)
+    def make(index, groups):
         if backend_kind == "heap":
-            backend = HeapKeyedStateBackend(MAX_P, groups)
-        else:
-            backend = create_backend(StateBackendConfig(ROCKSDB, local_dir=local), MAX_P, groups, f"r{index}")
-        for group, states in RestoreSource(storage, checkpoint_id, meta).keyed_groups(UID, groups):
-            assert group in groups
-            backend.restore_group(group, states)
-        for group, states in backend.capture().items():
-            assert group not in out
-            out[group] = states
-        getattr(backend, "dispose", lambda: None)()
-    return out
+            return HeapKeyedStateBackend(MAX_P, groups)
+        return create_backend(StateBackendConfig(ROCKSDB, local_dir=local), MAX_P, groups, f"r{index}")
+    return snapshot_restored(storage, checkpoint_id, meta, UID, MAX_P, parallelism, make)
 
 
 @pytest.mark.parametrize("restore_parallelism,restore_backend", [(3, "heap"), (1, "rocksdb"), (2, "rocksdb")])
@@ -97,7 +80,7 @@ def test_incremental_sst_uploads_and_rescaled_restores(tmp_path, restore_paralle
         live = {}
         for subtask in subtasks:
             live.update(subtask.backend.capture())
-        meta = metadata(handles)
+        meta = metadata(UID, handles)
         storage.verify_files(checkpoint_id, meta)
         assert restored(storage, checkpoint_id, meta, restore_parallelism, local, restore_backend) == live
     for subtask in subtasks:
@@ -113,7 +96,7 @@ def test_retention_never_deletes_an_sst_file_a_retained_checkpoint_needs(tmp_pat
     for checkpoint_id in range(1, 7):
         for _ in range(2_000):
             subtask.put(f"k{rng.randrange(5_000)}", "y" * 50)
-        meta = metadata({0: subtask.checkpoint(checkpoint_id)})
+        meta = metadata(UID, {0: subtask.checkpoint(checkpoint_id)})
         store.write(checkpoint_id, meta)
         store.add(checkpoint_id, 0)
         subtask.backend.checkpoint_completed(checkpoint_id)

@@ -24,7 +24,7 @@ from epochal.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.ttl import ABSENT, TtlAccess, store_map, ttl_settings
+from epochal.state.ttl import ABSENT, TtlAccess, store_map
 
 
 class _BoundState:
@@ -173,10 +173,6 @@ class TtlValueState(TtlAccess, ValueState):
 
     __slots__ = TtlAccess.SLOTS
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> None:
-        super().__init__(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
-
     def value(self) -> Any:
         now = self._now()
         found = self._read(self._entries(), self.backend.current_key, now)
@@ -191,10 +187,6 @@ class TtlReducingState(TtlAccess, ReducingState):
     """ReducingState with TTL: an expired value is not reduced with the next one (unless visible)."""
 
     __slots__ = TtlAccess.SLOTS
-
-    def __init__(self, backend: KeyedStateBackend, descriptor: ReducingStateDescriptor) -> None:
-        super().__init__(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
 
     def get(self) -> Any:
         now = self._now()
@@ -213,10 +205,6 @@ class TtlAggregatingState(TtlAccess, AggregatingState):
     """AggregatingState with TTL: an expired accumulator is replaced by a new one (unless visible)."""
 
     __slots__ = TtlAccess.SLOTS
-
-    def __init__(self, backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> None:
-        super().__init__(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
 
     def get(self) -> Any:
         now = self._now()
@@ -238,10 +226,6 @@ class TtlListState(TtlAccess, ListState):
     removes them when the oldest element has expired (elements are stamped in order)."""
 
     __slots__ = TtlAccess.SLOTS
-
-    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
-        super().__init__(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
 
     def get(self) -> list[Any]:
         now = self._now()
@@ -286,10 +270,6 @@ class TtlMapState(TtlAccess, MapState):
     is_empty and removed by the access that finds them; ``put`` stamps its entry."""
 
     __slots__ = TtlAccess.SLOTS
-
-    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
-        super().__init__(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = ttl_settings(backend, descriptor)
 
     def _lookup(self, user_key: Any) -> Any:
         now = self._now()

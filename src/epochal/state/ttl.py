@@ -260,6 +260,12 @@ class TtlAccess:
     return_expired: bool
     cleanup: IncrementalCleanup | None
 
+    def __init__(self, backend: KeyedStateBackend, descriptor: Any) -> None:
+        # the state class after this mixin in the MRO; the slots are the concrete TTL classes'
+        super().__init__(backend, descriptor)  # type: ignore[call-arg]
+        settings = ttl_settings(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = settings  # type: ignore[misc]
+
     def _now(self) -> float:
         now = CLOCK.now()
         if self.cleanup is not None:
