@@ -72,7 +72,8 @@ class CecWorker(WorkerShell):
         self.ended: list[int | None] = []
         self.inputs_ended = False
         self.source: SourceReader | None = None
-        self.source_done = self.source_idle = False
+        self.source_done = False
+        self.next_read = 0.0  # a source reads again then (a partial batch lingers for buffer_timeout)
         self.records_read = 0
         self.aggregate: WindowAggregate | None = None
         self.sink: SinkCommitter | None = None
@@ -110,7 +111,7 @@ class CecWorker(WorkerShell):
         self._feed(Registered(time.monotonic(), self.bootstrap.registration_timeout + 30))
         while True:
             busy = self.processing and self._has_work()
-            wait = 0.002 if self.source_idle else 0.05  # a paced source: poll it again soon, not at once
+            wait = min(0.05, max(0.0, self.next_read - time.monotonic())) if self.source else 0.05
             for _ in range(64):
                 try:
                     event = self.mailbox.get_nowait() if busy else self.mailbox.get(timeout=wait)
@@ -131,8 +132,7 @@ class CecWorker(WorkerShell):
 
     def metrics(self) -> dict[str, Any]:
         out = {**super().metrics(), **self.counters}
-        if self.source is not None:
-            out["source_records"] = self.records_read
+        out.update({"source_records": self.records_read} if self.source is not None else {})
         if self.aggregate is not None:
             out.update({f"window_{k}": v for k, v in self.aggregate.stats.items()})
             out["open_windows"] = len(self.aggregate.windows)
@@ -150,8 +150,7 @@ class CecWorker(WorkerShell):
             remove_queue(self.deployment.log_root, self.deployment.job_id, self.index)
 
     def _send(self, peer: int, event: Any) -> bool:
-        """Send ``event`` to ``peer``; a peer that died is not this worker's failure (the JobMaster
-        replaces it, and its replacement asks for what it lacks)."""
+        """Send ``event`` to ``peer``; a dead peer is not this worker's failure (it is replaced)."""
         connection = self.peers.get(peer)
         if connection is None:
             return False
@@ -299,13 +298,14 @@ class CecWorker(WorkerShell):
         self.inputs_ended = self.source_done = True
 
     def _read_source(self) -> None:
-        source, output = self.source, self.output
+        source, output, config = self.source, self.output, self.deployment.config  # type: ignore[union-attr]
         assert source is not None and output is not None
-        batch = source.read(self.deployment.config.batch_size)  # type: ignore[union-attr]
+        batch = source.read(config.batch_size)
         if batch is None:
             self.source_done = True
             return
-        self.source_idle = not batch  # nothing due yet (a paced source)
+        # a partial batch (a paced or slow source): the next read lingers, so that records gather
+        self.next_read = time.monotonic() + config.buffer_timeout if len(batch) < config.batch_size else 0.0
         if not batch:
             return
         self.records_read += len(batch)
@@ -362,7 +362,7 @@ class CecWorker(WorkerShell):
 
     # ------------------------------------------------------------------ the work loop
     def _has_work(self) -> bool:
-        return (self.source is not None and not self.source_done and not self.source_idle) or \
+        return (self.source is not None and not self.source_done and time.monotonic() >= self.next_read) or \
             (self.output is not None and bool(self.output.channels.behind()))
 
     def _work(self, now: float) -> None:
@@ -372,7 +372,8 @@ class CecWorker(WorkerShell):
         assert deployment is not None
         if output is not None:
             output.replay_step(self.done_reported)
-        if self.source is not None and not self.source_done and output is not None and output.room():
+        if self.source is not None and not self.source_done and output is not None and output.room() \
+                and now >= self.next_read:
             self._read_source()
         if aggregate is not None and deployment.mode == "cec":
             self._background_checks()
@@ -390,8 +391,7 @@ class CecWorker(WorkerShell):
         self._maybe_done()
 
     def _background_checks(self) -> None:
-        """CEC's background path: the G_checks the policy grants now (after every input event
-        too, so a busy mailbox cannot starve the CI slices)."""
+        """CEC's background path: the G_checks the policy grants now (also after input events)."""
         aggregate = self.aggregate
         assert aggregate is not None
         checks = 0
