@@ -193,6 +193,9 @@ class JobMaster:
                 self._process(event)
             self._tick(time.monotonic())
         self.ended_at = time.monotonic()
+        coordinator = self.machine.coordinator
+        if coordinator is not None:  # checkpoints still pending can never complete: delete their files
+            coordinator.discard_pending()
         self.server.close_all()
         self.done.set()
 

@@ -21,7 +21,9 @@ The hard parts, and what this module does about them:
   and stdio first thing, so it never writes to the parent's connections and, once the parent is
   gone, does not keep them open (a peer would otherwise not see the worker's death).
 - **A worker that dies while its child runs.** The child asks the kernel for SIGKILL when its
-  parent dies (``prctl(PR_SET_PDEATHSIG)``) and checks it was not orphaned before that.
+  parent dies (``prctl(PR_SET_PDEATHSIG)``) and checks it was not orphaned before that. A task
+  that *ends* (its job cancelled or restarting) leaves its process alive in PySpark's pool, so
+  the worker kills its running children when it closes (:func:`kill_running`).
 - **A child that dies** (killed, out of memory, a bug): the pipe ends without a report; the
   uploader declines the checkpoint (:class:`~epochal.messages.Decline`) and a later one completes.
   Files it wrote belong to a checkpoint that never completes and are deleted with it.
@@ -49,6 +51,8 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 _frozen = 0
 _frozen_lock = threading.Lock()
+#: children still writing (a PySpark worker process outlives its task: on close they are killed)
+_running: set[int] = set()
 
 
 def fork_available() -> bool:
@@ -89,8 +93,22 @@ def fork_snapshot(checkpoint_id: int, vertex: int, subtask: int, stats: dict[str
     if pid == 0:  # the child: never returns
         _child(parent, read_end, write_end, write, reach)
     os.close(write_end)
+    _running.add(pid)
     return ForkedSnapshot(checkpoint_id, vertex, subtask, pid, read_end,
                           {**stats, "fork_s": time.monotonic() - started})
+
+
+def kill_running() -> None:
+    """SIGKILL every snapshot child still writing. When a worker's task ends (cancelled, failed,
+    or its job restarting), the checkpoints those children write will never complete, and the
+    process itself lives on in PySpark's pool, so the children would not die with it: they would
+    write files into checkpoint directories the JobMaster already deleted. Their reports then
+    end in :func:`wait_report` as a decline."""
+    for pid in list(_running):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def wait_report(snapshot: ForkedSnapshot) -> tuple[dict[str, Any] | None, str]:
@@ -104,6 +122,7 @@ def wait_report(snapshot: ForkedSnapshot) -> tuple[dict[str, Any] | None, str]:
     finally:
         os.close(snapshot.pipe)
         _, status = os.waitpid(snapshot.pid, 0)
+        _running.discard(snapshot.pid)
         with _frozen_lock:
             _frozen -= 1
             if _frozen == 0:

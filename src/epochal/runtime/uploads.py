@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.messages import Ack, Decline, ToJobMaster
-from epochal.runtime.fork_snapshots import ForkedSnapshot, fork_snapshot, wait_report
+from epochal.runtime.fork_snapshots import ForkedSnapshot, fork_snapshot, kill_running, wait_report
 from epochal.runtime.iteration import IterationHead
 from epochal.runtime.mailbox import SnapshotUpload
 from epochal.runtime.tasks import Subtask
@@ -95,6 +95,9 @@ class Uploader:
         threading.Thread(target=self._run, name="epochal-uploader", daemon=True).start()
 
     def stop(self) -> None:
+        """The task ends: snapshot children still writing are killed (their checkpoints cannot
+        complete any more), then the thread ends after the jobs queued before."""
+        kill_running()
         self.jobs.put(None)
 
     def submit(self, upload: SnapshotUpload | ForkedSnapshot) -> None:

@@ -178,6 +178,12 @@ class CheckpointCoordinator:
         self.tracker.aborted(pending, reason, now)
         return self.failures.on_aborted(kind), [CheckpointAbort(checkpoint_id)]
 
+    def discard_pending(self) -> None:
+        """The job ended (its workers and their snapshot processes are gone): delete what the
+        checkpoints still pending had written; they can never complete."""
+        for checkpoint_id in self.pending:
+            self.store.discard(checkpoint_id)
+
     def abort_all(self, reason: str, now: float) -> Outbox:
         """On a job failure: forget pending checkpoints (they can never complete); returns their aborts."""
         outbox: Outbox = []
