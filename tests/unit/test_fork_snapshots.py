@@ -123,3 +123,19 @@ def _zombie(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_kill_running_stops_children_whose_task_ended():
+    """A task that ends leaves its process alive in PySpark's pool: its children must not keep
+    writing into checkpoints that will never complete."""
+    from epochal.runtime.fork_snapshots import kill_running
+
+    def write():
+        time.sleep(60)
+        return {}
+
+    snapshot = fork_snapshot(1, 0, 0, {}, write, nothing)
+    started = time.monotonic()
+    kill_running()
+    handles, why = wait_report(snapshot)
+    assert handles is None and "SIGKILL" in why and time.monotonic() - started < 5
