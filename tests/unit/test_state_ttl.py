@@ -29,6 +29,7 @@ from epochal.state.keyed import (
     ValueState,
 )
 from epochal.state.ttl import UPDATE_TYPES, VISIBILITIES, StateTtlConfig, drop_expired, set_clock
+from tests.unit.test_state import Average
 from tests.unit.test_state_backend import ViewBackend
 
 T0 = 1_700_000_000.0
@@ -55,15 +56,6 @@ def clock():
     set_clock(previous)
 
 
-class Average:
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc[0] / acc[1]
 
 
 def config(update_type="on_create_and_write", visibility="never_return_expired", **kwargs):

@@ -102,13 +102,6 @@ class RocksDBSnapshots:
         for done in [c for c in self.written_files if c <= checkpoint_id]:
             del self.written_files[done]
 
-    def dispose(self) -> None:
-        """Remove local checkpoints left by uploads that never ran."""
-        parent, base = os.path.split(self.backend.directory)
-        for name in os.listdir(parent) if os.path.isdir(parent) else ():
-            if name.startswith(f"{base}.chk-"):
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
 
 def download(storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, Any], target: str) -> str:
     """Fetch the files of a RocksDB ``handle`` into the new directory ``target`` under their
