@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.datastream import CollectedStream, DataStream, KeyedStream
     from epochal.api.environment import Environment
     from epochal.api.windowed import WindowedStream
@@ -39,7 +40,21 @@ if TYPE_CHECKING:
         PlanError,
         SourceError,
     )
-    from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
+    from epochal.runtime.co_process import (
+        BroadcastProcessFunction,
+        BroadcastState,
+        CoProcessFunction,
+        KeyedBroadcastProcessFunction,
+    )
+    from epochal.runtime.functions import (
+        KeyedProcessFunction,
+        OutputTag,
+        ProcessContext,
+        ProcessFunction,
+        RuntimeContext,
+        TimerService,
+    )
+    from epochal.runtime.timers import TimeDomain
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -53,7 +68,12 @@ _EXPORTS = {
     **dict.fromkeys(("CollectedStream", "DataStream", "KeyedStream"), "epochal.api.datastream"),
     "WindowedStream": "epochal.api.windowed",
     "Environment": "epochal.api.environment",
-    **dict.fromkeys(("ProcessContext", "ProcessFunction", "RuntimeContext"), "epochal.runtime.functions"),
+    **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
+                     "TimerService"), "epochal.runtime.functions"),
+    **dict.fromkeys(("BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"), "epochal.api.connected"),
+    **dict.fromkeys(("BroadcastProcessFunction", "BroadcastState", "CoProcessFunction",
+                     "KeyedBroadcastProcessFunction"), "epochal.runtime.co_process"),
+    "TimeDomain": "epochal.runtime.timers",
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
@@ -91,4 +111,7 @@ __all__ = [
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
     "JobTimeoutError", "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError", "ProcessContext",
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
+    "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",
+    "CoProcessFunction", "ConnectedStreams", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "OutputTag",
+    "TimeDomain", "TimerService",
 ]

@@ -26,8 +26,8 @@ from epochal.runtime.aggregates import (
 from epochal.runtime.events import NO_WATERMARK
 from epochal.runtime.operators import (
     KeyedReduceOperator,
-    ProcessOperator,
 )
+from epochal.runtime.process import ProcessOperator
 from epochal.runtime.windows import TumblingWindowOperator
 from epochal.state.backend import KeyedStateBackend
 from epochal.state.descriptors import (

@@ -39,21 +39,25 @@ from epochal.runtime.aggregates import (
     emit_key_value,
     emit_value,
 )
-from epochal.runtime.iteration import IterationHead, IterationTail
+from epochal.runtime.functions import OutputTag, tag_id
+from epochal.runtime.iteration import IterationHead
 from epochal.runtime.operators import (
     FilterOperator,
     FlatMapOperator,
     KeyedReduceOperator,
     MapOperator,
     Operator,
-    ProcessOperator,
     SinkOperator,
 )
+from epochal.runtime.process import ProcessOperator
 from epochal.runtime.windows import WatermarkGenerator
+from epochal.state.descriptors import MapStateDescriptor
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
+    from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.environment import Environment
+    from epochal.api.iterative import IterativeStream
 
 
 class CollectedStream:
@@ -142,10 +146,42 @@ class DataStream:
         check_callable(fn, "flat_map")
         return self._add("flat_map", "FlatMap", FlatMapOperator(fn), [fn])
 
-    def process(self, fn: ProcessFunction | Callable[..., Any]) -> DataStream:
-        """Run a :class:`ProcessFunction` (or ``fn(value, ctx)``) that emits any number of records."""
+    def process(self, fn: ProcessFunction | Callable[..., Any],
+                timestamp: Callable[[Any], Any] | None = None) -> DataStream:
+        """Run a :class:`ProcessFunction` (or ``fn(value, ctx)``) that emits any number of records,
+        and side output records through ``ctx.output(tag, value)``. On a keyed stream it has keyed
+        state and timers (``ctx.timer_service()``, ``on_timer``). ``timestamp(record)`` is the
+        record's event time as ``ctx.timestamp()`` reports it (records carry none of their own)."""
         function = as_process_function(fn)
-        return self._add("process", "Process", ProcessOperator(function, self._key_selector()), [function])
+        if timestamp is not None:
+            check_callable(timestamp, "process(timestamp=...)")
+        operator = ProcessOperator(function, self._key_selector(), timestamp)
+        return self._add("process", "Process", operator, [function, *([timestamp] if timestamp else [])])
+
+    def side_output(self, tag: OutputTag) -> DataStream:
+        """The records this stream's operator emitted to the side output ``tag`` (with
+        ``ctx.output(tag, value)``, or a window's late records); Flink's ``getSideOutput``."""
+        if self.node.is_virtual or self.node.operator is None:
+            raise PlanError("side_output() reads an operator's side output: call it on the stream a process() or "
+                            "window aggregation returned")
+        try:
+            tag_id(tag, "side_output()")
+        except TypeError as error:
+            raise PlanError(str(error)) from None
+        node = self.env.graph.add("side_output", f"SideOutput({tag.id})", [self.node.id], side_tag=tag.id)
+        return DataStream(self.env, node)
+
+    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
+        """Process this stream and ``other`` in one operator: a :class:`ConnectedStreams` for a
+        ``CoProcessFunction`` or ``map(fn1, fn2)`` (keyed when both streams are keyed), or with a
+        broadcast stream (``other.broadcast(descriptor)``) the broadcast state pattern."""
+        from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
+
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self, other)
+        if not isinstance(other, DataStream):
+            raise PlanError(f"connect() takes a DataStream or a broadcast stream, got {type(other).__name__}")
+        return ConnectedStreams(self, other)
 
     def with_watermarks(self, timestamp: Callable[[Any], Any], max_out_of_orderness: float = 0) -> DataStream:
         """Event time: ``timestamp(record)`` is a record's event time; watermarks follow it.
@@ -181,6 +217,8 @@ class DataStream:
         the loop at a checkpoint are logged at the head and re-emitted on restore. A bounded job
         with loops ends once its sources are exhausted and no record is left in any loop.
         """
+        from epochal.api.iterative import IterativeStream
+
         loop_id = sum(1 for n in self.env.graph.nodes if n.kind == "iteration_head")
         node = self.env.graph.add("iteration_head", f"Iteration head {loop_id}", [self.node.id],
                                   operator=IterationHead(loop_id))
@@ -207,9 +245,20 @@ class DataStream:
         """Round robin over all downstream subtasks: evens out skew."""
         return self._partition(RebalancePartitioner(), "Rebalance")
 
-    def broadcast(self) -> DataStream:
-        """Every downstream subtask receives every record."""
-        return self._partition(BroadcastPartitioner(), "Broadcast")
+    def broadcast(self, *descriptors: MapStateDescriptor) -> Any:
+        """Every downstream subtask receives every record. With state descriptors, a
+        :class:`~epochal.api.connected.BroadcastStream` for the broadcast state pattern
+        (``main.connect(rules.broadcast(MapStateDescriptor("rules")))``)."""
+        stream = self._partition(BroadcastPartitioner(), "Broadcast")
+        if not descriptors:
+            return stream
+        from epochal.api.connected import BroadcastStream
+
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise PlanError(f"broadcast() takes MapStateDescriptors for broadcast state, got "
+                                f"{type(descriptor).__name__}")
+        return BroadcastStream(stream, list(descriptors))
 
     def partition_custom(self, partitioner: Callable[[Any, int], int],
                          key_selector: Callable[[Any], Any] = lambda record: record) -> DataStream:
@@ -291,34 +340,6 @@ class DataStream:
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id
         return CollectedStream(self.env, collect_id)
-
-
-class IterativeStream(DataStream):
-    """The head of a loop (see :meth:`DataStream.iterate`); close it with :meth:`close_with`."""
-
-    def close_with(self, feedback: DataStream, key_by: Callable[[Any], Any] | None = None) -> DataStream:
-        """Feed ``feedback`` back to the loop's head; returns ``feedback``.
-
-        ``key_by`` partitions the feedback by key on its way back (equal keys reach the same head
-        subtask), and lets a checkpoint store the loop's in-transit records per key group, so a
-        restore with another parallelism places them with their keys.
-        """
-        if feedback.env is not self.env:
-            raise PlanError("close_with() needs a stream of the same Environment")
-        head: IterationHead = self.node.operator  # type: ignore[assignment]
-        if len(self.node.inputs) > 1:
-            raise PlanError(f"loop '{self.node.name}' is already closed: call close_with() once per iterate()")
-        upstream = feedback
-        if key_by is not None:
-            check_callable(key_by, "close_with(key_by=...)")
-            upstream = feedback.key_by(key_by)
-            head.feedback_key = key_by
-        # the tail is never chained: its edge to the head must stay a channel (the back-edge)
-        tail = self.env.graph.add("iteration_tail", f"Iteration tail {head.loop_id}", [upstream.node.id],
-                                  operator=IterationTail(head.loop_id), chaining=False,
-                                  functions=[key_by] if key_by is not None else [])
-        self.node.inputs.append(tail.id)
-        return feedback
 
 
 class KeyedStream(DataStream):

@@ -39,6 +39,8 @@ class ChainedNode:
     children: list[int] = field(default_factory=list)
     out_edges: list[int] = field(default_factory=list)
     collect_id: str | None = None
+    #: chained child -> the side output tag it consumes (children not listed take the main output)
+    child_tags: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,6 +56,10 @@ class JobEdge:
     back_edge: bool = False
     #: The loop this edge lies inside (body edges and the back-edge), else None.
     loop: int | None = None
+    #: Which input of the consumer (a two-input operator's 0 or 1; 0 for every other one).
+    input_index: int = 0
+    #: The producer's side output this edge carries (None: its main output).
+    side_tag: str | None = None
 
 
 @dataclass
@@ -104,15 +110,19 @@ class JobGraph:
         return "\n".join(lines)
 
 
-def _resolve_input(graph: LogicalGraph, input_id: int) -> tuple[Transformation, Partitioner | None]:
-    """Walk up through virtual partitioning nodes to the physical producer."""
+def _resolve_input(graph: LogicalGraph, input_id: int) -> tuple[Transformation, Partitioner | None, str | None]:
+    """Walk up through virtual nodes to the physical producer: (producer, the partitioner
+    nearest the consumer, the side output tag if the input is a side output)."""
     partitioner: Partitioner | None = None
+    tag: str | None = None
     node = graph[input_id]
     while node.is_virtual:
         if partitioner is None:
             partitioner = node.partitioner
+        if node.side_tag is not None:
+            tag = node.side_tag
         node = graph[node.inputs[0]]
-    return node, partitioner
+    return node, partitioner, tag
 
 
 def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_parallelism: int) -> JobGraph:
@@ -151,10 +161,13 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
 
     # Logical edges producer -> consumer with their partitioner.
     logical_edges: list[tuple[int, int, Partitioner]] = []
+    #: per logical edge: (the consumer's input index, the producer's side output tag or None)
+    edge_ends: list[tuple[int, str | None]] = []
     inputs_of: dict[int, list[int]] = {n.id: [] for n in physical}
     for node in physical:
-        for input_id in node.inputs:
-            producer, partitioner = _resolve_input(graph, input_id)
+        two_inputs = node.operator is not None and node.operator.input_count == 2
+        for position, input_id in enumerate(node.inputs):
+            producer, partitioner, tag = _resolve_input(graph, input_id)
             same = parallelism[producer.id] == parallelism[node.id]
             if partitioner is None:
                 partitioner = ForwardPartitioner() if same else RebalancePartitioner()
@@ -165,6 +178,7 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
                     "use rebalance() or set the same parallelism")
             inputs_of[node.id].append(len(logical_edges))
             logical_edges.append((producer.id, node.id, partitioner))
+            edge_ends.append((position if two_inputs else 0, tag))
 
     def chained_to_producer(node: Transformation) -> bool:
         if node.kind == "source" or len(inputs_of[node.id]) != 1 or not node.chaining:
@@ -188,6 +202,9 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             vertex = vertices[vertex_of[producer_id]]
             vertex.nodes.append(node.id)
             nodes[producer_id].children.append(node.id)
+            tag = edge_ends[inputs_of[node.id][0]][1]
+            if tag is not None:
+                nodes[producer_id].child_tags[node.id] = tag
             vertex_of[node.id] = vertex.id
         else:
             vertex = JobVertex(id=len(vertices), name="", parallelism=parallelism[node.id], head=node.id,
@@ -206,8 +223,9 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
         loop = loop_of_node.get(producer_id)
         if loop is None or loop_of_node.get(vertices[vertex_of[consumer_id]].head) != loop:
             loop = None
+        input_index, tag = edge_ends[index]
         edge = JobEdge(len(edges), vertex_of[producer_id], producer_id, vertex_of[consumer_id], partitioner,
-                       back_edge=index in back_edges, loop=loop)
+                       back_edge=index in back_edges, loop=loop, input_index=input_index, side_tag=tag)
         edges.append(edge)
         nodes[producer_id].out_edges.append(edge.id)
         vertices[edge.source_vertex].out_edges.append(edge.id)

@@ -23,7 +23,8 @@ class Transformation:
 
     A node is a source node (``source`` set, and ``operator`` the operator its records pass
     through first: the identity), an operator node (``operator`` only: map, sink, union, ...)
-    or a virtual partitioning node (``partitioner`` only). The API layer creates the operators;
+    or a virtual node: a partitioning node (``partitioner`` only), or a side output's
+    (``side_tag`` only: the records its producer emitted under that tag). The API layer creates the operators;
     planning only arranges them.
     """
 
@@ -45,10 +46,12 @@ class Transformation:
     functions: list[Any] = field(default_factory=list)
     #: Set on sinks that collect to the driver: the key of their results.
     collect_id: str | None = None
+    #: Set on the virtual node of ``side_output(tag)``: the id of the tag its records carry.
+    side_tag: str | None = None
 
     @property
     def is_virtual(self) -> bool:
-        return self.partitioner is not None
+        return self.partitioner is not None or self.side_tag is not None
 
 
 @dataclass

@@ -119,7 +119,7 @@ class InputChannel:
     """The consumer's end of one channel: what arrived and was not processed yet."""
 
     __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled", "buffered",
-                 "back_edge", "watermark")
+                 "back_edge", "watermark", "input_index")
 
     def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None],
                  buffered: Any = None) -> None:
@@ -137,6 +137,9 @@ class InputChannel:
         self.back_edge = False
         #: Event time of this channel: the last watermark it delivered.
         self.watermark: Any = NO_WATERMARK
+        #: Which input of the subtask's head operator its batches feed (1: a two-input
+        #: operator's second input).
+        self.input_index = 0
 
 
 class PeerConnection:

@@ -57,11 +57,24 @@ class DataPath:
         self.spill: AlignmentSpill | None = None
         self.ready: deque[InputChannel] = deque()
         self.records_processed = 0
+        #: subtasks with operators that act on the wall clock (timers, async I/O)
+        self.timed: list[Subtask] = []
 
     def attach(self, wired: WiredWorker) -> None:
         """Take over the wired subtasks and channels (once, before anything is processed)."""
         self.subtasks, self.sources, self.spill = wired.subtasks, wired.sources, wired.spill
         self.in_channels, self.out_channels = wired.in_channels, wired.out_channels
+        self.timed = [subtask for subtask in self.subtasks if subtask.timed]
+
+    def run_processing_time(self, now: float) -> None:
+        """Let every subtask's wall-clock operators do what is due at ``now`` (``time.time()``)."""
+        for subtask in self.timed:
+            subtask.on_processing_time(now)
+
+    def next_processing_time(self) -> float | None:
+        """The earliest wall-clock time some subtask has work at, or None."""
+        times = [t for t in (s.next_processing_time() for s in self.timed) if t is not None]
+        return min(times) if times else None
 
     def deliver_local(self, channel_id: int, is_batch: bool, item: Any) -> None:
         """A batch or in-band event for input ``channel_id`` (from a local producer or a peer)."""
@@ -102,7 +115,7 @@ class DataPath:
                 self.records_processed += len(item)
                 if channel.back_edge:
                     feed(Feedback(key_of(subtask), item))
-                subtask.on_batch(item)
+                subtask.on_batch(item, channel.input_index)
                 if credit:
                     channel.return_credit(1)
                 budget -= 1

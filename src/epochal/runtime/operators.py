@@ -13,7 +13,7 @@ from typing import Any, cast
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
 from epochal.plan.keygroups import key_groups_of
 from epochal.runtime.aggregates import MISSING, CountAggregate, ReduceAggregate, emit_key_value, emit_value
-from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
+from epochal.runtime.functions import RuntimeContext
 
 
 class UserFunctionError(Exception):
@@ -57,6 +57,15 @@ class Operator:
     keyed: bool = False
     #: Watermark generators replace upstream watermarks with their own (see ``take_watermark``).
     emits_watermarks: bool = False
+    #: Two-input operators (``connect``, joins) take 2: their second input's batches arrive in
+    #: :meth:`process_batch2`; every other operator takes one (a union merges into one input).
+    input_count: int = 1
+    #: Operators that act on the wall clock (processing-time timers, async I/O) set this; the
+    #: worker then calls :meth:`on_processing_time` between batches.
+    processing_time: bool = False
+    #: Side outputs: ``(tag id, record)`` pairs emitted since the runner last took them (a list
+    #: on operators that have side outputs, which the runner empties after every call).
+    side: list[tuple[str, Any]] | None = None
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         """Prepare for the first batch (create writers, call user ``open``).
@@ -77,9 +86,22 @@ class Operator:
         """Return the output for ``batch``; must not mutate ``batch`` (it may be shared)."""
         return batch
 
+    def process_batch2(self, batch: list[Any]) -> list[Any]:
+        """Two-input operators: the output for a batch of the second input."""
+        raise TypeError(f"operator '{self.name}' has one input")
+
     def end_input(self) -> list[Any]:
         """All input has arrived: return final output (if any) and make results visible."""
         return []
+
+    def on_processing_time(self, now: float) -> list[Any]:
+        """``processing_time`` operators: the wall clock reads ``now``; return what is due."""
+        return []
+
+    def next_processing_time(self) -> float | None:
+        """``processing_time`` operators: when :meth:`on_processing_time` next has work (the
+        worker sleeps no longer than that), or None."""
+        return None
 
     def on_watermark(self, watermark: Any) -> list[Any]:
         """Event time reached ``watermark``: return what it completes (fired windows)."""
@@ -126,47 +148,6 @@ class FlatMapOperator(Operator):
             if produced is not None:
                 extend(produced)
         return out
-
-
-class ProcessOperator(Operator):
-    """Runs a :class:`ProcessFunction`; on keyed streams it sets ``ctx.current_key`` per record."""
-
-    def __init__(self, function: ProcessFunction, key_selector: Callable[[Any], Any] | None) -> None:
-        self.function = function
-        self.key_selector = key_selector
-        self.keyed = key_selector is not None
-        self.ctx: ProcessContext | None = None
-        self.backend: Any = None
-
-    def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
-        self.ctx = ProcessContext(context)
-        self.backend = context.keyed_state
-        self.function.open(context)
-
-    def process_batch(self, batch: list[Any]) -> list[Any]:
-        out: list[Any] = []
-        extend = out.extend
-        ctx = self.ctx
-        process = self.function.process_element
-        backend = self.backend
-        if self.key_selector is None or backend is None:
-            for record in batch:
-                produced = process(record, ctx)  # type: ignore[arg-type]
-                if produced is not None:
-                    extend(produced)
-            return out
-        keys, groups = keys_of(self.key_selector, batch, backend.max_parallelism, self.name)
-        set_key = backend.set_current_key
-        for record, key, group in zip(batch, keys, groups, strict=True):
-            ctx.current_key = key  # type: ignore[union-attr]
-            set_key(key, group)
-            produced = process(record, ctx)  # type: ignore[arg-type]
-            if produced is not None:
-                extend(produced)
-        return out
-
-    def close(self) -> None:
-        self.function.close()
 
 
 class KeyedReduceOperator(Operator):

@@ -1,164 +1,31 @@
 """Subtasks: one parallel instance of a vertex (a chain of operators) with its channels.
 
-A batch enters a subtask at the head of its chain, runs through the chained operators as
-plain calls and leaves through :class:`EdgeOutput` objects, which partition it into per-channel
-buffers and send full buffers as batches. Source subtasks pull from their splits instead.
+A batch enters a subtask at the head of its chain (:mod:`epochal.runtime.chains`), on the head's
+first or, for a two-input head, second input, as its channel's edge says. Source subtasks pull
+from their splits instead. Operators that act on the wall clock get ``on_processing_time``
+from the worker between batches.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
 from epochal.config import StateBackendConfig
 from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
-from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
 from epochal.runtime.barriers import BarrierHandler
+from epochal.runtime.chains import ChainRunner, EdgeOutput, edge_names
 from epochal.runtime.channels import InputChannel, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, NO_WATERMARK, CheckpointBarrier, EndOfPartition, Watermark
 from epochal.runtime.functions import RuntimeContext
 from epochal.runtime.iteration import LOG_STATE, IterationHead
-from epochal.runtime.operators import Operator, UserFunctionError, key_selector_error
+from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.source_reader import SourceReader
-from epochal.state.backend import KeyedStateBackend
 from epochal.state.backends import create_backend
-from epochal.state.operator_state import OperatorStateStore
 from epochal.state.snapshot import RestoreSource
-
-
-def edge_names(job: JobGraph, edge_id: int) -> tuple[str, str]:
-    """(producing operator, first operator of the consuming chain) of a job edge, for errors."""
-    edge = job.edges[edge_id]
-    return job.nodes[edge.source_node].name, job.nodes[job.vertices[edge.target_vertex].head].name
-
-
-class EdgeOutput:
-    """A producer subtask's side of one job edge: partitioner, channels and their buffers."""
-
-    __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single", "edge")
-
-    def __init__(self, partitioner: Partitioner, channels: list[OutputChannel], batch_size: int,
-                 edge: tuple[str, str] = ("", "")) -> None:
-        self.partitioner = partitioner
-        self.channels = channels
-        self.buffers: list[list[Any]] = [[] for _ in channels]
-        self.batch_size = batch_size
-        self.single = len(channels) == 1
-        #: (producing operator, consuming operator), for errors of the partitioner's user function
-        self.edge = edge
-
-    def emit(self, batch: list[Any]) -> None:
-        """Add records to the per-channel buffers; send the buffers that are full."""
-        if self.single:
-            parts = [batch]
-        else:
-            try:
-                parts = self.partitioner.split(batch, len(self.channels))
-            except Exception as error:
-                raise self._partition_error(error) from error
-        buffers = self.buffers
-        size = self.batch_size
-        for index, part in enumerate(parts):
-            if not part:
-                continue
-            buffer = buffers[index]
-            if not buffer and len(part) >= size:
-                self.channels[index].send_batch(part)
-                continue
-            buffer.extend(part)
-            if len(buffer) >= size:
-                self.channels[index].send_batch(buffer)
-                buffers[index] = []
-
-    def _partition_error(self, error: Exception) -> UserFunctionError:
-        producer, consumer = self.edge
-        if isinstance(self.partitioner, KeyGroupPartitioner):
-            return key_selector_error(consumer, error)
-        return UserFunctionError(producer, error, where=f"the {self.partitioner.kind} partitioner of the edge "
-                                                        f"'{producer}' -> '{consumer}'")
-
-    def flush(self) -> None:
-        """Send partly filled buffers (on the buffer timeout, when idle, before events)."""
-        for index, buffer in enumerate(self.buffers):
-            if buffer:
-                self.channels[index].send_batch(buffer)
-                self.buffers[index] = []
-
-    def send_event(self, event: Any) -> None:
-        self.flush()
-        for channel in self.channels:
-            channel.send_event(event)
-
-
-class ChainRunner:
-    """Runs one operator of a chain and passes its output on (chained children, edges)."""
-
-    __slots__ = ("name", "uid", "operator", "children", "outputs", "records_in", "keyed_state", "operator_state")
-
-    def __init__(self, name: str, uid: str, operator: Operator) -> None:
-        self.name = name
-        self.uid = uid
-        self.keyed_state: KeyedStateBackend | None = None
-        self.operator_state = OperatorStateStore()
-        self.operator = operator
-        self.children: list[ChainRunner] = []
-        self.outputs: list[EdgeOutput] = []
-        self.records_in = 0
-
-    def push(self, batch: list[Any]) -> None:
-        self.records_in += len(batch)
-        try:
-            out = self.operator.process_batch(batch)
-        except UserFunctionError:
-            raise
-        except Exception as error:
-            raise UserFunctionError(self.name, error) from error
-        if out:
-            self._forward(out)
-        if self.operator.emits_watermarks:
-            watermark = self.operator.take_watermark()
-            if watermark is not None:
-                self._pass_watermark(watermark)
-
-    def on_watermark(self, watermark: Any) -> None:
-        """Event time reached ``watermark`` upstream: emit what it completes, then pass it on.
-
-        A watermark generator swallows upstream watermarks: its own replace them."""
-        if self.operator.emits_watermarks:
-            return
-        try:
-            out = self.operator.on_watermark(watermark)
-        except Exception as error:
-            raise UserFunctionError(self.name, error) from error
-        if out:
-            self._forward(out)
-        self._pass_watermark(watermark)
-
-    def _pass_watermark(self, watermark: Any) -> None:
-        for child in self.children:
-            child.on_watermark(watermark)
-        if self.outputs:
-            event = Watermark(watermark)
-            for output in self.outputs:
-                output.send_event(event)
-
-    def _forward(self, out: list[Any]) -> None:
-        for child in self.children:
-            child.push(out)
-        for output in self.outputs:
-            output.emit(out)
-
-    def end_input(self) -> None:
-        try:
-            out = self.operator.end_input()
-        except Exception as error:
-            raise UserFunctionError(self.name, error) from error
-        if out:
-            self._forward(out)
-        for child in self.children:
-            child.end_input()
 
 
 class LoopRole:
@@ -209,6 +76,10 @@ class Subtask:
         self.watermark: Any = NO_WATERMARK
         #: Loops: the loop this subtask's vertex lies in, and the head's loop bookkeeping.
         self.loop: LoopRole | None = None
+        #: The runners whose operators act on the wall clock (``Operator.processing_time``).
+        self.timed: list[ChainRunner] = []
+        #: The processing-time clock the operators' contexts read (a test harness sets its own).
+        self.clock: Callable[[], float] = time.time
 
     @property
     def backlogged(self) -> bool:
@@ -240,7 +111,7 @@ class Subtask:
                 parallelism=self.parallelism, max_parallelism=max_parallelism,
                 key_groups=key_groups if node.operator.keyed else range(0),
                 keyed_state=runner.keyed_state, operator_state=runner.operator_state,
-                attempt=attempt, checkpointing=checkpointing)
+                attempt=attempt, checkpointing=checkpointing, clock=self.clock)
             try:
                 node.operator.open(context, functools.partial(send_to_driver, node.collect_id))
             except Exception as error:
@@ -248,8 +119,15 @@ class Subtask:
             runners[node_id] = runner
             self.runners.append(runner)
         for node_id in node_ids:
-            runners[node_id].children = [runners[c] for c in nodes[node_id].children]
+            node, runner = nodes[node_id], runners[node_id]
+            for child in node.children:
+                tag = node.child_tags.get(child)
+                if tag is None:
+                    runner.children.append(runners[child])
+                else:
+                    runner.side_children.setdefault(tag, []).append(runners[child])
         self.head = runners[node_ids[0]]
+        self.timed = [runner for runner in self.runners if runner.operator.processing_time]
 
     def _restore(self, runner: ChainRunner, restore: RestoreSource, key_groups: range) -> None:
         if runner.keyed_state is not None:
@@ -271,8 +149,12 @@ class Subtask:
         for node_id, runner in zip(job.vertices[self.vertex_id].nodes, self.runners, strict=True):
             for edge_id in job.nodes[node_id].out_edges:
                 channels = [out_channels[c] for c in outputs_of[(edge_id, self.index)]]
-                output = EdgeOutput(job.edges[edge_id].partitioner, channels, batch_size, edge_names(job, edge_id))
-                runner.outputs.append(output)
+                edge = job.edges[edge_id]
+                output = EdgeOutput(edge.partitioner, channels, batch_size, edge_names(job, edge_id))
+                if edge.side_tag is None:
+                    runner.outputs.append(output)
+                else:
+                    runner.side_outputs.setdefault(edge.side_tag, []).append(output)
                 self.outputs.append(output)
                 self.output_channels.extend(channels)
                 created.append((edge_id, output))
@@ -337,8 +219,24 @@ class Subtask:
         for runner in self.runners:
             runner.operator.notify_checkpoint_aborted(checkpoint_id)
 
-    def on_batch(self, batch: list[Any]) -> None:
-        self.head.push(batch)  # type: ignore[union-attr]
+    def on_batch(self, batch: list[Any], input_index: int = 0) -> None:
+        if input_index:
+            self.head.push2(batch)  # type: ignore[union-attr]
+        else:
+            self.head.push(batch)  # type: ignore[union-attr]
+
+    def on_processing_time(self, now: float) -> None:
+        """Let the operators that act on the wall clock do what is due at ``now``."""
+        if not self.finished:
+            for runner in self.timed:
+                runner.on_processing_time(now)
+
+    def next_processing_time(self) -> float | None:
+        """The earliest time an operator of this subtask has wall-clock work, or None."""
+        if self.finished:
+            return None
+        times = [t for t in (r.operator.next_processing_time() for r in self.timed) if t is not None]
+        return min(times) if times else None
 
     def on_event(self, channel: InputChannel, event: Any) -> None:
         if isinstance(event, Watermark):

@@ -20,10 +20,11 @@ from epochal.connectors.base import assign_splits
 from epochal.plan.execution import Deployment
 from epochal.runtime.alignment import AlignmentBuffer, AlignmentSpill
 from epochal.runtime.barriers import BarrierHandler
+from epochal.runtime.chains import edge_names
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, PeerConnection
 from epochal.runtime.iteration import IterationHead
 from epochal.runtime.source_reader import SourceReader
-from epochal.runtime.tasks import LoopRole, Subtask, edge_names
+from epochal.runtime.tasks import LoopRole, Subtask
 from epochal.runtime.worker_events import LoopShape, SubtaskInfo
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointError
@@ -120,6 +121,7 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
                                          AlignmentBuffer(wired.spill) if wired.spill is not None else None)
             edge = job.edges[channel.edge]
             input_channel.back_edge = edge.back_edge
+            input_channel.input_index = edge.input_index
             if subtask.loop is not None and not edge.back_edge:
                 if edge.loop == subtask.loop.loop_id:
                     subtask.loop.loop_inputs.add(channel_id)

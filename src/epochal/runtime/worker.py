@@ -248,6 +248,8 @@ class Worker(WorkerShell):
             worked = data.run_inputs(32) or worked
             if not machine.sources_halted:  # else a synchronous checkpoint is in progress
                 worked = data.run_sources(batch_size) or worked
+            if data.timed:
+                data.run_processing_time(time.time())
             if not processing_reported and data.records_processed:
                 processing_reported = True
                 self._feed(ev.FirstRecord())
@@ -259,7 +261,11 @@ class Worker(WorkerShell):
                 self._feed(ev.AllFinished(self.metrics()))
             if not worked:
                 idle_sources = any(not s.finished for s in data.sources)
-                self._drain_mailbox(0.005 if idle_sources else 0.2)
+                timeout = 0.005 if idle_sources else 0.2
+                due = data.next_processing_time() if data.timed else None
+                if due is not None:  # a timer, an async result: wake for it
+                    timeout = max(0.0, min(timeout, due - time.time()))
+                self._drain_mailbox(timeout)
 
     # ------------------------------------------------------------------ driver-facing
     def _send_to_driver(self, collect_id: str | None, payload: CollectPayload) -> None:

@@ -26,13 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from epochal import serialization
 from epochal.api.functions import ProcessFunction, as_process_function
+from epochal.config import StateBackendConfig
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.plan.partitioners import ForwardPartitioner
+from epochal.runtime.chains import EdgeOutput
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel
 from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, Watermark
-from epochal.runtime.operators import Operator, ProcessOperator, UserFunctionError, keys_of
-from epochal.runtime.tasks import EdgeOutput, Subtask
+from epochal.runtime.operators import Operator, UserFunctionError, keys_of
+from epochal.runtime.process import ProcessOperator
+from epochal.runtime.tasks import Subtask
 from epochal.runtime.windows import WatermarkGenerator
 from epochal.state.operator_state import redistribute
 
@@ -94,6 +97,9 @@ class OperatorHarness:
             :meth:`notify_complete` instead of at end of input).
         watermark_interval: for a ``WatermarkGenerator``: seconds between its watermarks (0: after
             every batch; ``None`` keeps the operator's).
+        state_backend: where keyed state lives (default: heap); e.g.
+            ``StateBackendConfig(kind="rocksdb", local_dir=...)`` runs the operator on RocksDB.
+            Snapshots are always a full copy of the state.
 
     User exceptions are raised as they are (not wrapped), so tests can ``pytest.raises`` them.
     """
@@ -104,7 +110,8 @@ class OperatorHarness:
                  key_selector: Callable[[Any], Any] | None = None, parallelism: int = 1, subtask_index: int = 0,
                  max_parallelism: int = 128, name: str | None = None, uid: str | None = None,
                  restore_from: OperatorSnapshot | Iterable[OperatorSnapshot] | None = None,
-                 checkpointing: bool = True, attempt: int = 0, watermark_interval: float | None = 0.0) -> None:
+                 checkpointing: bool = True, attempt: int = 0, watermark_interval: float | None = 0.0,
+                 state_backend: StateBackendConfig | None = None) -> None:
         if not 0 <= subtask_index < parallelism <= max_parallelism:
             raise ValueError(f"need 0 <= subtask_index < parallelism <= max_parallelism, got subtask_index "
                              f"{subtask_index}, parallelism {parallelism}, max_parallelism {max_parallelism}")
@@ -140,19 +147,33 @@ class OperatorHarness:
         self.sent_to_driver: list[tuple[str | None, Any]] = []
         self._records: list[Any] = []
         self._taken = 0
+        #: Side output records by tag id, in order.
+        self.side_records: dict[str, list[Any]] = {}
+        #: The processing-time clock the operator sees (``set_processing_time`` moves it).
+        self.processing_time = 0.0
         self.subtask = Subtask(0, subtask_index, parallelism, self.name)
+        self.subtask.clock = lambda: self.processing_time
         restore: Any = _SnapshotRestore(snapshots) if snapshots else None  # duck-types RestoreSource
         node = ChainedNode(0, "harness", self.name, self.uid, operator)
+        self.state_backend = state_backend
         self._call(lambda: self.subtask.open({0: node}, [0], max_parallelism, self._to_driver, attempt=attempt,
-                                             checkpointing=checkpointing, restore=restore))
+                                             checkpointing=checkpointing, restore=restore,
+                                             state_backend=state_backend))
         self.runner = self.subtask.runners[0]
         channel = OutputChannel(0, _HUGE, LocalTransport(self._deliver), (self.name, "harness"))
         output = EdgeOutput(ForwardPartitioner(), [channel], _HUGE, (self.name, "harness"))
         self.runner.outputs.append(output)
         self.subtask.outputs.append(output)
         self.subtask.output_channels.append(channel)
+        self.runner.side_sink = self._side
         self.input = InputChannel(0, self.subtask, lambda credit: None)
         self.subtask.inputs.append(self.input)
+        #: A two-input operator's second input.
+        self.input2: InputChannel | None = None
+        if operator.input_count == 2:
+            self.input2 = InputChannel(1, self.subtask, lambda credit: None)
+            self.input2.input_index = 1
+            self.subtask.inputs.append(self.input2)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -180,6 +201,7 @@ class OperatorHarness:
             operator = copy.deepcopy(self._template)
         options.setdefault("checkpointing", self.checkpointing)
         options.setdefault("watermark_interval", self.watermark_interval)
+        options.setdefault("state_backend", self.state_backend)
         return OperatorHarness(operator, parallelism=parallelism or self.parallelism, subtask_index=subtask_index,
                                max_parallelism=self.max_parallelism, name=self.name, uid=self.uid,
                                restore_from=list(snapshots), **options)
@@ -189,23 +211,41 @@ class OperatorHarness:
         """Process ``records`` as one batch; returns what the operator emitted for them."""
         return self.process_batch(list(records))
 
-    def process_batch(self, batch: list[Any]) -> list[Any]:
-        """Process one batch (as it would arrive on a channel); returns the records emitted."""
+    def process_batch(self, batch: list[Any], input_index: int = 0) -> list[Any]:
+        """Process one batch (as it would arrive on a channel of input ``input_index``: 1 is a
+        two-input operator's second); returns the records emitted."""
         self._check_open()
-        self._check_key_groups(batch)
-        return self._call(lambda: self.subtask.on_batch(list(batch)))
+        self._input(input_index)
+        self._check_key_groups(batch, input_index)
+        return self._call(lambda: self.subtask.on_batch(list(batch), input_index))
 
-    def watermark(self, timestamp: Any) -> list[Any]:
-        """Event time reached ``timestamp`` on the input; returns what it fired. A watermark not
-        above the current one changes nothing, as on workers."""
+    def process2(self, *records: Any) -> list[Any]:
+        """Process ``records`` as one batch of a two-input operator's second input."""
+        return self.process_batch(list(records), 1)
+
+    def watermark(self, timestamp: Any, input_index: int | None = None) -> list[Any]:
+        """Event time reached ``timestamp`` on the input (on both inputs of a two-input operator,
+        unless ``input_index`` names one: the operator's event time is the minimum); returns what
+        it fired. A watermark not above the current one changes nothing, as on workers."""
         self._check_open()
-        return self._call(lambda: self.subtask.on_event(self.input, Watermark(timestamp)))
+        channels = self.subtask.inputs if input_index is None else [self._input(input_index)]
+        return self._call(lambda: self._events(channels, Watermark(timestamp)))
+
+    def set_processing_time(self, now: float) -> list[Any]:
+        """The wall clock the operator sees reads ``now`` (seconds); fires the processing-time
+        work due (timers, ...) and returns what it emitted."""
+        self.processing_time = now
+        return self._call(lambda: self.subtask.on_processing_time(now))
 
     def end_input(self) -> list[Any]:
-        """The input ends: the operator emits its final output (open windows fire, sinks without
-        checkpointing commit); the harness then refuses input."""
+        """The input ends (every input): the operator emits its final output (open windows
+        fire, sinks without checkpointing commit); the harness then refuses input."""
         self._check_open()
-        return self._call(lambda: self.subtask.on_event(self.input, END_OF_PARTITION))
+        return self._call(lambda: self._events(self.subtask.inputs, END_OF_PARTITION))
+
+    def side_output(self, tag: Any) -> list[Any]:
+        """Every record emitted so far to the side output ``tag`` (an OutputTag or its id)."""
+        return list(self.side_records.get(getattr(tag, "id", tag), []))
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         """Barrier ``checkpoint_id`` reached the operator: it is forwarded (see :attr:`events`),
@@ -213,8 +253,11 @@ class OperatorHarness:
         self._call(lambda: self.subtask.broadcast_event(CheckpointBarrier(checkpoint_id, time.time())))
         captured: dict[str, dict[str, Any]] = {}
 
-        def capture() -> None:
-            captured.update(self.subtask.capture(checkpoint_id))
+        def capture() -> None:  # the whole state as a copy, whichever backend (no files)
+            self.subtask.prepare_capture(checkpoint_id)
+            backend = self.runner.keyed_state
+            captured[self.uid] = {"keyed": backend.capture() if backend is not None else None,
+                                  "operator": self.runner.operator_state.capture()}
 
         self._call(capture)
         state = pickle.loads(serialization.dumps(captured[self.uid]))  # detached, and picklable as uploads need
@@ -304,6 +347,20 @@ class OperatorHarness:
         else:
             self.events.append(item)
 
+    def _events(self, channels: list[InputChannel], event: Any) -> None:
+        for channel in list(channels):
+            self.subtask.on_event(channel, event)
+
+    def _side(self, tag: str, records: list[Any]) -> None:
+        self.side_records.setdefault(tag, []).extend(records)
+
+    def _input(self, input_index: int) -> InputChannel:
+        if input_index == 0:
+            return self.input
+        if input_index == 1 and self.input2 is not None:
+            return self.input2
+        raise ValueError(f"operator '{self.name}' has no input {input_index}")
+
     def _to_driver(self, collect_id: str | None, payload: Any) -> None:
         self.sent_to_driver.append((collect_id, payload))
 
@@ -323,10 +380,10 @@ class OperatorHarness:
         if self.subtask.finished:
             raise RuntimeError(f"the input of '{self.name}' ended (end_input was called): start a new harness")
 
-    def _check_key_groups(self, batch: list[Any]) -> None:
+    def _check_key_groups(self, batch: list[Any], input_index: int = 0) -> None:
         """A worker only ever gets records of its own key groups; so does the harness."""
         backend = self.runner.keyed_state
-        selector = getattr(self.operator, "key_selector", None)
+        selector = getattr(self.operator, "key_selector2" if input_index else "key_selector", None)
         if backend is None or selector is None or len(backend.key_groups) == self.max_parallelism:
             return
         try:

@@ -37,10 +37,11 @@ from epochal.control.collect import CollectLedger
 from epochal.errors import JobFailedError, PlanError
 from epochal.plan.execution import Deployment, ExecutionGraph, build_execution_graph, serialize_deployment
 from epochal.runtime import protocol
+from epochal.runtime.chains import edge_names
 from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, unpicklable_record
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.source_reader import SourceReader
-from epochal.runtime.tasks import Subtask, edge_names
+from epochal.runtime.tasks import Subtask
 from epochal.runtime.windows import WatermarkGenerator
 from epochal.runtime.wiring import UNBOUNDED_CREDIT
 
@@ -163,6 +164,7 @@ class LocalRunner:
         for channel_id in graph.inputs[(vertex_id, index)]:
             channel = InputChannel(channel_id, subtask, self.out_channels[channel_id].add_credit)
             channel.back_edge = job.edges[graph.channels[channel_id].edge].back_edge
+            channel.input_index = job.edges[graph.channels[channel_id].edge].input_index
             self.in_channels[channel_id] = channel
             subtask.inputs.append(channel)
         if vertex.source is not None:
@@ -201,7 +203,7 @@ class LocalRunner:
             is_batch, item = channel.queue.popleft()
             if is_batch:
                 self._count(subtask, len(item))
-                subtask.on_batch(item)
+                subtask.on_batch(item, channel.input_index)
                 channel.return_credit(1)
             else:
                 subtask.on_event(channel, item)
@@ -252,6 +254,11 @@ class LocalRunner:
     def _loop(self) -> None:
         idle_since: float | None = None
         while True:
+            now = time.time()
+            for subtask in self.subtasks:
+                if subtask.timed:
+                    self._current = subtask
+                    subtask.on_processing_time(now)
             worked = self._run_inputs()
             source_worked, live = self._run_sources()
             if worked or source_worked or self._flush():
