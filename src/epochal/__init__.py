@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
-    from epochal.api.datastream import CollectedStream, DataStream, KeyedStream
+    from epochal.api.datastream import CollectedStream, DataStream
     from epochal.api.environment import Environment
+    from epochal.api.keyed import KeyedStream
     from epochal.api.windowed import WindowedStream
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.transactional import ExactlyOnceFileSink
@@ -65,7 +66,8 @@ if TYPE_CHECKING:
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
-    **dict.fromkeys(("CollectedStream", "DataStream", "KeyedStream"), "epochal.api.datastream"),
+    **dict.fromkeys(("CollectedStream", "DataStream"), "epochal.api.datastream"),
+    "KeyedStream": "epochal.api.keyed",
     "WindowedStream": "epochal.api.windowed",
     "Environment": "epochal.api.environment",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",

@@ -60,3 +60,12 @@ def test_broadcast_state_reaches_every_subtask(make_env):
     out = main.connect(factor).process(Scale()).collect()
     env.execute("broadcast state")
     assert sorted(out.get()) == [(i, 7 * i) for i in range(300, 600)]
+
+
+def test_batch_mode_emits_final_values_on_spark(make_env, tmp_path):
+    env = make_env(2).set_runtime_mode("batch")
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    counts = (env.from_generator(lambda i: f"w{i % 11}", count=20_000, rate=10_000)
+              .key_by(lambda w: w).count().collect())
+    env.execute("final results")
+    assert sorted(counts.get()) == sorted((f"w{i}", len(range(i, 20_000, 11))) for i in range(11))

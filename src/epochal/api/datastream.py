@@ -11,13 +11,12 @@ stream and return the same stream, so they chain::
 
 from __future__ import annotations
 
-import operator as _op
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from epochal.api.fields import Field, check_callable, check_field, field_getter
+from epochal.api.fields import Field, check_callable
 from epochal.api.functions import ProcessFunction, as_process_function
-from epochal.api.windowed import WindowedStream, count_windows, time_windows
+from epochal.api.windowed import WindowedStream
 from epochal.connectors.base import Sink
 from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
 from epochal.errors import PlanError
@@ -30,21 +29,11 @@ from epochal.plan.partitioners import (
     Partitioner,
     RebalancePartitioner,
 )
-from epochal.runtime.aggregates import (
-    ByFieldAggregate,
-    CountAggregate,
-    FieldAggregate,
-    FoldAggregate,
-    ReduceAggregate,
-    emit_key_value,
-    emit_value,
-)
 from epochal.runtime.functions import OutputTag, tag_id
 from epochal.runtime.iteration import IterationHead
 from epochal.runtime.operators import (
     FilterOperator,
     FlatMapOperator,
-    KeyedReduceOperator,
     MapOperator,
     Operator,
     SinkOperator,
@@ -58,6 +47,7 @@ if TYPE_CHECKING:
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.environment import Environment
     from epochal.api.iterative import IterativeStream
+    from epochal.api.keyed import KeyedStream
 
 
 class CollectedStream:
@@ -117,6 +107,16 @@ class DataStream:
         if not isinstance(parallelism, int) or parallelism < 1:
             raise PlanError(f"parallelism must be a positive int, got {parallelism!r}")
         self.node.parallelism = parallelism
+        return self
+
+    def final_results(self) -> DataStream:
+        """Emit only each key's final value when the bounded input ends, instead of every rolling
+        update (on the stream of a keyed ``sum/min/max/min_by/max_by/count/reduce``); for the
+        whole job, ``env.set_runtime_mode("batch")``."""
+        if not hasattr(self.node.operator, "final_only"):
+            raise PlanError("final_results() applies to keyed aggregations (sum, min, max, min_by, max_by, count, "
+                            "reduce); windows already emit one result per window")
+        self.node.final_results = True
         return self
 
     def disable_chaining(self) -> DataStream:
@@ -231,6 +231,8 @@ class DataStream:
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: equal keys go to the same subtask, through their key group."""
+        from epochal.api.keyed import KeyedStream
+
         check_callable(key_selector, "key_by")
         partitioner = KeyGroupPartitioner(key_selector, self.env.max_parallelism)
         node = self.env.graph.add("partition", "KeyBy", [self.node.id], partitioner=partitioner,
@@ -340,100 +342,3 @@ class DataStream:
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id
         return CollectedStream(self.env, collect_id)
-
-
-class KeyedStream(DataStream):
-    """A stream partitioned by key; aggregations and ``process`` see one key at a time.
-
-    Aggregations are rolling, as in Flink: every input record produces the key's updated
-    aggregate, so the last output per key is its final value.
-    """
-
-    def __init__(self, env: Environment, node: Transformation, key_selector: Callable[[Any], Any]) -> None:
-        super().__init__(env, node)
-        self.key_selector = key_selector
-
-    def _key_selector(self) -> Callable[[Any], Any] | None:
-        return self.key_selector
-
-    def _aggregate(self, kind: str, name: str, aggregate: Callable[[Any, Any], Any],
-                   emit: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
-        operator = KeyedReduceOperator(self.key_selector, aggregate, emit)
-        return self._add(kind, name, operator, [self.key_selector, *functions])
-
-    def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
-        """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record."""
-        check_callable(fn, "reduce")
-        return self._aggregate("reduce", "Reduce", ReduceAggregate(fn), emit_value, [fn])
-
-    def count(self) -> DataStream:
-        """Rolling count per key; emits ``(key, count)``."""
-        return self._aggregate("count", "Count", CountAggregate(), emit_key_value, [])
-
-    def _fold(self, kind: str, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
-        if value is None or callable(value):
-            return self._aggregate(kind, name, FoldAggregate(value, combine), emit_key_value, [value])
-        return self._aggregate(kind, name, FieldAggregate(check_field(value, kind), combine), emit_value, [])
-
-    def sum(self, value: Field = None) -> DataStream:
-        """Rolling sum per key.
-
-        With a function (or nothing: the record itself) it sums ``value(record)`` and emits
-        ``(key, sum)``. With a field name (dict key or attribute) or a tuple index it works as
-        Flink's ``sum(field)``: it emits the key's first record with that field holding the sum.
-        """
-        return self._fold("sum", "Sum", value, _op.add)
-
-    def min(self, value: Field = None) -> DataStream:
-        """Rolling minimum per key: ``(key, min of value(record))``, or with a field name or
-        index the key's first record with that field holding the minimum (Flink's ``min``)."""
-        return self._fold("min", "Min", value, min)
-
-    def max(self, value: Field = None) -> DataStream:
-        """Rolling maximum per key: ``(key, max of value(record))``, or with a field name or
-        index the key's first record with that field holding the maximum (Flink's ``max``)."""
-        return self._fold("max", "Max", value, max)
-
-    def min_by(self, field: Field) -> DataStream:
-        """Rolling: the key's record with the smallest ``field`` (name, index or function) so far;
-        on ties the earliest stays (Flink's ``minBy``)."""
-        return self._aggregate("min_by", "MinBy", ByFieldAggregate(field_getter(field, "min_by"), largest=False),
-                               emit_value, [field] if callable(field) else [])
-
-    def max_by(self, field: Field) -> DataStream:
-        """Rolling: the key's record with the largest ``field`` (name, index or function) so far;
-        on ties the earliest stays (Flink's ``maxBy``)."""
-        return self._aggregate("max_by", "MaxBy", ByFieldAggregate(field_getter(field, "max_by"), largest=True),
-                               emit_value, [field] if callable(field) else [])
-
-    def window(self, size: float, timestamp: Callable[[Any], Any], slide: float | None = None) -> WindowedStream:
-        """Event-time windows of ``size`` (in the unit of the event times) per key: tumbling, or
-        sliding with a new window every ``slide`` (``0 < slide <= size``; a record then belongs
-        to up to ``ceil(size / slide)`` windows). Window starts are multiples of ``slide`` (of
-        ``size`` when tumbling); window ``start`` covers ``[start, start + size)``.
-
-        ``timestamp(record)`` is the record's event time (records do not carry one, so the
-        window reads it like ``with_watermarks`` upstream, which must exist for windows to fire
-        before the input ends). A window fires once the watermark reaches ``start + size - 1``
-        and emits ``(key, start, result)``, windows in order of start; every open window fires
-        at the end of a bounded input. No record enters a window that has fired; one whose
-        windows have all fired is late: dropped and counted in ``JobResult.late_records_dropped``
-        (no allowed lateness).
-        Aggregate with :class:`WindowedStream`'s ``count``, ``sum``, ``min``, ``max``, ``avg``,
-        ``reduce`` or ``aggregate``.
-        """
-        check_callable(timestamp, "window")
-        return WindowedStream(self, time_windows(size, slide), timestamp)
-
-    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
-        """Windows of ``size`` consecutive records per key (Flink's ``countWindow``): tumbling,
-        or sliding with a new window every ``slide`` records (``1 <= slide <= size``): the key's
-        ``n``-th record (from 0) opens a window when ``n % slide == 0``.
-
-        A window fires with its ``size``-th record and emits ``(key, result)``; at the end of a
-        bounded input, windows that are not full never fire (as Flink's count trigger). Windows
-        follow each key's arrival order, so their contents are deterministic only if each key's
-        records reach the window in a deterministic order (e.g. all from one source subtask).
-        Event time and watermarks play no part: nothing is late.
-        """
-        return WindowedStream(self, count_windows(size, slide))

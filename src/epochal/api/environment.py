@@ -132,6 +132,17 @@ class Environment:
                                     commit_interval=commit_interval, fsync=fsync)
         return self
 
+    def set_runtime_mode(self, mode: str) -> Environment:
+        """``"streaming"`` (the default): keyed aggregations (``sum``, ``reduce``, ``count``...)
+        emit every rolling update. ``"batch"`` (Flink's ``RuntimeExecutionMode.BATCH`` for
+        bounded streams): every source must be bounded, and keyed aggregations emit only each
+        key's final value when the input ends; windows emit once per window either way.
+        Checkpoints and exactly-once sinks work the same in both modes."""
+        if mode not in ("streaming", "batch"):
+            raise PlanError(f"runtime mode must be 'streaming' or 'batch', got {mode!r}")
+        self.graph.runtime_mode = mode
+        return self
+
     def set_restart_strategy(self, strategy: RestartStrategy) -> Environment:
         """How often and after how long a failed job restarts from its latest checkpoint."""
         if not isinstance(strategy, RestartStrategy):

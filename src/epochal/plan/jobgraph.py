@@ -140,6 +140,14 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             needed.add(node_id)
             stack.extend(graph[node_id].inputs)
     physical = [n for n in graph.nodes if n.id in needed and not n.is_virtual]
+    if graph.runtime_mode == "batch":
+        unbounded = [n.name for n in physical if n.source is not None and not n.source.bounded]
+        if unbounded:
+            raise PlanError(f"runtime mode 'batch' needs bounded sources; {', '.join(unbounded)} never ends: give "
+                            "it an end (e.g. from_generator(count=...)) or use set_runtime_mode('streaming')")
+    for node in physical:
+        if hasattr(node.operator, "final_only"):
+            node.operator.final_only = node.final_results or graph.runtime_mode == "batch"  # type: ignore[union-attr]
 
     tails = {}
     for node in physical:

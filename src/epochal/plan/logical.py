@@ -46,6 +46,8 @@ class Transformation:
     functions: list[Any] = field(default_factory=list)
     #: Set on sinks that collect to the driver: the key of their results.
     collect_id: str | None = None
+    #: ``final_results()``: a keyed aggregation emits only final values at the end of the input.
+    final_results: bool = False
     #: Set on the virtual node of ``side_output(tag)``: the id of the tag its records carry.
     side_tag: str | None = None
 
@@ -59,6 +61,9 @@ class LogicalGraph:
     """All transformations of one environment, in creation order (inputs always come first)."""
 
     nodes: list[Transformation] = field(default_factory=list)
+    #: ``"streaming"`` (every update) or ``"batch"``: bounded input, keyed aggregations emit only
+    #: their final values (``Environment.set_runtime_mode``).
+    runtime_mode: str = "streaming"
 
     def add(self, kind: str, name: str, inputs: list[int], **fields: Any) -> Transformation:
         node = Transformation(id=len(self.nodes), kind=kind, name=name, inputs=inputs, **fields)

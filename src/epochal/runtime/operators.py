@@ -160,6 +160,9 @@ class KeyedReduceOperator(Operator):
     MISSING = MISSING
     STATE = "aggregate"
     keyed = True
+    #: Emit only each key's final value, at the end of a bounded input, instead of every update
+    #: (``Environment.set_runtime_mode("batch")`` or ``stream.final_results()``).
+    final_only = False
 
     def __init__(self, key_selector: Callable[[Any], Any],
                  aggregate: Callable[[Any, Any], Any],
@@ -189,7 +192,26 @@ class KeyedReduceOperator(Operator):
         # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
         # Keys and key groups are computed for the whole batch first (one C hash call per str key).
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
+        if self.final_only:
+            self._update_batch(batch, keys, key_groups, self.groups)
+            return []
         return self._loop(batch, keys, key_groups, self.groups)
+
+    def _update_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
+                      groups: dict[int, dict[Any, Any]]) -> None:
+        """Final results only: the state changes, nothing is emitted until the end of the input."""
+        aggregate = self.aggregate
+        missing = self.MISSING
+        for record, key, group in zip(batch, keys, key_groups, strict=True):
+            values = groups[group]
+            values[key] = aggregate(values.get(key, missing), record)
+
+    def end_input(self) -> list[Any]:
+        """Final results only: each key's final value, key group by key group."""
+        if not self.final_only:
+            return []
+        emit = self.emit
+        return [emit(key, value) for values in self.groups.values() for key, value in values.items()]
 
     def _aggregate_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
                          groups: dict[int, dict[Any, Any]]) -> list[Any]:
