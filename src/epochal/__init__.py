@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         RuntimeContext,
         TimerService,
     )
+    from epochal.runtime.joins import JoinContext, ProcessJoinFunction
     from epochal.runtime.timers import TimeDomain
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
@@ -76,6 +77,7 @@ _EXPORTS = {
     **dict.fromkeys(("BroadcastProcessFunction", "BroadcastState", "CoProcessFunction",
                      "KeyedBroadcastProcessFunction"), "epochal.runtime.co_process"),
     "TimeDomain": "epochal.runtime.timers",
+    **dict.fromkeys(("JoinContext", "ProcessJoinFunction"), "epochal.runtime.joins"),
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
@@ -115,5 +117,5 @@ __all__ = [
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",
     "CoProcessFunction", "ConnectedStreams", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "OutputTag",
-    "TimeDomain", "TimerService",
+    "TimeDomain", "TimerService", "JoinContext", "ProcessJoinFunction",
 ]

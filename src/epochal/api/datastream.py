@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.environment import Environment
     from epochal.api.iterative import IterativeStream
+    from epochal.api.joins import IntervalJoin, JoinedStreams
     from epochal.api.keyed import KeyedStream
 
 
@@ -223,6 +224,31 @@ class DataStream:
         node = self.env.graph.add("iteration_head", f"Iteration head {loop_id}", [self.node.id],
                                   operator=IterationHead(loop_id))
         return IterativeStream(self.env, node)
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """Inner join with ``other`` per key and event-time window (Flink's ``join``):
+        ``a.join(b).where(key_a).equal_to(key_b).window(size, timestamp=fa, other_timestamp=fb).apply(fn)``."""
+        from epochal.api.joins import join
+
+        return join(self, other)
+
+    def co_group(self, other: DataStream) -> JoinedStreams:
+        """Both streams' records per key and event-time window, to ``fn(key, lefts, rights)``
+        (Flink's ``coGroup``): ``a.co_group(b).where(ka).equal_to(kb).window(...).apply(fn)``."""
+        from epochal.api.joins import co_group
+
+        return co_group(self, other)
+
+    def interval_join(self, other: DataStream, timestamp: Callable[[Any], Any] | None = None,
+                      other_timestamp: Callable[[Any], Any] | None = None) -> IntervalJoin:
+        """Join this keyed stream with another keyed stream by event time (Flink's
+        ``intervalJoin``): ``a.key_by(k).interval_join(b.key_by(k), timestamp=fa,
+        other_timestamp=fb).between(lower, upper).process(fn)`` pairs records whose times ``ta``,
+        ``tb`` satisfy ``lower <= tb - ta <= upper``; buffered records leave state once the
+        watermark passes the time after which they can match nothing more."""
+        from epochal.api.joins import interval_join
+
+        return interval_join(self, other, timestamp, other_timestamp)
 
     # ---------------------------------------------------------------- partitioning
     def _partition(self, partitioner: Partitioner, kind: str) -> DataStream:
