@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         RuntimeContext,
         TimerService,
     )
+    from epochal.runtime.async_io import AsyncTimeoutError
     from epochal.runtime.joins import JoinContext, ProcessJoinFunction
     from epochal.runtime.timers import TimeDomain
     from epochal.state.descriptors import (
@@ -78,6 +79,7 @@ _EXPORTS = {
                      "KeyedBroadcastProcessFunction"), "epochal.runtime.co_process"),
     "TimeDomain": "epochal.runtime.timers",
     **dict.fromkeys(("JoinContext", "ProcessJoinFunction"), "epochal.runtime.joins"),
+    "AsyncTimeoutError": "epochal.runtime.async_io",
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
@@ -117,5 +119,5 @@ __all__ = [
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",
     "CoProcessFunction", "ConnectedStreams", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "OutputTag",
-    "TimeDomain", "TimerService", "JoinContext", "ProcessJoinFunction",
+    "TimeDomain", "TimerService", "JoinContext", "ProcessJoinFunction", "AsyncTimeoutError",
 ]

@@ -225,6 +225,25 @@ class DataStream:
                                   operator=IterationHead(loop_id))
         return IterativeStream(self.env, node)
 
+    def async_map(self, fn: Callable[[Any], Any], capacity: int = 100, timeout: float = 10.0, ordered: bool = True,
+                  on_timeout: Callable[[Any], Any] | None = None, retries: int = 0,
+                  retry_backoff: float = 0.1) -> DataStream:
+        """One result per record from ``fn`` (an ``async def`` or a blocking function), with up
+        to ``capacity`` calls in flight per subtask (Flink's async I/O); ``ordered`` keeps input
+        order. Requests in flight are part of checkpoints and issued again after a restore. See
+        :func:`epochal.api.async_io.async_map` for timeouts, retries and watermarks."""
+        from epochal.api.async_io import async_map
+
+        return async_map(self, fn, capacity, timeout, ordered, on_timeout, retries, retry_backoff)
+
+    def async_flat_map(self, fn: Callable[[Any], Any], capacity: int = 100, timeout: float = 10.0,
+                       ordered: bool = True, on_timeout: Callable[[Any], Any] | None = None, retries: int = 0,
+                       retry_backoff: float = 0.1) -> DataStream:
+        """As :meth:`async_map`, with ``fn`` returning an iterable (or None) of results per record."""
+        from epochal.api.async_io import async_flat_map
+
+        return async_flat_map(self, fn, capacity, timeout, ordered, on_timeout, retries, retry_backoff)
+
     def join(self, other: DataStream) -> JoinedStreams:
         """Inner join with ``other`` per key and event-time window (Flink's ``join``):
         ``a.join(b).where(key_a).equal_to(key_b).window(size, timestamp=fa, other_timestamp=fb).apply(fn)``."""
