@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         PlanError,
         SourceError,
     )
+    from epochal.runtime.async_io import AsyncTimeoutError
     from epochal.runtime.co_process import (
         BroadcastProcessFunction,
         BroadcastState,
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
         RuntimeContext,
         TimerService,
     )
-    from epochal.runtime.async_io import AsyncTimeoutError
     from epochal.runtime.joins import JoinContext, ProcessJoinFunction
     from epochal.runtime.timers import TimeDomain
     from epochal.state.descriptors import (
