@@ -18,7 +18,25 @@ if TYPE_CHECKING:
     from epochal.api.datastream import CollectedStream, DataStream
     from epochal.api.environment import Environment
     from epochal.api.keyed import KeyedStream
-    from epochal.api.windowed import WindowedStream
+    from epochal.api.windowed import (
+        CountTrigger,
+        EventTimeSessionWindows,
+        EventTimeTrigger,
+        GlobalWindows,
+        ProcessingTimeSessionWindows,
+        ProcessingTimeTrigger,
+        ProcessWindowFunction,
+        PurgingTrigger,
+        SlidingEventTimeWindows,
+        SlidingProcessingTimeWindows,
+        TimeWindow,
+        Trigger,
+        TriggerResult,
+        TumblingEventTimeWindows,
+        TumblingProcessingTimeWindows,
+        WindowedStream,
+        WindowResult,
+    )
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
@@ -70,7 +88,11 @@ if TYPE_CHECKING:
 _EXPORTS = {
     **dict.fromkeys(("CollectedStream", "DataStream"), "epochal.api.datastream"),
     "KeyedStream": "epochal.api.keyed",
-    "WindowedStream": "epochal.api.windowed",
+    **dict.fromkeys(("CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindows",
+                     "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
+                     "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeWindow",
+                     "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
+                     "WindowResult", "WindowedStream"), "epochal.api.windowed"),
     "Environment": "epochal.api.environment",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
                      "TimerService"), "epochal.runtime.functions"),
@@ -120,4 +142,8 @@ __all__ = [
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",
     "CoProcessFunction", "ConnectedStreams", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "OutputTag",
     "TimeDomain", "TimerService", "JoinContext", "ProcessJoinFunction", "AsyncTimeoutError",
+    "CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindows", "ProcessWindowFunction",
+    "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows", "WindowResult",
 ]

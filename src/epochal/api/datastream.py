@@ -352,7 +352,8 @@ class DataStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("max_by")
 
-    def window(self, size: float, timestamp: Callable[[Any], Any], slide: float | None = None) -> WindowedStream:
+    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | None = None,
+               slide: float | None = None) -> WindowedStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("window")
 

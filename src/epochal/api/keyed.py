@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
 from epochal.api.fields import Field, check_callable, check_field, field_getter
-from epochal.api.windowed import WindowedStream, count_windows, time_windows
+from epochal.api.windowed import WindowedStream, count_windows, keyed_window
 from epochal.plan.logical import Transformation
 from epochal.runtime.aggregates import (
     ByFieldAggregate,
@@ -89,24 +89,30 @@ class KeyedStream(DataStream):
         return self._aggregate("max_by", "MaxBy", ByFieldAggregate(field_getter(field, "max_by"), largest=True),
                                emit_value, [field] if callable(field) else [])
 
-    def window(self, size: float, timestamp: Callable[[Any], Any], slide: float | None = None) -> WindowedStream:
-        """Event-time windows of ``size`` (in the unit of the event times) per key: tumbling, or
-        sliding with a new window every ``slide`` (``0 < slide <= size``; a record then belongs
-        to up to ``ceil(size / slide)`` windows). Window starts are multiples of ``slide`` (of
-        ``size`` when tumbling); window ``start`` covers ``[start, start + size)``.
+    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | None = None,
+               slide: float | None = None) -> WindowedStream:
+        """Windows per key: a size (event-time windows, tumbling or sliding) or any window
+        assigner (``TumblingEventTimeWindows.of(10)``, ``SlidingProcessingTimeWindows.of(60, 10)``,
+        ``EventTimeSessionWindows.with_gap(5)``, ``GlobalWindows.create()``...; docs/windows.md).
 
-        ``timestamp(record)`` is the record's event time (records do not carry one, so the
-        window reads it like ``with_watermarks`` upstream, which must exist for windows to fire
-        before the input ends). A window fires once the watermark reaches ``start + size - 1``
-        and emits ``(key, start, result)``, windows in order of start; every open window fires
-        at the end of a bounded input. No record enters a window that has fired; one whose
-        windows have all fired is late: dropped and counted in ``JobResult.late_records_dropped``
-        (no allowed lateness).
-        Aggregate with :class:`WindowedStream`'s ``count``, ``sum``, ``min``, ``max``, ``avg``,
-        ``reduce`` or ``aggregate``.
+        With a size: windows of ``size`` (in the unit of the event times), tumbling, or sliding
+        with a new window every ``slide`` (``0 < slide <= size``; a record then belongs to up to
+        ``ceil(size / slide)`` windows). Window starts are multiples of ``slide`` (of ``size``
+        when tumbling); window ``start`` covers ``[start, start + size)``.
+
+        ``timestamp(record)`` is the record's event time, needed by event-time windows (records
+        do not carry one, so the window reads it like ``with_watermarks`` upstream, which must
+        exist for windows to fire before the input ends). A window fires once the watermark
+        reaches its last instant (``start + size - 1``) and emits a
+        :class:`~epochal.runtime.window_kinds.WindowResult`, equal to ``(key, start, result)``
+        and carrying ``.start``/``.end``; every open window fires at the end of a bounded input.
+        A record whose windows have all fired is late: dropped and counted in
+        ``JobResult.late_records_dropped``, unless ``allowed_lateness`` or
+        ``side_output_late_data`` say otherwise. Aggregate with :class:`WindowedStream`'s
+        ``count``, ``sum``, ``min``, ``max``, ``avg``, ``reduce``, ``aggregate`` or ``process``,
+        and shape firing with ``trigger``.
         """
-        check_callable(timestamp, "window")
-        return WindowedStream(self, time_windows(size, slide), timestamp)
+        return keyed_window(self, size_or_assigner, timestamp, slide)
 
     def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
         """Windows of ``size`` consecutive records per key (Flink's ``countWindow``): tumbling,

@@ -29,6 +29,7 @@ from epochal.runtime.events import NO_WATERMARK
 from epochal.runtime.functions import RuntimeContext
 from epochal.runtime.operators import Operator, keys_of
 from epochal.runtime.window_assigners import TimeWindows
+from epochal.runtime.window_kinds import TimeWindow, WindowResult
 
 
 class WatermarkGenerator(Operator):
@@ -120,7 +121,8 @@ class WindowFolding:
 
 
 class TimeWindowOperator(WindowFolding, Operator):
-    """Aggregates each key's records per event-time window; emits ``(key, start, result)``.
+    """Aggregates each key's records per event-time window; emits a ``WindowResult`` (equal to
+    ``(key, start, result)``, with ``.end``).
 
     ``windows`` is a :class:`TimeWindows` (tumbling or sliding) or a size (tumbling).
     ``aggregate`` is a rolling aggregate of :mod:`epochal.runtime.aggregates` (``count``,
@@ -247,6 +249,7 @@ class TimeWindowOperator(WindowFolding, Operator):
         groups = self.groups
         finish = self.finish
         unshared = self.unshared
+        size = self.size
         out: list[Any] = []
         append = out.append
         for start in starts:
@@ -256,7 +259,8 @@ class TimeWindowOperator(WindowFolding, Operator):
                 accumulator = windows.pop(start)
                 if unshared is not None:
                     unshared.discard((key, start))
-                append((key, start, accumulator if finish is None else finish(accumulator)))
+                append(WindowResult(key, TimeWindow(start, start + size),
+                                    accumulator if finish is None else finish(accumulator)))
                 if windows:
                     entries[key] = windows
                 else:
