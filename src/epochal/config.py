@@ -50,6 +50,21 @@ class EngineConfig:
         iteration_log: log a loop's in-transit records in its snapshots (papers/000 Algorithm 2).
             Only for demonstrating why it is needed: without it, loops are snapshotted with the
             acyclic algorithm alone and records inside a loop are lost or repeated on restore.
+        worker_memory_limit_bytes: dataflow jobs: how much data memory each worker's Python process
+            may add, while it runs the job, to what it held when the job reached it (``None``: no
+            limit; needs Linux 4.7 or later). Relative, because PySpark reuses the process and what
+            it held before depends on the tasks that ran in it. Applied as the process's
+            ``RLIMIT_DATA`` soft limit from when the worker receives the job until its Spark task
+            ends, however it ends; then the previous limit is restored. It bounds the heap and
+            every private writable mapping, by address space rather than resident pages: what
+            Python, pickling, snapshots and RocksDB (memtables, block cache, thread stacks)
+            allocate; not the page cache or files. An allocation beyond it fails with
+            ``MemoryError``, and the job fails with one error that says so (a failure like any
+            other: the restart strategy applies). Keyed state larger than the limit belongs in
+            ``set_state_backend("rocksdb")``, which needs ~200 MiB of the limit itself (small
+            memtables and cache); an allocation that fails inside RocksDB's own code ends the
+            worker process instead (the job fails with the worker lost). See
+            docs/state_backends.md, "Memory".
     """
 
     batch_size: int = 1024
@@ -66,6 +81,7 @@ class EngineConfig:
     alignment_spill_dir: str | None = None
     iteration_log: bool = True
     spare_worker: bool = True
+    worker_memory_limit_bytes: int | None = None
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
@@ -77,6 +93,8 @@ class EngineConfig:
             raise PlanError(f"max_parallelism must be in 1..32768, got {self.max_parallelism}")
         check_number(self.alignment_memory_bytes, "alignment_memory_bytes", strict=False, integer=True)
         check_number(self.alignment_max_bytes, "alignment_max_bytes", strict=False, integer=True, optional=True)
+        check_number(self.worker_memory_limit_bytes, "worker_memory_limit_bytes", minimum=1 << 20, strict=False,
+                     integer=True, optional=True)
         if self.alignment_max_bytes is not None and self.alignment_max_bytes < self.alignment_memory_bytes:
             raise PlanError("alignment_max_bytes must be >= alignment_memory_bytes (or None for no limit)")
         for name in ("buffer_timeout", "registration_timeout", "heartbeat_interval",

@@ -6,6 +6,8 @@ fault-injection hook, and the end of a run (a failure reported once, then a mome
 JobMaster to cancel everyone; sockets closed). A job kind's worker body (the dataflow
 :class:`~epochal.runtime.worker.Worker`, the graph worker) subclasses it and supplies its machine
 (``_handle``, ``_tick``), its work (``_serve``), its counters (``metrics``) and its clean-up.
+The shell also holds the process to ``EngineConfig.worker_memory_limit_bytes`` while the task
+runs (:class:`MemoryLimit`, applied by a body through ``_limit_memory``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from epochal.messages import Dispatch, Heartbeat, Register, Stop, ToJobMaster
+from epochal.messages import Decline, Dispatch, Failed, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.channels import PeerConnection
 from epochal.runtime.hooks import HookPoint, WorkerHook
 from epochal.runtime.kinds import WARMED_FOR, task_started
 from epochal.runtime.links import Bootstrap, ControlLink, accept_replacements, connect_peers
 from epochal.runtime.mailbox import JobMasterLost, MailboxEvent, PeerClosed, PeerJoined
+from epochal.runtime.memory_limit import OUT_OF_MEMORY, MemoryLimit, WorkerMemoryLimitError, data_bytes
+from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
 from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send, StopWorker, Tick
 
@@ -60,6 +64,8 @@ class WorkerShell:
         #: The deployment's hook (fault injection) and the points it asked for on this worker.
         self.hook: WorkerHook | None = None
         self.hook_points: frozenset[str] = frozenset()
+        #: ``EngineConfig.worker_memory_limit_bytes`` once applied (:meth:`_limit_memory`)
+        self.memory_limit: MemoryLimit | None = None
 
     # ------------------------------------------------------------------ what a body supplies
     def _handle(self, event: Any) -> None:
@@ -88,7 +94,9 @@ class WorkerShell:
         """Counters sent with heartbeats and at the end."""
         return {"worker": self.index, "pid": os.getpid(), "tasks_before": self.tasks_before,
                 "spare": self.bootstrap.job_id in WARMED_FOR,
-                "rss_bytes": rss_bytes(),
+                "rss_bytes": rss_bytes(), "data_bytes": data_bytes(),
+                **({"memory_limit_bytes": self.memory_limit.limit, "data_bytes_at_start": self.memory_limit.at_start}
+                   if self.memory_limit is not None else {}),
                 "uptime": time.monotonic() - self.started,
                 "bytes_sent": sum(p.bytes_sent for p in list(self.peers.values()))}
 
@@ -97,8 +105,23 @@ class WorkerShell:
 
     # ------------------------------------------------------------------ plumbing
     def send_control(self, message: ToJobMaster) -> None:
-        """Send one message to the JobMaster (thread safe)."""
+        """Send one message to the JobMaster (thread safe). A checkpoint that would be declined
+        because an allocation failed under the memory limit (in a forked snapshot child or the
+        uploader) fails the job instead: the limit was exceeded, and a decline that is tolerated
+        would only repeat."""
+        limit = self.memory_limit
+        if isinstance(message, Decline) and limit is not None and limit.active \
+                and any(text in message.reason for text in OUT_OF_MEMORY):
+            where = f"the snapshot of checkpoint {message.checkpoint_id} ({message.reason})"
+            message = Failed("internal", str(limit.exceeded(where)), self.index)
         self.link.send(message)  # type: ignore[union-attr]
+
+    def _limit_memory(self, limit: int | None) -> None:
+        """Apply ``EngineConfig.worker_memory_limit_bytes`` until the task ends (:class:`MemoryLimit`);
+        a body calls it as soon as it has the job's configuration, before it builds any state."""
+        if limit is not None and self.memory_limit is None:
+            self.memory_limit = MemoryLimit(limit, self.index)
+            self.memory_limit.apply()
 
     def _register(self) -> None:
         """Open the data port, connect to the JobMaster and register."""
@@ -187,9 +210,18 @@ class WorkerShell:
 
     def _report_failure(self, error: Exception) -> None:
         """Report ``error``, then give the JobMaster a moment to cancel everyone, so that peers
-        do not report this worker as lost."""
+        do not report this worker as lost. An allocation that failed under the memory limit is
+        reported as that, after the limit is lifted (room to report and clean up)."""
+        limit = self.memory_limit
+        if limit is not None and limit.caused(error):
+            limit.restore()
+            inner = error.error if isinstance(error, UserFunctionError) else error
+            where = error.where if isinstance(error, UserFunctionError) else "the worker"
+            error = limit.exceeded(f"{where} ({type(inner).__name__}{f': {inner}' if str(inner) else ''})")
+        report = Failed("internal", str(error), self.index) if isinstance(error, WorkerMemoryLimitError) \
+            else failure_report(error, self.index)
         try:
-            self.send_control(failure_report(error, self.index))
+            self.send_control(report)
         except OSError:
             return
         deadline = time.monotonic() + 5.0
@@ -224,6 +256,8 @@ class WorkerShell:
         finally:
             self.stopped.set()
             self._close()
+            if self.memory_limit is not None:
+                self.memory_limit.restore()
             gc.set_threshold(*thresholds)
         return {"worker": self.index, "attempt": self.task_attempt, "status": status, "metrics": self.metrics()}
 

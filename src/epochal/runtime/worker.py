@@ -111,6 +111,7 @@ class Worker(WorkerShell):
         deployment: Deployment = cloudpickle.loads(message.deployment)
         self.deployment = deployment
         config = deployment.config
+        self._limit_memory(config.worker_memory_limit_bytes)  # before restoring or building any state
         self.mode = deployment.checkpoint.mode if deployment.checkpoint.enabled else NONE
         if deployment.storage_uri:
             self.storage = CheckpointStorage(deployment.storage_uri)
