@@ -282,6 +282,24 @@ def test_all_finished_with_checkpointing_takes_a_final_checkpoint_then_shuts_dow
     assert machine.status == S.FINISHED
 
 
+def test_a_tolerated_decline_or_timeout_of_the_final_checkpoint_takes_it_again(tmp_path):
+    coordinator = coordinator_on(tmp_path, timeout=2.0, tolerable_failures=3)
+    machine = make(coordinator=coordinator)
+    deploy(machine)
+    start(machine)
+    send(machine, 0, Finished({}), 3.0)
+    assert send(machine, 1, Finished({}), 3.0) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    assert send(machine, 1, Decline(1, worker=1, reason="disk full"), 3.5) == [
+        Broadcast(CheckpointAbort(1), ATTEMPT_0), Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]
+    assert machine.final_checkpoint == 2
+    assert machine.handle(Tick(6.0, 0.0)) == [  # timed out (2 s): once more
+        Broadcast(CheckpointAbort(2), ATTEMPT_0), Broadcast(TriggerCheckpoint(3), ATTEMPT_0)]
+    send(machine, 0, ack(3, 0), 6.5)
+    assert send(machine, 1, ack(3, 1), 6.5) == [Broadcast(CheckpointComplete(3), ATTEMPT_0)]
+    send(machine, 0, Committed(3, 0), 7.0)
+    assert send(machine, 1, Committed(3, 1), 7.0) == [Broadcast(Shutdown(), ATTEMPT_0)]
+
+
 @pytest.mark.parametrize("restart", [FixedDelayRestart(1, 0.0), None])
 def test_a_failure_during_the_final_checkpoint_restarts_or_fails(tmp_path, restart):
     coordinator = coordinator_on(tmp_path)

@@ -276,6 +276,7 @@ class JobMasterMachine:
             if not tolerable:
                 self.fail(job_failures.checkpoints_failing(coordinator.config.tolerable_failures), now)
                 return
+            self.retry_final_checkpoint(aborts, now, wall)
         for index, deadline in self.replacing.items():
             if now > deadline and index not in self.workers:
                 self.fail(job_failures.replacement_missing(index, self.config.registration_timeout,
@@ -286,6 +287,17 @@ class JobMasterMachine:
             if not worker.finished and now - worker.last_seen > timeout:
                 self.fail(job_failures.heartbeat_missed(worker.index, worker.pid, worker.hostname, timeout), now)
                 break
+
+    def retry_final_checkpoint(self, aborts: list[Any], now: float, wall: float) -> None:
+        """Every worker finished and the final checkpoint (the one that commits the sinks' last
+        epoch) was aborted within the tolerated failures: take it again, or the job would wait
+        for it forever."""
+        final, coordinator = self.final_checkpoint, self.coordinator
+        if final is None or coordinator is None or self.status != JobStatus.RUNNING:
+            return
+        if any(getattr(abort, "checkpoint_id", None) == final for abort in aborts):
+            self.final_checkpoint, messages = coordinator.trigger(now, wall)
+            self.broadcast(messages)
 
     def fail(self, failure: Failed, now: float) -> None:
         """Record ``failure`` of the current attempt; the first one starts the grace period."""

@@ -181,6 +181,8 @@ def _on_decline(jm: JobMasterMachine, worker: WorkerInfo, message: Decline, even
     if not tolerable:
         jm.fail(job_failures.checkpoint_declined(message.checkpoint_id, message.reason,
                                                  jm.coordinator.config.tolerable_failures), event.now)
+    else:
+        jm.retry_final_checkpoint(messages, event.now, event.wall)
 
 
 @MESSAGES.on(Processing)
