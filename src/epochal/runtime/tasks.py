@@ -130,9 +130,20 @@ class Subtask:
         self.timed = [runner for runner in self.runners if runner.operator.processing_time]
 
     def _restore(self, runner: ChainRunner, restore: RestoreSource, key_groups: range) -> None:
-        if runner.keyed_state is not None:
-            for group, states in restore.keyed_groups(runner.uid, key_groups):
-                runner.keyed_state.restore_group(group, states)
+        backend = runner.keyed_state
+        if backend is not None:
+            # A RocksDB backend takes what RocksDB subtasks wrote as SST files (entries copied as
+            # stored, never unpickled); everything else arrives per key group.
+            ingest = getattr(backend, "ingest_key_groups", None)
+            checkpoints = getattr(restore, "rocksdb_checkpoints", None)
+            if ingest is None or checkpoints is None:
+                for group, states in restore.keyed_groups(runner.uid, key_groups):
+                    backend.restore_group(group, states)
+            else:
+                for group, states in restore.keyed_groups(runner.uid, key_groups, skip_rocksdb=True):
+                    backend.restore_group(group, states)
+                for directory, wanted in checkpoints(runner.uid, key_groups):
+                    ingest(directory, wanted)
         if isinstance(runner.operator, IterationHead):
             runner.operator.restore_log(restore, key_groups, self.index, self.parallelism)
         lists = restore.operator_lists(runner.uid, self.index, self.parallelism)

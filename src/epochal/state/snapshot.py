@@ -108,16 +108,19 @@ class RestoreSource:
         subtasks = operator["subtasks"]
         return [subtasks[key] for key in sorted(subtasks, key=int)]
 
-    def keyed_groups(self, uid: str, key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
+    def keyed_groups(self, uid: str, key_groups: range,
+                     skip_rocksdb: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(group, {state name: {key: value}})`` for every owned key group with state; of an
         incremental checkpoint, each old subtask's chain is read oldest first, only the ranges
-        of the owned groups of each file."""
+        of the owned groups of each file. ``skip_rocksdb``: leave out what RocksDB subtasks
+        wrote (a RocksDB backend ingests it: :meth:`rocksdb_checkpoints`)."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
             if not keyed:
                 continue
             if keyed.get("format") == "rocksdb":
-                yield from self._rocksdb_groups(keyed, key_groups)
+                if not skip_rocksdb:
+                    yield from self._rocksdb_groups(keyed, key_groups)
                 continue
             if "chain" not in keyed:
                 yield from self._groups_of(keyed, key_groups)
@@ -127,6 +130,26 @@ class RestoreSource:
                 for group, delta in self._groups_of(link, key_groups):
                     apply_delta(merged.setdefault(group, {}), delta)
             yield from ((group, states) for group, states in sorted(merged.items()) if states)
+
+    def rocksdb_checkpoints(self, uid: str, key_groups: range) -> Iterator[tuple[str, range]]:
+        """For each old RocksDB subtask of ``uid`` owning some of ``key_groups``: its files
+        fetched into a local checkpoint directory and the groups of it wanted, ``(directory,
+        groups)``; the directory is removed when the iteration moves on (or ends)."""
+        from epochal.state.rocksdb_checkpoints import download
+
+        for handle in self._subtasks(uid):
+            keyed = handle.get("keyed")
+            if not keyed or keyed.get("format") != "rocksdb":
+                continue
+            start, stop = keyed["key_groups"]
+            wanted = range(max(start, key_groups.start), min(stop, key_groups.stop))
+            if not wanted:
+                continue
+            local = tempfile.mkdtemp(prefix="epochal-restore-")
+            try:
+                yield download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
 
     def _rocksdb_groups(self, keyed: dict[str, Any], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
         """An old RocksDB subtask's owned groups: its files fetched into a local checkpoint,
