@@ -130,3 +130,11 @@ def test_timers_side_outputs_connect_and_broadcast_exactly_once_under_random_kil
     expected = oracle()
     assert committed - expected == collections.Counter(), "duplicated or wrong lines"
     assert expected - committed == collections.Counter(), "lost lines"
+
+
+def test_the_same_job_is_exactly_once_under_synchronous_checkpoints_too(make_env, tmp_path):
+    faults = random_faults(79, 2, count=1, window=(0.5, 1.5))
+    result, committed = run_with_faults(make_env, tmp_path, 2, faults, features_job, "features synchronous",
+                                        mode="synchronous")
+    assert len(result.restarts) == 1
+    assert committed == oracle()
