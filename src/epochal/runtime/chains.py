@@ -110,16 +110,7 @@ class ChainRunner:
 
     def push(self, batch: list[Any]) -> None:
         self.records_in += len(batch)
-        try:
-            out = self.operator.process_batch(batch)
-        except UserFunctionError:
-            raise
-        except Exception as error:
-            raise UserFunctionError(self.name, error) from error
-        if out:
-            self._forward(out)
-        if self.operator.side:
-            self._route_side()
+        self._call(self.operator.process_batch, batch)
         if self.operator.emits_watermarks:
             watermark = self.operator.take_watermark()
             if watermark is not None:

@@ -16,12 +16,12 @@ from typing import Any
 from epochal.runtime.events import NO_WATERMARK
 from epochal.runtime.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.runtime.operators import Operator, keys_of
-from epochal.runtime.timers import EVENT_TIME, PROCESSING_TIME, TIMERS, TimeDomain, TimerQueue
+from epochal.runtime.timers import EVENT_TIME, TIMERS, TimeDomain, TimerDriven, TimerQueue
 
 _END_OF_TIME = float("inf")
 
 
-class ProcessOperator(Operator):
+class ProcessOperator(TimerDriven, Operator):
     """Runs a :class:`ProcessFunction`; on keyed streams it sets ``ctx.current_key`` per record
     and per firing timer. ``timestamp(record)``, if given, is what ``ctx.timestamp()`` returns
     while the record is processed."""
@@ -108,18 +108,6 @@ class ProcessOperator(Operator):
             ctx.domain = None
             ctx.event_time = None
         return out
-
-    def on_watermark(self, watermark: Any) -> list[Any]:
-        if watermark <= self.watermark:
-            return []
-        self.watermark = watermark
-        return self._fire(EVENT_TIME, watermark)
-
-    def on_processing_time(self, now: float) -> list[Any]:
-        return self._fire(PROCESSING_TIME, now)
-
-    def next_processing_time(self) -> float | None:
-        return None if self.timers is None else self.timers.next_timestamp(PROCESSING_TIME)
 
     def end_input(self) -> list[Any]:
         self.watermark = _END_OF_TIME

@@ -122,3 +122,30 @@ class TimerQueue:
 
     def __len__(self) -> int:
         return sum(len(timers) for entries in self.groups.values() for timers in entries.values())
+
+
+class TimerDriven:
+    """What every keyed operator with a :class:`TimerQueue` does when time moves (a mixin placed
+    before ``Operator``): a watermark above the last fires the event-time timers it reaches, the
+    wall clock the processing-time ones, and the worker is asked to wake at the earliest
+    processing-time timer. The operator supplies ``_fire(domain, limit)``, which fires the due
+    timers its own way and returns what they emitted; ``timers`` is None until it opens."""
+
+    watermark: Any
+    timers: TimerQueue | None
+
+    def _fire(self, domain: TimeDomain, limit: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def on_watermark(self, watermark: Any) -> list[Any]:
+        if watermark <= self.watermark:
+            return []
+        self.watermark = watermark
+        return self._fire(EVENT_TIME, watermark)
+
+    def on_processing_time(self, now: float) -> list[Any]:
+        return self._fire(PROCESSING_TIME, now)
+
+    def next_processing_time(self) -> float | None:
+        return None if self.timers is None else self.timers.next_timestamp(PROCESSING_TIME)
+

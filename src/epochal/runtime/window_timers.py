@@ -16,7 +16,7 @@ from typing import Any
 
 from epochal.runtime.aggregates import MISSING
 from epochal.runtime.operators import Operator
-from epochal.runtime.timers import EVENT_TIME, PROCESSING_TIME, TimeDomain, TimerQueue
+from epochal.runtime.timers import EVENT_TIME, PROCESSING_TIME, TimeDomain, TimerDriven, TimerQueue
 from epochal.runtime.triggers import CONTINUE, FIRE, PURGE, Trigger
 from epochal.runtime.window_context import (
     WINDOW_STATE_PREFIX,
@@ -31,7 +31,7 @@ _DOMAINS = (EVENT_TIME, PROCESSING_TIME)
 _END_OF_TIME = float("inf")
 
 
-class WindowTimers(Operator):
+class WindowTimers(TimerDriven, Operator):
     """The timer side of the window operator; the subclass sets the attributes below in its
     constructor and ``open`` and implements :meth:`_emit`."""
 
@@ -228,18 +228,6 @@ class WindowTimers(Operator):
                     entries[key] = remaining
                 else:
                     del entries[key]
-
-    def on_watermark(self, watermark: Any) -> list[Any]:
-        if watermark <= self.watermark:
-            return []
-        self.watermark = watermark
-        return self._fire(EVENT_TIME, watermark)
-
-    def on_processing_time(self, now: float) -> list[Any]:
-        return self._fire(PROCESSING_TIME, now)
-
-    def next_processing_time(self) -> float | None:
-        return None if self.timers is None else self.timers.next_timestamp(PROCESSING_TIME)
 
     def end_input(self) -> list[Any]:
         """Time runs out: every timer pending fires, event time first (see the module doc)."""
