@@ -152,10 +152,13 @@ class DataStream:
         """Run a :class:`ProcessFunction` (or ``fn(value, ctx)``) that emits any number of records,
         and side output records through ``ctx.output(tag, value)``. On a keyed stream it has keyed
         state and timers (``ctx.timer_service()``, ``on_timer``). ``timestamp(record)`` is the
-        record's event time as ``ctx.timestamp()`` reports it (records carry none of their own)."""
+        record's event time as ``ctx.timestamp()`` reports it (records carry none of their own;
+        default: the timestamp function of a ``with_watermarks`` the records come from unchanged)."""
         function = as_process_function(fn)
         if timestamp is not None:
             check_callable(timestamp, "process(timestamp=...)")
+        else:
+            timestamp = self._event_time()
         operator = ProcessOperator(function, self._key_selector(), timestamp)
         return self._add("process", "Process", operator, [function, *([timestamp] if timestamp else [])])
 
@@ -318,6 +321,20 @@ class DataStream:
 
     def _key_selector(self) -> Callable[[Any], Any] | None:
         return None
+
+    def _event_time(self) -> Callable[[Any], Any] | None:
+        """The timestamp function of the ``with_watermarks`` whose records this stream carries
+        unchanged (through partitioning and filters), or None. Records carry no timestamp of
+        their own, so event-time operators that were given no ``timestamp`` use this one, as
+        Flink operators use the timestamps its watermark strategy assigned."""
+        graph, node = self.env.graph, self.node
+        while True:
+            if isinstance(node.operator, WatermarkGenerator):
+                return node.operator.timestamp
+            if node.side_tag is None and len(node.inputs) == 1 and (node.is_virtual or node.kind == "filter"):
+                node = graph[node.inputs[0]]
+                continue
+            return None
 
     # ---------------------------------------------------------------- keyed-only calls
     def _not_keyed(self, method: str) -> PlanError:

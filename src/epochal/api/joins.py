@@ -40,6 +40,7 @@ from epochal.runtime.joins import (
     as_process_join_function,
 )
 from epochal.runtime.window_assigners import TimeWindows
+from epochal.runtime.window_kinds import SlidingEventTimeWindows, TumblingEventTimeWindows
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ def interval_join(keyed: DataStream, other: DataStream, timestamp: Callable[[Any
                         "a.key_by(f).interval_join(b.key_by(g), timestamp=...)")
     if keyed.env is not other.env:
         raise PlanError("interval_join() needs streams of the same Environment")
+    if timestamp is None:
+        timestamp, other_timestamp = keyed._event_time(), other_timestamp or other._event_time()
     _check_timestamp(timestamp, "interval_join")
     if other_timestamp is not None:
         check_callable(other_timestamp, "interval_join(other_timestamp=...)")
@@ -210,14 +213,22 @@ class JoinedStreams:
     def window(self, windows: float | TimeWindows | Any, timestamp: Callable[[Any], Any] | None = None,
                other_timestamp: Callable[[Any], Any] | None = None, slide: float | None = None) -> WindowedJoin:
         """Event-time windows: a size (tumbling, or sliding with ``slide``), a
-        :class:`TimeWindows`, or any assigner with ``starts(t)`` and ``closes(start, watermark)``.
-        ``timestamp``/``other_timestamp`` (default: ``timestamp``) read the event times."""
+        :class:`TimeWindows`, ``TumblingEventTimeWindows.of(size)``, ``SlidingEventTimeWindows.of(size,
+        slide)``, or any assigner with ``starts(t)`` and ``closes(start, watermark)``.
+        ``timestamp``/``other_timestamp`` (default: ``timestamp``) read the event times (default:
+        those of the ``with_watermarks`` each stream's records come from unchanged)."""
         if self.key1 is None or self.key2 is None:
             raise PlanError(f"{self.method}(...).window() needs both keys first: "
                             f"a.{self.method}(b).where(key_a).equal_to(key_b).window(...)")
+        if timestamp is None:
+            timestamp, other_timestamp = self.first._event_time(), other_timestamp or self.second._event_time()
         _check_timestamp(timestamp, "window")
         if other_timestamp is not None:
             check_callable(other_timestamp, "window(other_timestamp=...)")
+        if isinstance(windows, (TumblingEventTimeWindows, SlidingEventTimeWindows)):
+            if windows.offset:
+                raise PlanError("window joins take event-time windows without an offset")
+            windows = TimeWindows(windows.size, getattr(windows, "slide", None))
         if callable(getattr(windows, "starts", None)) and callable(getattr(windows, "closes", None)):
             if slide is not None:
                 raise PlanError("window(): slide= goes with a window size, not with a window assigner")

@@ -91,16 +91,21 @@ def assigner_window(keyed: KeyedStream, assigner: WindowAssigner,
     """``keyed`` windowed by ``assigner`` (Flink's ``keyBy(...).window(assigner)``).
 
     Event-time assigners need ``timestamp(record)``, the record's event time (records carry none;
-    ``with_watermarks`` upstream makes the windows fire before the input ends); processing-time
+    ``with_watermarks`` upstream makes the windows fire before the input ends; without
+    ``timestamp``, that of a ``with_watermarks`` whose records reach the window unchanged, through
+    partitioning and filters, is used); processing-time
     assigners window by the wall clock and take none; global windows may take one (their
     trigger sees it)."""
     if not isinstance(assigner, WindowAssigner):
         raise PlanError(f"window() takes a size or a WindowAssigner (e.g. TumblingEventTimeWindows.of(10)), "
                         f"got {type(assigner).__name__}: {assigner!r}")
+    if timestamp is None and assigner.is_event_time:
+        timestamp = keyed._event_time()
     if timestamp is not None:
         check_callable(timestamp, "window")
     elif assigner.is_event_time:
-        raise PlanError(f"window({assigner!r}) is in event time: pass timestamp=fn(record), the record's event time")
+        raise PlanError(f"window({assigner!r}) is in event time: pass timestamp=fn(record), the record's event time "
+                        "(or put with_watermarks(fn) right before the key_by)")
     if not assigner.is_event_time and not isinstance(assigner, GlobalWindows) and timestamp is not None:
         raise PlanError(f"window({assigner!r}) follows the wall clock: it takes no timestamp function")
     return WindowedStream(keyed, assigner, timestamp)
@@ -114,7 +119,8 @@ def keyed_window(keyed: KeyedStream, size_or_assigner: Any, timestamp: Callable[
         if slide is not None:
             raise PlanError("window(assigner) takes no slide: the assigner has it (SlidingEventTimeWindows.of(...))")
         return assigner_window(keyed, size_or_assigner, timestamp)
-    check_callable(timestamp, "window")
+    check_callable(timestamp or keyed._event_time(), "window")
+    timestamp = timestamp or keyed._event_time()
     return WindowedStream(keyed, time_windows(size_or_assigner, slide), timestamp)
 
 
