@@ -61,7 +61,9 @@ class OutputTag:
 
     __slots__ = ("id",)
 
-    def __init__(self, id: str) -> None:
+    def __init__(self, id: str, type_info: Any = None) -> None:
+        """``type_info`` is accepted for PyFlink's ``OutputTag(name, Types...)`` and not used:
+        records are Python objects."""
         if not isinstance(id, str) or not id:
             raise TypeError(f"OutputTag takes a non-empty str id, got {id!r}")
         self.id = id
