@@ -39,9 +39,10 @@ MODES = ("exactly_once", "at_least_once", "synchronous")
 #: keyed-state backends by name: ``Environment.set_state_backend`` arguments
 BACKENDS = {"heap-thread": {"snapshot": "thread"}, "heap-fork": {"snapshot": "fork"},
             "heap-incremental": {"snapshot": "fork", "incremental": True}, "rocksdb": {"kind": "rocksdb"}}
-#: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more;
+#: Distinct keys of the first shuffle's per-key state: small fits in cache, large is ~100x more, huge ~1000x
+#: (give it --records of at least its keys, or most keys are never written);
 #: "cyclic" runs the loop job instead, over records // CYCLIC_DIVISOR origins.
-STATE_KEYS = {"small": 10_007, "large": 1_000_003, "cyclic": 0}
+STATE_KEYS = {"small": 10_007, "large": 1_000_003, "huge": 10_000_019, "cyclic": 0}
 #: Each origin makes ~108 trips around the loop (Collatz steps of numbers up to 100k), and a trip
 #: costs far less than a record of the 3-shuffle job: records // 10 origins give similar runtimes.
 CYCLIC_DIVISOR = 10
