@@ -32,6 +32,16 @@ if TYPE_CHECKING:
     from epochal.api.datastream import DataStream
 
 
+def _check_function(function: Any, call: str, kind: str, methods: tuple[str, ...]) -> None:
+    """A PlanError unless ``function`` is an object (not a class) with every method of ``kind``."""
+    if isinstance(function, type):
+        raise PlanError(f"process() takes a {kind} object, got the class {function.__name__}: "
+                        f"pass {function.__name__}(...)")
+    for method in methods:
+        if not callable(getattr(function, method, None)):
+            raise PlanError(f"{call} takes a {kind} with {method}(value, ctx); {type(function).__name__} has none")
+
+
 class BroadcastStream:
     """A stream every subtask of the operator it is connected to receives whole, with the
     broadcast states it fills (``stream.broadcast(descriptor, ...)``); only ``connect`` it."""
@@ -62,13 +72,8 @@ class ConnectedStreams:
 
     def process(self, function: CoProcessFunction) -> DataStream:
         """Run a :class:`CoProcessFunction` (with keyed state and timers when keyed)."""
-        if isinstance(function, type):
-            raise PlanError(f"process() takes a CoProcessFunction object, got the class {function.__name__}: "
-                            f"pass {function.__name__}(...)")
-        for method in ("process_element1", "process_element2"):
-            if not callable(getattr(function, method, None)):
-                raise PlanError(f"connect(...).process() takes a CoProcessFunction with {method}(value, ctx); "
-                                f"{type(function).__name__} has none")
+        _check_function(function, "connect(...).process()", "CoProcessFunction",
+                        ("process_element1", "process_element2"))
         operator = CoProcessOperator(function, self.key1, self.key2)
         name = "KeyedCoProcess" if self.key1 is not None else "CoProcess"
         return self._add("co_process", name, operator, [function, self.key1, self.key2])
@@ -104,13 +109,8 @@ class BroadcastConnectedStream:
     def process(self, function: BroadcastProcessFunction) -> DataStream:
         """Run a :class:`BroadcastProcessFunction` (``KeyedBroadcastProcessFunction`` on a keyed
         stream: keyed state and timers in ``process_element``)."""
-        if isinstance(function, type):
-            raise PlanError(f"process() takes a BroadcastProcessFunction object, got the class "
-                            f"{function.__name__}: pass {function.__name__}(...)")
-        for method in ("process_element", "process_broadcast_element"):
-            if not callable(getattr(function, method, None)):
-                raise PlanError(f"connect(broadcast).process() takes a BroadcastProcessFunction with "
-                                f"{method}(value, ctx); {type(function).__name__} has none")
+        _check_function(function, "connect(broadcast).process()", "BroadcastProcessFunction",
+                        ("process_element", "process_broadcast_element"))
         key = self.first._key_selector()
         operator = BroadcastProcessOperator(function, key, self.broadcast.descriptors)
         name = "KeyedBroadcastProcess" if key is not None else "BroadcastProcess"
