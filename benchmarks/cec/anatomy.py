@@ -3,29 +3,23 @@ other process competing for a core): the per-frame work of a CEC window stage an
 
 :func:`window_path` replays what :class:`~epochal.cec.worker.CecWorker` does for each input
 stream event of a window stage whose sink is chained to it: unpickle the input batch, feed each
-tuple to the :class:`~epochal.cec.aggregate.WindowAggregate`, run the G_check loop, split the
-output into results and logged items, pickle the frame (``(meta, items, parts)``) as ``_emit``
-does, append it to an :class:`~epochal.cec.output_log.OutputLog`, and get the own sink's
-records as the engine under test does (:data:`TUPLE_ITEMS`). Each step is timed on its own.
+tuple to the :class:`~epochal.cec.aggregate.WindowAggregate`, run the G_check loop, take its
+output batch (results and control tuples), pickle the frame (``(meta, parts, control)``) as
+``StageOutput.emit`` does, append it to an :class:`~epochal.cec.output_log.OutputLog`, and get
+the own sink's records from the parts in memory. Each step is timed on its own.
 
 :func:`rebuild_path` writes a CEC window stage's output log up to a crash, then rebuilds the
 instance as ``CecWorker._recover`` does: open the log, read it backwards (frame reads),
-unpickle each frame, :func:`~epochal.cec.eventual.reconstruct` over the items, and
+unpickle each frame, :func:`~epochal.cec.eventual.reconstruct` over the stream events, and
 ``WindowAggregate.restore``, each step timed, with a cProfile of ``restore``.
 
-``fast_pickle=True`` and ``gc_off=True`` are *what-ifs*, never what the benchmark figures use:
-the first (which matters only before 4939b5c, see :data:`TUPLE_ITEMS`) registers, in this
-process only, ``copyreg`` reducers for the control tuples and
-:class:`~epochal.cec.tuples.Position` (a constructor call with the field values instead of the
-frozen slotted dataclasses' default ``__getstate__``/``__setstate__``, which call
-``dataclasses.fields()`` for every object); the second turns Python's cyclic garbage collector
-off for the measured steps (with ~100,000 open windows, each a few tracked objects, every full
-collection walks them all). They show how much of the cost is each.
+``gc_off=True`` is a *what-if*, never what the benchmark figures use: Python's cyclic garbage
+collector off for the measured steps (with ~100,000 open windows, each a few tracked objects,
+every full collection walks them all). It shows how much of the cost is the collector's.
 """
 
 from __future__ import annotations
 
-import copyreg
 import cProfile
 import gc
 import io
@@ -40,53 +34,19 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.cec.workload import Items, item_id, item_price
-from epochal.cec import tuples as _tuples
 from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct
 from epochal.cec.output_log import OutputLog
 from epochal.cec.policy import CecSettings
-from epochal.cec.tuples import Position, WindowCheckpoint, WindowResult, item_seq
+from epochal.cec.tuples import OutputBatch, encode_items, item_seq, logged_frame, window_frame_meta
 from epochal.runtime.aggregates import AvgFunction
 from epochal.runtime.window_assigners import CountWindows
 from epochal.serialization import dumps
 
 FRAME = 1024  # records per source stream event (EngineConfig.batch_size)
 
-#: How the engine under test lays out a frame: since 4939b5c ``(meta, parts, items)`` with the
-#: items as plain tuples (``encode_items``) and the own sink fed from the parts in memory; before
-#: it ``(meta, items, parts)`` with the items' dataclasses pickled as they are and the own sink
-#: reading each frame back from the queue and unpickling all of it.
-TUPLE_ITEMS = hasattr(_tuples, "encode_items")
-
-
-def _payload(items: list[Any] | None, parts: list[bytes]) -> bytes:
-    if TUPLE_ITEMS:
-        return dumps((None, parts, _tuples.encode_items(items) if items is not None else None))
-    return dumps((None, items, parts))
-
-
-def _sink_records(log: OutputLog, frame: Any, parts: list[bytes]) -> list[Any]:
-    if TUPLE_ITEMS:  # from the durable parts in memory
-        return pickle.loads(parts[0])[1]
-    return pickle.loads(pickle.loads(log.read(frame))[2][0])[1]
-
-
-def _logged_items(payload: bytes) -> list[Any]:
-    if TUPLE_ITEMS:
-        return _tuples.decode_items(pickle.loads(payload)[2])
-    return pickle.loads(payload)[1]
-
-
-def _reduce_position(p: Position) -> tuple[Any, ...]:
-    return Position, (p.seqs, p.watermark)
-
-
-def _reduce_check(c: WindowCheckpoint) -> tuple[Any, ...]:
-    return WindowCheckpoint, (c.kind, c.window, c.state, c.open_windows, c.position)
-
-
-def _reduce_result(r: WindowResult) -> tuple[Any, ...]:
-    return WindowResult, (r.window, r.value, r.open_windows, r.position)
+def _payload(batch: OutputBatch, parts: list[bytes], records: int) -> bytes:
+    return dumps((window_frame_meta(batch, records), parts, encode_items(batch.control)))
 
 
 @contextmanager
@@ -102,22 +62,6 @@ def no_gc(enabled: bool = True) -> Iterator[None]:
             gc.enable()
 
 
-@contextmanager
-def fast_pickling(enabled: bool = True) -> Iterator[None]:
-    """The what-if of the module docstring, for the block (this process only)."""
-    if not enabled:
-        yield
-        return
-    classes = {Position: _reduce_position, WindowCheckpoint: _reduce_check, WindowResult: _reduce_result}
-    for cls, reducer in classes.items():
-        copyreg.pickle(cls, reducer)
-    try:
-        yield
-    finally:
-        for cls in classes:
-            copyreg.dispatch_table.pop(cls, None)
-
-
 def _aggregate(mode: str, size: int, settings: CecSettings) -> WindowAggregate:
     return WindowAggregate(CountWindows(size, size), AvgFunction(item_price), item_id, 1,
                            "none" if mode == "native" else mode, settings)
@@ -131,7 +75,7 @@ def _input_frames(records: int, keys: int) -> Iterator[tuple[int, bytes]]:
 
 
 def window_path(mode: str, records: int, keys: int, size: int, settings: CecSettings | None = None,
-                fast_pickle: bool = False, gc_off: bool = False) -> dict[str, Any]:
+                gc_off: bool = False) -> dict[str, Any]:
     """Seconds per step of a window stage's work over ``records`` tuples (see the module
     docstring); ``mode``: ``native``, ``cec`` (``settings.g_check=False``: G_open only)."""
     settings = settings or CecSettings(g_check=False)
@@ -145,7 +89,7 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
     try:
         log = OutputLog.open(os.path.join(root, "out"))
         clock = time.perf_counter
-        with fast_pickling(fast_pickle), no_gc(gc_off):
+        with no_gc(gc_off):
             for out_seq, (frame_seq, blob) in enumerate(frames):
                 t0 = clock()
                 indices, batch = pickle.loads(blob)
@@ -158,20 +102,18 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
                 while aggregate.check_next(time.monotonic()):
                     pass
                 t3 = clock()
-                items = aggregate.take()
-                if aggregate.mode == "none":
-                    results, logged = items, None
-                else:
-                    results, logged = [i.value for i in items if isinstance(i, WindowResult)], items
+                batch = aggregate.take()
+                results = batch.records
                 t4 = clock()
                 parts = [dumps((list(range(len(results))), results))]
-                payload = _payload(logged, parts)
+                native = aggregate.mode == "none"
+                payload = dumps((None, parts, None)) if native else _payload(batch, parts, len(results))
                 t5 = clock()
-                frame = log.append(out_seq, 0.0, 0.0, payload)
+                log.append(out_seq, 0.0, 0.0, payload)
                 t6 = clock()
-                _sink_records(log, frame, parts)
+                pickle.loads(parts[0])  # the own sink's records, from the durable parts in memory
                 t7 = clock()
-                items_out += len(items)
+                items_out += len(results) + len(batch.control)
                 logged_bytes += len(payload)
                 for name, seconds in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6),
                                          strict=True):
@@ -181,75 +123,74 @@ def window_path(mode: str, records: int, keys: int, size: int, settings: CecSett
         shutil.rmtree(root, ignore_errors=True)
     total = sum(steps.values())
     return {"mode": mode if mode == "native" or settings.g_check else "gopen_disk",
-            "layout": "tuples" if TUPLE_ITEMS else "dataclasses", "records": records,
-            "keys": keys, "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off, "total_s": total,
+            "records": records, "keys": keys, "size": size, "gc_off": gc_off, "total_s": total,
             "us_per_tuple": total / records * 1e6, "items_out": items_out, "logged_bytes": logged_bytes,
             "g_open": aggregate.stats["g_open"], "g_check": aggregate.stats["g_check"],
             "results": aggregate.stats["results"], **{f"{k}_s": v for k, v in steps.items()}}
 
 
-def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast_pickle: bool = False,
-                 gc_off: bool = False, profile_lines: int = 0) -> dict[str, Any]:
+def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, gc_off: bool = False,
+                 profile_lines: int = 0) -> dict[str, Any]:
     """Write a CEC window stage's output log for ``records`` tuples (its crash point), then rebuild
     it step by step (see the module docstring). With ``profile_lines``, ``restore_profile`` holds
     that many lines of the cProfile of ``restore`` (by own time)."""
     root = tempfile.mkdtemp(prefix="cec-anatomy-")
     try:
         directory = os.path.join(root, "out")
-        with fast_pickling(fast_pickle):
-            log = OutputLog.open(directory)
-            aggregate = _aggregate("cec", size, settings)
-            for out_seq, (frame_seq, blob) in enumerate(_input_frames(records, keys)):
-                indices, batch = pickle.loads(blob)
-                for k, record in zip(indices, batch, strict=True):
-                    aggregate.process(0, item_seq(frame_seq, k), record)
-                while aggregate.check_next(time.monotonic()):
-                    pass
-                items = aggregate.take()
-                results = [i.value for i in items if isinstance(i, WindowResult)]
-                log.append(out_seq, 0.0, 0.0, _payload(items, [dumps((list(range(len(results))), results))]))
-            log.close()
-            open_windows = len(aggregate.windows)
-            g_checks, g_opens = aggregate.stats["g_check"], aggregate.stats["g_open"]
-            del aggregate
-            clock = time.perf_counter
-            collector = no_gc(gc_off)
-            collector.__enter__()
-            t0 = clock()
-            log = OutputLog.open(directory)
-            t1 = clock()
-            read_s = unpickle_s = 0.0
-            frames_read = 0
+        log = OutputLog.open(directory)
+        aggregate = _aggregate("cec", size, settings)
+        for out_seq, (frame_seq, blob) in enumerate(_input_frames(records, keys)):
+            indices, batch = pickle.loads(blob)
+            for k, record in zip(indices, batch, strict=True):
+                aggregate.process(0, item_seq(frame_seq, k), record)
+            while aggregate.check_next(time.monotonic()):
+                pass
+            batch = aggregate.take()
+            if batch.records or batch.control:
+                results = batch.records
+                log.append(out_seq, 0.0, 0.0, _payload(batch, [dumps((list(range(len(results))), results))],
+                                                       len(results)))
+        log.close()
+        open_windows = len(aggregate.windows)
+        g_checks, g_opens = aggregate.stats["g_check"], aggregate.stats["g_open"]
+        del aggregate
+        clock = time.perf_counter
+        collector = no_gc(gc_off)
+        collector.__enter__()
+        t0 = clock()
+        log = OutputLog.open(directory)
+        t1 = clock()
+        read_s = unpickle_s = 0.0
+        frames_read = 0
 
-            def newest_first() -> Iterator[Any]:
-                nonlocal read_s, unpickle_s, frames_read
-                for frame in reversed(log.frames):
-                    a = clock()
-                    payload = log.read(frame)
-                    b = clock()
-                    items = _logged_items(payload)
-                    c = clock()
-                    read_s += b - a
-                    unpickle_s += c - b
-                    frames_read += 1
-                    yield from reversed(items)
+        def newest_first() -> Iterator[Any]:
+            nonlocal read_s, unpickle_s, frames_read
+            for frame in reversed(log.frames):
+                a = clock()
+                payload = log.read(frame)
+                b = clock()
+                meta, _, control = pickle.loads(payload)
+                c = clock()
+                read_s += b - a
+                unpickle_s += c - b
+                frames_read += 1
+                yield logged_frame(meta, control)
 
-            t2 = clock()
-            ec = reconstruct(newest_first())
-            t3 = clock()
-            fresh = _aggregate("cec", size, settings)
-            profiler = cProfile.Profile() if profile_lines else None
-            t4 = clock()
-            if profiler is not None:
-                profiler.enable()
-            fresh.restore(ec)
-            if profiler is not None:
-                profiler.disable()
-            t5 = clock()
-            collector.__exit__(None, None, None)
-            log.close()
-        row = {"layout": "tuples" if TUPLE_ITEMS else "dataclasses", "records": records, "keys": keys,
-               "size": size, "fast_pickle": fast_pickle, "gc_off": gc_off,
+        t2 = clock()
+        ec = reconstruct(newest_first())
+        t3 = clock()
+        fresh = _aggregate("cec", size, settings)
+        profiler = cProfile.Profile() if profile_lines else None
+        t4 = clock()
+        if profiler is not None:
+            profiler.enable()
+        fresh.restore(ec)
+        if profiler is not None:
+            profiler.disable()
+        t5 = clock()
+        collector.__exit__(None, None, None)
+        log.close()
+        row = {"records": records, "keys": keys, "size": size, "gc_off": gc_off,
                "q_target": settings.q_target, "u_target": settings.u_target, "ci": settings.interval,
                "cp": settings.period, "g_checks": g_checks, "g_opens": g_opens,
                "open_windows": open_windows, "extent": ec.extent,
@@ -265,4 +206,4 @@ def rebuild_path(records: int, keys: int, size: int, settings: CecSettings, fast
         shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["fast_pickling", "no_gc", "rebuild_path", "window_path"]
+__all__ = ["no_gc", "rebuild_path", "window_path"]

@@ -150,12 +150,9 @@ def profile(ctx: Context, records: dict[str, int]) -> None:
     this process (with two what-ifs), and a cProfile of the window worker of a real run."""
     n = min(records["fast"], 200_000)
     rows = []
-    variants = [(False, False, "as is"), (False, True, "what-if: gc off")]
-    if not anatomy.TUPLE_ITEMS:
-        variants.append((True, False, "what-if: copyreg reducers"))
-    for fast_pickle, gc_off, variant in variants:
+    for gc_off, variant in ((False, "as is"), (True, "what-if: gc off")):
         for mode in ("native", "cec"):
-            row = anatomy.window_path(mode, n, KEYS, 1, fast_pickle=fast_pickle, gc_off=gc_off)
+            row = anatomy.window_path(mode, n, KEYS, 1, gc_off=gc_off)
             row["variant"] = variant
             rows.append(row)
     ctx.write("cec_fig5_anatomy.csv", rows)

@@ -210,11 +210,8 @@ def profile(ctx: Context, keys: int, kill: int) -> None:
     rows = []
     settings = CecSettings(q_target=1_000, u_target=1_000_000, interval=0.005, period=0.1)
     profile_text = ""
-    variants = [(False, False, "as is"), (False, True, "what-if: gc off")]
-    if not anatomy.TUPLE_ITEMS:
-        variants += [(True, False, "what-if: copyreg reducers"), (True, True, "what-if: both")]
-    for fast_pickle, gc_off, variant in variants:
-        row = anatomy.rebuild_path(kill, keys, SIZE, settings, fast_pickle=fast_pickle, gc_off=gc_off,
+    for gc_off, variant in ((False, "as is"), (True, "what-if: gc off")):
+        row = anatomy.rebuild_path(kill, keys, SIZE, settings, gc_off=gc_off,
                                    profile_lines=20 if variant == "as is" else 0)
         profile_text = row.pop("restore_profile", profile_text)
         row["variant"] = variant

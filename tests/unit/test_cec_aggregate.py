@@ -2,8 +2,8 @@
 crashed at random points of its output queue, rebuilt from that output (EC, or CRB's full
 checkpoint) and a replay in another interleaving, gives every window's result exactly once.
 
-The simulation is the machine's contract with its driver: output items are durable in order (a
-crash keeps a prefix), replay sends every channel's tuples after T in channel order, and any
+The simulation is the machine's contract with its driver: output batches (stream events) are
+durable in order (a crash keeps a prefix), replay sends every channel's tuples after T in channel order, and any
 interleaving of channels may happen. Mutations (no per-window dedup, no G_open) must fail."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.policy import CecSettings
-from epochal.cec.tuples import WindowResult, is_control
+from epochal.cec.tuples import encode_items, logged_frame, window_frame_meta
 from epochal.runtime.aggregates import AvgFunction, CountFunction, MaxFunction, MinFunction, SumFunction
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 
@@ -86,7 +86,18 @@ def failure_free(shape, function, data):
     for c, seq, record in interleave(data, random.Random(0)):
         op.process(c, seq, record)
     finish(op, len(data))
-    return Counter(_frozen(r) for r in op.take())
+    return Counter(_frozen(r) for r in op.take().records)
+
+
+def newest_first(batches):
+    """``batches`` (oldest first) as the output queue stores them, newest first."""
+    return [logged_frame(window_frame_meta(b, len(b.records)), encode_items(b.control)) for b in reversed(batches)]
+
+
+def emitted(op):
+    """The operator's output since the last call as the driver emits it: nothing when empty."""
+    batch = op.take()
+    return [batch] if batch.records or batch.control else []
 
 
 def _frozen(result):
@@ -97,7 +108,7 @@ def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mut
     """Run with ``crashes`` crashes at random output prefixes; the committed results."""
     rng = random.Random(seed)
     channels = len(data)
-    log: list = []  # the durable output queue
+    log: list = []  # the durable output queue: one batch per input tuple
     op = make(shape, function, channels, mode)
     order = interleave(data, rng)
     for crash in range(crashes + 1):
@@ -108,24 +119,24 @@ def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mut
                 pass
             if mode == "crb" and n % snapshot_every == 0:
                 op.snapshot()
-            produced.extend(op.take())
+            produced.extend(emitted(op))
         if crash == crashes:
             finish(op, channels)
-            log.extend(produced + op.take())
+            log.extend(produced + emitted(op))
             break
         log.extend(produced[:rng.randrange(len(produced) + 1)])  # the durable prefix survives
         op = make(shape, function, channels, mode, dedup=mutate != "no-dedup")
         if mode == "cec":
-            ec = reconstruct(reversed(log))
+            ec = reconstruct(newest_first(log))
             op.restore(ec)
             start = ec.replay_after or ec.newest
             after = list(start.seqs) if start is not None else None
         else:
-            restore = reconstruct_full(reversed(log))
+            restore = reconstruct_full(newest_first(log))
             op.restore_full(restore.checkpoint, restore.results_after)
             after = list(restore.checkpoint.position.seqs) if restore.checkpoint is not None else None
         order = interleave(data, rng, after)  # the replay, in another interleaving
-    return Counter(_frozen(item.value) for item in log if isinstance(item, WindowResult))
+    return Counter(_frozen(r) for batch in log for r in batch.records)
 
 
 SHAPES = {
@@ -133,7 +144,7 @@ SHAPES = {
     "time-sliding": TimeWindows(6, 2),
     "count-tumbling": CountWindows(3),
     "count-sliding": CountWindows(4, 2),
-    "count-fast": CountWindows(1),  # opens and closes with one tuple: no G_open (its R follows at once)
+    "count-fast": CountWindows(1),  # opens and closes with one tuple: no G_open, no R
 }
 FUNCTIONS = {"count": CountFunction(), "sum": SumFunction(lambda r: r[2]), "min": MinFunction(lambda r: r[2]),
              "max": MaxFunction(lambda r: r[2]), "avg": AvgFunction(lambda r: r[2]), "members": Members()}
@@ -150,14 +161,28 @@ def test_every_window_result_once_after_three_crashes(shape, function, mode):
         assert crashing(SHAPES[shape], FUNCTIONS[function], data, mode, seed) == expected, seed
 
 
-def test_a_window_that_closes_with_its_opening_tuple_gets_no_g_open():
+def test_a_window_that_closes_with_its_opening_tuple_gets_no_g_open_and_no_r():
     op = make(CountWindows(1), SumFunction(lambda r: r[2]), 1, "cec")
     op.process(0, 0, ("a", 0, 5, 0))
     op.process(0, 1, ("b", 0, 7, 1))
-    items = op.take()
-    assert [type(item) for item in items] == [WindowResult, WindowResult]
-    assert [item.value for item in items] == [("a", 5), ("b", 7)]
-    assert reconstruct(reversed(items)).windows == {}  # nothing open: nothing to rebuild
+    batch = op.take()
+    assert batch.control == [] and batch.records == [("a", 5), ("b", 7)]  # as without fault tolerance
+    assert batch.open_windows == 0 and batch.position.seqs == (1,)
+    ec = reconstruct(newest_first([batch]))
+    assert ec.windows == {} and ec.newest.seqs == (1,)  # nothing open: nothing to rebuild
+
+
+def test_a_window_with_a_footprint_closes_with_an_r():
+    from epochal.cec.tuples import WindowCheckpoint, WindowClosed
+
+    op = make(CountWindows(2), SumFunction(lambda r: r[2]), 1, "cec")
+    op.process(0, 0, ("a", 0, 5, 0))
+    first = op.take()
+    assert [type(c) for c in first.control] == [WindowCheckpoint] and first.open_windows == 1
+    op.process(0, 1, ("a", 0, 7, 1))
+    second = op.take()
+    assert second.records == [("a", 12)] and second.control == [WindowClosed(first.control[0].window)]
+    assert reconstruct(newest_first([first, second])).windows == {}
 
 
 @pytest.mark.parametrize("shape", ["count-tumbling", "count-sliding"])
@@ -197,11 +222,12 @@ def test_without_g_open_the_eventual_checkpoint_misses_windows():
     log = []
     for c, seq, record in interleave(data, random.Random(0))[:30]:
         op.process(c, seq, record)
-        log.extend(item for item in op.take() if not (is_control(item) and item.kind == "open"))
+        batch = op.take()
+        log.append(batch._replace(control=[c for c in batch.control if getattr(c, "kind", None) != "open"]))
     from epochal.cec.eventual import ReconstructionError
 
     with pytest.raises(ReconstructionError):  # N windows are open, but their footprints are missing
-        reconstruct(reversed(log))
+        reconstruct(newest_first(log))
 
 
 def test_g_checks_bound_the_extent_and_g_open_only_does_not():
@@ -217,8 +243,8 @@ def test_g_checks_bound_the_extent_and_g_open_only_does_not():
             op.process(0, seq, record)
             while op.check_next(0.0):
                 pass
-            log.extend(op.take())
-        ec = reconstruct(reversed(log))
+            log.extend(emitted(op))
+        ec = reconstruct(newest_first(log))
         extents[g_check] = ec.extent
         assert ("rare", 0, 0) in ec.windows and ec.windows[("rare", 0, 0)].state == (1, 1)
         assert op.stats["g_check"] > 0 if g_check else op.stats["g_check"] == 0
@@ -232,8 +258,7 @@ def test_duplicates_are_dropped_and_late_records_counted():
     op.process(0, 1, ("a", 12, 1, 1))  # the watermark passes window [0, 5)
     op.process(0, 2, ("a", 2, 5, 2))  # late
     assert op.stats["duplicates"] == 1 and op.stats["late"] == 1
-    results = [i.value for i in op.take() if isinstance(i, WindowResult)]
-    assert results == [("a", 0, 10)]
+    assert op.take().records == [("a", 0, 10)]
 
 
 def test_a_frame_without_records_for_the_instance_still_moves_its_position():
@@ -242,7 +267,7 @@ def test_a_frame_without_records_for_the_instance_still_moves_its_position():
     op = make(CountWindows(2), SumFunction(lambda r: r[2]), 2, "cec")
     op.process(1, 99, NOTHING)  # channel 1 was read up to 99: nothing in it for this instance
     op.process(0, 0, ("a", 0, 5, 0))
-    opened = op.take()[0]
+    opened = op.take().control[0]
     assert opened.position.seqs == (0, 99) and op.policy.consumed == 1
     op.process(1, 99, NOTHING)
     assert op.stats["duplicates"] == 0

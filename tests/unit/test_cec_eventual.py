@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from epochal.cec.eventual import EventualCheckpoint, ReconstructionError, reconstruct
+from epochal.cec.eventual import EventualCheckpoint, ReconstructionError, reconstruct, reconstruct_full
 from epochal.cec.policy import CecSettings, CheckpointPolicy
-from epochal.cec.tuples import Position, WindowCheckpoint, WindowResult, already_counted, earliest, is_control
+from epochal.cec.tuples import (
+    FullCheckpoint,
+    LoggedFrame,
+    Position,
+    WindowCheckpoint,
+    WindowClosed,
+    already_counted,
+    decode_item,
+    earliest,
+    encode_items,
+    is_control,
+)
 
 
 def at(seq, other=0):
@@ -16,51 +27,71 @@ def at(seq, other=0):
     return Position((seq, other))
 
 
-def g(kind, window, state, n, seq, other=0):
-    return WindowCheckpoint(kind, window, state, n, at(seq, other))
+def g(kind, window, state, seq, other=0):
+    return WindowCheckpoint(kind, window, state, at(seq, other))
 
 
-def r(window, value, n, seq, other=0):
-    return WindowResult(window, value, n, at(seq, other))
+def frame(n, seq, other=0, *control, records=0):
+    """A stream event of the queue: N and the position after it, ``records`` results, ``control``."""
+    return LoggedFrame(n, at(seq, other), records, encode_items(list(control)))
 
 
 def test_the_papers_figure_2_closed_windows_are_skipped_and_n_footprints_found():
-    # oldest first: wk opens, wi opens, wk checked, wj opens, wk closes, wi checked, wc opens
-    output = [g("open", "k", 1, 1, 1, 4), g("open", "i", 5, 2, 2, 5), g("check", "k", 3, 2, 3, 6),
-              g("open", "j", 7, 3, 4, 6), r("k", 4, 2, 5, 7), g("check", "i", 9, 2, 6, 7), g("open", "c", 2, 3, 7, 8)]
+    # oldest first, a stream event each: wk opens, wi opens, wk checked, wj opens, wk closes,
+    # wi checked, wc opens
+    output = [frame(1, 1, 4, g("open", "k", 1, 1, 4)), frame(2, 2, 5, g("open", "i", 5, 2, 5)),
+              frame(2, 3, 6, g("check", "k", 3, 3, 6)), frame(3, 4, 6, g("open", "j", 7, 4, 6)),
+              frame(2, 5, 7, WindowClosed("k"), records=1), frame(2, 6, 7, g("check", "i", 9, 6, 7)),
+              frame(3, 7, 8, g("open", "c", 2, 7, 8))]
     ec = reconstruct(reversed(output))
     assert set(ec.windows) == {"i", "j", "c"}  # k closed before t_c: its footprints are skipped
     assert ec.windows["i"].state == 9 and ec.windows["i"].kind == "check"  # the newest footprint
     assert ec.replay_after == at(4, 6)  # T: per channel the oldest footprint, w_j's G_open
     assert ec.newest == at(7, 8)
-    assert ec.extent == 4  # rolled back over c, i's check, R_k, j's open
-    # w_k closed inside the extent: replayed input of it must not open it again
-    assert ec.closed == {"k": at(5, 7)}
+    assert ec.extent == 5  # rolled back over c, i's check, R_k with k's result, j's open
+
+
+def test_footprints_in_one_stream_event_are_read_newest_first():
+    output = [frame(1, 1, 0, g("open", "a", 1, 1)),
+              frame(2, 3, 0, g("check", "a", 2, 2), g("open", "b", 1, 3), WindowClosed("b"), g("open", "c", 5, 3),
+                    records=1)]
+    ec = reconstruct(reversed(output))
+    assert set(ec.windows) == {"a", "c"} and ec.windows["a"].state == 2 and ec.extent == 5
+    assert ec.replay_after == at(2)
 
 
 def test_an_empty_output_or_nothing_open_gives_an_empty_checkpoint():
     assert reconstruct([]) == EventualCheckpoint()
-    ec = reconstruct(reversed([g("open", "a", 1, 1, 1), r("a", 1, 0, 2)]))
-    assert ec.windows == {} and ec.replay_after is None and ec.newest == at(2)
-    assert ec.closed == {"a": at(2)} and ec.extent == 1
+    ec = reconstruct(reversed([frame(1, 1, 0, g("open", "a", 1, 1)), frame(0, 2, 0, WindowClosed("a"), records=1)]))
+    assert ec.windows == {} and ec.replay_after is None and ec.newest == at(2) and ec.extent == 2
 
 
-def test_data_tuples_of_other_operators_are_passed_over_and_counted_in_the_extent():
-    output = [g("open", "a", 1, 1, 1), "x", "y", g("check", "a", 2, 1, 2), "z"]
+def test_results_without_control_tuples_are_passed_over_and_counted_in_the_extent():
+    output = [frame(1, 1, 0, g("open", "a", 1, 1)), frame(1, 1, 0, records=2), frame(1, 2, 0, g("check", "a", 2, 2)),
+              frame(1, 3, 0, records=1)]
     ec = reconstruct(reversed(output))
-    assert ec.windows["a"].state == 2 and ec.extent == 2
+    assert ec.windows["a"].state == 2 and ec.extent == 2 and ec.newest == at(3)
 
 
 def test_a_log_trimmed_past_a_needed_footprint_is_an_error():
     with pytest.raises(ReconstructionError, match="1 of the 2 open windows' checkpoints found"):
-        reconstruct(reversed([g("open", "b", 1, 2, 2)]))
+        reconstruct(reversed([frame(2, 2, 0, g("open", "b", 1, 2))]))
+
+
+def test_crb_restores_the_newest_full_checkpoint_and_suppresses_results_after_it():
+    full = FullCheckpoint({"w": (1, 1)}, {"k": 1}, 1, at(3))
+    output = [frame(1, 1, 0, FullCheckpoint({}, {}, 0, at(1))), frame(1, 3, 0, full),
+              frame(0, 4, 0, WindowClosed("w"), records=1), frame(0, 4, 0, records=3)]
+    restore = reconstruct_full(reversed(output))
+    assert restore.checkpoint == full and restore.results_after == {"w"} and restore.extent == 6
+    assert reconstruct_full([]).checkpoint is None
 
 
 def test_dedup_is_per_channel_and_exact():
-    footprint = g("check", "a", 10, 1, 41, 7)
+    footprint = g("check", "a", 10, 41, 7)
     assert already_counted(footprint, 0, 41) and already_counted(footprint, 1, 7)
     assert not already_counted(footprint, 0, 42) and not already_counted(footprint, 1, 8)
-    assert is_control(footprint) and not is_control(r("a", 1, 0, 1))
+    assert is_control(footprint) and is_control(WindowClosed("a")) and not is_control(("a", 1))
     # T is taken per channel: the oldest footprint of one channel need not be that of the other
     assert earliest([at(4, 9), at(6, 2)]) == at(4, 2)
 
@@ -107,9 +138,9 @@ def test_g_open_only_never_checks_and_bad_knobs_are_refused():
         CecSettings(q_target=0)
 
 
-def test_items_are_stored_as_plain_tuples_and_read_back_equal():
-    from epochal.cec.tuples import FullCheckpoint, decode_items, encode_items
-
-    items = [g("open", ("k", 0, 3), (5, 1), 2, 3, 4), g("check", "w", (9, 2), 2, 5), r("w", 4.5, 1, 6),
+def test_control_tuples_are_stored_as_plain_tuples_and_read_back_equal():
+    items = [g("open", ("k", 0, 3), (5, 1), 3, 4), g("check", "w", (9, 2), 5), WindowClosed("w"),
              FullCheckpoint({"w": (1, 1)}, {"k": 1}, 1, at(7, 8), frozenset({"x"}))]
-    assert decode_items(encode_items(items)) == items
+    stored = encode_items(items)
+    assert all(type(entry) is tuple for entry in stored)
+    assert [decode_item(entry) for entry in stored] == items

@@ -184,22 +184,22 @@ def test_targets_follow_the_partitioners():
 # ---------------------------------------------------------------- what a window's queue must keep
 def test_a_window_stage_keeps_the_frames_of_durable_footprints_and_crb_its_newest_full_checkpoint():
     from epochal.cec.output import ExtentFrames
-    from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult
+    from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowClosed
 
     at = Position((1,))
     extent = ExtentFrames("cec")
-    extent.emitted(5, [WindowCheckpoint("open", "a", 1, 1, at)])
-    extent.emitted(6, [WindowCheckpoint("open", "b", 1, 2, at), WindowResult("a", 1, 1, at)])
+    extent.emitted(5, [WindowCheckpoint("open", "a", 1, at)])
+    extent.emitted(6, [WindowCheckpoint("open", "b", 1, at), WindowClosed("a")])
     assert extent.needed_from(4) == 4  # nothing durable yet: no footprint counts
     extent.durable(5)
     assert extent.needed_from(5) == 5
     extent.durable(6)  # a closed, b open from frame 6
     assert extent.needed_from(6) == 6
-    extent.emitted(7, [WindowCheckpoint("check", "b", 2, 1, at)])
+    extent.emitted(7, [WindowCheckpoint("check", "b", 2, at)])
     assert extent.needed_from(7) == 6  # its G_check is not on disk yet
     extent.durable(7)
     assert extent.needed_from(7) == 7
-    extent.emitted(8, [WindowResult("b", 2, 0, at)])
+    extent.emitted(8, [WindowClosed("b")])
     extent.durable(8)
     assert extent.needed_from(8) == 8  # nothing open: only the newest frame
     full = ExtentFrames("crb")

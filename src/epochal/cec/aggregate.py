@@ -9,20 +9,25 @@ to the operator's persisted output queue. Windows have a shape
 AggregateFunction (create/add/merge/result). Its fault-tolerance ``mode``:
 
 - ``"cec"``: a G_open (:class:`~epochal.cec.tuples.WindowCheckpoint`) after a window's opening
-  tuple (except for a window that closes with that very tuple, a count window of size 1: its R
-  follows in the same output, and a reconstruction skips a window whose R it meets first, so
-  such a G_open could never be used), G_checks when :meth:`check_next` is called (the background path, under the
-  :class:`~epochal.cec.policy.CheckpointPolicy`), an R (:class:`~epochal.cec.tuples.WindowResult`)
-  when it closes. :meth:`restore` loads an eventual checkpoint; input replayed from T is then
-  *caught up*: a tuple the crashed instance had read (covered by the EC's newest position) only
-  goes into restored windows whose footprint does not cover it, and opens or closes nothing (every
-  opening and closing it caused is in the output already); newer tuples wait until every channel
-  caught up, so the rebuilt instance continues one consistent execution.
+  tuple (except for a window that closes with that very tuple, a count window of size 1: it
+  would be of no use to a reconstruction), G_checks when :meth:`check_next` is called (the
+  background path, under the :class:`~epochal.cec.policy.CheckpointPolicy`), and when a window
+  closes its result with an R (:class:`~epochal.cec.tuples.WindowClosed`) if it has a footprint
+  (a window that never had one needs no R: reconstruction has nothing of it to skip, so its
+  result goes out as without fault tolerance). :meth:`restore` loads an eventual checkpoint; input
+  replayed from T is then *caught up*: a tuple the crashed instance had read (covered by the EC's
+  newest position) only goes into restored windows whose footprint does not cover it, and opens or
+  closes nothing (every opening and closing it caused is in the output already); newer tuples wait
+  until every channel caught up, so the rebuilt instance continues one consistent execution.
 - ``"crb"`` (the paper's baseline): no per-window control tuples; :meth:`snapshot` writes one
-  :class:`~epochal.cec.tuples.FullCheckpoint` of every open window at once. :meth:`restore_full`
-  loads the newest one and replays everything after it, suppressing the results of windows whose
-  R is already in the output.
+  :class:`~epochal.cec.tuples.FullCheckpoint` of every open window at once, and an R after every
+  result. :meth:`restore_full` loads the newest one and replays everything after it,
+  suppressing the results of windows whose R is already in the output.
 - ``"none"``: results only (what a job without fault tolerance needs).
+
+:meth:`take` hands over an :class:`~epochal.cec.tuples.OutputBatch`: the results, the control
+tuples, N and the position after the last input tuple (what one stream event of the output
+queue records).
 
 Time windows close when the watermark (per channel the newest event time minus
 ``out_of_orderness`` minus 1; the minimum over channels that have not ended) reaches their end;
@@ -42,7 +47,7 @@ from typing import Any, Literal
 
 from epochal.cec.eventual import EventualCheckpoint
 from epochal.cec.policy import CecSettings, CheckpointPolicy
-from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult
+from epochal.cec.tuples import FullCheckpoint, OutputBatch, Position, WindowCheckpoint, WindowClosed
 from epochal.runtime.aggregates import BUILTIN_FUNCTIONS
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 
@@ -101,7 +106,8 @@ class WindowAggregate:
         self.max_ts: list[Any] = [_NEVER] * channels
         self.ended = [False] * channels
         self.watermark: Any = _NEVER
-        self.out: list[Any] = []
+        self.out: list[Any] = []  # results
+        self.control: list[Any] = []  # control tuples
         #: after :meth:`restore`: per channel, the last tuple the crashed instance had read
         self.catch_up: list[int] | None = None
         self.held: deque[tuple[int, int, Any]] = deque()
@@ -143,10 +149,12 @@ class WindowAggregate:
         if self.timed:
             self._fire(lambda start: True)
 
-    def take(self) -> list[Any]:
-        """The output items since the last call, in output order."""
-        out, self.out = self.out, []
-        return out
+    def take(self) -> OutputBatch:
+        """The results and control tuples since the last call (each in output order), with N and
+        the position now."""
+        out, control = self.out, self.control
+        self.out, self.control = [], []
+        return OutputBatch(out, control, len(self.windows), self._position())
 
     # ------------------------------------------------------------------ the foreground path
     def _take(self, channel: int, seq: int, record: Any) -> None:
@@ -238,10 +246,9 @@ class WindowAggregate:
             self.suppressed.discard(wid)
             return
         self.stats["results"] += 1
-        if self.mode == "none":
-            self.out.append(record)
-        else:
-            self.out.append(WindowResult(wid, record, len(self.windows), self._position()))
+        self.out.append(record)
+        if window.footprint is not None or self.mode == "crb":  # (none without fault tolerance)
+            self.control.append(WindowClosed(wid))
 
     def _position(self) -> Position:
         return Position(tuple(self.consumed), self.watermark)
@@ -252,7 +259,7 @@ class WindowAggregate:
         position = self._position()
         window.footprint = position.seqs
         acc = copy.deepcopy(window.acc) if self.copy_state else window.acc
-        self.out.append(WindowCheckpoint(kind, wid, (acc, window.count), len(self.windows), position))
+        self.control.append(WindowCheckpoint(kind, wid, (acc, window.count), position))
         if kind == "open":
             self.stats["g_open"] += 1
             self.policy.opened(wid)
@@ -283,7 +290,7 @@ class WindowAggregate:
         """CRB: one checkpoint of every open window at once, into the output."""
         windows = {wid: (copy.deepcopy(w.acc) if self.copy_state else w.acc, w.count)
                    for wid, w in self.windows.items()}
-        self.out.append(FullCheckpoint(windows, dict(self.phase), len(self.windows), self._position(),
+        self.control.append(FullCheckpoint(windows, dict(self.phase), len(self.windows), self._position(),
                                        frozenset(self.suppressed)))
 
     # ------------------------------------------------------------------ recovery
@@ -292,19 +299,17 @@ class WindowAggregate:
         ``ec.replay_after`` on every channel (see the module docstring)."""
         if ec.newest is None:
             return
-        oldest_first = list(reversed(ec.windows.values()))  # reconstruct met them newest first
-        # (one pass over ~100,000 windows: every attribute it needs is a local)
+        oldest_first = list(reversed(ec.footprints.values()))  # reconstruct met them newest first
+        # (one pass over ~100,000 windows in their stored form: every attribute it needs is a local)
         windows, timed, copy_state, opened = self.windows, self.timed, self.copy_state, self.now or 0.0
         by_start, by_key, starts = self.by_start, self.by_key, self.starts
         everything = None if self.settings.dedup else (ec.replay_after or ec.newest).seqs
         deepcopy, make = copy.deepcopy, _Window
-        for footprint in oldest_first:
-            acc, count = footprint.state
+        for _, wid, (acc, count), seqs, _ in oldest_first:
             if copy_state:
                 acc = deepcopy(acc)  # the checkpoint stays as it was
-            wid = footprint.window
             # covered: what its footprint holds (dedup off: every replayed tuple counts again)
-            covered = footprint.position.seqs if everything is None else everything
+            covered = seqs if everything is None else everything
             key = wid[0]  # type: ignore[index]
             if timed:
                 start = wid[1]  # type: ignore[index]
@@ -320,7 +325,7 @@ class WindowAggregate:
                     by_key[key] = [wid]
                 else:
                     wids.append(wid)  # ordered once caught up
-        self.policy.restored([f.window for f in oldest_first], ec.extent)
+        self.policy.restored([f[1] for f in oldest_first], ec.extent)
         start = ec.replay_after if ec.replay_after is not None else ec.newest
         self.consumed, self.received = list(start.seqs), list(start.seqs)
         self.watermark = ec.newest.watermark

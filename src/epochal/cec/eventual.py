@@ -2,29 +2,41 @@
 
 The eventual checkpoint (EC) of an operator at the time t_c of its newest output is, for each
 window open at t_c, its most recent footprint (G_open or G_check) in the output queue. Rolling
-back over the output from the newest tuple:
+back over the output's stream events from the newest:
 
-- the newest tuple (control or result) says how many windows were open at t_c (its N): that is
-  how many footprints to find;
-- a result R of a window seen before any footprint of it means the window closed before t_c:
+- the newest stream event says how many windows were open at t_c (its N) and how far the
+  operator had read (t_c's position): N is how many footprints to find;
+- an R of a window seen before any footprint of it means the window closed before t_c:
   its older footprints are skipped;
 - the first footprint met of every other window is its part of the EC.
 
-Reconstruction stops as soon as N footprints are found; ``extent`` counts the tuples gone
-through (the paper's q at the crash). The upstream replay starts after T, per input channel
-the oldest position among the footprints, and each restored window ignores replayed input at or before its own
-footprint's position (:func:`~epochal.cec.tuples.already_counted`).
+Reconstruction stops as soon as N footprints are found; ``extent`` counts the tuples (results
+and control tuples) of the stream events gone through (the paper's q at the crash, to a stream
+event). The upstream replay starts after T, per input channel the oldest position among the
+footprints, and each restored window ignores replayed input at or before its own footprint's
+position (:func:`~epochal.cec.tuples.already_counted`).
 
-A pure function of the tuples: reading the log (:meth:`~epochal.cec.output_log.OutputLog.read_backwards`)
-and decoding frames is the caller's.
+A pure function of the stream events: reading the log
+(:meth:`~epochal.cec.output_log.OutputLog.read_backwards`) and unpickling frames is the caller's
+(:func:`~epochal.cec.rebuild.logged_frames`). Control tuples stay in their stored form
+(:func:`~epochal.cec.tuples.encode_items`): nothing is decoded that loading does not need.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowResult, earliest
+from epochal.cec.tuples import (
+    CLOSED,
+    FULL,
+    FullCheckpoint,
+    LoggedFrame,
+    Position,
+    WindowCheckpoint,
+    decode_item,
+)
 
 
 class ReconstructionError(Exception):
@@ -35,42 +47,50 @@ class ReconstructionError(Exception):
 class EventualCheckpoint:
     """Every window open at the newest output, each with its newest footprint."""
 
-    windows: dict[Hashable, WindowCheckpoint] = field(default_factory=dict)
+    #: per open window its newest footprint in its stored form (see
+    #: :func:`~epochal.cec.tuples.encode_items`), newest first as reconstruction met them:
+    #: loading ~100,000 windows reads them as they are
+    footprints: dict[Hashable, tuple[Any, ...]] = field(default_factory=dict)
     #: T: replay upstream input after this position, per channel (None: nothing was open; replay
     #: nothing older than ``newest``)
     replay_after: Position | None = None
     #: the position of the newest output (t_c)
     newest: Position | None = None
-    #: tuples rolled back over, the last footprint included (the extent at the crash)
+    #: tuples of the stream events rolled back over (the extent at the crash)
     extent: int = 0
-    #: windows whose R lies inside the extent, with the position that closed them: replayed input
-    #: of such a window must not open it again (its result is already out)
-    closed: dict[Hashable, Position] = field(default_factory=dict)
+
+    @property
+    def windows(self) -> dict[Hashable, WindowCheckpoint]:
+        """The footprints as :class:`~epochal.cec.tuples.WindowCheckpoint`, newest first."""
+        return {window: decode_item(entry) for window, entry in self.footprints.items()}
 
 
-def reconstruct(newest_first: Iterable[object]) -> EventualCheckpoint:
-    """The EC from an operator's output tuples, newest first (other items, such as a stateless
-    operator's data tuples, are passed over and counted in the extent). An empty output gives an
+def reconstruct(newest_first: Iterable[LoggedFrame]) -> EventualCheckpoint:
+    """The EC from an operator's output stream events, newest first. An empty output gives an
     empty EC. Raises :class:`ReconstructionError` if the output ends before N footprints."""
     wanted: int | None = None
     newest: Position | None = None
-    closed: dict[Hashable, Position] = {}
-    found: dict[Hashable, WindowCheckpoint] = {}
+    closed: set[Hashable] = set()
+    found: dict[Hashable, tuple[Any, ...]] = {}
     extent = 0
-    for item in newest_first:
-        if not isinstance(item, (WindowCheckpoint, WindowResult)):
-            extent += 1
-            continue
-        extent += 1
+    for frame in newest_first:
         if wanted is None:
-            wanted, newest = item.open_windows, item.position
-        if isinstance(item, WindowResult):
-            closed.setdefault(item.window, item.position)
-        elif item.window not in closed and item.window not in found:
-            found[item.window] = item
+            wanted, newest = frame.open_windows, frame.position
+        control = frame.control
+        extent += frame.records + len(control)
+        if len(found) < wanted:
+            for entry in reversed(control):
+                window = entry[1]
+                if entry[0] == CLOSED:
+                    closed.add(window)
+                elif window not in closed and window not in found and entry[0] != FULL:
+                    found[window] = entry
         if len(found) == wanted:  # (none open at the newest output: done at once)
-            replay_after = earliest([f.position for f in found.values()]) if found else None
-            return EventualCheckpoint(found, replay_after, newest, extent, closed)
+            replay_after = None
+            if found:  # per channel the oldest footprint's position
+                seqs = zip(*(f[3] for f in found.values()), strict=True)
+                replay_after = Position(tuple(map(min, seqs)), min(f[4] for f in found.values()))
+            return EventualCheckpoint(found, replay_after, newest, extent)
     if wanted is None:
         return EventualCheckpoint()
     raise ReconstructionError(f"the operator's output ends after {extent} tuples with {len(found)} of the "
@@ -88,14 +108,16 @@ class FullRestore:
     extent: int
 
 
-def reconstruct_full(newest_first: Iterable[object]) -> FullRestore:
-    """CRB's restore point from an operator's output tuples, newest first."""
+def reconstruct_full(newest_first: Iterable[LoggedFrame]) -> FullRestore:
+    """CRB's restore point from an operator's output stream events, newest first."""
     results: set[Hashable] = set()
     extent = 0
-    for item in newest_first:
-        extent += 1
-        if isinstance(item, FullCheckpoint):
-            return FullRestore(item, results, extent)
-        if isinstance(item, WindowResult):
-            results.add(item.window)
+    for frame in newest_first:
+        extent += frame.records
+        for entry in reversed(frame.control):
+            extent += 1
+            if entry[0] == FULL:
+                return FullRestore(decode_item(entry), results, extent)
+            if entry[0] == CLOSED:
+                results.add(entry[1])
     return FullRestore(None, results, extent)

@@ -9,11 +9,12 @@ persisted) and, once a frame is durable, sends each consumer its part, as
 deletes the segments no consumer needs any more and refuses a replay of output it deleted
 (:class:`QueueLost`).
 
-A frame's payload pickles ``(meta, parts, items)``: ``meta`` is how far the instance had read,
-``parts`` per consumer (or for the own sink) the pickled ``(indices, records)`` it gets (record
-``k`` of a part has sequence number ``item_seq(frame, indices[k])`` in its channel), and
-``items`` a window's whole output, results and control tuples, as
-:func:`~epochal.cec.tuples.encode_items` stores them (what EC reconstruction reads).
+A frame's payload pickles ``(meta, parts, items)``: ``meta`` is how far the instance had read
+(a window stage's: :func:`~epochal.cec.tuples.window_frame_meta`), ``parts`` per consumer (or
+for the own sink) the pickled ``(indices, records)`` it gets (record ``k`` of a part has
+sequence number ``item_seq(frame, indices[k])`` in its channel), and ``items`` a window's
+control tuples as :func:`~epochal.cec.tuples.encode_items` stores them (what EC reconstruction
+reads; the results are the parts' records).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from epochal.cec.tuples import (
     FullCheckpoint,
     Position,
     WindowCheckpoint,
-    WindowResult,
+    WindowClosed,
     encode_items,
     split_seq,
 )
@@ -270,7 +271,7 @@ class ExtentFrames:
         for item in items:
             if isinstance(item, WindowCheckpoint):
                 entries.append(("footprint", item.window))
-            elif isinstance(item, WindowResult):
+            elif isinstance(item, WindowClosed):
                 entries.append(("closed", item.window))
             elif isinstance(item, FullCheckpoint):
                 entries.append(("full", item.position))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import pickle
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.output_log import OutputLog
 from epochal.cec.sink import SinkCommitter
-from epochal.cec.tuples import decode_items
+from epochal.cec.tuples import LoggedFrame, logged_frame
 from epochal.runtime.source_reader import SourceReader
 
 
@@ -34,6 +35,13 @@ class Rebuilt:
     #: a source: the records its predecessor had read
     records_read: int = 0
     phases: dict[str, float] = field(default_factory=dict)
+
+
+def logged_frames(log: OutputLog) -> Iterator[LoggedFrame]:
+    """A window stage's queue ``log`` read newest first, as reconstruction takes it."""
+    for _, payload in log.read_backwards():
+        meta, _, control = pickle.loads(payload)
+        yield logged_frame(meta, control)
 
 
 def rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowAggregate | None,
@@ -60,18 +68,17 @@ def _rebuild(log: OutputLog | None, channels: int, mode: str, aggregate: WindowA
     out = Rebuilt([-1] * channels)
     phases = out.phases
     if aggregate is not None and log is not None:
-        items = (item for _, payload in log.read_backwards()
-                 for item in reversed(decode_items(pickle.loads(payload)[2])))
+        frames = logged_frames(log)
         start: Any
         if mode == "cec":
-            ec = reconstruct(items)
+            ec = reconstruct(frames)
             phases["reconstruct_s"] = time.monotonic() - started
             loaded = time.monotonic()
             aggregate.restore(ec)
-            phases.update(load_s=time.monotonic() - loaded, extent=float(ec.extent), windows=float(len(ec.windows)))
+            phases.update(load_s=time.monotonic() - loaded, extent=float(ec.extent), windows=float(len(ec.footprints)))
             start = ec.replay_after or ec.newest
         else:
-            restore = reconstruct_full(items)
+            restore = reconstruct_full(frames)
             phases["reconstruct_s"] = time.monotonic() - started
             loaded = time.monotonic()
             aggregate.restore_full(restore.checkpoint, restore.results_after)

@@ -6,18 +6,21 @@ An operator instance in CEC mode emits, in timestamp order, into its persisted o
   after the tuple that opened it;
 - :class:`WindowCheckpoint` with ``kind="check"`` (G_check) from the background path: the state
   accumulated so far;
-- :class:`WindowResult` (R) when a window closes.
+- its result when a window closes, with a :class:`WindowClosed` marker (R) if the window has a
+  footprint in the output.
 
-Each carries the number of windows open after it (N, what the EC reconstruction counts
-footprints against) and the operator's input :class:`Position` after the tuple that caused it:
+Each footprint carries the operator's input :class:`Position` after the tuple that caused it:
 for every input channel the sequence number of the last tuple taken from it, and the watermark.
 Sequence numbers are per channel, so input merged from several upstream instances is still
 ordered exactly, timestamps tied or not, which is what makes per-window deduplication after a
-replay exact (:func:`already_counted`). Window ids are unique within an operator instance for
-its lifetime (a key's next count window gets a new id), so that a closed window is never
-mistaken for an open one.
+replay exact (:func:`already_counted`). What the paper puts in every control tuple, N (windows
+open) and t (the position), the queue keeps once per stream event (:class:`LoggedFrame`): the
+reconstruction needs them of the newest output only. Window ids are unique within an operator
+instance for its lifetime (a key's next count window gets a new id), so that a closed window is
+never mistaken for an open one.
 
-Downstream operators and sinks drop control tuples (:func:`is_control`); they never see them.
+Downstream operators and sinks never see control tuples: a stream event's records for its
+consumers and its control tuples are stored apart.
 """
 
 from __future__ import annotations
@@ -67,17 +70,39 @@ class WindowCheckpoint(NamedTuple):
     kind: Literal["open", "check"]
     window: Hashable
     state: Any
-    open_windows: int
     position: Position
 
 
-class WindowResult(NamedTuple):
-    """R: window ``window`` closed with ``value`` after the input at ``position``."""
+class WindowClosed(NamedTuple):
+    """R as the output queue keeps it: window ``window`` closed, its result is among the records
+    of the same stream event. Logged only for a window that has a footprint in the output (the
+    only case in which reconstruction must know it closed: it skips the window's older
+    footprints); a window that closes with the tuple that opened it (a count window of size 1)
+    never had one, so its result goes out bare, as without fault tolerance."""
 
     window: Hashable
-    value: Any
+
+
+class OutputBatch(NamedTuple):
+    """What a window operator emitted since it last handed its output over (one stream event of
+    its queue): result ``records``, ``control`` tuples in output order, and N (windows open) and
+    the input position after the last tuple it took."""
+
+    records: list[Any]
+    control: list[Any]
     open_windows: int
     position: Position
+
+
+class LoggedFrame(NamedTuple):
+    """One stream event of a window operator's output queue as reconstruction reads it: N and the
+    position after it, how many result ``records`` it holds, and its ``control`` tuples as
+    :func:`encode_items` stored them, oldest first."""
+
+    open_windows: int
+    position: Position
+    records: int
+    control: list[tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +121,7 @@ class FullCheckpoint:
 
 def is_control(item: object) -> bool:
     """Whether ``item`` is a control tuple (consumers drop it)."""
-    return isinstance(item, (WindowCheckpoint, FullCheckpoint))
+    return isinstance(item, (WindowCheckpoint, WindowClosed, FullCheckpoint))
 
 
 def already_counted(footprint: WindowCheckpoint, channel: int, seq: int) -> bool:
@@ -105,38 +130,49 @@ def already_counted(footprint: WindowCheckpoint, channel: int, seq: int) -> bool
     return footprint.position.covers(channel, seq)
 
 
-# Items as they are stored: plain tuples pickle several times faster than slotted dataclasses,
-# and a window operator writes one or two items per input tuple.
-_OPEN, _CHECK, _RESULT, _FULL = 0, 1, 2, 3
+def window_frame_meta(batch: OutputBatch, records: int) -> tuple[Any, ...]:
+    """What a window operator's stream event stores beside its ``records`` and control tuples:
+    ``(N, seqs, watermark, records)``, read back as :class:`LoggedFrame`."""
+    return batch.open_windows, batch.position.seqs, batch.position.watermark, records
+
+
+def logged_frame(meta: tuple[Any, ...], control: list[tuple[Any, ...]] | None) -> LoggedFrame:
+    """The stream event whose :func:`window_frame_meta` and stored control tuples are these."""
+    open_windows, seqs, watermark, records = meta
+    return LoggedFrame(open_windows, Position(seqs, watermark), records, control or [])
+
+
+# Control tuples as they are stored: plain tuples pickle and unpickle several times faster than
+# NamedTuples or dataclasses, and reconstruction reads ~100,000 of them.
+OPEN, CHECK, CLOSED, FULL = 0, 1, 2, 3
 
 
 def encode_items(items: list[Any]) -> list[tuple[Any, ...]]:
-    """``items`` (control tuples and results) as plain tuples, for the output queue."""
+    """Control tuples ``items`` as plain tuples, for the output queue: ``(OPEN | CHECK, window,
+    state, seqs, watermark)``, ``(CLOSED, window)``, ``(FULL, windows, phase, N, seqs, watermark,
+    suppressed)``."""
     out: list[tuple[Any, ...]] = []
     append = out.append
     for item in items:
         kind = type(item)
-        position = item.position
-        if kind is WindowCheckpoint:
-            append((_OPEN if item.kind == "open" else _CHECK, item.window, item.state, item.open_windows,
-                    position.seqs, position.watermark))
-        elif kind is WindowResult:
-            append((_RESULT, item.window, item.value, item.open_windows, position.seqs, position.watermark))
+        if kind is WindowClosed:
+            append((CLOSED, item.window))
+        elif kind is WindowCheckpoint:
+            position = item.position
+            append((OPEN if item.kind == "open" else CHECK, item.window, item.state, position.seqs,
+                    position.watermark))
         else:
-            append((_FULL, item.windows, item.phase, item.open_windows, position.seqs, position.watermark,
+            position = item.position
+            append((FULL, item.windows, item.phase, item.open_windows, position.seqs, position.watermark,
                     item.suppressed))
     return out
 
 
-def decode_items(encoded: list[tuple[Any, ...]]) -> list[Any]:
-    """The items :func:`encode_items` stored."""
-    out: list[Any] = []
-    for entry in encoded:
-        kind, position = entry[0], Position(entry[4], entry[5])
-        if kind == _RESULT:
-            out.append(WindowResult(entry[1], entry[2], entry[3], position))
-        elif kind == _FULL:
-            out.append(FullCheckpoint(entry[1], entry[2], entry[3], position, entry[6]))
-        else:
-            out.append(WindowCheckpoint("open" if kind == _OPEN else "check", entry[1], entry[2], entry[3], position))
-    return out
+def decode_item(entry: tuple[Any, ...]) -> Any:
+    """The control tuple :func:`encode_items` stored as ``entry``."""
+    kind = entry[0]
+    if kind == CLOSED:
+        return WindowClosed(entry[1])
+    if kind == FULL:
+        return FullCheckpoint(entry[1], entry[2], entry[3], Position(entry[4], entry[5]), entry[6])
+    return WindowCheckpoint("open" if kind == OPEN else "check", entry[1], entry[2], Position(entry[3], entry[4]))

@@ -33,7 +33,7 @@ from epochal.cec.plan import CecDeployment, Stage, run_chain
 from epochal.cec.rebuild import rebuild
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
-from epochal.cec.tuples import ITEM_LAST, WindowResult, item_seq
+from epochal.cec.tuples import ITEM_LAST, item_seq, window_frame_meta
 from epochal.cec.worker_machine import (
     BeginProcessing,
     CecPhase,
@@ -322,16 +322,15 @@ class CecWorker(WorkerShell):
     def _emit_aggregate(self) -> None:
         aggregate, output = self.aggregate, self.output
         assert aggregate is not None and output is not None
-        items = aggregate.take()
-        if not items:
+        batch = aggregate.take()
+        if not batch.records and not batch.control:
             return
+        records = run_chain(self.stage.post, batch.records) if batch.records else []  # type: ignore[union-attr]
         if aggregate.mode == "none":  # results only, nothing to rebuild from
-            results, logged = items, None
-        else:
-            results, logged = [item.value for item in items if isinstance(item, WindowResult)], items
-        seq = output.emit(run_chain(self.stage.post, results) if results else [], None, logged)  # type: ignore[union-attr]
-        if logged is not None:
-            self.extent.emitted(seq, logged)
+            output.emit(records, None, None)
+            return
+        seq = output.emit(records, window_frame_meta(batch, len(records)), batch.control)
+        self.extent.emitted(seq, batch.control)
 
     def _on_durable(self, event: Durable) -> None:
         output = self.output
