@@ -299,6 +299,7 @@ def _worker_metrics(spec: Spec, metrics: dict[int, dict[str, Any]]) -> dict[str,
     return {
         "source_frames": source.get("frames", 0), "source_bytes_logged": source.get("bytes_logged", 0),
         "source_replayed_frames": source.get("replayed_frames", 0),
+        "source_queued_frames": source.get("queued_frames", 0),
         "window_uptime_s": window.get("uptime", float("nan")),
         "window_records_in": window.get("records_in", 0), "window_frames": window.get("frames", 0),
         "window_bytes_logged": window.get("bytes_logged", 0), "g_open": window.get("window_g_open", 0),

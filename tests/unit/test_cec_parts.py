@@ -43,6 +43,7 @@ def test_current_consumers_get_durable_frames_until_their_credit_runs_out():
     assert channels.behind() == []  # no credit yet
     channels.credit(8, 2)
     assert channels.behind() == [8] and channels.replay_from(8) == (2, -1)
+    assert not channels.of[8].replaying  # held back for credit, not a replay anyone asked for
     channels.replayed(8, 3)
     channels.caught_up(8)
     assert channels.durable(4) == [8] and channels.slowest() == 3
@@ -54,8 +55,11 @@ def test_a_replay_request_restarts_the_consumer_at_the_frame_holding_its_positio
         channels.durable(frame)
     channels.request(5, item_seq(3, 2))  # it has item 2 of frame 3
     assert channels.behind() == [5] and channels.replay_from(5) == (2, item_seq(3, 2))
+    assert channels.of[5].replaying
     assert channels.durable(6) == []  # behind: it reads the queue first
     assert channels.trim_before() == 3  # it will never ask for frames before 3 again
+    channels.caught_up(5)
+    assert not channels.of[5].replaying and channels.durable(7) == [5]
 
 
 def test_a_replacement_producer_waits_for_each_consumer_to_say_where_it_stands():

@@ -209,7 +209,8 @@ class StageOutput:
                     indices, records = [indices[i] for i in keep], [records[i] for i in keep]
                 self.send(consumer, StreamEvent(self.worker, frame.seq, dumps((indices, records))))
                 channels.replayed(consumer, frame.seq)
-                self.counters["replayed_frames"] += 1
+                # a replay someone asked for, or frames held back while it was out of credit
+                self.counters["replayed_frames" if channels.of[consumer].replaying else "queued_frames"] += 1
                 if consumer not in channels.behind():
                     break
             if channels.of[consumer].sent >= self.last_durable:

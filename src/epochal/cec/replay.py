@@ -32,6 +32,7 @@ class _Consumer:
     inflight: int = 0
     behind: bool = False
     waiting: bool = False
+    replaying: bool = False  # behind because it asked for a replay (not only out of credit)
     after: int = -1  # items at or before this sequence number are not sent
     acked: int = -1  # items at or before this sequence number are never needed again
 
@@ -61,7 +62,7 @@ class OutputChannels:
     def request(self, consumer: int, after: int) -> None:
         """``consumer`` (new, or replaced) wants everything after item sequence number ``after``."""
         state = self.of[consumer]
-        state.waiting, state.behind, state.inflight = False, True, 0
+        state.waiting, state.behind, state.replaying, state.inflight = False, True, True, 0
         state.after = after
         state.sent = split_seq(after)[0] - 1 if after >= 0 else -1
         state.acked = max(state.acked, after)
@@ -82,7 +83,8 @@ class OutputChannels:
 
     def caught_up(self, consumer: int) -> None:
         """``consumer`` was sent every durable frame: current from now on."""
-        self.of[consumer].behind = False
+        state = self.of[consumer]
+        state.behind = state.replaying = False
 
     def credit(self, consumer: int, frames: int) -> None:
         """``consumer`` processed ``frames`` frames."""

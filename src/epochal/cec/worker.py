@@ -86,7 +86,8 @@ class CecWorker(WorkerShell):
         self.pending_trim: tuple[int, list[int]] | None = None
         #: a replacement reports its first input once (recovery time: kill -> first record)
         self.resume_pending = False
-        self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0}
+        self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0,
+                         "queued_frames": 0}
 
     # ------------------------------------------------------------------ events
     def _handle(self, event: Any) -> None:
