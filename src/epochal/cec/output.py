@@ -264,8 +264,7 @@ class ExtentFrames:
 
     def restored(self, windows: list[Any], frame: int) -> None:
         """After a rebuild: ``windows`` have footprints somewhere from ``frame`` on."""
-        for window in windows:
-            self.footprints[window] = frame
+        self.footprints.update(dict.fromkeys(windows, frame))
 
     def emitted(self, frame: int, items: list[Any]) -> None:
         entries: list[tuple[str, Any]] = []
