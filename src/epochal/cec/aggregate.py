@@ -66,6 +66,10 @@ NOTHING: Any = _Nothing()
 _NEVER = float("-inf")
 
 
+def _fullest_first(window: _Window) -> int:
+    return -window.count
+
+
 @dataclass(slots=True)
 class _Window:
     key: Any
@@ -75,6 +79,7 @@ class _Window:
     #: per channel, the last tuple its newest footprint holds (None: no footprint yet)
     footprint: tuple[int, ...] | None = None
     opened: float = 0.0  # the driver's time when it opened (response times)
+    wid: Hashable = None  # its id (count windows: found through ``by_key`` without hashing it)
 
 
 class WindowAggregate:
@@ -97,7 +102,7 @@ class WindowAggregate:
         self.settings = settings or CecSettings()
         self.policy = CheckpointPolicy(self.settings)
         self.windows: dict[Hashable, _Window] = {}
-        self.by_key: dict[Any, list[Hashable]] = {}  # count windows: a key's open windows, oldest first
+        self.by_key: dict[Any, list[_Window]] = {}  # count windows: a key's open windows, oldest first
         self.phase: dict[Any, int] = {}  # count windows: a key's tuples since its newest window opened
         self.by_start: dict[Any, list[Hashable]] = {}  # time windows: open windows by start
         self.starts: list[Any] = []  # heap of by_start's keys
@@ -133,7 +138,8 @@ class WindowAggregate:
             self._take(channel, seq, record)
         elif seq <= self.catch_up[channel]:
             self._catch_up(channel, seq, record)
-            self._maybe_caught_up()
+            if seq == self.catch_up[channel]:  # this channel is back where the crashed instance was
+                self._maybe_caught_up()
         else:
             self.held.append((channel, seq, record))
 
@@ -194,30 +200,30 @@ class WindowAggregate:
 
     def _take_counted(self, channel: int, seq: int, record: Any) -> None:
         key, function, windows = self.key(record), self.function, self.windows
-        wids = self.by_key.get(key)
-        if wids is None:
-            wids = self.by_key[key] = []
+        open_ = self.by_key.get(key)
+        if open_ is None:
+            open_ = self.by_key[key] = []
         phase = self.phase.get(key, 0)
         opened = None
         if phase == 0 or phase >= self.shape.step:
-            opened = (key, channel, seq)
-            windows[opened] = _Window(key, None, function.create_accumulator(), 0, opened=self.now or 0.0)
-            wids.append(opened)
+            wid = (key, channel, seq)
+            opened = windows[wid] = _Window(key, None, function.create_accumulator(), 0, opened=self.now or 0.0,
+                                            wid=wid)
+            open_.append(opened)
             phase = 0
         self.phase[key] = phase + 1
         size = self.shape.size
         full = 0
-        for wid in wids:
-            window = windows[wid]
+        for window in open_:
             window.acc = function.add(record, window.acc)
             window.count += 1
             if window.count >= size:
                 full += 1
-        if opened is not None and windows[opened].count < size:  # (one that closes at once needs no
-            self._footprint("open", opened, windows[opened])        # G_open: its R follows in this output)
+        if opened is not None and opened.count < size:  # (one that closes at once needs no G_open)
+            self._footprint("open", opened.wid, opened)
         for _ in range(full):  # the oldest windows are the full ones
-            self._close(wids.pop(0))
-        if not wids:
+            self._close(open_.pop(0).wid)
+        if not open_:
             del self.by_key[key], self.phase[key]  # none open: the key's next tuple opens one
 
     def _advance_watermark(self) -> None:
@@ -310,21 +316,21 @@ class WindowAggregate:
                 acc = deepcopy(acc)  # the checkpoint stays as it was
             # covered: what its footprint holds (dedup off: every replayed tuple counts again)
             covered = seqs if everything is None else everything
-            key = wid[0]  # type: ignore[index]
+            key = wid[0]
             if timed:
-                start = wid[1]  # type: ignore[index]
+                start = wid[1]
                 windows[wid] = make(key, start, acc, count, covered, opened)
                 if start not in by_start:
                     by_start[start] = []
                     heapq.heappush(starts, start)
                 by_start[start].append(wid)
             else:
-                windows[wid] = make(key, None, acc, count, covered, opened)
-                wids = by_key.get(key)
-                if wids is None:
-                    by_key[key] = [wid]
+                window = windows[wid] = make(key, None, acc, count, covered, opened, wid)
+                open_ = by_key.get(key)
+                if open_ is None:
+                    by_key[key] = [window]
                 else:
-                    wids.append(wid)  # ordered once caught up
+                    open_.append(window)  # ordered once caught up
         self.policy.restored([f[1] for f in oldest_first], ec.extent)
         start = ec.replay_after if ec.replay_after is not None else ec.newest
         self.consumed, self.received = list(start.seqs), list(start.seqs)
@@ -341,8 +347,8 @@ class WindowAggregate:
         self.suppressed |= checkpoint.suppressed
         for wid, (acc, count) in checkpoint.windows.items():
             acc = copy.deepcopy(acc) if self.copy_state else acc
-            self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc, count,  # type: ignore[index]
-                                        opened=self.now or 0.0)
+            window = self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc,  # type: ignore[index]
+                                                 count, opened=self.now or 0.0, wid=wid)
             if self.timed:
                 start = wid[1]  # type: ignore[index]
                 if start not in self.by_start:
@@ -350,10 +356,10 @@ class WindowAggregate:
                     heapq.heappush(self.starts, start)
                 self.by_start[start].append(wid)
             else:
-                self.by_key.setdefault(wid[0], []).append(wid)  # type: ignore[index]
+                self.by_key.setdefault(wid[0], []).append(window)  # type: ignore[index]
         if not self.timed:
-            for wids in self.by_key.values():
-                wids.sort(key=lambda wid: -self.windows[wid].count)  # the oldest holds the most
+            for open_ in self.by_key.values():
+                open_.sort(key=_fullest_first)  # the oldest holds the most
         self.phase = dict(checkpoint.phase)
         self.consumed, self.received = list(checkpoint.position.seqs), list(checkpoint.position.seqs)
         self.watermark = checkpoint.position.watermark
@@ -364,16 +370,16 @@ class WindowAggregate:
             return
         self.policy.took()
         self.stats["caught_up"] += 1
-        key, function, windows = self.key(record), self.function, self.windows
+        key, function = self.key(record), self.function
         if self.timed:
             ts = self.timestamp(record)  # type: ignore[misc]
             if ts > self.max_ts[channel]:
                 self.max_ts[channel] = ts
-            wids: list[Hashable] = [(key, start) for start in self.shape.starts(ts)]  # type: ignore[union-attr]
+            windows = self.windows
+            open_: list[_Window | None] = [windows.get((key, start)) for start in self.shape.starts(ts)]  # type: ignore[union-attr]
         else:
-            wids = self.by_key.get(key, [])
-        for wid in wids:
-            window = windows.get(wid)
+            open_ = self.by_key.get(key, [])  # type: ignore[assignment]
+        for window in open_:
             if window is not None and window.footprint is not None and seq > window.footprint[channel]:
                 window.acc = function.add(record, window.acc)
                 window.count += 1
@@ -384,9 +390,9 @@ class WindowAggregate:
             return
         self.catch_up = None
         if not self.timed:  # a key's windows, oldest (fullest) first; its phase: the newest one's count
-            for key, wids in self.by_key.items():
-                wids.sort(key=lambda wid: -self.windows[wid].count)
-                self.phase[key] = self.windows[wids[-1]].count
+            for key, open_ in self.by_key.items():
+                open_.sort(key=_fullest_first)
+                self.phase[key] = open_[-1].count
         held, self.held = self.held, deque()
         for channel, seq, record in held:
             self._take(channel, seq, record)

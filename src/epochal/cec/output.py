@@ -203,11 +203,12 @@ class StageOutput:
             sent, after = channels.replay_from(consumer)
             after_frame, after_index = split_seq(after) if after >= 0 else (-1, -1)
             for frame in self.frames_after(sent)[:frames]:
-                indices, records = self.part(frame, index)
+                blob = pickle.loads(self.log.read(frame))[1][index]  # sent as stored
                 if frame.seq == after_frame:  # the frame it had part of: only what came later
+                    indices, records = pickle.loads(blob)
                     keep = [i for i, k in enumerate(indices) if k > after_index]
-                    indices, records = [indices[i] for i in keep], [records[i] for i in keep]
-                self.send(consumer, StreamEvent(self.worker, frame.seq, dumps((indices, records))))
+                    blob = dumps(([indices[i] for i in keep], [records[i] for i in keep]))
+                self.send(consumer, StreamEvent(self.worker, frame.seq, blob))
                 channels.replayed(consumer, frame.seq)
                 # a replay someone asked for, or frames held back while it was out of credit
                 self.counters["replayed_frames" if channels.of[consumer].replaying else "queued_frames"] += 1
