@@ -13,6 +13,7 @@ from epochal.cec.tuples import (
     LoggedFrame,
     Position,
     WindowCheckpoint,
+    WindowChecks,
     WindowClosed,
     already_counted,
     decode_item,
@@ -58,6 +59,15 @@ def test_footprints_in_one_stream_event_are_read_newest_first():
     ec = reconstruct(reversed(output))
     assert set(ec.windows) == {"a", "c"} and ec.windows["a"].state == 2 and ec.extent == 5
     assert ec.replay_after == at(2)
+
+
+def test_g_checks_taken_in_one_go_are_footprints_of_each_window():
+    output = [frame(3, 1, 0, g("open", "a", 1, 1), g("open", "b", 1, 1), g("open", "c", 1, 1)),
+              frame(3, 2, 0, WindowChecks(["a", "b"], [4, 5], at(2))),
+              frame(2, 3, 0, WindowClosed("a"), records=1)]
+    ec = reconstruct(reversed(output))
+    assert ec.windows == {"b": g("check", "b", 5, 2), "c": g("open", "c", 1, 1)}  # a closed after its check
+    assert ec.replay_after == at(1) and ec.extent == 2 + 2 + 3  # one tuple per window checked
 
 
 def test_an_empty_output_or_nothing_open_gives_an_empty_checkpoint():
@@ -127,6 +137,27 @@ def test_the_policy_checks_while_u_exceeds_u_and_only_inside_ci_slices():
     assert policy.next_check(0.1) == "fast"  # u of 'fast' is still 10
 
 
+def test_the_policy_hands_out_as_many_windows_at_once_as_one_by_one():
+    def policy():
+        p = CheckpointPolicy(CecSettings(q_target=5, u_target=10**6, interval=1.0, period=1.0))
+        for w in "abcdefg":
+            p.opened(w)
+        p.emitted(4)  # q = 11 > max(Q, N) = 7
+        return p
+
+    one_by_one, at_once = policy(), policy()
+    singles = []
+    while (w := one_by_one.next_check(0.0)) is not None:
+        singles.append(w)
+        one_by_one.checked(w)
+    # each G_check is one more output tuple: q stays 11 until every window was checked once
+    assert singles == list("abcdefg") and one_by_one.extent()[0] == 7
+    assert at_once.next_checks(0.0, 2) == ["a", "b"] and at_once.next_checks(0.0, 10) == list("abcdefg")
+    at_once.checked_all(list("abcdefg"))
+    assert at_once.extent() == one_by_one.extent() and list(at_once.footprints) == list(one_by_one.footprints)
+    assert at_once.next_checks(0.0, 10) == [] and at_once.checks == 7
+
+
 def test_g_open_only_never_checks_and_bad_knobs_are_refused():
     policy = CheckpointPolicy(CecSettings(q_target=1, g_check=False))
     policy.opened("a")
@@ -140,6 +171,7 @@ def test_g_open_only_never_checks_and_bad_knobs_are_refused():
 
 def test_control_tuples_are_stored_as_plain_tuples_and_read_back_equal():
     items = [g("open", ("k", 0, 3), (5, 1), 3, 4), g("check", "w", (9, 2), 5), WindowClosed("w"),
+             WindowChecks([("k", 0, 3), "w"], [(6, 2), (1, 1)], at(9, 9)),
              FullCheckpoint({"w": (1, 1)}, {"k": 1}, 1, at(7, 8), frozenset({"x"}))]
     stored = encode_items(items)
     assert all(type(entry) is tuple for entry in stored)

@@ -188,7 +188,7 @@ def test_targets_follow_the_partitioners():
 # ---------------------------------------------------------------- what a window's queue must keep
 def test_a_window_stage_keeps_the_frames_of_durable_footprints_and_crb_its_newest_full_checkpoint():
     from epochal.cec.output import ExtentFrames
-    from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowClosed
+    from epochal.cec.tuples import FullCheckpoint, Position, WindowCheckpoint, WindowChecks, WindowClosed
 
     at = Position((1,))
     extent = ExtentFrames("cec")
@@ -199,7 +199,7 @@ def test_a_window_stage_keeps_the_frames_of_durable_footprints_and_crb_its_newes
     assert extent.needed_from(5) == 5
     extent.durable(6)  # a closed, b open from frame 6
     assert extent.needed_from(6) == 6
-    extent.emitted(7, [WindowCheckpoint("check", "b", 2, at)])
+    extent.emitted(7, [WindowChecks(["b"], [2], at)])
     assert extent.needed_from(7) == 6  # its G_check is not on disk yet
     extent.durable(7)
     assert extent.needed_from(7) == 7

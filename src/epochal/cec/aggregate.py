@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 from epochal.cec.eventual import EventualCheckpoint
 from epochal.cec.policy import CecSettings, CheckpointPolicy
-from epochal.cec.tuples import FullCheckpoint, OutputBatch, Position, WindowCheckpoint, WindowClosed
+from epochal.cec.tuples import FullCheckpoint, OutputBatch, Position, WindowCheckpoint, WindowChecks, WindowClosed
 from epochal.runtime.aggregates import BUILTIN_FUNCTIONS
 from epochal.runtime.window_assigners import CountWindows, TimeWindows
 
@@ -192,7 +192,7 @@ class WindowAggregate:
                     starting = self.by_start[start] = []
                     heapq.heappush(self.starts, start)
                 starting.append(wid)
-                self._footprint("open", wid, window)
+                self._g_open(wid, window)
             else:
                 window.acc = function.add(record, window.acc)
                 window.count += 1
@@ -220,7 +220,7 @@ class WindowAggregate:
             if window.count >= size:
                 full += 1
         if opened is not None and opened.count < size:  # (one that closes at once needs no G_open)
-            self._footprint("open", opened.wid, opened)
+            self._g_open(opened.wid, opened)
         for _ in range(full):  # the oldest windows are the full ones
             self._close(open_.pop(0).wid)
         if not open_:
@@ -259,31 +259,37 @@ class WindowAggregate:
     def _position(self) -> Position:
         return Position(tuple(self.consumed), self.watermark)
 
-    def _footprint(self, kind: Literal["open", "check"], wid: Hashable, window: _Window) -> None:
-        if self.mode != "cec" or (kind == "open" and not self.settings.g_open):
+    def _g_open(self, wid: Hashable, window: _Window) -> None:
+        if self.mode != "cec" or not self.settings.g_open:
             return
         position = self._position()
         window.footprint = position.seqs
         acc = copy.deepcopy(window.acc) if self.copy_state else window.acc
-        self.control.append(WindowCheckpoint(kind, wid, (acc, window.count), position))
-        if kind == "open":
-            self.stats["g_open"] += 1
-            self.policy.opened(wid)
-        else:
-            self.stats["g_check"] += 1
-            self.policy.checked(wid)
+        self.control.append(WindowCheckpoint("open", wid, (acc, window.count), position))
+        self.stats["g_open"] += 1
+        self.policy.opened(wid)
 
     # ------------------------------------------------------------------ the background path
-    def check_next(self, now: float) -> bool:
-        """Emit the G_check the policy wants now, if any (the driver calls this until False,
-        with a fresh ``now`` each time, so the CI slice bounds the work)."""
+    def check_next(self, now: float, limit: int = 64) -> int:
+        """Emit the G_checks the policy wants now, at most ``limit``, as one
+        :class:`~epochal.cec.tuples.WindowChecks`; returns how many (the driver calls this
+        until 0, with a fresh ``now`` each time, so the CI slice bounds the work)."""
         if self.mode != "cec" or self.catch_up is not None:
-            return False
-        wid = self.policy.next_check(now)
-        if wid is None:
-            return False
-        self._footprint("check", wid, self.windows[wid])
-        return True
+            return 0
+        wids = self.policy.next_checks(now, limit)
+        if not wids:
+            return 0
+        position = self._position()
+        seqs, windows, copy_state, deepcopy = position.seqs, self.windows, self.copy_state, copy.deepcopy
+        states = []
+        for wid in wids:
+            window = windows[wid]
+            window.footprint = seqs
+            states.append((deepcopy(window.acc) if copy_state else window.acc, window.count))
+        self.control.append(WindowChecks(wids, states, position))
+        self.stats["g_check"] += len(wids)
+        self.policy.checked_all(wids)
+        return len(wids)
 
     def replay_floor(self) -> list[int]:
         """T of the eventual checkpoint as it stands: per channel the oldest position an open

@@ -11,10 +11,10 @@ back over the output's stream events from the newest:
 - the first footprint met of every other window is its part of the EC.
 
 Reconstruction stops as soon as N footprints are found; ``extent`` counts the tuples (results
-and control tuples) of the stream events gone through (the paper's q at the crash, to a stream
-event). The upstream replay starts after T, per input channel the oldest position among the
-footprints, and each restored window ignores replayed input at or before its own footprint's
-position (:func:`~epochal.cec.tuples.already_counted`).
+and control tuples, a G_check per window checked) of the stream events gone through (the
+paper's q at the crash, to a stream event). The upstream replay starts after T, per input
+channel the oldest position among the footprints, and each restored window ignores replayed
+input at or before its own footprint's position (:func:`~epochal.cec.tuples.already_counted`).
 
 A pure function of the stream events: reading the log
 (:meth:`~epochal.cec.output_log.OutputLog.read_backwards`) and unpickling frames is the caller's
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.cec.tuples import (
+    CHECK,
+    CHECKS,
     CLOSED,
     FULL,
     FullCheckpoint,
@@ -77,13 +79,18 @@ def reconstruct(newest_first: Iterable[LoggedFrame]) -> EventualCheckpoint:
         if wanted is None:
             wanted, newest = frame.open_windows, frame.position
         control = frame.control
-        extent += frame.records + len(control)
+        extent += frame.records + sum(len(entry[1]) if entry[0] == CHECKS else 1 for entry in control)
         if len(found) < wanted:
             for entry in reversed(control):
-                window = entry[1]
-                if entry[0] == CLOSED:
+                kind, window = entry[0], entry[1]
+                if kind == CLOSED:
                     closed.add(window)
-                elif window not in closed and window not in found and entry[0] != FULL:
+                elif kind == CHECKS:  # several windows' G_checks at one position, newest last
+                    _, windows, states, seqs, watermark = entry
+                    for window, state in zip(reversed(windows), reversed(states), strict=True):
+                        if window not in closed and window not in found:
+                            found[window] = (CHECK, window, state, seqs, watermark)
+                elif window not in closed and window not in found and kind != FULL:
                     found[window] = entry
         if len(found) == wanted:  # (none open at the newest output: done at once)
             replay_after = None

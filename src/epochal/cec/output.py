@@ -37,6 +37,7 @@ from epochal.cec.tuples import (
     FullCheckpoint,
     Position,
     WindowCheckpoint,
+    WindowChecks,
     WindowClosed,
     encode_items,
     split_seq,
@@ -272,6 +273,8 @@ class ExtentFrames:
         for item in items:
             if isinstance(item, WindowCheckpoint):
                 entries.append(("footprint", item.window))
+            elif isinstance(item, WindowChecks):
+                entries.extend(("footprint", window) for window in item.windows)
             elif isinstance(item, WindowClosed):
                 entries.append(("closed", item.window))
             elif isinstance(item, FullCheckpoint):

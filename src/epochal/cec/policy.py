@@ -16,8 +16,8 @@ guarantees, the paper's baseline setting). The machine has no clock: the operato
 
 Events in: :meth:`took` (input), :meth:`opened`, :meth:`closed` (the foreground path),
 :meth:`emitted` (any other output), :meth:`restored` (after a recovery). Decision out:
-:meth:`next_check` (a window to G_check now, or None), after which the operator emits
-the G_check and reports it with :meth:`checked`.
+:meth:`next_checks` (the windows to G_check now, oldest first; :meth:`next_check` for one),
+after which the operator emits the G_checks and reports them with :meth:`checked_all`.
 """
 
 from __future__ import annotations
@@ -107,23 +107,43 @@ class CheckpointPolicy:
     def next_check(self, now: float) -> Hashable | None:
         """The window to G_check now, or None: the oldest window, while q > Q or u > U, inside
         the current CI slice (a new slice starts once CP has passed since the last began)."""
-        settings = self.settings
-        if not settings.g_check or not self.footprints:
-            return None
-        q, u = self.extent()
+        windows = self.next_checks(now, 1)
+        return windows[0] if windows else None
+
+    def next_checks(self, now: float, limit: int) -> list[Hashable]:
+        """Up to ``limit`` windows to G_check now, oldest footprint first: as many as
+        :meth:`next_check` would give one after another if each were checked at once (every
+        G_check moves its window to the newest end and is one more tuple of output)."""
+        settings, footprints = self.settings, self.footprints
+        if not settings.g_check or not footprints:
+            return []
         # q cannot fall below N (one footprint per open window): a Q under N checks no further
-        if q <= max(settings.q_target, len(self.footprints)) and u <= settings.u_target:
-            return None
+        q_bound, u_bound = max(settings.q_target, len(footprints)), settings.u_target
+        out: list[Hashable] = []
+        emitted_now, consumed_now = self.emitted_count, self.consumed
+        for window, (emitted, consumed) in footprints.items():
+            if len(out) == limit or (emitted_now - emitted + 1 <= q_bound and consumed_now - consumed <= u_bound):
+                break
+            out.append(window)
+            emitted_now += 1
+        if not out:
+            return out
         if self.slice_start is None or now >= self.slice_start + settings.period:
             self.slice_start = now
         if now >= self.slice_start + settings.interval:
-            return None  # this slice's time is spent: wait for the next period
-        return next(iter(self.footprints))
+            return []  # this slice's time is spent: wait for the next period
+        return out
 
     def checked(self, window: Hashable) -> None:
         """The operator emitted a G_check of ``window``: it moves to the newest end."""
-        self.emitted_count += 1
-        self.checks += 1
-        if window in self.footprints:
-            self.footprints[window] = (self.emitted_count, self.consumed)
-            self.footprints.move_to_end(window)
+        self.checked_all([window])
+
+    def checked_all(self, windows: list[Hashable]) -> None:
+        """The operator emitted G_checks of ``windows``, in this order."""
+        footprints, consumed = self.footprints, self.consumed
+        for window in windows:
+            self.emitted_count += 1
+            if window in footprints:
+                footprints[window] = (self.emitted_count, consumed)
+                footprints.move_to_end(window)
+        self.checks += len(windows)

@@ -5,7 +5,8 @@ An operator instance in CEC mode emits, in timestamp order, into its persisted o
 - :class:`WindowCheckpoint` with ``kind="open"`` (G_open) when a window opens: the window's state
   after the tuple that opened it;
 - :class:`WindowCheckpoint` with ``kind="check"`` (G_check) from the background path: the state
-  accumulated so far;
+  accumulated so far (the background path emits those it takes in one go as one
+  :class:`WindowChecks`);
 - its result when a window closes, with a :class:`WindowClosed` marker (R) if the window has a
   footprint in the output.
 
@@ -73,6 +74,16 @@ class WindowCheckpoint(NamedTuple):
     position: Position
 
 
+class WindowChecks(NamedTuple):
+    """G_checks of several windows taken in one go by the background path: no input came between
+    them, so they share ``position``; ``states[i]`` is the state of ``windows[i]``. Stored as one
+    entry (the per-window cost of a G_check is then a few list appends, not a tuple each)."""
+
+    windows: list[Hashable]
+    states: list[Any]
+    position: Position
+
+
 class WindowClosed(NamedTuple):
     """R as the output queue keeps it: window ``window`` closed, its result is among the records
     of the same stream event. Logged only for a window that has a footprint in the output (the
@@ -121,7 +132,7 @@ class FullCheckpoint:
 
 def is_control(item: object) -> bool:
     """Whether ``item`` is a control tuple (consumers drop it)."""
-    return isinstance(item, (WindowCheckpoint, WindowClosed, FullCheckpoint))
+    return isinstance(item, (WindowCheckpoint, WindowChecks, WindowClosed, FullCheckpoint))
 
 
 def already_counted(footprint: WindowCheckpoint, channel: int, seq: int) -> bool:
@@ -144,13 +155,13 @@ def logged_frame(meta: tuple[Any, ...], control: list[tuple[Any, ...]] | None) -
 
 # Control tuples as they are stored: plain tuples pickle and unpickle several times faster than
 # NamedTuples or dataclasses, and reconstruction reads ~100,000 of them.
-OPEN, CHECK, CLOSED, FULL = 0, 1, 2, 3
+OPEN, CHECK, CLOSED, FULL, CHECKS = 0, 1, 2, 3, 4
 
 
 def encode_items(items: list[Any]) -> list[tuple[Any, ...]]:
     """Control tuples ``items`` as plain tuples, for the output queue: ``(OPEN | CHECK, window,
-    state, seqs, watermark)``, ``(CLOSED, window)``, ``(FULL, windows, phase, N, seqs, watermark,
-    suppressed)``."""
+    state, seqs, watermark)``, ``(CHECKS, windows, states, seqs, watermark)``, ``(CLOSED,
+    window)``, ``(FULL, windows, phase, N, seqs, watermark, suppressed)``."""
     out: list[tuple[Any, ...]] = []
     append = out.append
     for item in items:
@@ -161,6 +172,9 @@ def encode_items(items: list[Any]) -> list[tuple[Any, ...]]:
             position = item.position
             append((OPEN if item.kind == "open" else CHECK, item.window, item.state, position.seqs,
                     position.watermark))
+        elif kind is WindowChecks:
+            position = item.position
+            append((CHECKS, item.windows, item.states, position.seqs, position.watermark))
         else:
             position = item.position
             append((FULL, item.windows, item.phase, item.open_windows, position.seqs, position.watermark,
@@ -173,6 +187,8 @@ def decode_item(entry: tuple[Any, ...]) -> Any:
     kind = entry[0]
     if kind == CLOSED:
         return WindowClosed(entry[1])
+    if kind == CHECKS:
+        return WindowChecks(entry[1], entry[2], Position(entry[3], entry[4]))
     if kind == FULL:
         return FullCheckpoint(entry[1], entry[2], entry[3], Position(entry[4], entry[5]), entry[6])
     return WindowCheckpoint("open" if kind == OPEN else "check", entry[1], entry[2], Position(entry[3], entry[4]))

@@ -395,8 +395,8 @@ class CecWorker(WorkerShell):
         aggregate = self.aggregate
         assert aggregate is not None
         checks = 0
-        while aggregate.check_next(time.monotonic()):
-            checks += 1
+        while (taken := aggregate.check_next(time.monotonic())):
+            checks += taken
         if checks:
             self._emit_aggregate()
             if "g_check" in self.hook_points:
