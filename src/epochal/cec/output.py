@@ -274,7 +274,7 @@ class ExtentFrames:
             if isinstance(item, WindowCheckpoint):
                 entries.append(("footprint", item.window))
             elif isinstance(item, WindowChecks):
-                entries.extend(("footprint", window) for window in item.windows)
+                entries.append(("footprints", item.windows))
             elif isinstance(item, WindowClosed):
                 entries.append(("closed", item.window))
             elif isinstance(item, FullCheckpoint):
@@ -288,6 +288,8 @@ class ExtentFrames:
         for kind, value in self.pending.pop(frame, ()):
             if kind == "footprint":
                 self.footprints[value] = frame
+            elif kind == "footprints":  # a run of G_checks
+                self.footprints.update(dict.fromkeys(value, frame))
             elif kind == "closed":
                 self.footprints.pop(value, None)
             else:
