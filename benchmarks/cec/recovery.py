@@ -137,6 +137,10 @@ def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
             "windows": _median([r.get("phase_windows") for r in crash]),
             "replayed_tuples": _median([r.get("replayed_tuples") for r in crash]),
             "crash_processing_s": _median([r.get("processing_s") for r in crash]),
+            # failure-free: the operator thread's time in checkpoints (G_check slices, CRB snapshots)
+            "pause_s": _median([r.get("pause_s") for r in free]),
+            "pause_max_s": _median([r.get("pause_max_s") for r in free]),
+            "response_s": _median([r.get("response_s") for r in free]),
             "foreign_cpu_cores_max": max([float(r.get("foreign_cpu_cores", 0) or 0) for r in free + crash],
                                          default=float("nan")),
             "exact": exact_all(free_all + crash_all), "runs": len(free_all) + len(crash_all)})
@@ -148,7 +152,7 @@ def report(summary: list[dict[str, Any]], openwins: int, records: int, kill: int
           f"{records:,} tuples, {keys:,} ids) and failure-free overhead")
     print(f"{'config':>10} {'proc s':>7} {'overhead':>9} {'log MB':>7} {'ready s':>8} {'resumed':>8} "
           f"{'1st commit':>10} {'back':>6} {'rebuild s':>9} {'reconstr':>8} {'load':>6} {'extent':>8} "
-          f"{'replayed':>9} {'exact':>6}")
+          f"{'replayed':>9} {'pause s':>8} {'max ms':>7} {'resp s':>7} {'exact':>6}")
     for s in summary:
         overhead, versus = s["overhead_vs_native"], s["overhead_vs_dataflow"]
         extra = f" ({versus:+.0%} vs dataflow)" if versus == versus else ""
@@ -158,7 +162,8 @@ def report(summary: list[dict[str, Any]], openwins: int, records: int, kill: int
               f"{fmt(s['back_at_crash_point_s'], 2):>6} "
               f"{fmt(s['rebuild_s'], 2):>9} "
               f"{fmt(s['reconstruct_s'], 2):>8} {fmt(s['load_s'], 2):>6} {fmt(s['extent'], 0):>8} "
-              f"{fmt(s['replayed_tuples'], 0):>9} {str(s['exact']):>6}{extra}")
+              f"{fmt(s['replayed_tuples'], 0):>9} {fmt(s['pause_s'], 2):>8} {fmt(s['pause_max_s'] * 1e3, 0):>7} "
+              f"{fmt(s['response_s'], 2):>7} {str(s['exact']):>6}{extra}")
     cec = [s for s in summary if s["mode"] in ("cec", "gopen_disk")]
     crb = [s for s in summary if s["mode"] == "crb"]
     goals: dict[str, bool] = {}

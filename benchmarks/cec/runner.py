@@ -306,7 +306,9 @@ def _worker_metrics(spec: Spec, metrics: dict[int, dict[str, Any]]) -> dict[str,
         "g_check": window.get("window_g_check", 0), "window_results": results,
         "caught_up": window.get("window_caught_up", 0), "duplicates": window.get("window_duplicates", 0),
         "open_windows_end": window.get("open_windows", 0),
-        "response_s": window.get("window_response_s", 0.0) / results if results else float("nan")}
+        "response_s": window.get("window_response_s", 0.0) / results if results else float("nan"),
+        "pause_s": window.get("checkpoint_pause_s", float("nan")),
+        "pause_max_s": window.get("checkpoint_pause_max_s", float("nan"))}
 
 
 def _recovery(spec: Spec, client: Any, poller: _CommitPoller, events: list,

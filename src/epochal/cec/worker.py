@@ -88,6 +88,8 @@ class CecWorker(WorkerShell):
         self.resume_pending = False
         self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0,
                          "queued_frames": 0}
+        #: the operator thread's time in checkpoints (G_check slices, CRB snapshots): all, longest
+        self.pause_s = self.pause_max_s = 0.0
 
     # ------------------------------------------------------------------ events
     def _handle(self, event: Any) -> None:
@@ -138,6 +140,7 @@ class CecWorker(WorkerShell):
             out.update({f"window_{k}": v for k, v in self.aggregate.stats.items()})
             out["open_windows"] = len(self.aggregate.windows)
             out["window_response_s"] = self.aggregate.response_s  # summed over window_results
+            out.update(checkpoint_pause_s=self.pause_s, checkpoint_pause_max_s=self.pause_max_s)
         return out
 
     def _close_body(self) -> None:
@@ -380,8 +383,10 @@ class CecWorker(WorkerShell):
         elif aggregate is not None and deployment.mode == "crb" and now >= self.next_snapshot:
             self.next_snapshot = now + deployment.snapshot_interval
             if aggregate.windows:
+                started = time.monotonic()
                 aggregate.snapshot()
                 self._emit_aggregate()
+                self._paused(time.monotonic() - started)
         if now >= self.next_commit:
             self.next_commit = now + deployment.commit_interval
             self._commit_sink()
@@ -394,13 +399,20 @@ class CecWorker(WorkerShell):
         """CEC's background path: the G_checks the policy grants now (also after input events)."""
         aggregate = self.aggregate
         assert aggregate is not None
-        checks = 0
+        checks, started = 0, time.monotonic()
         while (taken := aggregate.check_next(time.monotonic())):
             checks += taken
         if checks:
             self._emit_aggregate()
+            self._paused(time.monotonic() - started)
             if "g_check" in self.hook_points:
                 self._reach("g_check", aggregate.stats["g_check"])
+
+    def _paused(self, seconds: float) -> None:
+        """The operator thread spent ``seconds`` on checkpoints (a G_check slice or a CRB
+        snapshot) instead of input: what a record arriving meanwhile waits (benchmarks)."""
+        self.pause_s += seconds
+        self.pause_max_s = max(self.pause_max_s, seconds)
 
     def _commit_sink(self) -> None:
         sink = self.sink
