@@ -162,6 +162,12 @@ class WindowAggregate:
         self.out, self.control = [], []
         return OutputBatch(out, control, len(self.windows), self._position())
 
+    def metrics(self) -> dict[str, Any]:
+        """Its counters (``window_`` + :attr:`stats`), the windows open now, and the summed
+        response time of the closed windows (``window_response_s``, when :attr:`now` is set)."""
+        return {**{f"window_{k}": v for k, v in self.stats.items()}, "open_windows": len(self.windows),
+                "window_response_s": self.response_s}
+
     # ------------------------------------------------------------------ the foreground path
     def _take(self, channel: int, seq: int, record: Any) -> None:
         self.consumed[channel] = seq

@@ -137,10 +137,8 @@ class CecWorker(WorkerShell):
         out = {**super().metrics(), **self.counters}
         out.update({"source_records": self.records_read} if self.source is not None else {})
         if self.aggregate is not None:
-            out.update({f"window_{k}": v for k, v in self.aggregate.stats.items()})
-            out["open_windows"] = len(self.aggregate.windows)
-            out["window_response_s"] = self.aggregate.response_s  # summed over window_results
-            out.update(checkpoint_pause_s=self.pause_s, checkpoint_pause_max_s=self.pause_max_s)
+            out.update(self.aggregate.metrics(), checkpoint_pause_s=self.pause_s,
+                       checkpoint_pause_max_s=self.pause_max_s)
         return out
 
     def _close_body(self) -> None:
@@ -280,7 +278,7 @@ class CecWorker(WorkerShell):
             process(channel, item_seq(event.frame_seq, ITEM_LAST), NOTHING)
             self._emit_aggregate()
             if self.aggregate.mode == "cec":
-                self._background_checks()
+                self._checkpoint(time.monotonic())
         elif self.output is not None:
             meta = tuple(self.received)
             self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta  # type: ignore[union-attr]
@@ -378,15 +376,8 @@ class CecWorker(WorkerShell):
         if self.source is not None and not self.source_done and output is not None and output.room() \
                 and now >= self.next_read:
             self._read_source()
-        if aggregate is not None and deployment.mode == "cec":
-            self._background_checks()
-        elif aggregate is not None and deployment.mode == "crb" and now >= self.next_snapshot:
-            self.next_snapshot = now + deployment.snapshot_interval
-            if aggregate.windows:
-                started = time.monotonic()
-                aggregate.snapshot()
-                self._emit_aggregate()
-                self._paused(time.monotonic() - started)
+        if aggregate is not None:
+            self._checkpoint(now)
         if now >= self.next_commit:
             self.next_commit = now + deployment.commit_interval
             self._commit_sink()
@@ -395,24 +386,28 @@ class CecWorker(WorkerShell):
             self._trim()
         self._maybe_done()
 
-    def _background_checks(self) -> None:
-        """CEC's background path: the G_checks the policy grants now (also after input events)."""
-        aggregate = self.aggregate
-        assert aggregate is not None
-        checks, started = 0, time.monotonic()
-        while (taken := aggregate.check_next(time.monotonic())):
-            checks += taken
-        if checks:
-            self._emit_aggregate()
-            self._paused(time.monotonic() - started)
-            if "g_check" in self.hook_points:
-                self._reach("g_check", aggregate.stats["g_check"])
-
-    def _paused(self, seconds: float) -> None:
-        """The operator thread spent ``seconds`` on checkpoints (a G_check slice or a CRB
-        snapshot) instead of input: what a record arriving meanwhile waits (benchmarks)."""
-        self.pause_s += seconds
-        self.pause_max_s = max(self.pause_max_s, seconds)
+    def _checkpoint(self, now: float) -> None:
+        """The window stage's background path: the G_checks the CEC policy grants now (also
+        after input events), or CRB's snapshot of every window when one is due. Its time on the
+        operator thread is a pause of the input, counted (in all, and the longest) for metrics."""
+        aggregate, deployment = self.aggregate, self.deployment
+        assert aggregate is not None and deployment is not None
+        started, taken = time.monotonic(), 0
+        if deployment.mode == "cec":
+            while (step := aggregate.check_next(time.monotonic())):
+                taken += step
+        elif deployment.mode == "crb" and now >= self.next_snapshot:
+            self.next_snapshot = now + deployment.snapshot_interval
+            if aggregate.windows:
+                aggregate.snapshot()
+                taken = 1
+        if not taken:
+            return
+        self._emit_aggregate()
+        paused = time.monotonic() - started
+        self.pause_s, self.pause_max_s = self.pause_s + paused, max(self.pause_max_s, paused)
+        if deployment.mode == "cec" and "g_check" in self.hook_points:
+            self._reach("g_check", aggregate.stats["g_check"])
 
     def _commit_sink(self) -> None:
         sink = self.sink
