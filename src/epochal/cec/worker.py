@@ -25,10 +25,10 @@ from typing import Any
 import cloudpickle
 
 from epochal.cec.aggregate import NOTHING, WindowAggregate
-from epochal.cec.log_writer import LogWriter
 from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
-from epochal.cec.output import Durable, ExtentFrames, MemoryQueue, StageOutput, remove_queue
+from epochal.cec.output import Durable, ExtentFrames, StageOutput, remove_queue
 from epochal.cec.output_log import OutputLog
+from epochal.cec.parts import make_parts, queue_writer
 from epochal.cec.plan import CecDeployment, Stage, run_chain
 from epochal.cec.rebuild import rebuild
 from epochal.cec.replay import OutputChannels
@@ -43,7 +43,6 @@ from epochal.cec.worker_machine import (
     SetUp,
     SetUpWorker,
 )
-from epochal.connectors.base import SinkContext
 from epochal.messages import Dispatch, Finished, KindReport
 from epochal.runtime.links import Bootstrap
 from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
@@ -178,22 +177,10 @@ class CecWorker(WorkerShell):
         self.producers = deployment.producers(stage, subtask)
         channels = len(self.producers)
         self.received, self.frames_seen, self.ended = [-1] * channels, [-1] * channels, [None] * channels
-        log: OutputLog | MemoryQueue | None = None
-        if stage.downstream is not None or stage.window is not None or stage.upstream is None:
-            log = OutputLog.open(os.path.join(directory, "out"), deployment.segment_bytes, deployment.fsync) \
-                if deployment.persist else MemoryQueue(self.mailbox.put)  # type: ignore[arg-type]
+        post: Any = self.mailbox.put  # a frame on disk is an event of the worker's mailbox
+        parts = make_parts(deployment, stage, subtask, channels, directory, self.bootstrap.incarnation, post)
+        log, self.aggregate, self.source, self.sink = parts.log, parts.aggregate, parts.source, parts.sink
         opened = time.monotonic() - started
-        if stage.window is not None:
-            spec = stage.window
-            mode = "none" if deployment.mode == "native" else deployment.mode
-            self.aggregate = WindowAggregate(spec.shape, spec.function, spec.key, channels, mode,  # type: ignore[arg-type]
-                                             deployment.settings, spec.timestamp, spec.out_of_orderness)
-        if stage.splits is not None:
-            self.source = SourceReader(stage.splits[subtask])
-        if stage.sink is not None:
-            context = SinkContext(stage.sink_name, subtask, stage.parallelism, lambda payload: None,
-                                  self.bootstrap.incarnation, True)
-            self.sink = SinkCommitter(stage.sink, context, os.path.join(directory, "commits"))
         phases: dict[str, float] = {}
         self.extent = ExtentFrames(deployment.mode)
         if message.joining:
@@ -210,9 +197,7 @@ class CecWorker(WorkerShell):
         elif isinstance(log, OutputLog) and log.frames:
             raise RuntimeError(f"the output queue {directory} of a new job is not empty")
         if log is not None:
-            post: Any = self.mailbox.put
-            writer = LogWriter(log, deployment.max_outstanding, lambda frame: post(Durable(frame))) \
-                if isinstance(log, OutputLog) else log
+            writer = queue_writer(log, deployment.max_outstanding, post)
             self.output = StageOutput(self.index, stage, log, writer,
                                       OutputChannels(deployment.consumers(stage, subtask), live=not message.joining),
                                       self._send, self.counters)
