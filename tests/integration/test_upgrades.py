@@ -121,7 +121,10 @@ def test_allow_non_restored_state_skips_it_and_says_so(make_env, checkpoints, ca
 
 
 def latest_checkpoint_dir(job_dir):
-    ids = sorted(int(name.split("-")[1]) for name in os.listdir(job_dir) if name.startswith("chk-"))
+    """The newest *completed* checkpoint (the one a restore reads: it has ``_metadata``); job 1
+    was cancelled, so a newer one may have been left half written."""
+    ids = sorted(int(name.split("-")[1]) for name in os.listdir(job_dir)
+                 if name.startswith("chk-") and os.path.exists(os.path.join(job_dir, name, "_metadata")))
     return os.path.join(job_dir, f"chk-{ids[-1]}"), ids
 
 
