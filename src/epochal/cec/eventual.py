@@ -38,6 +38,7 @@ from epochal.cec.tuples import (
     Position,
     WindowCheckpoint,
     decode_item,
+    earliest,
 )
 
 
@@ -93,10 +94,7 @@ def reconstruct(newest_first: Iterable[LoggedFrame]) -> EventualCheckpoint:
                 elif window not in closed and window not in found and kind != FULL:
                     found[window] = entry
         if len(found) == wanted:  # (none open at the newest output: done at once)
-            replay_after = None
-            if found:  # per channel the oldest footprint's position
-                seqs = zip(*(f[3] for f in found.values()), strict=True)
-                replay_after = Position(tuple(map(min, seqs)), min(f[4] for f in found.values()))
+            replay_after = earliest([(f[3], f[4]) for f in found.values()]) if found else None
             return EventualCheckpoint(found, replay_after, newest, extent)
     if wanted is None:
         return EventualCheckpoint()

@@ -59,10 +59,11 @@ class Position(NamedTuple):
         return seq <= self.seqs[channel]
 
 
-def earliest(positions: list[Position]) -> Position:
-    """Per channel the oldest of ``positions`` (T: replay must start after it on every channel)."""
-    seqs = tuple(min(column) for column in zip(*(p.seqs for p in positions), strict=True))
-    return Position(seqs, min(p.watermark for p in positions))
+def earliest(positions: list[tuple[tuple[int, ...], float]]) -> Position:
+    """Per channel the oldest of ``positions`` (T: replay must start after it on every channel):
+    :class:`Position` objects or the ``(seqs, watermark)`` pairs of stored footprints."""
+    seqs = tuple(map(min, zip(*(p[0] for p in positions), strict=True)))
+    return Position(seqs, min(p[1] for p in positions))
 
 
 class WindowCheckpoint(NamedTuple):
