@@ -154,7 +154,7 @@ class StageOutput:
             self.unfed[frame.seq] = parts[0]
         for consumer in self.channels.durable(frame.seq):
             index = consumers.index(consumer)
-            blob = parts[index] if parts is not None else pickle.loads(self.log.read(frame))[1][index]
+            blob = parts[index] if parts is not None else self.stored_part(frame, index)
             self.send(consumer, StreamEvent(self.worker, frame.seq, blob))
 
     def request(self, consumer: int, after: int) -> None:
@@ -178,10 +178,10 @@ class StageOutput:
             out.append(frame)
         return out
 
-    def part(self, frame: Frame, index: int) -> tuple[list[int], list[Any]]:
-        """``(indices, records)`` of part ``index`` of ``frame``, read from the queue."""
-        indices, records = pickle.loads(pickle.loads(self.log.read(frame))[1][index])
-        return indices, records
+    def stored_part(self, frame: Frame, index: int) -> bytes:
+        """Part ``index`` of ``frame`` as the queue stores it: the pickled ``(indices, records)``."""
+        blob: bytes = pickle.loads(self.log.read(frame))[1][index]
+        return blob
 
     def feed(self, sink: Any, after: int) -> int:
         """Write every durable frame after ``after`` to the instance's own ``sink`` (a
@@ -189,7 +189,7 @@ class StageOutput:
         unfed = self.unfed
         for frame in self.frames_after(after):
             blob = unfed.pop(frame.seq, None)
-            sink.write(pickle.loads(blob)[1] if blob is not None else self.part(frame, 0)[1])
+            sink.write(pickle.loads(blob if blob is not None else self.stored_part(frame, 0))[1])
             after = frame.seq
         if isinstance(self.log, MemoryQueue):
             self.log.trim(after + 1)  # nothing else needs them
@@ -204,7 +204,7 @@ class StageOutput:
             sent, after = channels.replay_from(consumer)
             after_frame, after_index = split_seq(after) if after >= 0 else (-1, -1)
             for frame in self.frames_after(sent)[:frames]:
-                blob = pickle.loads(self.log.read(frame))[1][index]  # sent as stored
+                blob = self.stored_part(frame, index)  # sent as stored
                 if frame.seq == after_frame:  # the frame it had part of: only what came later
                     indices, records = pickle.loads(blob)
                     keep = [i for i, k in enumerate(indices) if k > after_index]
@@ -272,7 +272,7 @@ class ExtentFrames:
         entries: list[tuple[str, Any]] = []
         for item in items:
             if isinstance(item, WindowCheckpoint):
-                entries.append(("footprint", item.window))
+                entries.append(("footprints", [item.window]))
             elif isinstance(item, WindowChecks):
                 entries.append(("footprints", item.windows))
             elif isinstance(item, WindowClosed):
@@ -286,9 +286,7 @@ class ExtentFrames:
         """Frame ``frame`` is on disk; returns the position of a full checkpoint it holds."""
         full = None
         for kind, value in self.pending.pop(frame, ()):
-            if kind == "footprint":
-                self.footprints[value] = frame
-            elif kind == "footprints":  # a run of G_checks
+            if kind == "footprints":  # a G_open, or a run of G_checks
                 self.footprints.update(dict.fromkeys(value, frame))
             elif kind == "closed":
                 self.footprints.pop(value, None)
