@@ -58,7 +58,8 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]
     configs += [(f"crb {i:g}s", {"mode": "crb", "crb_interval": i}) for i in args.crb_intervals]
     configs.append(("dataflow", {"mode": "dataflow"}))
     configs += [(f"abs {i:g}s", {"mode": "abs", "abs_interval": i}) for i in args.abs_intervals]
-    return configs
+    chosen = getattr(args, "rec_configs", None)
+    return [c for c in configs if c[0] in chosen] if chosen else configs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="tuples per run (default 1,000,000; killed at half)")
     group.add_argument("--crb-intervals", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     group.add_argument("--abs-intervals", type=float, nargs="+", default=[1.0])
+    group.add_argument("--rec-configs", nargs="+", default=None,
+                       help="run only these configurations, by name (e.g. native gopen 'crb 1s')")
 
 
 def main(args: argparse.Namespace) -> dict[str, bool]:

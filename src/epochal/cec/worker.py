@@ -208,6 +208,9 @@ class CecWorker(WorkerShell):
     def _begin(self, instruction: BeginProcessing) -> None:
         self.processing = True
         self.processing_started = time.monotonic()
+        # CRB's first snapshot is one interval in: a replacement starts from the checkpoint it
+        # restored (Flink's periodic trigger waits an interval after a restore too)
+        self.next_snapshot = self.processing_started + self.deployment.snapshot_interval  # type: ignore[union-attr]
         self._start_heartbeats(self.deployment.config.heartbeat_interval)  # type: ignore[union-attr]
         if self.sink is not None and self.output is not None:
             self._feed_own_sink()
