@@ -7,7 +7,9 @@ it is killed half-way. Configurations:
 * ``native``: the ``cec`` job kind without fault tolerance (the overhead baseline);
 * CEC: ``gopen`` (G_open only), ``cec 5/100`` (the defaults: Q = 1,000, U = 1,000,000, CI = 5 ms,
   CP = 100 ms: with ~97,000 windows open, Q = 1,000 means "checkpoint whenever the slice
-  allows"), ``cec 10/25`` (CI = 10 ms, CP = 25 ms: 40 % of the time for G_checks);
+  allows"), ``cec 10/25`` (CI = 10 ms, CP = 25 ms: 40 % of the time for G_checks), ``cec U100k``
+  (U = 100,000, Q = 100,000,000: G_checks only to keep the replay under 100,000 tuples; CI = 10
+  ms, CP = 50 ms);
 * CRB (the paper's baseline: every open window checkpointed at once) every 0.5, 1 and 2 s;
 * ``dataflow``: the dataflow runtime without checkpoints (ABS's own baseline) and ``abs``:
   exactly-once ABS checkpoints every 1 s, a full restart from the latest one.
@@ -54,6 +56,8 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]
         ("gopen", {"mode": "gopen_disk"}),
         ("cec 5/100", {"mode": "cec", "q_target": 1_000, "u_target": 1_000_000, "ci": 0.005, "cp": 0.1}),
         ("cec 10/25", {"mode": "cec", "q_target": 1_000, "u_target": 1_000_000, "ci": 0.01, "cp": 0.025}),
+        # the replay bounded instead (U = 100,000 input tuples, Q out of the way), 20 % for slices
+        ("cec U100k", {"mode": "cec", "q_target": 100_000_000, "u_target": 100_000, "ci": 0.01, "cp": 0.05}),
     ]
     configs += [(f"crb {i:g}s", {"mode": "crb", "crb_interval": i}) for i in args.crb_intervals]
     configs.append(("dataflow", {"mode": "dataflow"}))
