@@ -276,6 +276,25 @@ def test_delete_key_groups_outside_and_restore_from_a_checkpoint(make_rocksdb, t
     assert dict(read_key_groups(str(tmp_path / "chk"), range(MAX_P))) == everything
 
 
+def test_a_subtask_adopts_a_checkpoint_that_holds_all_its_groups(make_rocksdb, tmp_path):
+    """A restore at the same parallelism (or from fewer, larger subtasks): the predecessor's
+    checkpoint becomes the database as it is, without the groups the subtask does not own."""
+    old = make_rocksdb(range(0, 96), "old")
+    _fill(old, range(3000))
+    everything = old.capture()
+    old.local_checkpoint(str(tmp_path / "chk"))
+    new = make_rocksdb(range(32, 64), "new")
+    new.adopt_checkpoint(str(tmp_path / "chk"))
+    owned = {g: s for g, s in everything.items() if 32 <= g < 64}
+    assert owned and new.capture() == owned
+    assert new.entry_count() == sum(len(e) for s in owned.values() for e in s.values())
+    group = next(iter(owned))
+    new.owned_table("a")[group]["later"] = 1  # writable; the checkpoint is untouched
+    assert dict(read_key_groups(str(tmp_path / "chk"), range(MAX_P))) == everything
+    with pytest.raises(RuntimeError, match="before its state is used"):
+        new.adopt_checkpoint(str(tmp_path / "chk"))
+
+
 def test_a_scan_keeps_its_read_options_alive(make_rocksdb):
     """rocksdict iterators read their upper bound from ReadOptions they do not keep alive: a scan
     whose options (and bound) were dropped stopped after a random number of entries."""

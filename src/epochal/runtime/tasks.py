@@ -132,18 +132,25 @@ class Subtask:
     def _restore(self, runner: ChainRunner, restore: RestoreSource, key_groups: range) -> None:
         backend = runner.keyed_state
         if backend is not None:
-            # A RocksDB backend takes what RocksDB subtasks wrote as SST files (entries copied as
-            # stored, never unpickled); everything else arrives per key group.
+            # A RocksDB backend takes what RocksDB subtasks wrote as SST files, never unpickled:
+            # a predecessor's checkpoint that holds all of its groups becomes its database as it
+            # is (restored at the same parallelism, or fewer subtasks before); otherwise each
+            # predecessor's share is copied as stored into SST files it ingests. Everything else
+            # arrives per key group.
             ingest = getattr(backend, "ingest_key_groups", None)
+            adopt = getattr(backend, "adopt_checkpoint", None)
             checkpoints = getattr(restore, "rocksdb_checkpoints", None)
-            if ingest is None or checkpoints is None:
+            if ingest is None or adopt is None or checkpoints is None:
                 for group, states in restore.keyed_groups(runner.uid, key_groups):
                     backend.restore_group(group, states)
             else:
+                for directory, wanted in checkpoints(runner.uid, key_groups):
+                    if wanted == key_groups:  # (then it is the only one: ranges are disjoint)
+                        adopt(directory)
+                    else:
+                        ingest(directory, wanted)
                 for group, states in restore.keyed_groups(runner.uid, key_groups, skip_rocksdb=True):
                     backend.restore_group(group, states)
-                for directory, wanted in checkpoints(runner.uid, key_groups):
-                    ingest(directory, wanted)
         if isinstance(runner.operator, IterationHead):
             runner.operator.restore_log(restore, key_groups, self.index, self.parallelism)
         lists = restore.operator_lists(runner.uid, self.index, self.parallelism)

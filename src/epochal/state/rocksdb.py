@@ -13,7 +13,10 @@ the operations of a rescaled restore range operations: reading some groups of a 
 range scan per column family (:func:`read_key_groups`), loading them is a scan written into one
 SST file that is ingested whole (:meth:`~RocksDBKeyedStateBackend.ingest_key_groups`), and
 dropping the groups a subtask no longer owns is one ``delete_range`` per column family
-(:meth:`~RocksDBKeyedStateBackend.delete_key_groups_outside`).
+(:meth:`~RocksDBKeyedStateBackend.delete_key_groups_outside`). A subtask whose groups all come
+from one predecessor (a restore at the same parallelism) takes that predecessor's checkpoint as
+its database, files as they are, and drops the rest by range
+(:meth:`~RocksDBKeyedStateBackend.adopt_checkpoint`).
 
 User keys are encoded with pickle, not with the ``==``-preserving encoding key groups are hashed
 from, so keys that are equal in Python but pickle differently (``1``, ``1.0`` and ``True``;
@@ -269,9 +272,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             raise ValueError(f"max_parallelism must be in 1..65536 (2-byte key groups), got {max_parallelism}")
         super().__init__(max_parallelism, key_groups)
         self.directory = os.path.abspath(directory)
-        shutil.rmtree(self.directory, ignore_errors=True)
-        if restore_from is not None:
-            _clone_checkpoint(restore_from, self.directory)
         table = BlockBasedOptions()
         table.set_block_cache(Cache(block_cache_bytes))
         table.set_bloom_filter(10, False)  # a get of a key not yet seen rarely reads a block
@@ -282,6 +282,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options.set_keep_log_file_num(2)
         self._write_options = WriteOptions()
         self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property
+        self._encode = _KeyEncoder()
+        self._open(restore_from)
+
+    def _open(self, restore_from: str | None) -> None:
+        """(Re)create the database in ``directory``: empty, or a copy of ``restore_from`` without
+        the groups outside ``key_groups``."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        if restore_from is not None:
+            _clone_checkpoint(restore_from, self.directory)
+        options = self._options
         names = Rdict.list_cf(self.directory, options) if restore_from is not None else ["default"]
         self._db = Rdict(self.directory, options,
                          column_families={n: options for n in names if n != "default"} or None)
@@ -290,10 +300,20 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for name in names:
             self._column_family(name, existing=True)
         self._tables: dict[str, GroupTables] = {}
-        self._encode = _KeyEncoder()
         self._closed = False
         if restore_from is not None:
-            self.delete_key_groups_outside(key_groups)
+            self.delete_key_groups_outside(self.key_groups)
+
+    def adopt_checkpoint(self, checkpoint_dir: str) -> None:
+        """Start over as a copy of the checkpoint at ``checkpoint_dir`` (a predecessor's,
+        downloaded) without the groups outside ``key_groups``: its SST files hard-linked where
+        the file system allows (else copied), nothing decoded or rewritten, as Flink restores a
+        RocksDB subtask that takes one predecessor's key groups. Assumes nothing used the state
+        yet (a restore, before the operators open); raises ``RuntimeError`` otherwise."""
+        if self._tables or self._closed:
+            raise RuntimeError("a RocksDB backend adopts a checkpoint only before its state is used")
+        _close(self._db, self._cfs)
+        self._open(checkpoint_dir)
 
     def _column_family(self, name: str, existing: bool = False) -> Rdict:
         """The column family of state ``name``, created if new."""
