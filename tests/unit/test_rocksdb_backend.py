@@ -298,7 +298,7 @@ def test_a_subtask_adopts_a_checkpoint_that_holds_all_its_groups(make_rocksdb, t
 def test_a_scan_keeps_its_read_options_alive(make_rocksdb):
     """rocksdict iterators read their upper bound from ReadOptions they do not keep alive: a scan
     whose options (and bound) were dropped stopped after a random number of entries."""
-    from epochal.state.rocksdb import _prefix, _scan, _scan_keys
+    from epochal.state.rocksdb_keys import group_prefix, scan, scan_keys
 
     backend = make_rocksdb()
     table = backend.owned_table("s")
@@ -307,8 +307,8 @@ def test_a_scan_keeps_its_read_options_alive(make_rocksdb):
     cf = backend._cfs["s"]
     expected = sum(1 for i in range(20_000) if i % MAX_P < 64)
     for _ in range(3):
-        assert sum(1 for _ in _scan(cf, _prefix(0), _prefix(64))) == expected
-        assert sum(1 for _ in _scan_keys(cf, _prefix(0), _prefix(64))) == expected
+        assert sum(1 for _ in scan(cf, group_prefix(0), group_prefix(64))) == expected
+        assert sum(1 for _ in scan_keys(cf, group_prefix(0), group_prefix(64))) == expected
 
 
 def test_close_releases_the_database_and_dispose_removes_it(tmp_path):

@@ -34,12 +34,11 @@ functions open their own read-only instance and may run on any thread.
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import shutil
-from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import Any
 
 from rocksdict import (
     AccessType,
@@ -49,7 +48,6 @@ from rocksdict import (
     IngestExternalFileOptions,
     Options,
     Rdict,
-    ReadOptions,
     SstFileWriter,
     WriteBatch,
     WriteOptions,
@@ -57,160 +55,11 @@ from rocksdict import (
 
 from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
+from epochal.state.rocksdb_keys import END, START, GroupView, KeyEncoder, group_prefix, scan, scan_keys
 
 __all__ = ["RocksDBKeyedStateBackend", "read_key_groups"]
 
 _loads = pickle.loads
-_pickle = pickle.dumps
-#: Key types pickled with plain ``pickle.dumps``: their pickle does not depend on identity.
-_SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
-#: At or below every key, and above every key: prefixes are at most 0xffff and pickles start with 0x80.
-_START, _END = b"\x00\x00", b"\xff\xff\xff"
-_MISSING = object()
-
-
-def _prefix(group: int) -> bytes:
-    """The first key of ``group`` (``_END`` past the last possible group)."""
-    return group.to_bytes(2, "big") if group < 0x10000 else _END
-
-
-def _scan(cf: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """``(key, value)`` of ``cf`` in ``[lower, upper)``, in key order.
-
-    Two rocksdict quirks: iterators ignore ``iterate_lower_bound`` (``from_key`` seeks instead),
-    and an iterator does not keep its ReadOptions alive although it reads the upper bound from
-    them (a dropped one ends the scan early at random), so this generator holds them."""
-    opts = ReadOptions()
-    opts.set_iterate_upper_bound(upper)
-    yield from cast(Iterator[tuple[bytes, bytes]], cf.items(from_key=lower, read_opt=opts))
-
-
-def _scan_keys(cf: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
-    """The keys of ``cf`` in ``[lower, upper)`` (see :func:`_scan`)."""
-    opts = ReadOptions()
-    opts.set_iterate_upper_bound(upper)
-    yield from cast(Iterator[bytes], cf.keys(from_key=lower, read_opt=opts))
-
-
-class _KeyEncoder:
-    """``key -> pickle`` that gives equal bytes for equal keys of one type (see the module doc)."""
-
-    __slots__ = ("_buffer", "_pickler")
-
-    def __init__(self) -> None:
-        self._buffer = io.BytesIO()
-        self._pickler = pickle.Pickler(self._buffer, protocol=5)
-        self._pickler.fast = True  # no memo: the bytes do not depend on which parts are one object
-
-    def __call__(self, key: Any) -> bytes:
-        if type(key) in _SCALAR_KEYS:
-            return _pickle(key, 5)
-        buffer = self._buffer
-        buffer.seek(0)
-        buffer.truncate()
-        self._pickler.dump(key)
-        return buffer.getvalue()
-
-
-class _GroupView(MutableMapping[Any, Any]):
-    """One key group of one state, as ``{key: value}``, read from and written to RocksDB.
-
-    Values read are fresh copies (unpickled), so changing one in place changes nothing until it
-    is assigned back. Iteration (keys, items, values) reads a consistent snapshot taken when it
-    starts, so the view may be changed while it is iterated. ``len`` counts by scanning.
-    """
-
-    __slots__ = ("_cf", "_encode", "_get", "_prefix", "_put", "_upper")
-
-    def __init__(self, cf: Rdict, group: int, encode: _KeyEncoder) -> None:
-        self._cf = cf
-        self._prefix = _prefix(group)
-        self._upper = _prefix(group + 1)
-        self._encode = encode
-        self._get = cf.get
-        self._put = cf.put
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
-        return default if raw is None else _loads(raw)
-
-    def __getitem__(self, key: Any) -> Any:
-        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
-        if raw is None:
-            raise KeyError(key)
-        return _loads(raw)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._put(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)),
-                  _dumps(value))
-
-    def __contains__(self, key: object) -> bool:
-        return self._get(self._prefix + self._encode(key)) is not None
-
-    def __delitem__(self, key: Any) -> None:
-        stored = self._prefix + self._encode(key)
-        if self._get(stored) is None:
-            raise KeyError(key)
-        self._cf.delete(stored)
-
-    def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        stored = self._prefix + self._encode(key)
-        raw = self._get(stored)
-        if raw is None:
-            if default is _MISSING:
-                raise KeyError(key)
-            return default
-        self._cf.delete(stored)
-        return _loads(raw)
-
-    def clear(self) -> None:
-        self._cf.delete_range(self._prefix, self._upper)
-
-    def __iter__(self) -> Iterator[Any]:
-        for stored in _scan_keys(self._cf, self._prefix, self._upper):
-            yield _loads(stored[2:])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in _scan_keys(self._cf, self._prefix, self._upper))
-
-    def decoded_items(self) -> Iterator[tuple[Any, Any]]:
-        """``(key, value)`` of the group in key order, from one range scan."""
-        for stored, raw in _scan(self._cf, self._prefix, self._upper):
-            yield _loads(stored[2:]), _loads(raw)
-
-    def items(self) -> ItemsView[Any, Any]:
-        return _Items(self)
-
-    def values(self) -> ValuesView[Any]:
-        return _Values(self)
-
-    def __repr__(self) -> str:
-        return f"<RocksDB key group {int.from_bytes(self._prefix, 'big')}: {dict(self.decoded_items())!r}>"
-
-
-class _Items(ItemsView[Any, Any]):
-    """``items()`` of a group view: one range scan instead of a lookup per key."""
-
-    __slots__ = ("_view",)
-
-    def __init__(self, view: _GroupView) -> None:
-        super().__init__(view)
-        self._view = view
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return self._view.decoded_items()
-
-
-class _Values(ValuesView[Any]):
-    __slots__ = ("_view",)
-
-    def __init__(self, view: _GroupView) -> None:
-        super().__init__(view)
-        self._view = view
-
-    def __iter__(self) -> Iterator[Any]:
-        return (value for _, value in self._view.decoded_items())
-
 
 def _open_read_only(path: str) -> tuple[Rdict, dict[str, Rdict]]:
     """A read-only instance of the database (or checkpoint) at ``path`` and all its column
@@ -241,10 +90,10 @@ def read_key_groups(checkpoint_dir: str, key_groups: range) -> Iterator[tuple[in
     db, cfs = _open_read_only(checkpoint_dir)
     try:
         for group in key_groups:
-            lower, upper = _prefix(group), _prefix(group + 1)
+            lower, upper = group_prefix(group), group_prefix(group + 1)
             states: dict[str, dict[Any, Any]] = {}
             for name, cf in cfs.items():
-                entries = {_loads(stored[2:]): _loads(raw) for stored, raw in _scan(cf, lower, upper)}
+                entries = {_loads(stored[2:]): _loads(raw) for stored, raw in scan(cf, lower, upper)}
                 if entries:
                     states[name] = entries
             if states:
@@ -282,7 +131,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options.set_keep_log_file_num(2)
         self._write_options = WriteOptions()
         self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property
-        self._encode = _KeyEncoder()
+        self._encode = KeyEncoder()
         self._open(restore_from)
 
     def _open(self, restore_from: str | None) -> None:
@@ -333,7 +182,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         table = self._tables.get(name)
         if table is None:
             cf = self._column_family(name)
-            table = self._tables[name] = {group: _GroupView(cf, group, self._encode) for group in self.key_groups}
+            table = self._tables[name] = {group: GroupView(cf, group, self._encode) for group in self.key_groups}
         return table
 
     def capture(self) -> Captured:
@@ -343,7 +192,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for name, cf in self._cfs.items():
             current = -1
             entries: dict[Any, Any] = {}
-            for stored, raw in _scan(cf, _START, _END):
+            for stored, raw in scan(cf, START, END):
                 group = stored[0] << 8 | stored[1]
                 if group != current:
                     current, entries = group, {}
@@ -355,7 +204,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Replace the state of ``group`` (owned) for each name in ``states``, in one write batch."""
         if group not in self.key_groups:
             raise ValueError(f"key group {group} is not owned by this backend ({self.key_groups})")
-        prefix, upper = _prefix(group), _prefix(group + 1)
+        prefix, upper = group_prefix(group), group_prefix(group + 1)
         batch = WriteBatch(raw_mode=True)
         for name, entries in states.items():
             self._column_family(name)
@@ -368,7 +217,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def entry_count(self) -> int:
         """Number of (state name, key) entries, counted by scanning the keys (O(state size))."""
-        return sum(sum(1 for _ in _scan_keys(cf, _START, _END)) for cf in self._cfs.values())
+        return sum(sum(1 for _ in scan_keys(cf, START, END)) for cf in self._cfs.values())
 
     def local_checkpoint(self, path: str) -> list[str]:
         """Flush every memtable and make a RocksDB checkpoint at ``path`` (which must not exist):
@@ -391,7 +240,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         groups = range(max(key_groups.start, self.key_groups.start), min(key_groups.stop, self.key_groups.stop))
         if not groups:
             return 0
-        lower, upper = _prefix(groups.start), _prefix(groups.stop)
+        lower, upper = group_prefix(groups.start), group_prefix(groups.stop)
         staging = self.directory + ".ingest"
         os.makedirs(staging, exist_ok=True)
         ingest = IngestExternalFileOptions()
@@ -403,7 +252,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 path = os.path.join(staging, f"{index}.sst")
                 writer = SstFileWriter(self._options)
                 count = 0
-                for stored, raw in _scan(source, lower, upper):  # in key order, as the writer needs
+                for stored, raw in scan(source, lower, upper):  # in key order, as the writer needs
                     if not count:
                         writer.open(path)
                     writer[stored] = raw
@@ -420,7 +269,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def delete_key_groups_outside(self, key_groups: range) -> None:
         """Delete every entry whose group is not in ``key_groups``: two ``delete_range`` per
         column family, whatever the amount of state (the space is reclaimed by compaction)."""
-        bounds = [_START, _prefix(key_groups.start), _prefix(key_groups.stop), _END] if key_groups else [_START, _END]
+        bounds = [START, group_prefix(key_groups.start), group_prefix(key_groups.stop), END] if key_groups \
+            else [START, END]
         spans = list(zip(bounds[::2], bounds[1::2], strict=True))
         for cf in self._cfs.values():
             for begin, end in spans:

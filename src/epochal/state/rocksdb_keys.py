@@ -1,0 +1,171 @@
+"""How the RocksDB backend lays out keyed state, and its view of one key group.
+
+In every column family (one per state name): key = 2-byte big-endian key group + pickle of the
+user key, value = :func:`epochal.serialization.dumps` of the value. Keys of a key group share a
+prefix and key groups follow each other, so a key-group range is one key range
+(:func:`group_prefix`, :func:`scan`). :class:`KeyEncoder` gives equal bytes for equal keys of one
+type (see :mod:`epochal.state.rocksdb` on which keys are distinct), and :class:`GroupView` is one
+group of one state as a mutable mapping over RocksDB.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
+from typing import Any, cast
+
+from rocksdict import Rdict, ReadOptions
+
+from epochal.serialization import dumps as _dumps
+
+_loads = pickle.loads
+_pickle = pickle.dumps
+#: Key types pickled with plain ``pickle.dumps``: their pickle does not depend on identity.
+_SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
+#: At or below every key, and above every key: prefixes are at most 0xffff and pickles start with 0x80.
+START, END = b"\x00\x00", b"\xff\xff\xff"
+_MISSING = object()
+
+
+def group_prefix(group: int) -> bytes:
+    """The first key of ``group`` (``END`` past the last possible group)."""
+    return group.to_bytes(2, "big") if group < 0x10000 else END
+
+
+def scan(cf: Rdict, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of ``cf`` in ``[lower, upper)``, in key order.
+
+    Two rocksdict quirks: iterators ignore ``iterate_lower_bound`` (``from_key`` seeks instead),
+    and an iterator does not keep its ReadOptions alive although it reads the upper bound from
+    them (a dropped one ends the scan early at random), so this generator holds them."""
+    opts = ReadOptions()
+    opts.set_iterate_upper_bound(upper)
+    yield from cast(Iterator[tuple[bytes, bytes]], cf.items(from_key=lower, read_opt=opts))
+
+
+def scan_keys(cf: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
+    """The keys of ``cf`` in ``[lower, upper)`` (see :func:`scan`)."""
+    opts = ReadOptions()
+    opts.set_iterate_upper_bound(upper)
+    yield from cast(Iterator[bytes], cf.keys(from_key=lower, read_opt=opts))
+
+
+class KeyEncoder:
+    """``key -> pickle`` that gives equal bytes for equal keys of one type (see the module doc)."""
+
+    __slots__ = ("_buffer", "_pickler")
+
+    def __init__(self) -> None:
+        self._buffer = io.BytesIO()
+        self._pickler = pickle.Pickler(self._buffer, protocol=5)
+        self._pickler.fast = True  # no memo: the bytes do not depend on which parts are one object
+
+    def __call__(self, key: Any) -> bytes:
+        if type(key) in _SCALAR_KEYS:
+            return _pickle(key, 5)
+        buffer = self._buffer
+        buffer.seek(0)
+        buffer.truncate()
+        self._pickler.dump(key)
+        return buffer.getvalue()
+
+
+class GroupView(MutableMapping[Any, Any]):
+    """One key group of one state, as ``{key: value}``, read from and written to RocksDB.
+
+    Values read are fresh copies (unpickled), so changing one in place changes nothing until it
+    is assigned back. Iteration (keys, items, values) reads a consistent snapshot taken when it
+    starts, so the view may be changed while it is iterated. ``len`` counts by scanning.
+    """
+
+    __slots__ = ("_cf", "_encode", "_get", "_prefix", "_put", "_upper")
+
+    def __init__(self, cf: Rdict, group: int, encode: KeyEncoder) -> None:
+        self._cf = cf
+        self._prefix = group_prefix(group)
+        self._upper = group_prefix(group + 1)
+        self._encode = encode
+        self._get = cf.get
+        self._put = cf.put
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
+        return default if raw is None else _loads(raw)
+
+    def __getitem__(self, key: Any) -> Any:
+        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
+        if raw is None:
+            raise KeyError(key)
+        return _loads(raw)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._put(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)),
+                  _dumps(value))
+
+    def __contains__(self, key: object) -> bool:
+        return self._get(self._prefix + self._encode(key)) is not None
+
+    def __delitem__(self, key: Any) -> None:
+        stored = self._prefix + self._encode(key)
+        if self._get(stored) is None:
+            raise KeyError(key)
+        self._cf.delete(stored)
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        stored = self._prefix + self._encode(key)
+        raw = self._get(stored)
+        if raw is None:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        self._cf.delete(stored)
+        return _loads(raw)
+
+    def clear(self) -> None:
+        self._cf.delete_range(self._prefix, self._upper)
+
+    def __iter__(self) -> Iterator[Any]:
+        for stored in scan_keys(self._cf, self._prefix, self._upper):
+            yield _loads(stored[2:])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in scan_keys(self._cf, self._prefix, self._upper))
+
+    def decoded_items(self) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` of the group in key order, from one range scan."""
+        for stored, raw in scan(self._cf, self._prefix, self._upper):
+            yield _loads(stored[2:]), _loads(raw)
+
+    def items(self) -> ItemsView[Any, Any]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[Any]:
+        return _Values(self)
+
+    def __repr__(self) -> str:
+        return f"<RocksDB key group {int.from_bytes(self._prefix, 'big')}: {dict(self.decoded_items())!r}>"
+
+
+class _Items(ItemsView[Any, Any]):
+    """``items()`` of a group view: one range scan instead of a lookup per key."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view: GroupView) -> None:
+        super().__init__(view)
+        self._view = view
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        return self._view.decoded_items()
+
+
+class _Values(ValuesView[Any]):
+    __slots__ = ("_view",)
+
+    def __init__(self, view: GroupView) -> None:
+        super().__init__(view)
+        self._view = view
+
+    def __iter__(self) -> Iterator[Any]:
+        return (value for _, value in self._view.decoded_items())
