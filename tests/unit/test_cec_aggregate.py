@@ -104,6 +104,12 @@ def _frozen(result):
     return tuple(tuple(x) if isinstance(x, (list, set)) else x for x in result)
 
 
+def floor_by_scan(op):
+    """T by definition: per channel the oldest position any open window's footprint holds."""
+    footprints = [w.footprint for w in op.windows.values() if w.footprint is not None]
+    return [min(column) for column in zip(*footprints, strict=True)] if footprints else list(op.consumed)
+
+
 def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mutate=None):
     """Run with ``crashes`` crashes at random output prefixes; the committed results."""
     rng = random.Random(seed)
@@ -117,6 +123,8 @@ def crashing(shape, function, data, mode, seed, crashes=3, snapshot_every=7, mut
             op.process(c, seq, record)
             while op.check_next(0.0):
                 pass
+            if mode == "cec":
+                assert op.replay_floor() == floor_by_scan(op)
             if mode == "crb" and n % snapshot_every == 0:
                 op.snapshot()
             produced.extend(emitted(op))

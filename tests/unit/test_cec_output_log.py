@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -129,7 +130,12 @@ def test_the_writer_calls_back_in_order_once_durable_and_bounds_what_waits(tmp_p
     writer = LogWriter(OutputLog.open(tmp_path), max_outstanding=2, on_durable=on_durable)
     writer.submit(0, 0.0, 1.0, b"a")
     writer.submit(1, 1.0, 2.0, b"b")
+    deadline = time.monotonic() + 5
+    while not writer._pending.qsize() == 1 and time.monotonic() < deadline:
+        time.sleep(0.001)  # the writer took 0 and is held writing it
+    assert not writer.full()  # one waits: a submit now would not block
     writer.submit(2, 2.0, 3.0, b"c")  # 0 is being written, 1 and 2 wait: the bound is reached
+    assert writer.full()  # what the G_check path asks before it produces a frame
     blocked = threading.Thread(target=writer.submit, args=(3, 3.0, 4.0, b"d"))
     blocked.start()
     blocked.join(0.3)

@@ -286,12 +286,15 @@ class WindowAggregate:
         if not wids:
             return 0
         position = self._position()
-        seqs, windows, copy_state, deepcopy = position.seqs, self.windows, self.copy_state, copy.deepcopy
-        states = []
-        for wid in wids:
-            window = windows[wid]
+        seqs, windows = position.seqs, self.windows
+        checked = [windows[wid] for wid in wids]
+        for window in checked:
             window.footprint = seqs
-            states.append((deepcopy(window.acc) if copy_state else window.acc, window.count))
+        if self.copy_state:
+            deepcopy = copy.deepcopy
+            states = [(deepcopy(window.acc), window.count) for window in checked]
+        else:
+            states = [(window.acc, window.count) for window in checked]
         self.control.append(WindowChecks(wids, states, position))
         self.stats["g_check"] += len(wids)
         self.policy.checked_all(wids)
@@ -300,9 +303,17 @@ class WindowAggregate:
     def replay_floor(self) -> list[int]:
         """T of the eventual checkpoint as it stands: per channel the oldest position an open
         window's footprint holds (everything read, when no window is open). Input at or before
-        it is never replayed again, once the footprints are durable."""
-        footprints = [w.footprint for w in self.windows.values() if w.footprint is not None]
-        return [min(column) for column in zip(*footprints, strict=True)] if footprints else list(self.consumed)
+        it is never replayed again, once the footprints are durable.
+
+        O(1): the policy keeps the open windows oldest footprint first, and positions only grow
+        on every channel, so the first window there holds the minimum on every channel (the
+        driver asks every second; a scan of ~100,000 windows took ~90 ms)."""
+        windows = self.windows
+        for wid in self.policy.footprints:
+            window = windows.get(wid)
+            if window is not None and window.footprint is not None:
+                return list(window.footprint)
+        return list(self.consumed)
 
     def snapshot(self) -> None:
         """CRB: one checkpoint of every open window at once, into the output."""

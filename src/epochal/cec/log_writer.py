@@ -6,7 +6,8 @@ path for one log: the operator thread submits stream events and goes on computin
 thread appends them in submission order; ``on_durable`` is called (on the writer thread) for each
 event once it is on disk, in sequence order, which is when the caller may forward it downstream.
 At most ``max_outstanding`` events wait: a further ``submit`` blocks (back-pressure on the
-operator), so memory stays bounded when the disk is slower than the operator.
+operator), so memory stays bounded when the disk is slower than the operator; ``full()`` says
+beforehand whether it would.
 
 A failed write (disk full, I/O error) stops the writer: the error is raised by the next
 ``submit`` or ``flush`` on the operator thread, and nothing after it is written or forwarded.
@@ -52,6 +53,12 @@ class LogWriter:
         """Queue one stream event (blocks while ``max_outstanding`` wait)."""
         self._raise()
         self._pending.put(_Event(seq, min_ts, max_ts, payload))
+
+    def full(self) -> bool:
+        """Whether ``max_outstanding`` events wait, so that a ``submit`` now would block. The
+        background path asks before it produces G_checks: checkpointing never waits for the disk
+        (input does, which is the back-pressure the bound exists for)."""
+        return self._pending.full()
 
     def flush(self) -> None:
         """Wait until every submitted event is on disk (or raise the write's error)."""

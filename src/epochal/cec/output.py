@@ -76,6 +76,10 @@ class MemoryQueue:
         self.last_seq = seq
         self.post(Durable(frame))
 
+    def full(self) -> bool:
+        """Never: nothing waits for a disk."""
+        return False
+
     def find(self, *, seq: int) -> int:
         return bisect.bisect_left(self.frames, seq, key=lambda f: f.seq)
 
@@ -272,7 +276,7 @@ class ExtentFrames:
         entries: list[tuple[str, Any]] = []
         for item in items:
             if isinstance(item, WindowCheckpoint):
-                entries.append(("footprints", [item.window]))
+                entries.append(("footprint", item.window))
             elif isinstance(item, WindowChecks):
                 entries.append(("footprints", item.windows))
             elif isinstance(item, WindowClosed):
@@ -286,7 +290,9 @@ class ExtentFrames:
         """Frame ``frame`` is on disk; returns the position of a full checkpoint it holds."""
         full = None
         for kind, value in self.pending.pop(frame, ()):
-            if kind == "footprints":  # a G_open, or a run of G_checks
+            if kind == "footprint":  # a G_open (one per window opened: no list, no fromkeys)
+                self.footprints[value] = frame
+            elif kind == "footprints":  # a run of G_checks
                 self.footprints.update(dict.fromkeys(value, frame))
             elif kind == "closed":
                 self.footprints.pop(value, None)

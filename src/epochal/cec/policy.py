@@ -117,15 +117,22 @@ class CheckpointPolicy:
         settings, footprints = self.settings, self.footprints
         if not settings.g_check or not footprints:
             return []
+        start = self.slice_start
+        if start is not None and start + settings.interval <= now < start + settings.period:
+            return []  # this slice's time is spent (the driver asks after every input event)
         # q cannot fall below N (one footprint per open window): a Q under N checks no further
         q_bound, u_bound = max(settings.q_target, len(footprints)), settings.u_target
         out: list[Hashable] = []
-        emitted_now, consumed_now = self.emitted_count, self.consumed
+        append, taken = out.append, 0
+        # due while q > Q (emitted_now - emitted + 1 > q_bound, emitted_now rising by one per
+        # window taken) or u > U (consumed_now - consumed > u_bound), as bounds on the footprint
+        q_due_below, u_due_below = self.emitted_count + 1 - q_bound, self.consumed - u_bound
         for window, (emitted, consumed) in footprints.items():
-            if len(out) == limit or (emitted_now - emitted + 1 <= q_bound and consumed_now - consumed <= u_bound):
+            if taken == limit or (emitted >= q_due_below and consumed >= u_due_below):
                 break
-            out.append(window)
-            emitted_now += 1
+            append(window)
+            taken += 1
+            q_due_below += 1
         if not out:
             return out
         if self.slice_start is None or now >= self.slice_start + settings.period:
@@ -140,10 +147,12 @@ class CheckpointPolicy:
 
     def checked_all(self, windows: list[Hashable]) -> None:
         """The operator emitted G_checks of ``windows``, in this order."""
-        footprints, consumed = self.footprints, self.consumed
+        footprints, consumed, emitted = self.footprints, self.consumed, self.emitted_count
+        move_to_end = footprints.move_to_end
         for window in windows:
-            self.emitted_count += 1
+            emitted += 1
             if window in footprints:
-                footprints[window] = (self.emitted_count, consumed)
-                footprints.move_to_end(window)
+                footprints[window] = (emitted, consumed)
+                move_to_end(window)
+        self.emitted_count = emitted
         self.checks += len(windows)

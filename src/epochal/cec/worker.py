@@ -382,7 +382,9 @@ class CecWorker(WorkerShell):
         assert aggregate is not None and deployment is not None
         started, taken = time.monotonic(), 0
         if deployment.mode == "cec":
-            while (step := aggregate.check_next(time.monotonic())):
+            # a slice ends early when the log writer has no room: its one frame must not wait
+            writer = self.output.writer  # type: ignore[union-attr]
+            while not writer.full() and (step := aggregate.check_next(time.monotonic())):
                 taken += step
         elif deployment.mode == "crb" and now >= self.next_snapshot:
             self.next_snapshot = now + deployment.snapshot_interval
