@@ -5,6 +5,7 @@ the heap backend), and retention keeps every SST file a retained checkpoint need
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 
@@ -16,7 +17,8 @@ from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.storage import CheckpointStorage
+from epochal.state.rocksdb_checkpoints import download
+from epochal.state.storage import CheckpointError, CheckpointStorage
 from tests.unit.snapshot_helpers import metadata, write_checkpoint
 from tests.unit.snapshot_helpers import restored as snapshot_restored
 
@@ -106,3 +108,56 @@ def test_retention_never_deletes_an_sst_file_a_retained_checkpoint_needs(tmp_pat
         storage.verify_files(store.completed[-1], newest)
         assert restored(storage, checkpoint_id, newest, 1, str(tmp_path)) == subtask.backend.capture()
     subtask.backend.dispose()
+
+
+def test_a_restore_from_local_storage_links_sst_files_and_still_checks_them(tmp_path, monkeypatch):
+    """On a local file system a restore hard-links the stored SST files instead of copying them;
+    the database adopted from them goes on writing without changing a stored byte; where the file
+    system refuses links the files are copied; and a corrupt file is refused either way."""
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"))
+    subtask = Subtask(0, 1, storage, str(tmp_path / "local"))
+    for i in range(3_000):
+        subtask.put(f"k{i}", "z" * 100)
+    handle = subtask.checkpoint(1)
+    subtask.backend.checkpoint_completed(1)
+    live = subtask.backend.capture()
+    meta = metadata(UID, {0: handle})
+    ssts = [f for f in handle["keyed"]["shared"] if f["name"].endswith(".sst")]
+    assert ssts
+
+    linked = download(storage, 1, handle["keyed"], str(tmp_path / "linked"))
+    for file in ssts:
+        assert os.stat(os.path.join(linked, file["name"])).st_ino == os.stat(storage.file_path(1, file)).st_ino
+    adopted = create_backend(StateBackendConfig(ROCKSDB, local_dir=str(tmp_path / "local")), MAX_P,
+                             key_group_range(0, 1, MAX_P), "adopted")
+    adopted.adopt_checkpoint(linked)
+    assert adopted.capture() == live
+    state = adopted.get_state(ValueStateDescriptor("v"))
+    for i in range(20_000):  # overwrite and add, then flush and compact everything
+        adopted.set_current_key(f"k{i % 6_000}")
+        state.update("w" * 120)
+    adopted.local_checkpoint(str(tmp_path / "later"))
+    for cf in adopted._cfs.values():
+        cf.compact_range(None, None)
+    adopted.dispose()
+    storage.verify_files(1, meta)  # the stored files are as they were written
+    assert restored(storage, 1, meta, 1, str(tmp_path / "local")) == live
+
+    def refuse(*_: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+    copied = download(storage, 1, handle["keyed"], str(tmp_path / "copied"))
+    for file in ssts:
+        assert os.stat(os.path.join(copied, file["name"])).st_ino != os.stat(storage.file_path(1, file)).st_ino
+    monkeypatch.undo()
+
+    path = storage.file_path(1, ssts[0])
+    with open(path, "r+b") as stored:  # one flipped byte in the middle of a stored SST file
+        stored.seek(ssts[0]["size"] // 2)
+        byte = stored.read(1)
+        stored.seek(ssts[0]["size"] // 2)
+        stored.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CheckpointError, match="corrupt"):
+        download(storage, 1, handle["keyed"], str(tmp_path / "again"))
+    assert not os.path.exists(tmp_path / "again" / ssts[0]["name"])

@@ -18,7 +18,8 @@ the snapshot store"; the LSM tree "lends itself to incremental snapshots". Here:
   name carries ``.c<n>.``, see :mod:`epochal.control.checkpointing.store`).
 - **Handle**: ``{"format": "rocksdb", "key_groups": [start, stop], "shared": [...], "private":
   [...], "written_bytes": n}``, each file ``{"file", "size", "crc", "name"}`` (``name``: its name in the database).
-- **Restore** (:func:`download`): the files of an old subtask are fetched (checksums verified)
+- **Restore** (:func:`download`): the files of an old subtask are fetched (checksums verified;
+  SST files hard-linked instead when the storage is a local file system on the same device)
   into a local directory with their database names, which is then a RocksDB checkpoint that
   :func:`~epochal.state.rocksdb.read_key_groups` reads by key-group range (any backend can restore
   from it), or that a RocksDB backend ingests.
@@ -108,7 +109,12 @@ def download(storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, A
     database names (checksums verified); returns ``target``, a RocksDB checkpoint."""
     os.makedirs(target)
     for file in [*handle["shared"], *handle["private"]]:
+        path = os.path.join(target, file["name"])
+        # SST files never change: on local storage they are hard-linked, not copied (the others,
+        # MANIFEST, CURRENT, OPTIONS, are small and RocksDB may replace or append to them)
+        if file["name"].endswith(".sst") and storage.link_file(checkpoint_id, file, path):
+            continue
         data = storage.read_file(checkpoint_id, file)
-        with open(os.path.join(target, file["name"]), "wb") as out:
+        with open(path, "wb") as out:
             out.write(data)
     return target

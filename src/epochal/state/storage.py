@@ -158,6 +158,32 @@ class CheckpointStorage:
                                   path=path)
         return data
 
+    def link_file(self, checkpoint_id: int, handle: dict[str, Any], target: str) -> bool:
+        """Make the file of ``handle`` appear at local path ``target`` without copying it: a hard
+        link, when the storage is a local file system on the same device (Flink's task-local
+        recovery, for the embedded default). Only for files nobody modifies in place (RocksDB's
+        SST files). Its checksum is verified as :meth:`read_file` does, streaming. Returns False
+        (nothing done) where it cannot link: another file system, another device, no
+        permission; the caller then copies."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return False
+        path = self.file_path(checkpoint_id, handle)
+        try:
+            os.link(path, target)
+        except FileNotFoundError as error:
+            raise CheckpointError(f"checkpoint state file {path} is missing", path=path) from error
+        except OSError:
+            return False
+        checksum, size = 0, 0
+        with open(target, "rb") as linked:
+            while chunk := linked.read(8 << 20):
+                checksum, size = zlib.crc32(chunk, checksum), size + len(chunk)
+        if size != handle["size"] or checksum & 0xFFFFFFFF != handle["crc"]:
+            os.unlink(target)
+            raise CheckpointError(f"checkpoint state file {path} is corrupt (checksum mismatch); restore from "
+                                  "another checkpoint", path=path)
+        return True
+
     def verify_files(self, checkpoint_id: int, metadata: dict[str, Any], uids: set[str] | None = None) -> None:
         """Before a restore: check that every state file the metadata references (of ``uids``
         only, if given) exists with its recorded size. Cheap (no file is read); the checksums
