@@ -135,10 +135,8 @@ class CheckpointPolicy:
             q_due_below += 1
         if not out:
             return out
-        if self.slice_start is None or now >= self.slice_start + settings.period:
-            self.slice_start = now
-        if now >= self.slice_start + settings.interval:
-            return []  # this slice's time is spent: wait for the next period
+        if start is None or now >= start + settings.period:
+            self.slice_start = now  # a new slice (a spent one returned above; 0 < CI <= CP)
         return out
 
     def checked(self, window: Hashable) -> None:

@@ -57,6 +57,15 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         raise CheckpointError(f"cannot open checkpoint storage '{uri}': {error}") from error
 
 
+def _missing(path: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint state file {path} is missing", path=path)
+
+
+def _corrupt(path: str, offset: int = 0) -> CheckpointError:
+    return CheckpointError(f"checkpoint state file {path} is corrupt (checksum mismatch"
+                           f"{f' at offset {offset}' if offset else ''}); restore from another checkpoint", path=path)
+
+
 def crc(data: bytes | memoryview) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
@@ -148,14 +157,12 @@ class CheckpointStorage:
             with self.fs.open_input_file(path) as source:
                 data = source.read_at(length if length is not None else handle["size"], offset)
         except FileNotFoundError as error:
-            raise CheckpointError(f"checkpoint state file {path} is missing", path=path) from error
+            raise _missing(path) from error
         except OSError as error:
             raise CheckpointError(f"cannot read checkpoint state file {path}: {error}", path=path) from error
         expected = checksum if checksum is not None else handle["crc"]
         if crc(data) != expected:
-            raise CheckpointError(f"checkpoint state file {path} is corrupt (checksum mismatch"
-                                  f"{f' at offset {offset}' if offset else ''}); restore from another checkpoint",
-                                  path=path)
+            raise _corrupt(path, offset)
         return data
 
     def link_file(self, checkpoint_id: int, handle: dict[str, Any], target: str) -> bool:
@@ -171,7 +178,7 @@ class CheckpointStorage:
         try:
             os.link(path, target)
         except FileNotFoundError as error:
-            raise CheckpointError(f"checkpoint state file {path} is missing", path=path) from error
+            raise _missing(path) from error
         except OSError:
             return False
         checksum, size = 0, 0
@@ -180,8 +187,7 @@ class CheckpointStorage:
                 checksum, size = zlib.crc32(chunk, checksum), size + len(chunk)
         if size != handle["size"] or checksum & 0xFFFFFFFF != handle["crc"]:
             os.unlink(target)
-            raise CheckpointError(f"checkpoint state file {path} is corrupt (checksum mismatch); restore from "
-                                  "another checkpoint", path=path)
+            raise _corrupt(path)
         return True
 
     def verify_files(self, checkpoint_id: int, metadata: dict[str, Any], uids: set[str] | None = None) -> None:
