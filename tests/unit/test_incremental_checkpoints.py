@@ -34,10 +34,28 @@ def test_a_tracked_dict_records_every_write_and_removal():
     d.update({"f": 6}, g=7)
     d |= {"h": 8}
     assert d.dirty == {"a", "b", "c", "e", "f", "g", "h", "zz"}
-    d.dirty = set()
+    d.take_changes()
     d.clear()
     assert d.dirty == {"c", "e", "f", "g", "h"} and d == {}
     assert type(__import__("pickle").loads(__import__("pickle").dumps(TrackedDict(x=1)))) is dict
+
+
+def test_a_tracked_dicts_change_log_stays_bounded_without_checkpoints_and_loses_no_key():
+    """The log is a list with duplicates; left untaken (no checkpoints) it is compacted to the
+    distinct keys before it holds more than 8 entries per entry (plus a constant)."""
+    d = TrackedDict()
+    rng = random.Random(3)
+    written = set()
+    for i in range(200_000):
+        key = rng.randrange(1_000)
+        written.add(key)
+        if i % 7 == 0:
+            d.pop(key, None)
+        else:
+            d[key] = i
+        assert len(d.changes) <= 8 * 1_000 + 4096 + 1
+    assert d.dirty == written and len(d.changes) < 200_000
+    assert d.take_changes() and d.changes == [] and d.dirty == set()
 
 
 class Subtask:
@@ -100,7 +118,7 @@ def test_deltas_hold_only_changed_keys_and_a_chain_restores_exactly_at_any_paral
             chain = handles[subtask.index]["keyed"]["chain"]
             assert len(chain) == checkpoint_id and chain[-1]["kind"] == ("full" if checkpoint_id == 1 else "delta")
             if not plan.full:  # at most the 40 keys touched since the last checkpoint, per state
-                assert sum(len(keys) for keys in plan.changed["v"].values()) <= 40
+                assert sum(len(plan.keys("v", group)) for group in plan.changed["v"]) <= 40
         for subtask in subtasks:
             subtask.backend.checkpoint_completed(checkpoint_id)
         meta = metadata(UID, handles)
@@ -132,7 +150,7 @@ def test_a_failed_checkpoint_never_breaks_a_chain(tmp_path):
     subtask.remove("b")
     plan, handle = subtask.checkpoint(3)
     assert not plan.full and [f["kind"] for f in handle["keyed"]["chain"]] == ["full", "delta"]
-    assert {k for keys in plan.changed["v"].values() for k in keys} == {"a", "b"}
+    assert set().union(*(plan.keys("v", group) for group in plan.changed["v"])) == {"a", "b"}
     subtask.backend.checkpoint_completed(3)
     assert restored(storage, 3, metadata(UID, {0: handle}), 1) == live([subtask])
 

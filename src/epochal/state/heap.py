@@ -106,9 +106,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             kind = self.kinds.get(name, "value")
             deep = _DEEP_KINDS.get(kind)
             ttl = self.ttl_configs.get(name)
-            for group, keys in groups.items():
+            for group in groups:
                 entries = table.get(group, {})
-                changed = {key: entries.get(key, DELETED) for key in keys}
+                changed = {key: entries.get(key, DELETED) for key in plan.keys(name, group)}
                 if ttl is not None and ttl.cleanup_in_snapshot:  # expired: as good as deleted
                     live = drop_expired({k: v for k, v in changed.items() if v is not DELETED}, kind, ttl, now)
                     changed = {key: live.get(key, DELETED) for key in changed}

@@ -4,7 +4,7 @@ papers/001 §4.2 calls incremental snapshots of the in-memory backend "conceptua
 delta maps), yet not implemented"; Flink has them only for RocksDB. Here the heap backend has them:
 
 - **Tracking.** Every key group's entries of every state are a :class:`TrackedDict`, a dict that
-  remembers which keys were written or removed (every write path of the state objects and of the
+  logs which keys were written or removed (every write path of the state objects and of the
   built-in operators goes through its ``__setitem__``/``__delitem__``/``pop``/...; a value changed
   in place and not written back is not seen, which the backend interface already forbids).
 - **Deltas against the last completed checkpoint.** At a barrier the dirty keys move to the
@@ -43,35 +43,58 @@ class _Deleted:
 DELETED: Any = _Deleted()
 
 
-class TrackedDict(dict):
-    """A dict that records, in ``dirty``, every key written or removed since the set was taken."""
+_dict_set = dict.__setitem__
 
-    __slots__ = ("dirty",)
+#: a change log may hold this many entries per entry of its dict (plus ``_SLACK``) before it is
+#: compacted: bounds its memory when checkpoints are rare, and never triggers between
+#: checkpoints that come before the state's writes reach several times its size
+_LOG_FACTOR = 8
+_SLACK = 4096
+
+
+class TrackedDict(dict):
+    """A dict that logs, in ``changes``, every key written or removed since :meth:`take_changes`.
+
+    The log is a list, duplicates and all: appending costs a fraction of a set insertion (which
+    misses the cache on every write of a large state), and the keys are deduplicated where they
+    are used, by the snapshot (:meth:`SnapshotPlan.keys`: in a forked snapshot that is the
+    child), or by :meth:`compact` once the log outgrows ``_LOG_FACTOR`` entries per entry."""
+
+    __slots__ = ("changes", "_limit")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.dirty: set[Any] = set()
+        self.changes: list[Any] = []
+        self._limit = _LOG_FACTOR * len(self) + _SLACK
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.dirty.add(key)
-        dict.__setitem__(self, key, value)
+    def __setitem__(self, key: Any, value: Any) -> None:  # the hot path: kept to three steps
+        changes = self.changes
+        changes.append(key)
+        if len(changes) > self._limit:
+            self.compact()
+        _dict_set(self, key, value)
+
+    def _log(self, key: Any) -> None:
+        self.changes.append(key)
+        if len(self.changes) > self._limit:
+            self.compact()
 
     def __delitem__(self, key: Any) -> None:
         dict.__delitem__(self, key)
-        self.dirty.add(key)
+        self._log(key)
 
     def pop(self, key: Any, *default: Any) -> Any:
-        self.dirty.add(key)
+        self._log(key)
         return dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[Any, Any]:
         key, value = dict.popitem(self)
-        self.dirty.add(key)
+        self._log(key)
         return key, value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key not in self:
-            self.dirty.add(key)
+            self._log(key)
         return dict.setdefault(self, key, default)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -83,15 +106,33 @@ class TrackedDict(dict):
         return self
 
     def clear(self) -> None:
-        self.dirty.update(self)
+        self.changes.extend(self)
         dict.clear(self)
+        if len(self.changes) > self._limit:
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop the log's duplicates (amortised: at most one per ``_LOG_FACTOR`` writes per entry)."""
+        self.changes = list(set(self.changes))
+        self._limit = _LOG_FACTOR * max(len(self), len(self.changes)) + _SLACK
+
+    @property
+    def dirty(self) -> set[Any]:
+        """The keys changed since the log was taken."""
+        return set(self.changes)
+
+    def take_changes(self) -> list[Any]:
+        """The log of changed keys (duplicates possible), replaced by an empty one."""
+        taken, self.changes = self.changes, []
+        self._limit = _LOG_FACTOR * len(self) + _SLACK
+        return taken
 
     def __reduce__(self) -> Any:  # a copy of the entries travels as a plain dict
         return dict, (dict(self),)
 
 
-#: state name -> key group -> keys changed
-Changes = dict[str, dict[int, set[Any]]]
+#: state name -> key group -> the change logs of the checkpoints since the last completed one
+Changes = dict[str, dict[int, tuple[list[Any], ...]]]
 
 
 @dataclass(frozen=True)
@@ -99,12 +140,17 @@ class SnapshotPlan:
     """What one incremental checkpoint of one operator subtask writes.
 
     ``full``: every entry; else the entries of ``changed`` (their value now, or :data:`DELETED`)
-    as a delta on ``base``, the chain of file handles of the last completed checkpoint."""
+    as a delta on ``base``, the chain of file handles of the last completed checkpoint.
+    ``changed`` holds the keys as logged (duplicates possible); :meth:`keys` deduplicates."""
 
     checkpoint_id: int
     full: bool
     base: tuple[dict[str, Any], ...] = ()
     changed: Changes = field(default_factory=dict)
+
+    def keys(self, name: str, group: int) -> set[Any]:
+        """The distinct keys of state ``name`` in key group ``group`` this delta writes."""
+        return set().union(*self.changed.get(name, {}).get(group, ()))
 
 
 @dataclass(frozen=True)
@@ -125,32 +171,34 @@ class DeltaTracker:
 
     def __init__(self, full_every: int) -> None:
         self.full_every = full_every
-        #: checkpoint -> the keys that changed between the previous barrier and its own
-        self.pending: dict[int, Changes] = {}
+        #: checkpoint -> state name -> key group -> the keys logged between the previous barrier
+        #: and its own (duplicates possible)
+        self.pending: dict[int, dict[str, dict[int, list[Any]]]] = {}
         #: checkpoint -> its chain, once written and not yet confirmed
         self.chains: dict[int, tuple[dict[str, Any], ...]] = {}
         #: the chain of the newest completed checkpoint (None: none yet: the next one is full)
         self.confirmed: tuple[dict[str, Any], ...] | None = None
 
     def begin(self, checkpoint_id: int, tables: Iterable[tuple[str, dict[int, Any]]]) -> SnapshotPlan:
-        """Take the dirty keys of ``tables`` (state name -> key group -> :class:`TrackedDict`)
+        """Take the change logs of ``tables`` (state name -> key group -> :class:`TrackedDict`)
         for checkpoint ``checkpoint_id``; returns what it must write."""
-        taken: Changes = {}
+        taken: dict[str, dict[int, list[Any]]] = {}
         for name, groups in tables:
             for group, entries in groups.items():
-                if entries.dirty:
-                    taken.setdefault(name, {})[group] = entries.dirty
-                    entries.dirty = set()
+                if entries.changes:
+                    taken.setdefault(name, {})[group] = entries.take_changes()
         self.pending[checkpoint_id] = taken
         base = self.confirmed
         if base is None or len(base) + 1 > self.full_every:
             return SnapshotPlan(checkpoint_id, True)
-        changed: Changes = {}
-        for checkpoint in sorted(self.pending):
+        logs: dict[str, dict[int, list[list[Any]]]] = {}
+        for checkpoint in sorted(self.pending):  # references only: deduplicated by the snapshot
             for name, groups in self.pending[checkpoint].items():
-                mine = changed.setdefault(name, {})
+                mine = logs.setdefault(name, {})
                 for group, keys in groups.items():
-                    mine[group] = mine[group] | keys if group in mine else set(keys)
+                    mine.setdefault(group, []).append(keys)
+        changed: Changes = {name: {group: tuple(parts) for group, parts in groups.items()}
+                            for name, groups in logs.items()}
         return SnapshotPlan(checkpoint_id, False, base, changed)
 
     def written(self, checkpoint_id: int, chain: tuple[dict[str, Any], ...]) -> None:
