@@ -9,11 +9,15 @@ import random
 
 import pytest
 
+from epochal.api.functions import RuntimeContext
 from epochal.control.checkpointing.store import CompletedCheckpointStore, shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.runtime.aggregates import CountAggregate, FoldAggregate, ReduceAggregate, emit_key_value, emit_value
+from epochal.runtime.operators import KeyedReduceOperator
 from epochal.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.incremental import DELETED, TrackedDict
+from epochal.state.incremental import DELETED, BatchLog, SnapshotPlan, TrackedDict
+from epochal.state.operator_state import OperatorStateStore
 from epochal.state.storage import CheckpointStorage
 from tests.unit.snapshot_helpers import metadata, write_checkpoint
 from tests.unit.snapshot_helpers import restored as snapshot_restored
@@ -56,6 +60,28 @@ def test_a_tracked_dicts_change_log_stays_bounded_without_checkpoints_and_loses_
         assert len(d.changes) <= 8 * 1_000 + 4096 + 1
     assert d.dirty == written and len(d.changes) < 200_000
     assert d.take_changes() and d.changes == [] and d.dirty == set()
+
+
+def test_a_batch_log_sorts_keys_into_groups_and_stays_bounded():
+    table = {0: {}, 1: {}}
+    log = BatchLog(table)
+    log(["a", "b", "a"], [0, 1, 0])
+    log(["c"], [1])
+    plan = SnapshotPlan(2, False, changed={"s": (*log.pieces, (["d", "a"], 0))})
+    assert plan.changed_keys() == {"s": {0: {"a", "d"}, 1: {"b", "c"}}}
+    assert len(log.take()) == 2 and log.pieces == [] and log.logged == 0
+    rng = random.Random(5)
+    written: dict[int, set] = {0: set(), 1: set()}
+    for _ in range(3_000):  # no checkpoint takes it: compaction keeps it near the distinct keys
+        keys = [rng.randrange(500) for _ in range(10)]
+        groups = [k % 2 for k in keys]
+        log(keys, groups)
+        for k, g in zip(keys, groups, strict=True):
+            table[g][k] = 1
+            written[g].add(k)
+        assert log.logged <= 8 * 500 + 4096 + 10
+    got = SnapshotPlan(3, False, changed={"s": tuple(log.pieces)}).changed_keys()["s"]
+    assert got == written
 
 
 class Subtask:
@@ -118,7 +144,7 @@ def test_deltas_hold_only_changed_keys_and_a_chain_restores_exactly_at_any_paral
             chain = handles[subtask.index]["keyed"]["chain"]
             assert len(chain) == checkpoint_id and chain[-1]["kind"] == ("full" if checkpoint_id == 1 else "delta")
             if not plan.full:  # at most the 40 keys touched since the last checkpoint, per state
-                assert sum(len(plan.keys("v", group)) for group in plan.changed["v"]) <= 40
+                assert sum(map(len, plan.changed_keys()["v"].values())) <= 40
         for subtask in subtasks:
             subtask.backend.checkpoint_completed(checkpoint_id)
         meta = metadata(UID, handles)
@@ -150,7 +176,7 @@ def test_a_failed_checkpoint_never_breaks_a_chain(tmp_path):
     subtask.remove("b")
     plan, handle = subtask.checkpoint(3)
     assert not plan.full and [f["kind"] for f in handle["keyed"]["chain"]] == ["full", "delta"]
-    assert set().union(*(plan.keys("v", group) for group in plan.changed["v"])) == {"a", "b"}
+    assert set().union(*plan.changed_keys()["v"].values()) == {"a", "b"}
     subtask.backend.checkpoint_completed(3)
     assert restored(storage, 3, metadata(UID, {0: handle}), 1) == live([subtask])
 
@@ -194,3 +220,62 @@ def test_retention_keeps_every_shared_file_a_retained_checkpoint_references(tmp_
         assert set(storage.shared_files()) == referenced  # nothing unreferenced left, nothing needed gone
         assert restored(storage, checkpoint_id, storage.read_metadata(checkpoint_id), 1) == live([subtask])
     assert store.completed == [7, 8]
+
+
+AGGREGATIONS = {
+    "count": lambda: KeyedReduceOperator(lambda r: r[0], CountAggregate(), emit_key_value),
+    "reduce": lambda: KeyedReduceOperator(lambda r: r[0], ReduceAggregate(lambda a, b: (a[0], a[1] + b[1])),
+                                          emit_value),
+    "sum": lambda: KeyedReduceOperator(lambda r: r[0], FoldAggregate(lambda r: r[1], lambda a, b: a + b),
+                                       emit_key_value),
+}
+
+
+def opened_aggregation(kind, index, parallelism, restore=None):
+    groups = key_group_range(index, parallelism, MAX_P)
+    backend = HeapKeyedStateBackend(MAX_P, groups, incremental=True)
+    for group, states in (restore or {}).items():
+        if group in groups:
+            backend.restore_group(group, states)
+    operator = AGGREGATIONS[kind]()
+    operator.name = "agg"
+    operator.open(RuntimeContext(operator_name="agg", operator_uid=UID, subtask_index=index, parallelism=parallelism,
+                                 max_parallelism=MAX_P, key_groups=groups, keyed_state=backend,
+                                 operator_state=OperatorStateStore()), lambda payload: None)
+    return operator, backend
+
+
+@pytest.mark.parametrize("kind", sorted(AGGREGATIONS))
+def test_built_in_aggregations_log_their_batches_and_their_deltas_restore_exactly(tmp_path, kind):
+    """A keyed aggregation keeps its state in plain dicts (no per-write tracking) and logs each
+    batch's keys; its deltas hold exactly the keys of the batches since the last completed
+    checkpoint, also across a restore (the restored instance's groups become plain dicts too)."""
+    storage = CheckpointStorage(str(tmp_path))
+    rng = random.Random(11)
+    operator, backend = opened_aggregation(kind, 0, 1)
+    table = backend.tables["aggregate"]
+    assert all(type(entries) is dict for entries in table.values())
+    for checkpoint_id in range(1, 5):
+        batch = [(f"k{rng.randrange(400)}", rng.randrange(10)) for _ in range(30 if checkpoint_id > 1 else 800)]
+        operator.process_batch(batch[:17])
+        operator.process_batch(batch[17:])
+        plan, handle = write_checkpoint(backend, storage, checkpoint_id, 0, UID)
+        if not plan.full:
+            assert set().union(*plan.changed_keys()["aggregate"].values()) == {r[0] for r in batch}
+        backend.checkpoint_completed(checkpoint_id)
+        meta = metadata(UID, {0: handle})
+        for parallelism in (1, 2, 3):
+            assert restored(storage, checkpoint_id, meta, parallelism) == backend.capture()
+    # a restored instance at parallelism 2 goes on with deltas of its own
+    snapshot = backend.capture()
+    operator, again = opened_aggregation(kind, 1, 2, restore=snapshot)
+    assert all(type(entries) is dict for entries in again.tables["aggregate"].values())
+    mine = [(f"k{i}", 1) for i in range(400) if key_group_of(f"k{i}", MAX_P) in again.key_groups][:20]
+    for checkpoint_id in (10, 11):
+        operator.process_batch(mine)
+        plan, handle = write_checkpoint(again, storage, checkpoint_id, 1, UID)
+        assert plan.full == (checkpoint_id == 10)
+        if not plan.full:
+            assert set().union(*plan.changed_keys()["aggregate"].values()) == {r[0] for r in mine}
+        again.checkpoint_completed(checkpoint_id)
+        assert restored(storage, checkpoint_id, metadata(UID, {1: handle}), 1) == again.capture()

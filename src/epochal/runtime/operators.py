@@ -173,13 +173,16 @@ class KeyedReduceOperator(Operator):
         self.backend: Any = None
         #: The managed value state, accessed inline: key group -> key -> value (every owned group).
         self.groups: Any = None
+        #: What the backend needs told of each batch's keys before they are written (None: nothing).
+        self.log_batch: Callable[[list[Any], list[int]], None] | None = None
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         from epochal.state.descriptors import ValueStateDescriptor
 
         self.backend = context.keyed_state
         self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
-        self.groups = self.backend.owned_table(self.STATE)
+        # every record of a batch writes its key: one log call per batch (incremental checkpoints)
+        self.groups, self.log_batch = self.backend.batch_logged_table(self.STATE)
         # The batch loop, chosen once: reduce(fn) and count() have loops without a wrapper call.
         if type(self.aggregate) is ReduceAggregate and self.emit is emit_value:
             self._loop = self._reduce_batch
@@ -192,6 +195,8 @@ class KeyedReduceOperator(Operator):
         # The managed value state, accessed inline: key group (all owned ones exist) -> key -> value.
         # Keys and key groups are computed for the whole batch first (one C hash call per str key).
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
+        if self.log_batch is not None:
+            self.log_batch(keys, key_groups)
         if self.final_only:
             self._update_batch(batch, keys, key_groups, self.groups)
             return []

@@ -9,6 +9,8 @@ A backend holds the keyed state of one operator subtask, partitioned by key grou
   owned key group to a mutable mapping ``key -> value``. Values written through it are state;
   a value read from it and mutated in place must be written back (a backend whose tables are
   views, e.g. of RocksDB, only sees assignments);
+* ``batch_logged_table(name)``: the same, for an operator that logs each batch's keys itself
+  (built-in keyed aggregations: an incremental backend then needs no per-write tracking);
 * ``capture()`` / ``restore_group(group, states)``: the synchronous part of a snapshot
   (``{group: {state name: {key: value}}}``) and the restore of one key group.
 
@@ -20,7 +22,7 @@ state objects for free.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from epochal.errors import PlanError
@@ -121,6 +123,14 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def owned_table(self, name: str) -> GroupTables:
         """State ``name`` as ``{key group: {key: value}}`` with an entry for every owned group."""
+
+    def batch_logged_table(self, name: str) -> tuple[GroupTables, Callable[[list[Any], list[int]], None] | None]:
+        """State ``name``'s :meth:`owned_table` for an operator that writes a whole batch's keys
+        at a time, and a log to call once per batch, before writing, with the batch's keys and
+        key groups (None: this backend needs no log). After this call only that operator may
+        write state ``name``, and only keys it logged; an incremental heap backend then keeps
+        the state in plain dicts (:class:`~epochal.state.incremental.BatchLog`)."""
+        return self.owned_table(name), None
 
     @abstractmethod
     def capture(self) -> Captured:

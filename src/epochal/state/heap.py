@@ -7,8 +7,9 @@ it owns (papers/001 §3.1.2). A snapshot's synchronous part is :meth:`HeapKeyedS
 place, are copied one level deeper) when a thread of the worker writes it, or nothing but a
 ``fork()`` when a child process does (:mod:`epochal.runtime.fork_snapshots`: the child reads the
 tables as they were). With ``incremental``, the group dicts are
-:class:`~epochal.state.incremental.TrackedDict` and a checkpoint writes only the keys changed
-since the last completed one (:mod:`epochal.state.incremental`).
+:class:`~epochal.state.incremental.TrackedDict` (or plain dicts whose writer logs each batch's
+keys: :meth:`HeapKeyedStateBackend.batch_logged_table`) and a checkpoint writes only the keys
+changed since the last completed one (:mod:`epochal.state.incremental`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from epochal.state.backend import Captured, KeyedStateBackend
-from epochal.state.incremental import DELETED, DeltaTracker, IncrementalCapture, SnapshotPlan, TrackedDict
+from epochal.state.incremental import DELETED, BatchLog, DeltaTracker, IncrementalCapture, SnapshotPlan, TrackedDict
 from epochal.state.ttl import CLOCK, drop_expired
 
 #: name -> key group -> key -> value
@@ -38,6 +39,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.tables: Tables = {}
         self.tracker = DeltaTracker(full_every) if incremental else None
         self._dict: type[dict[Any, Any]] = TrackedDict if incremental else dict
+        #: incremental: the states whose writer logs its batches (their groups are plain dicts)
+        self.batch_logs: dict[str, BatchLog] = {}
 
     def capture(self) -> Captured:
         """Synchronous part of a snapshot: a copy per key group, ``{group: {name: {key: value}}}``.
@@ -73,15 +76,33 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self.tables.get(name)
         if table is None or len(table) < len(self.key_groups):  # once per name: it is on hot paths
             table = self.tables.setdefault(name, {})
+            factory = dict if name in self.batch_logs else self._dict
             for group in self.key_groups:
                 if group not in table:
-                    table[group] = self._dict()
+                    table[group] = factory()
         return table
+
+    def batch_logged_table(self, name: str) -> tuple[dict[int, dict[Any, Any]], Any]:
+        """Incremental: state ``name``'s groups become plain dicts and its writer's
+        :class:`~epochal.state.incremental.BatchLog` records what changes (a log the groups had
+        already is carried over)."""
+        table = self.owned_table(name)
+        if self.tracker is None:
+            return table, None
+        log = self.batch_logs.get(name)
+        if log is None:
+            log = self.batch_logs[name] = BatchLog(table)
+            for group, entries in table.items():
+                if type(entries) is TrackedDict:
+                    if entries.changes:
+                        log.pieces.append((entries.take_changes(), group))
+                    table[group] = dict(entries)
+        return table, log
 
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
         """Load one key group's state (only groups this subtask owns are ever passed)."""
         for name, entries in states.items():
-            self.tables.setdefault(name, {})[group] = self._dict(entries)
+            self.tables.setdefault(name, {})[group] = dict(entries) if name in self.batch_logs else self._dict(entries)
 
     def entry_count(self) -> int:
         return sum(len(e) for groups in self.tables.values() for e in groups.values())
@@ -90,7 +111,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def begin_snapshot(self, checkpoint_id: int) -> SnapshotPlan | None:
         if self.tracker is None:
             return None
-        return self.tracker.begin(checkpoint_id, self.tables.items())
+        return self.tracker.begin(checkpoint_id, self.tables.items(), self.batch_logs)
 
     def capture_snapshot(self, plan: Any) -> Any:
         """A full copy (no plan, or a full incremental checkpoint), or the entries ``plan``
@@ -101,14 +122,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             return IncrementalCapture(plan, self.capture())
         data: dict[int, dict[str, dict[Any, Any]]] = {}
         now = CLOCK.now()
-        for name, groups in plan.changed.items():
+        for name, groups in plan.changed_keys().items():
             table = self.tables.get(name, {})
             kind = self.kinds.get(name, "value")
             deep = _DEEP_KINDS.get(kind)
             ttl = self.ttl_configs.get(name)
-            for group in groups:
+            for group, keys in groups.items():
                 entries = table.get(group, {})
-                changed = {key: entries.get(key, DELETED) for key in plan.keys(name, group)}
+                changed = {key: entries.get(key, DELETED) for key in keys}
                 if ttl is not None and ttl.cleanup_in_snapshot:  # expired: as good as deleted
                     live = drop_expired({k: v for k, v in changed.items() if v is not DELETED}, kind, ttl, now)
                     changed = {key: live.get(key, DELETED) for key in changed}

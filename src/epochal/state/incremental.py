@@ -6,7 +6,11 @@ delta maps), yet not implemented"; Flink has them only for RocksDB. Here the hea
 - **Tracking.** Every key group's entries of every state are a :class:`TrackedDict`, a dict that
   logs which keys were written or removed (every write path of the state objects and of the
   built-in operators goes through its ``__setitem__``/``__delitem__``/``pop``/...; a value changed
-  in place and not written back is not seen, which the backend interface already forbids).
+  in place and not written back is not seen, which the backend interface already forbids). The
+  one exception is a state whose only writer processes a batch at a time and writes every
+  record's key (the built-in keyed aggregations): its groups are plain dicts, and the writer
+  hands a :class:`BatchLog` each batch's keys before writing them, one call per batch instead
+  of a Python-level ``__setitem__`` per record.
 - **Deltas against the last completed checkpoint.** At a barrier the dirty keys move to the
   checkpoint that took them (:meth:`DeltaTracker.begin`); the checkpoint writes, for every key
   changed since the last checkpoint that *completed* (the keys of every checkpoint in between,
@@ -131,8 +135,11 @@ class TrackedDict(dict):
         return dict, (dict(self),)
 
 
-#: state name -> key group -> the change logs of the checkpoints since the last completed one
-Changes = dict[str, dict[int, tuple[list[Any], ...]]]
+#: Keys logged as changed, in pieces: ``(keys, group)`` (a :class:`TrackedDict`'s log: every key in
+#: one key group) or ``(keys, groups)`` (a :class:`BatchLog` entry: ``groups[i]`` is ``keys[i]``'s)
+Piece = tuple[list[Any], int | list[int]]
+#: state name -> the pieces logged since the last completed checkpoint (duplicates possible)
+Changes = dict[str, tuple[Piece, ...]]
 
 
 @dataclass(frozen=True)
@@ -141,16 +148,78 @@ class SnapshotPlan:
 
     ``full``: every entry; else the entries of ``changed`` (their value now, or :data:`DELETED`)
     as a delta on ``base``, the chain of file handles of the last completed checkpoint.
-    ``changed`` holds the keys as logged (duplicates possible); :meth:`keys` deduplicates."""
+    ``changed`` holds the keys as logged (duplicates possible); :meth:`changed_keys` sorts them
+    into key groups and deduplicates (in a forked snapshot: in the child)."""
 
     checkpoint_id: int
     full: bool
     base: tuple[dict[str, Any], ...] = ()
     changed: Changes = field(default_factory=dict)
 
-    def keys(self, name: str, group: int) -> set[Any]:
-        """The distinct keys of state ``name`` in key group ``group`` this delta writes."""
-        return set().union(*self.changed.get(name, {}).get(group, ()))
+    def changed_keys(self) -> dict[str, dict[int, set[Any]]]:
+        """State name -> key group -> the distinct keys this delta writes."""
+        out: dict[str, dict[int, set[Any]]] = {}
+        for name, pieces in self.changed.items():
+            by_group = out[name] = {}
+            batched: dict[Any, int] = {}  # key -> group over every batch piece: deduplicated in C
+            for keys, groups in pieces:
+                if isinstance(groups, int):
+                    mine = by_group.get(groups)
+                    if mine is None:
+                        mine = by_group[groups] = set()
+                    mine.update(keys)
+                else:
+                    batched.update(zip(keys, groups, strict=True))
+            for key, group in batched.items():
+                mine = by_group.get(group)
+                if mine is None:
+                    mine = by_group[group] = set()
+                mine.add(key)
+        return out
+
+
+class BatchLog:
+    """The keys a batch-at-a-time operator wrote to one state, a whole batch per call.
+
+    For built-in operators that write every record's key of a batch (keyed aggregations): their
+    state's key groups are plain dicts, so a write pays no Python-level ``__setitem__``
+    (:class:`TrackedDict`'s costs ~0.3 µs per write), and the operator calls the log once per
+    batch with the batch's keys and key groups, *before* it writes them (a key logged but not
+    written is harmless: the delta holds its value now). Compacted like a :class:`TrackedDict`'s
+    log once it holds more than ``_LOG_FACTOR`` entries per entry of ``table``."""
+
+    __slots__ = ("table", "pieces", "logged", "_limit")
+
+    def __init__(self, table: dict[int, dict[Any, Any]]) -> None:
+        self.table = table
+        self.pieces: list[Piece] = []
+        self.logged = 0
+        self._limit = _LOG_FACTOR * self._entries() + _SLACK
+
+    def _entries(self) -> int:
+        return sum(map(len, self.table.values()))
+
+    def __call__(self, keys: list[Any], key_groups: list[int]) -> None:
+        self.pieces.append((keys, key_groups))
+        self.logged += len(keys)
+        if self.logged > self._limit:
+            self.compact()
+
+    def compact(self) -> None:
+        """Replace the pieces by one, each key once (C-level dict merges, no loop per key: with
+        checkpoints rare or off, a small state compacts often)."""
+        merged: dict[Any, int] = {}
+        for keys, groups in self.pieces:
+            merged.update(dict.fromkeys(keys, groups) if isinstance(groups, int) else zip(keys, groups, strict=True))
+        self.pieces = [(list(merged), list(merged.values()))]
+        self.logged = len(merged)
+        self._limit = _LOG_FACTOR * max(self._entries(), self.logged) + _SLACK
+
+    def take(self) -> list[Piece]:
+        """The pieces logged so far, replaced by none."""
+        taken, self.pieces, self.logged = self.pieces, [], 0
+        self._limit = _LOG_FACTOR * self._entries() + _SLACK
+        return taken
 
 
 @dataclass(frozen=True)
@@ -171,35 +240,36 @@ class DeltaTracker:
 
     def __init__(self, full_every: int) -> None:
         self.full_every = full_every
-        #: checkpoint -> state name -> key group -> the keys logged between the previous barrier
-        #: and its own (duplicates possible)
-        self.pending: dict[int, dict[str, dict[int, list[Any]]]] = {}
+        #: checkpoint -> state name -> the pieces logged between the previous barrier and its own
+        self.pending: dict[int, dict[str, list[Piece]]] = {}
         #: checkpoint -> its chain, once written and not yet confirmed
         self.chains: dict[int, tuple[dict[str, Any], ...]] = {}
         #: the chain of the newest completed checkpoint (None: none yet: the next one is full)
         self.confirmed: tuple[dict[str, Any], ...] | None = None
 
-    def begin(self, checkpoint_id: int, tables: Iterable[tuple[str, dict[int, Any]]]) -> SnapshotPlan:
-        """Take the change logs of ``tables`` (state name -> key group -> :class:`TrackedDict`)
-        for checkpoint ``checkpoint_id``; returns what it must write."""
-        taken: dict[str, dict[int, list[Any]]] = {}
+    def begin(self, checkpoint_id: int, tables: Iterable[tuple[str, dict[int, Any]]],
+              batch_logs: dict[str, BatchLog] | None = None) -> SnapshotPlan:
+        """Take the change logs of ``tables`` (state name -> key group -> :class:`TrackedDict`;
+        groups that are plain dicts are logged by ``batch_logs``) and of ``batch_logs`` for
+        checkpoint ``checkpoint_id``; returns what it must write. Takes references only: the
+        keys are sorted out by :meth:`SnapshotPlan.changed_keys`, in the snapshot."""
+        taken: dict[str, list[Piece]] = {}
         for name, groups in tables:
             for group, entries in groups.items():
-                if entries.changes:
-                    taken.setdefault(name, {})[group] = entries.take_changes()
+                if type(entries) is TrackedDict and entries.changes:
+                    taken.setdefault(name, []).append((entries.take_changes(), group))
+        for name, log in (batch_logs or {}).items():
+            if log.pieces:
+                taken.setdefault(name, []).extend(log.take())
         self.pending[checkpoint_id] = taken
         base = self.confirmed
         if base is None or len(base) + 1 > self.full_every:
             return SnapshotPlan(checkpoint_id, True)
-        logs: dict[str, dict[int, list[list[Any]]]] = {}
-        for checkpoint in sorted(self.pending):  # references only: deduplicated by the snapshot
-            for name, groups in self.pending[checkpoint].items():
-                mine = logs.setdefault(name, {})
-                for group, keys in groups.items():
-                    mine.setdefault(group, []).append(keys)
-        changed: Changes = {name: {group: tuple(parts) for group, parts in groups.items()}
-                            for name, groups in logs.items()}
-        return SnapshotPlan(checkpoint_id, False, base, changed)
+        logs: dict[str, list[Piece]] = {}
+        for checkpoint in sorted(self.pending):
+            for name, pieces in self.pending[checkpoint].items():
+                logs.setdefault(name, []).extend(pieces)
+        return SnapshotPlan(checkpoint_id, False, base, {name: tuple(pieces) for name, pieces in logs.items()})
 
     def written(self, checkpoint_id: int, chain: tuple[dict[str, Any], ...]) -> None:
         """Checkpoint ``checkpoint_id``'s files are written; ``chain``: its full chain."""
