@@ -82,7 +82,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     table[group] = factory()
         return table
 
-    def batch_logged_table(self, name: str) -> tuple[dict[int, dict[Any, Any]], Any]:
+    def batch_logged_table(self, name: str) -> tuple[Any, BatchLog | None]:
         """Incremental: state ``name``'s groups become plain dicts and its writer's
         :class:`~epochal.state.incremental.BatchLog` records what changes (a log the groups had
         already is carried over)."""
