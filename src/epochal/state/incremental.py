@@ -61,7 +61,7 @@ class TrackedDict(dict):
 
     The log is a list, duplicates and all: appending costs a fraction of a set insertion (which
     misses the cache on every write of a large state), and the keys are deduplicated where they
-    are used, by the snapshot (:meth:`SnapshotPlan.keys`: in a forked snapshot that is the
+    are used, by the snapshot (:meth:`SnapshotPlan.changed_keys`: in a forked snapshot that is the
     child), or by :meth:`compact` once the log outgrows ``_LOG_FACTOR`` entries per entry."""
 
     __slots__ = ("changes", "_limit")
