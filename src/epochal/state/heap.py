@@ -76,10 +76,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self.tables.get(name)
         if table is None or len(table) < len(self.key_groups):  # once per name: it is on hot paths
             table = self.tables.setdefault(name, {})
-            factory = dict if name in self.batch_logs else self._dict
             for group in self.key_groups:
                 if group not in table:
-                    table[group] = factory()
+                    table[group] = self._dict()
         return table
 
     def batch_logged_table(self, name: str) -> tuple[Any, BatchLog | None]:
@@ -102,7 +101,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
         """Load one key group's state (only groups this subtask owns are ever passed)."""
         for name, entries in states.items():
-            self.tables.setdefault(name, {})[group] = dict(entries) if name in self.batch_logs else self._dict(entries)
+            self.tables.setdefault(name, {})[group] = self._dict(entries)
 
     def entry_count(self) -> int:
         return sum(len(e) for groups in self.tables.values() for e in groups.values())

@@ -56,6 +56,11 @@ _LOG_FACTOR = 8
 _SLACK = 4096
 
 
+def _log_limit(entries: int) -> int:
+    """How long a change log over ``entries`` entries may grow before it is compacted."""
+    return _LOG_FACTOR * entries + _SLACK
+
+
 class TrackedDict(dict):
     """A dict that logs, in ``changes``, every key written or removed since :meth:`take_changes`.
 
@@ -69,7 +74,7 @@ class TrackedDict(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.changes: list[Any] = []
-        self._limit = _LOG_FACTOR * len(self) + _SLACK
+        self._limit = _log_limit(len(self))
 
     def __setitem__(self, key: Any, value: Any) -> None:  # the hot path: kept to three steps
         changes = self.changes
@@ -78,8 +83,8 @@ class TrackedDict(dict):
             self.compact()
         _dict_set(self, key, value)
 
-    def _log(self, key: Any) -> None:
-        self.changes.append(key)
+    def _log(self, *keys: Any) -> None:
+        self.changes.extend(keys)
         if len(self.changes) > self._limit:
             self.compact()
 
@@ -110,15 +115,13 @@ class TrackedDict(dict):
         return self
 
     def clear(self) -> None:
-        self.changes.extend(self)
+        self._log(*self)
         dict.clear(self)
-        if len(self.changes) > self._limit:
-            self.compact()
 
     def compact(self) -> None:
         """Drop the log's duplicates (amortised: at most one per ``_LOG_FACTOR`` writes per entry)."""
         self.changes = list(set(self.changes))
-        self._limit = _LOG_FACTOR * max(len(self), len(self.changes)) + _SLACK
+        self._limit = _log_limit(max(len(self), len(self.changes)))
 
     @property
     def dirty(self) -> set[Any]:
@@ -128,7 +131,7 @@ class TrackedDict(dict):
     def take_changes(self) -> list[Any]:
         """The log of changed keys (duplicates possible), replaced by an empty one."""
         taken, self.changes = self.changes, []
-        self._limit = _LOG_FACTOR * len(self) + _SLACK
+        self._limit = _log_limit(len(self))
         return taken
 
     def __reduce__(self) -> Any:  # a copy of the entries travels as a plain dict
@@ -194,7 +197,7 @@ class BatchLog:
         self.table = table
         self.pieces: list[Piece] = []
         self.logged = 0
-        self._limit = _LOG_FACTOR * self._entries() + _SLACK
+        self._limit = _log_limit(self._entries())
 
     def _entries(self) -> int:
         return sum(map(len, self.table.values()))
@@ -213,12 +216,12 @@ class BatchLog:
             merged.update(dict.fromkeys(keys, groups) if isinstance(groups, int) else zip(keys, groups, strict=True))
         self.pieces = [(list(merged), list(merged.values()))]
         self.logged = len(merged)
-        self._limit = _LOG_FACTOR * max(self._entries(), self.logged) + _SLACK
+        self._limit = _log_limit(max(self._entries(), self.logged))
 
     def take(self) -> list[Piece]:
         """The pieces logged so far, replaced by none."""
         taken, self.pieces, self.logged = self.pieces, [], 0
-        self._limit = _LOG_FACTOR * self._entries() + _SLACK
+        self._limit = _log_limit(self._entries())
         return taken
 
 
