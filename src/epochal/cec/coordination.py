@@ -24,6 +24,9 @@ class CecCoordination:
     """The coordinator of a ``cec`` job of ``num_workers`` workers."""
 
     task_local = True
+    #: a survivor's ``Finished`` stands across a recovery (its output went to its sinks); the
+    #: replacement reports ``StageDone`` and ``Finished`` of its own, and ``FinishJob`` is sent again
+    recovering = False
 
     def __init__(self, num_workers: int) -> None:
         self.num_workers = num_workers

@@ -187,6 +187,9 @@ class JobMasterMachine:
             del self.workers[event.worker]  # the others keep running; the kind recovers it
             self.emit(CloseConnections((event.connection,)))
             self.kind_commands(local.worker_lost(event.worker, event.now), event.now)
+            if local.recovering:  # every worker writes its output again once it is done
+                for other in self.workers.values():
+                    other.finished = False
         elif not worker.finished and self.status in (JobStatus.DEPLOYING, JobStatus.RUNNING, JobStatus.FAILING):
             self.restarting.failure_seen(event.now)
             self.fail(job_failures.worker_lost(worker.index, worker.task_attempt, worker.pid, worker.hostname),

@@ -151,6 +151,9 @@ def _on_ready(jm: JobMasterMachine, worker: WorkerInfo, message: Ready, event: W
 @MESSAGES.on(Finished)
 @_from_registered
 def _on_finished(jm: JobMasterMachine, worker: WorkerInfo, message: Finished, event: WorkerMessage) -> None:
+    local = jm.task_local()
+    if local is not None and local.recovering:
+        return  # sent before the recovery under way: the worker writes its output and reports again
     worker.finished = True
     worker.metrics = message.metrics
     if jm.status == JobStatus.RUNNING and len(jm.workers) == jm.live_workers and not jm.replacing \

@@ -61,7 +61,16 @@ class TaskLocalRecovery(Protocol):
     (papers/003 §5; CEC's single-operator recovery). The JobMaster's machine then does not fail
     the attempt when a running worker is lost: it forgets the worker and asks the coordinator.
     What it returns are :class:`~epochal.messages.KindCommand` payloads to broadcast, and
-    :class:`ReplaceWorker` / :class:`RetireWorker` for the machine."""
+    :class:`ReplaceWorker` / :class:`RetireWorker` for the machine.
+
+    ``recovering`` is True while a recovery is under way after which every worker writes its
+    output and reports ``Finished`` again (a graph job sends its ``Halt`` again: a survivor's
+    partition may have changed). The machine then does not end the job: a loss that starts such a
+    recovery clears every worker's finished mark, and ``Finished`` reports received while it runs
+    are outdated and ignored. A kind whose workers' ``Finished`` stand across a recovery (CEC)
+    keeps it False."""
+
+    recovering: bool
 
     def worker_lost(self, worker: int, now: float) -> list[Any]:
         """Running worker ``worker`` was lost (its control connection ended)."""

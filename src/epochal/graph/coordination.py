@@ -85,6 +85,11 @@ class GraphCoordination:
     def task_local(self) -> bool:
         return self.replication is not None
 
+    @property
+    def recovering(self) -> bool:
+        """A recovery from replicas is under way; once done, the barrier (or the ``Halt``) is sent again."""
+        return self.replication is not None and self.replication.recovering
+
     def worker_lost(self, worker: int, now: float) -> list[Any]:
         """A running worker was lost: recover it from replicas; the superstep in progress (the
         next one, when the loss came after a barrier) runs again once every worker recovered."""
