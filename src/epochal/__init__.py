@@ -38,6 +38,8 @@ if TYPE_CHECKING:
         WindowResult,
     )
     from epochal.config import CheckpointConfig, EngineConfig
+    from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
+    from epochal.connectors.file_sinks import ParquetFileSink, TextFileSink
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
         ReducingStateDescriptor,
         ValueStateDescriptor,
     )
+    from epochal.state.ttl import StateTtlConfig
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
@@ -104,6 +107,8 @@ _EXPORTS = {
     "AsyncTimeoutError": "epochal.runtime.async_io",
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
+    **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
+    **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.file_sinks"),
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
@@ -113,6 +118,7 @@ _EXPORTS = {
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
+    "StateTtlConfig": "epochal.state.ttl",
 }
 
 
@@ -146,4 +152,5 @@ __all__ = [
     "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "WindowResult",
+    "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
 ]
