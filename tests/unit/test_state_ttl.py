@@ -381,6 +381,25 @@ def test_without_incremental_cleanup_other_keys_stay_until_touched(clock):
     assert backend.entry_count() == 20 and backend.ttl_cleanups == {}
 
 
+@both_backends
+@pytest.mark.parametrize("every_record", [True, False])
+def test_cleanup_for_every_record_sweeps_a_state_the_records_never_touch(clock, backend_type, every_record):
+    """Flink's ``cleanupIncrementally(n, true)``: records of other keys that do not touch the TTL
+    state (here: they only set the key, as an operator does per record) still sweep it; without
+    the flag the expired keys stay until the state itself is accessed."""
+    backend = backend_type(4, range(4))
+    ttl = config(cleanup_incrementally=5, cleanup_for_every_record=every_record)
+    state = backend.get_state(MapStateDescriptor("sessions", ttl=ttl))
+    for key in range(20):
+        backend.set_current_key(key)
+        state.put("login", key)
+    clock.at(TTL + 1)  # every session expired; nothing will read them again
+    for record in range(8):  # records keyed by others, which use no TTL state (23 keys / 5 per record)
+        backend.set_current_key(f"click-{record}")
+    assert backend.entry_count() == (0 if every_record else 20)
+    assert list(backend.record_cleanups) == ([backend.ttl_cleanups["sessions"]] if every_record else [])
+
+
 # -- snapshots and restore ----------------------------------------------------------------------
 
 
@@ -523,8 +542,8 @@ def test_one_state_name_has_one_ttl_config(clock):
 def test_config_accepts_seconds_and_timedelta_and_has_flinks_defaults():
     assert StateTtlConfig(timedelta(minutes=2)).ttl == 120.0
     default = StateTtlConfig(1)
-    assert (default.update_type, default.visibility, default.cleanup_in_snapshot, default.cleanup_incrementally) == (
-        "on_create_and_write", "never_return_expired", True, 0)
+    assert (default.update_type, default.visibility, default.cleanup_in_snapshot, default.cleanup_incrementally,
+            default.cleanup_for_every_record) == ("on_create_and_write", "never_return_expired", True, 0, False)
     assert not default.refresh_on_read and not default.return_expired
     assert pickle.loads(pickle.dumps(ValueStateDescriptor("v", ttl=default))).ttl == default
 
@@ -542,6 +561,8 @@ def test_config_accepts_seconds_and_timedelta_and_has_flinks_defaults():
     ({"ttl": 1, "cleanup_in_snapshot": "yes"}, "cleanup_in_snapshot must be a bool"),
     ({"ttl": 1, "cleanup_incrementally": -1}, "cleanup_incrementally must be an int >= 0"),
     ({"ttl": 1, "cleanup_incrementally": 2.5}, "cleanup_incrementally must be an int >= 0"),
+    ({"ttl": 1, "cleanup_for_every_record": 1}, "cleanup_for_every_record must be a bool"),
+    ({"ttl": 1, "cleanup_for_every_record": True}, "cleanup_for_every_record needs cleanup_incrementally > 0"),
 ])
 def test_invalid_config_gives_a_clear_error(kwargs, message):
     with pytest.raises(PlanError, match=message):

@@ -28,7 +28,7 @@ from typing import Any
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
 from epochal.state.descriptors import StateDescriptor
-from epochal.state.ttl import IncrementalCleanup, StateTtlConfig
+from epochal.state.ttl import CLOCK, IncrementalCleanup, StateTtlConfig
 
 #: key group -> key -> value, for one state name
 GroupTables = MutableMapping[int, MutableMapping[Any, Any]]
@@ -54,15 +54,23 @@ class KeyedStateBackend(ABC):
         self.ttl_configs: dict[str, StateTtlConfig] = {}
         #: state name -> its incremental TTL cleanup, for states whose config asks for one
         self.ttl_cleanups: dict[str, IncrementalCleanup] = {}
+        #: the incremental cleanups that also step on every record (``cleanup_for_every_record``)
+        self.record_cleanups: list[IncrementalCleanup] = []
         self.current_key: Any = None
         self.current_group = 0
 
     def set_current_key(self, key: Any, group: int | None = None) -> None:
         """Scope every state object to ``key`` (and its key group) until the next call.
 
-        ``group`` may be passed when the caller already computed ``key_group_of(key)``."""
+        ``group`` may be passed when the caller already computed ``key_group_of(key)``. Operators
+        call it once per record and timer, so it also takes a step of every TTL cleanup that runs
+        for every record."""
         self.current_key = key
         self.current_group = key_group_of(key, self.max_parallelism) if group is None else group
+        if self.record_cleanups:
+            now = CLOCK.now()
+            for cleanup in self.record_cleanups:
+                cleanup.step(now)
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The state object for ``descriptor``; the same name must always have the same kind and
@@ -92,7 +100,10 @@ class KeyedStateBackend(ABC):
         """Record state ``name``'s TTL config (and start its incremental cleanup if it has one)."""
         self.ttl_configs[name] = config
         if config.cleanup_incrementally:
-            self.ttl_cleanups[name] = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config)
+            cleanup = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config)
+            self.ttl_cleanups[name] = cleanup
+            if config.cleanup_for_every_record:
+                self.record_cleanups.append(cleanup)
 
     # -- snapshots. A backend whose snapshots are not a copy of ``capture()`` overrides these, or
     # -- sets ``snapshots`` (an object with ``begin``/``written``/``completed``, see

@@ -27,7 +27,11 @@ Semantics (those of Flink's docs, "State Time-To-Live (TTL)"):
   values are left out of what ``capture`` returns, the live state is not changed); incrementally
   (``cleanup_incrementally=n``: every access of the state also checks ``n`` further keys of it,
   advancing a cursor over all its keys in every owned key group, and drops what has expired:
-  :class:`IncrementalCleanup`).
+  :class:`IncrementalCleanup`), and with ``cleanup_for_every_record`` on every record the operator
+  processes too (the backend's ``set_current_key``), so the state is swept in the background of
+  processing even when the expired keys never come again. (Flink's other background cleanup, a
+  RocksDB compaction filter, has no Python binding in ``rocksdict``: on RocksDB the incremental
+  cursor does the same through the backend's views.)
 * **Restore**: timestamps are absolute wall-clock seconds and travel unchanged through snapshots,
   so a value expires at the same time whether or not the job was restored in between. Turning TTL
   on or off for an existing state name across a restore is not supported (in Flink it is a state
@@ -71,6 +75,10 @@ class StateTtlConfig:
     ``cleanup_incrementally``: keys of this state checked (and dropped if expired) on every access
     of it, besides the key accessed (Flink's ``cleanupIncrementally(n, false)``; an empty key group
     passed counts as one key: :class:`IncrementalCleanup`); 0 (default) turns it off.
+    ``cleanup_for_every_record``: also take that step for every record (and timer) the operator
+    processes, whether or not it touches this state, so expired values of keys that are never
+    seen again go away while the job runs (Flink's ``cleanupIncrementally(n, true)``; needs
+    ``cleanup_incrementally`` > 0).
     Invalid values raise :class:`~epochal.errors.PlanError`.
     """
 
@@ -79,6 +87,7 @@ class StateTtlConfig:
     visibility: str = "never_return_expired"
     cleanup_in_snapshot: bool = True
     cleanup_incrementally: int = 0
+    cleanup_for_every_record: bool = False
 
     def __post_init__(self) -> None:
         ttl: Any = self.ttl
@@ -100,6 +109,13 @@ class StateTtlConfig:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise PlanError(f"StateTtlConfig: cleanup_incrementally must be an int >= 0 (keys checked per "
                             f"access; 0: off), got {n!r}")
+        if not isinstance(self.cleanup_for_every_record, bool):
+            raise PlanError(f"StateTtlConfig: cleanup_for_every_record must be a bool, "
+                            f"got {self.cleanup_for_every_record!r}")
+        if self.cleanup_for_every_record and not n:
+            raise PlanError("StateTtlConfig: cleanup_for_every_record needs cleanup_incrementally > 0 (the keys "
+                            "checked per record), e.g. StateTtlConfig(60, cleanup_incrementally=10, "
+                            "cleanup_for_every_record=True)")
 
     @property
     def refresh_on_read(self) -> bool:
