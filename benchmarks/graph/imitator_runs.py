@@ -102,7 +102,7 @@ class Mode:
     partitioner: str = "hash"
     killed: tuple[int, ...] = ()
     fail_at: int = 6
-    #: "barrier": killed after reporting ``fail_at`` (Fig. 12); "superstep": before the barrier
+    #: "barrier": killed once ``fail_at``'s barrier passed (Fig. 12); "superstep": before the barrier
     point: str = "barrier"
 
     @property

@@ -9,8 +9,8 @@ failure-free answer; see :mod:`benchmarks.graph.imitator_runs`):
    ``--rep-intervals`` supersteps (Fig. 7); for PageRank also REP without the selfish
    optimisation (Fig. 8), no FT and REP under Fennel (Fig. 10), and REP with k=2, 3 (Fig. 11(a),
    Table 3: the workers' peak RSS).
-2. *Recovery rounds* (``--rep-recovery-repeats``): worker 1 killed after reporting superstep 6
-   (``Fault("barrier")``) under CKPT/4, Rebirth and Migration, for PageRank and SSSP (Table 2;
+2. *Recovery rounds* (``--rep-recovery-repeats``): worker 1 killed once superstep 6's barrier
+   passed (``Fault("barrier")``) under CKPT/4, Rebirth and Migration, for PageRank and SSSP (Table 2;
    PageRank's runs are also Fig. 12's timelines), and workers 1..k killed at once with k=2, 3
    replicas (Fig. 11(b)).
 3. *Layouts* (driver only, no job): the partitions of each configuration, for replica counts

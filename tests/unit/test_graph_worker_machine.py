@@ -66,9 +66,9 @@ def test_a_superstep_completes_when_computed_and_every_peer_delivered():
     assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]
     assert machine.handle(ExchangeArrived(0, 0)) == []
     assert machine.handle(Computed(0, report(0))) == [ReachPoint("superstep", 0), Send(Processing(1))]
-    assert machine.handle(ExchangeArrived(0, 2)) == [
-        Commit(0), Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
-    assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]
+    assert machine.handle(ExchangeArrived(0, 2)) == [Commit(0), Send(KindReport(1, SuperstepDone(report(0))))]
+    # the next command says superstep 0's global barrier passed: the "barrier" point, then the work
+    assert machine.handle(run(1)) == [ReachPoint("barrier", 0), Compute(RunSuperstep(1))]
 
 
 def test_exchanges_of_a_peer_already_in_the_next_superstep_are_kept_for_it():
@@ -77,8 +77,7 @@ def test_exchanges_of_a_peer_already_in_the_next_superstep_are_kept_for_it():
     machine.handle(ExchangeArrived(1, 0))  # peer 0 got superstep 1's command first and computed
     machine.handle(ExchangeArrived(0, 0))
     machine.handle(ExchangeArrived(0, 2))
-    assert machine.handle(Computed(0, report(0)))[-3:] == [
-        Commit(0), Send(KindReport(1, SuperstepDone(report(0)))), ReachPoint("barrier", 0)]
+    assert machine.handle(Computed(0, report(0)))[-2:] == [Commit(0), Send(KindReport(1, SuperstepDone(report(0))))]
     machine.handle(run(1))
     machine.handle(ExchangeArrived(1, 2))
     assert Commit(1) in machine.handle(Computed(1, report(1)))
@@ -90,8 +89,7 @@ def test_a_checkpointed_superstep_reports_after_its_file_is_written():
     out = machine.handle(Computed(4, report(4)))
     assert out[-2:] == [Commit(4), WriteCheckpoint(4, True)]
     handle = {"file": "worker-0", "size": 10, "crc": 1}
-    assert machine.handle(CheckpointWritten(4, handle)) == [
-        Send(KindReport(0, SuperstepDone(report(4), handle, True))), ReachPoint("barrier", 4)]
+    assert machine.handle(CheckpointWritten(4, handle)) == [Send(KindReport(0, SuperstepDone(report(4), handle, True)))]
 
 
 def test_a_command_for_a_new_superstep_before_the_last_completed_is_ignored():
@@ -102,7 +100,7 @@ def test_a_command_for_a_new_superstep_before_the_last_completed_is_ignored():
 
 def test_halt_writes_the_output_and_a_closing_peer_is_then_expected():
     machine = running()
-    assert machine.handle(KindCommand(Halt(3, "converged"))) == [WriteOutput()]
+    assert machine.handle(KindCommand(Halt(3, "converged"))) == [ReachPoint("barrier", 3), WriteOutput()]
     assert machine.handle(PeerClosed(2, "closed")) == []
     assert machine.handle(Shutdown()) == [StopWorker("shutdown")]
 
@@ -171,11 +169,10 @@ def done(machine: GraphWorkerMachine, n: int) -> list:
 def test_with_replication_a_superstep_commits_so_that_it_can_be_taken_back_until_its_barrier():
     machine = replicated()
     assert machine.handle(run(0)) == [Compute(RunSuperstep(0))]
-    assert done(machine, 0) == [Commit(0, undo=True), Send(KindReport(1, SuperstepDone(report(0)))),
-                                ReachPoint("barrier", 0)]
-    assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]
+    assert done(machine, 0) == [Commit(0, undo=True), Send(KindReport(1, SuperstepDone(report(0))))]
+    assert machine.handle(run(1)) == [ReachPoint("barrier", 0), Compute(RunSuperstep(1))]
     done(machine, 1)
-    assert machine.handle(KindCommand(Halt(1, "bound"))) == [WriteOutput()]
+    assert machine.handle(KindCommand(Halt(1, "bound"))) == [ReachPoint("barrier", 1), WriteOutput()]
 
 
 def test_a_lost_peer_waits_for_the_jobmaster_and_a_rebirth_waits_for_the_replacement():
@@ -229,3 +226,17 @@ def test_a_newer_recovery_restarts_it_and_a_stale_one_is_ignored():
 def test_without_replication_a_lost_peer_still_fails_the_worker():
     machine = running()
     assert machine.handle(PeerClosed(2, "gone")) == [FailPeerLost(2, "gone")]
+
+
+def test_the_barrier_point_is_reached_once_per_superstep_even_when_a_recovery_runs_the_next_again():
+    machine = replicated()
+    machine.handle(run(0))
+    done(machine, 0)
+    assert machine.handle(run(1)) == [ReachPoint("barrier", 0), Compute(RunSuperstep(1))]
+    machine.handle(PeerClosed(2, "gone"))
+    recover = Recover(1, 1, (2,), "migration")
+    machine.handle(KindCommand(recover))
+    machine.handle(RecoveryArrived(1, 0))
+    machine.handle(KindCommand(FinishRecovery(1)))
+    machine.handle(Assembled(1))
+    assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]  # superstep 1 again: 0's barrier passed once

@@ -99,6 +99,8 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.resynced: set[int] = set()
         self.halted_at: int | None = None
         self.processing_reported = False
+        #: the last superstep whose global barrier this worker saw pass (a command after it came)
+        self.barrier_passed = -1
         # -- replication fault tolerance (papers/003): a commit can be taken back until its barrier passed
         self.replicated = False
         self.epoch = 0
@@ -187,12 +189,20 @@ class GraphWorkerMachine(WorkerLifecycle):
         if self.current is not None and not self.current.committed:
             return []  # the barrier never starts a superstep before every worker reported the last
         self.current = _Superstep(command)
-        return [Compute(command)]
+        return [*self._passed(command.superstep - 1), Compute(command)]
 
     @_COMMANDS.on(Halt)
     def _halt(self, command: Halt) -> list[Instruction]:
         self.phase, self.halted_at = GraphPhase.HALTED, command.superstep
-        return [WriteOutput()]
+        return [*self._passed(command.superstep), WriteOutput()]
+
+    def _passed(self, n: int) -> list[Instruction]:
+        """The master's command after superstep ``n`` arrived: ``n``'s global barrier passed. The
+        ``"barrier"`` point is reached once per superstep, before the worker acts on the command."""
+        if n <= self.barrier_passed:
+            return []
+        self.barrier_passed = n
+        return [ReachPoint("barrier", n)]
 
     # ---------------------------------------------------------------- recovery (replication)
     @_COMMANDS.on(Recover)
@@ -304,9 +314,8 @@ class GraphWorkerMachine(WorkerLifecycle):
     def _report(self, handle: dict[str, Any] | None) -> list[Instruction]:
         current = self.current
         assert current is not None and current.report is not None
-        n = current.command.superstep
         done = SuperstepDone(current.report, handle, current.command.full)
-        return [Send(KindReport(self.worker, done)), ReachPoint("barrier", n)]
+        return [Send(KindReport(self.worker, done))]
 
 
 register_lifecycle(_HANDLERS)

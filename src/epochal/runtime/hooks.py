@@ -35,7 +35,7 @@ POINTS = (
     "before_commit",   # after the checkpoint completed, before the sink committed it
     "back_edge_log",   # at a loop head, while it logs the loop's in-transit records for a snapshot
     "superstep",       # graph job: a superstep computed and sent, before the global barrier
-    "barrier",         # graph job: at the global barrier, after reporting the superstep done
+    "barrier",         # graph job: the global barrier passed (the next command came), before acting on it
     "recovery",        # graph job (replication): recovery batches sent, before the recovery finished
     "log_write",       # CEC: a frame of the persisted output queue is durable (``after``: frames written)
     "g_check",         # CEC: inside a G_check slice, after G_checks (``after``: G_checks emitted so far)
