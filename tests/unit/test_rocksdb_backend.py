@@ -4,6 +4,7 @@ key-group range reads, ingestion (rescaling) and range deletion. No Spark."""
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from typing import Any
 
@@ -24,6 +25,7 @@ from epochal.state.descriptors import (
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.rocksdb import RocksDBKeyedStateBackend, read_key_groups
+from epochal.state.rocksdb_keys import RangeKeyCursor, group_prefix
 
 MAX_P = 128
 KEYS: list[Any] = ["a", "b", "ü", "", 0, 7, -3, 2**70, b"raw", None, ("t", 1), ("t", ("nested", 2.5))]
@@ -173,6 +175,45 @@ def test_owned_table_views(make_rocksdb):
     assert backend.capture() == {} and backend.entry_count() == 0
     with pytest.raises(KeyError):
         table[20]  # not owned
+
+
+def test_the_ttl_cleanup_cursor_reads_the_owned_key_range_in_chunks_and_restarts_rounds(make_rocksdb):
+    """The incremental TTL cleanup's cursor on RocksDB: chunks of at most ``chunk`` stored keys,
+    together every key of the owned groups once and in key order (none of other groups in the same
+    column family, no empty group visited), then ``None`` for the round's end, then a new round."""
+    backend = make_rocksdb(range(32, 64))
+    table = backend.owned_table("v")
+    keys = [k for k in range(400) if 32 <= key_group_of(k, MAX_P) < 64][:40]
+    for key in keys:
+        table[key_group_of(key, MAX_P)][key] = key * 10
+    column_family = backend._column_family("v")
+    column_family.put(group_prefix(5) + b"outside", b"x")  # e.g. left by a rescaled restore
+    column_family.put(group_prefix(64) + b"outside", b"x")
+    cursor = RangeKeyCursor(column_family, range(32, 64), chunk=7)
+
+    def one_round() -> list[bytes]:
+        seen: list[bytes] = []
+        while (taken := cursor.next_keys()) is not None:
+            entries, chunk = taken
+            assert 0 < len(chunk) <= 7
+            for stored in chunk:
+                key = pickle.loads(stored[2:])
+                assert int.from_bytes(stored[:2], "big") == key_group_of(key, MAX_P)
+                assert entries.get(stored) == key * 10
+            seen += chunk
+        return seen
+
+    first = one_round()
+    assert first == sorted(first) and sorted(pickle.loads(k[2:]) for k in first) == sorted(keys)
+    new_key = next(k for k in range(400, 800) if key_group_of(k, MAX_P) == 40)
+    table[40][new_key] = new_key * 10
+    second = one_round()  # the next round starts over and sees the key added since
+    assert len(second) == 41 and set(first) < set(second)
+    entries, [stored, *_] = cursor.next_keys()
+    del entries[stored]
+    entries[stored + b"x"] = 1  # (a key that is not a pickle: only StoredKeys writes it)
+    assert entries.get(stored) is None and column_family.get(stored) is None and entries[stored + b"x"] == 1
+    assert RangeKeyCursor(column_family, range(70, 80)).next_keys() is None  # nothing there: a round ends at once
 
 
 def test_equal_tuple_keys_share_an_entry_whatever_their_parts_identity(make_rocksdb):

@@ -28,6 +28,7 @@ from epochal.state.keyed import (
     TtlValueState,
     ValueState,
 )
+from epochal.state.rocksdb import RocksDBKeyedStateBackend
 from epochal.state.ttl import UPDATE_TYPES, VISIBILITIES, StateTtlConfig, drop_expired, set_clock
 from tests.unit.test_state import Average
 from tests.unit.test_state_backend import ViewBackend
@@ -77,13 +78,31 @@ def stored(backend, name, key="k"):
 
 both_updates = pytest.mark.parametrize("update_type", UPDATE_TYPES)
 both_visibilities = pytest.mark.parametrize("visibility", VISIBILITIES)
-both_backends = pytest.mark.parametrize("backend_type", [HeapKeyedStateBackend, ViewBackend])
+
+
+@pytest.fixture(params=["heap", "views", "rocksdb"])
+def backend_type(request, tmp_path):
+    """Makes backends of one kind, ``(max_parallelism, key_groups) -> backend``: the heap, a
+    backend whose groups are views (as RocksDB's), and RocksDB itself."""
+    made = []
+
+    def make(max_parallelism, key_groups):
+        if request.param == "rocksdb":
+            backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, str(tmp_path / f"db-{len(made)}"))
+        else:
+            backend = (HeapKeyedStateBackend if request.param == "heap" else ViewBackend)(max_parallelism, key_groups)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        if isinstance(backend, RocksDBKeyedStateBackend):
+            backend.dispose()
 
 
 # -- value-like states ------------------------------------------------------------------------
 
 
-@both_backends
 @both_visibilities
 @both_updates
 def test_value_expires_after_ttl_and_is_removed_when_read(clock, update_type, visibility, backend_type):
@@ -178,7 +197,6 @@ def test_aggregating_state_expires_and_starts_a_new_accumulator(clock, update_ty
 # -- list state: elements expire one by one -----------------------------------------------------
 
 
-@both_backends
 @both_visibilities
 def test_list_elements_expire_one_by_one(clock, visibility, backend_type):
     backend, items = backend_with(ListStateDescriptor("l", ttl=config("on_create_and_write", visibility)),
@@ -232,7 +250,6 @@ def test_list_read_renews_every_live_element_with_on_read_and_write(clock):
 # -- map state: entries expire one by one -------------------------------------------------------
 
 
-@both_backends
 @both_visibilities
 def test_map_entries_expire_one_by_one(clock, visibility, backend_type):
     backend, mapping = backend_with(MapStateDescriptor("m", ttl=config("on_create_and_write", visibility)),
@@ -300,7 +317,6 @@ def test_map_remove_and_clear_work_on_stamped_entries(clock):
 # -- incremental cleanup ------------------------------------------------------------------------
 
 
-@both_backends
 def test_incremental_cleanup_drops_expired_keys_of_other_keys_on_every_access(clock, backend_type):
     backend = backend_type(4, range(4))
     state = backend.get_state(ValueStateDescriptor("v", ttl=config(cleanup_incrementally=5)))
@@ -381,7 +397,6 @@ def test_without_incremental_cleanup_other_keys_stay_until_touched(clock):
     assert backend.entry_count() == 20 and backend.ttl_cleanups == {}
 
 
-@both_backends
 @pytest.mark.parametrize("every_record", [True, False])
 def test_cleanup_for_every_record_sweeps_a_state_the_records_never_touch(clock, backend_type, every_record):
     """Flink's ``cleanupIncrementally(n, true)``: records of other keys that do not touch the TTL

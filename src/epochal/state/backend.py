@@ -28,7 +28,7 @@ from typing import Any
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
 from epochal.state.descriptors import StateDescriptor
-from epochal.state.ttl import CLOCK, IncrementalCleanup, StateTtlConfig
+from epochal.state.ttl import CLOCK, IncrementalCleanup, KeyCursor, StateTtlConfig
 
 #: key group -> key -> value, for one state name
 GroupTables = MutableMapping[int, MutableMapping[Any, Any]]
@@ -100,7 +100,8 @@ class KeyedStateBackend(ABC):
         """Record state ``name``'s TTL config (and start its incremental cleanup if it has one)."""
         self.ttl_configs[name] = config
         if config.cleanup_incrementally:
-            cleanup = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config)
+            cleanup = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config,
+                                         self.cleanup_cursor(name))
             self.ttl_cleanups[name] = cleanup
             if config.cleanup_for_every_record:
                 self.record_cleanups.append(cleanup)
@@ -134,6 +135,12 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def owned_table(self, name: str) -> GroupTables:
         """State ``name`` as ``{key group: {key: value}}`` with an entry for every owned group."""
+
+    def cleanup_cursor(self, name: str) -> KeyCursor | None:
+        """Where state ``name``'s incremental TTL cleanup takes its keys; None (the default): the
+        keys of every owned group of :meth:`owned_table` in turn. A backend that lists keys more
+        cheaply returns its own cursor."""
+        return None
 
     def batch_logged_table(self, name: str) -> tuple[GroupTables, Callable[[list[Any], list[int]], None] | None]:
         """State ``name``'s :meth:`owned_table` for an operator that writes a whole batch's keys

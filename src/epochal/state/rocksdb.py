@@ -55,7 +55,16 @@ from rocksdict import (
 
 from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.rocksdb_keys import END, START, GroupView, KeyEncoder, group_prefix, scan, scan_keys
+from epochal.state.rocksdb_keys import (
+    END,
+    START,
+    GroupView,
+    KeyEncoder,
+    RangeKeyCursor,
+    group_prefix,
+    scan,
+    scan_keys,
+)
 
 __all__ = ["RocksDBKeyedStateBackend", "read_key_groups"]
 
@@ -184,6 +193,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             cf = self._column_family(name)
             table = self._tables[name] = {group: GroupView(cf, group, self._encode) for group in self.key_groups}
         return table
+
+    def cleanup_cursor(self, name: str) -> RangeKeyCursor:
+        """State ``name``'s keys for its incremental TTL cleanup, by chunked range scans."""
+        return RangeKeyCursor(self._column_family(name), self.key_groups)
 
     def capture(self) -> Captured:
         """A full copy of the state, ``{group: {name: {key: value}}}``, read by scanning every

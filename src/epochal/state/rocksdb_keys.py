@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
+from itertools import islice
 from typing import Any, cast
 
 from rocksdict import Rdict, ReadOptions
@@ -69,6 +70,65 @@ class KeyEncoder:
         buffer.truncate()
         self._pickler.dump(key)
         return buffer.getvalue()
+
+
+class RangeKeyCursor:
+    """The keys of column family ``cf`` in the key groups ``groups`` (a range, so one key range),
+    for a state's incremental TTL cleanup (:class:`epochal.state.ttl.KeyCursor`): read ``chunk``
+    keys at a time by one range scan that resumes after the last key read. Empty key groups are
+    never visited, a scan costs one iterator per ``chunk`` keys (not one and a count per group),
+    and keys stay the stored bytes (:class:`StoredKeys`): no key is pickled or unpickled."""
+
+    __slots__ = ("_cf", "_lower", "_upper", "_chunk", "_from", "_entries")
+
+    def __init__(self, cf: Rdict, groups: range, chunk: int = 256) -> None:
+        self._cf = cf
+        self._lower, self._upper = group_prefix(groups.start), group_prefix(groups.stop)
+        self._chunk = chunk
+        self._from: bytes | None = self._lower  # where the next scan starts; None: the round's last chunk was read
+        self._entries = StoredKeys(cf)
+
+    def next_keys(self) -> tuple[MutableMapping[Any, Any], list[Any]] | None:
+        start = self._from
+        stored = [] if start is None else list(islice(scan_keys(self._cf, start, self._upper), self._chunk))
+        if not stored:
+            self._from = self._lower
+            return None  # the round is over
+        self._from = stored[-1] + b"\x00" if len(stored) == self._chunk else None
+        return self._entries, stored
+
+
+class StoredKeys(MutableMapping[bytes, Any]):
+    """A column family as ``{stored key: value}`` (key-group prefix and pickled key, as stored),
+    for the TTL cleanup, which deletes only keys it has just read: deleting a missing key does
+    nothing here (no KeyError)."""
+
+    __slots__ = ("_cf",)
+
+    def __init__(self, cf: Rdict) -> None:
+        self._cf = cf
+
+    def get(self, stored: bytes, default: Any = None) -> Any:
+        raw = self._cf.get(stored)
+        return default if raw is None else _loads(raw)
+
+    def __getitem__(self, stored: bytes) -> Any:
+        raw = self._cf.get(stored)
+        if raw is None:
+            raise KeyError(stored)
+        return _loads(raw)
+
+    def __setitem__(self, stored: bytes, value: Any) -> None:
+        self._cf.put(stored, _dumps(value))
+
+    def __delitem__(self, stored: bytes) -> None:
+        self._cf.delete(stored)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return scan_keys(self._cf, START, END)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class GroupView(MutableMapping[Any, Any]):

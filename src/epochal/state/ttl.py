@@ -31,7 +31,8 @@ Semantics (those of Flink's docs, "State Time-To-Live (TTL)"):
   processes too (the backend's ``set_current_key``), so the state is swept in the background of
   processing even when the expired keys never come again. (Flink's other background cleanup, a
   RocksDB compaction filter, has no Python binding in ``rocksdict``: on RocksDB the incremental
-  cursor does the same through the backend's views.)
+  cursor does the same by range scans of the owned key range, 256 stored keys at a time, checking
+  each by its stored bytes: the backend's ``cleanup_cursor``.)
 * **Restore**: timestamps are absolute wall-clock seconds and travel unchanged through snapshots,
   so a value expires at the same time whether or not the job was restored in between. Turning TTL
   on or off for an existing state name across a restore is not supported (in Flink it is a state
@@ -49,7 +50,7 @@ import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from epochal.errors import PlanError
 
@@ -73,8 +74,9 @@ class StateTtlConfig:
     ``visibility``: ``"never_return_expired"`` (default) or ``"return_expired_if_not_cleaned_up"``.
     ``cleanup_in_snapshot``: leave expired values out of snapshots (Flink's ``cleanupFullSnapshot``).
     ``cleanup_incrementally``: keys of this state checked (and dropped if expired) on every access
-    of it, besides the key accessed (Flink's ``cleanupIncrementally(n, false)``; an empty key group
-    passed counts as one key: :class:`IncrementalCleanup`); 0 (default) turns it off.
+    of it, besides the key accessed (Flink's ``cleanupIncrementally(n, false)``; on the heap
+    backends an empty key group passed counts as one key: :class:`IncrementalCleanup`); 0
+    (default) turns it off.
     ``cleanup_for_every_record``: also take that step for every record (and timer) the operator
     processes, whether or not it touches this state, so expired values of keys that are never
     seen again go away while the job runs (Flink's ``cleanupIncrementally(n, true)``; needs
@@ -193,43 +195,64 @@ def drop_expired(entries: MutableMapping[Any, Any], kind: str, config: StateTtlC
     return out
 
 
+class KeyCursor(Protocol):
+    """Where an :class:`IncrementalCleanup` takes the keys of its state, a few at a time, when its
+    backend lists keys more cheaply than by reading every key group in turn."""
+
+    def next_keys(self) -> tuple[MutableMapping[Any, Any], list[Any]] | None:
+        """The next keys of the round (possibly none: an empty key group) and the mapping that
+        holds them (``mapping.get(key)``, ``del mapping[key]`` and ``mapping[key] = value`` work on
+        them); ``None`` once the round is over (the next call starts another round)."""
+        ...
+
+
 class IncrementalCleanup:
     """Flink's incremental cleanup for one state of one backend: a lazy cursor over every key of
-    the state, owned key group by key group, advanced by ``config.cleanup_incrementally`` keys on
-    every access of the state (:meth:`step`; an empty key group passed counts as one key, so a
-    step stays cheap when the state is small). The keys it passes are checked and their expired
-    values dropped (a list or map keeps its live elements). A round ends after the last group and
-    the next step starts the next round (as Flink's); keys added to a group after the cursor took
-    that group's keys are seen in the next round. Works on any backend: it only reads and writes
-    ``table[group][key]``."""
+    the state, advanced by ``config.cleanup_incrementally`` keys on every access of the state
+    (:meth:`step`). By default the cursor takes the keys of ``table[group]`` for each owned group
+    in turn when it reaches the group, and an empty group passed counts as one key, so a step
+    stays cheap when the state is small; a backend that lists keys more cheaply passes a
+    ``cursor`` (:class:`KeyCursor`) instead. The keys it passes are checked and their expired
+    values dropped (a list or map keeps its live elements). A round ends after the last key
+    group and the next step starts the next round (as Flink's); keys added to a group after the
+    cursor took that group's keys are seen in the next round."""
 
-    __slots__ = ("table", "groups", "kind", "config", "_index", "_pending")
+    __slots__ = ("table", "groups", "cursor", "kind", "config", "_index", "_entries", "_pending")
 
     def __init__(self, table: MutableMapping[int, MutableMapping[Any, Any]], groups: Sequence[int], kind: str,
-                 config: StateTtlConfig) -> None:
+                 config: StateTtlConfig, cursor: KeyCursor | None = None) -> None:
         self.table = table
         self.groups = groups
+        self.cursor = cursor
         self.kind = kind
         self.config = config
-        self._index = -1  # position in groups of the group whose keys are pending; -1: a round starts
+        self._index = -1  # without a cursor: the position in groups of the group whose keys are pending
+        self._entries: MutableMapping[Any, Any] = {}  # the mapping that holds the pending keys
         self._pending: list[Any] = []
 
     def step(self, now: float) -> int:
         """Check the next ``cleanup_incrementally`` keys; returns how many keys were dropped."""
-        groups, pending, kind, table = self.groups, self._pending, self.kind, self.table
+        pending, kind, entries, cursor = self._pending, self.kind, self._entries, self.cursor
         budget = self.config.cleanup_incrementally
         horizon = now - self.config.ttl
         single = kind in SINGLE_VALUE_KINDS
-        entries = table[groups[self._index]] if pending else {}
         dropped = 0
         while budget > 0:
             if not pending:
-                self._index += 1
-                if self._index >= len(groups):
-                    self._index = -1
-                    break  # the round is over; the next step starts another
-                entries = table[groups[self._index]]
-                pending.extend(entries)
+                if cursor is None:  # inline: this runs per record on the heap backends
+                    self._index += 1
+                    if self._index >= len(self.groups):
+                        self._index = -1
+                        break  # the round is over; the next step starts another
+                    entries = self._entries = self.table[self.groups[self._index]]
+                    pending.extend(entries)
+                else:
+                    taken = cursor.next_keys()
+                    if taken is None:
+                        break
+                    entries, keys = taken
+                    self._entries = entries
+                    pending.extend(keys)
                 if not pending:
                     budget -= 1
                 continue
@@ -237,7 +260,7 @@ class IncrementalCleanup:
             budget -= 1
             stored = entries.get(key)
             if stored is None:
-                continue  # removed since the cursor took the group's keys
+                continue  # removed since the cursor took the key
             if single:
                 if stored[1] <= horizon:
                     del entries[key]
