@@ -227,12 +227,16 @@ class IncrementalCleanup:
         self.kind = kind
         self.config = config
         self._index = -1  # without a cursor: the position in groups of the group whose keys are pending
-        self._entries: MutableMapping[Any, Any] = {}  # the mapping that holds the pending keys
+        self._entries: MutableMapping[Any, Any] = {}  # with a cursor: the mapping that holds the pending keys
         self._pending: list[Any] = []
 
     def step(self, now: float) -> int:
         """Check the next ``cleanup_incrementally`` keys; returns how many keys were dropped."""
-        pending, kind, entries, cursor = self._pending, self.kind, self._entries, self.cursor
+        pending, kind, cursor = self._pending, self.kind, self.cursor
+        if cursor is not None:
+            entries = self._entries
+        else:  # looked up again: a restore may have replaced the group's dict since the last step
+            entries = self.table[self.groups[self._index]] if pending else {}
         budget = self.config.cleanup_incrementally
         horizon = now - self.config.ttl
         single = kind in SINGLE_VALUE_KINDS
@@ -244,7 +248,7 @@ class IncrementalCleanup:
                     if self._index >= len(self.groups):
                         self._index = -1
                         break  # the round is over; the next step starts another
-                    entries = self._entries = self.table[self.groups[self._index]]
+                    entries = self.table[self.groups[self._index]]
                     pending.extend(entries)
                 else:
                     taken = cursor.next_keys()
