@@ -42,3 +42,21 @@ def make_env(spark):
         return epochal.Environment(parallelism, spark=spark, **overrides)
 
     return factory
+
+
+@pytest.fixture
+def make_rocksdb(tmp_path):
+    """Makes RocksDB keyed-state backends under ``tmp_path`` and disposes of them when the test
+    ends: ``make_rocksdb(key_groups=range(128), name="db", max_parallelism=128, **options)``."""
+    from epochal.state.rocksdb import RocksDBKeyedStateBackend
+
+    made = []
+
+    def make(key_groups: range = range(128), name: str = "db", max_parallelism: int = 128, **options):
+        backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, str(tmp_path / name), **options)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.dispose()

@@ -31,20 +31,6 @@ MAX_P = 128
 KEYS: list[Any] = ["a", "b", "ü", "", 0, 7, -3, 2**70, b"raw", None, ("t", 1), ("t", ("nested", 2.5))]
 
 
-@pytest.fixture
-def make_rocksdb(tmp_path):
-    made: list[RocksDBKeyedStateBackend] = []
-
-    def make(key_groups: range = range(MAX_P), name: str = "db", **options: Any) -> RocksDBKeyedStateBackend:
-        backend = RocksDBKeyedStateBackend(MAX_P, key_groups, str(tmp_path / name), **options)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.dispose()
-
-
 class Mean:
     def create_accumulator(self):
         return [0, 0]

@@ -28,7 +28,6 @@ from epochal.state.keyed import (
     TtlValueState,
     ValueState,
 )
-from epochal.state.rocksdb import RocksDBKeyedStateBackend
 from epochal.state.ttl import UPDATE_TYPES, VISIBILITIES, StateTtlConfig, drop_expired, set_clock
 from tests.unit.test_state import Average
 from tests.unit.test_state_backend import ViewBackend
@@ -81,23 +80,13 @@ both_visibilities = pytest.mark.parametrize("visibility", VISIBILITIES)
 
 
 @pytest.fixture(params=["heap", "views", "rocksdb"])
-def backend_type(request, tmp_path):
+def backend_type(request):
     """Makes backends of one kind, ``(max_parallelism, key_groups) -> backend``: the heap, a
-    backend whose groups are views (as RocksDB's), and RocksDB itself."""
-    made = []
-
-    def make(max_parallelism, key_groups):
-        if request.param == "rocksdb":
-            backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, str(tmp_path / f"db-{len(made)}"))
-        else:
-            backend = (HeapKeyedStateBackend if request.param == "heap" else ViewBackend)(max_parallelism, key_groups)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        if isinstance(backend, RocksDBKeyedStateBackend):
-            backend.dispose()
+    backend whose groups are views (as RocksDB's), and RocksDB itself (``make_rocksdb``)."""
+    if request.param == "rocksdb":
+        make_rocksdb = request.getfixturevalue("make_rocksdb")
+        return lambda max_parallelism, key_groups: make_rocksdb(key_groups, max_parallelism=max_parallelism)
+    return HeapKeyedStateBackend if request.param == "heap" else ViewBackend
 
 
 # -- value-like states ------------------------------------------------------------------------
