@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The exact versions the tests last passed with; pyproject.toml keeps ranges for library users.
+LOCK := constraints.txt
 
-.PHONY: demo test test-quick setup check lint bench bench-peers clean
+.PHONY: demo test test-quick setup check lint bench bench-peers clean upgrade-deps
 
 demo: setup
 	$(BIN)/python examples/wordcount.py
@@ -16,12 +18,26 @@ test-quick: setup
 
 setup: $(VENV)/.installed check
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer; set PYTHON=python3.11 (or newer) and retry")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --constraint $(LOCK) pip
+	$(BIN)/pip install --quiet --constraint $(LOCK) -e ".[dev]"
 	touch $@
+
+# Drift on purpose: a fresh .venv with the newest versions pyproject.toml's ranges allow, written to
+# $(LOCK), then the whole suite. Commit the new lock once it passes (git diff $(LOCK) shows what moved).
+upgrade-deps:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer; set PYTHON=python3.11 (or newer) and retry")'
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade -e ".[dev]"
+	{ echo "# Written by 'make upgrade-deps' on $$(date -u +%Y-%m-%d) with Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')."; \
+	  echo "# 'make setup' installs exactly these; pyproject.toml's ranges must admit them (tests/unit/test_dependency_lock.py)."; \
+	  $(BIN)/pip freeze --all --exclude-editable | grep -v -i -E '^(setuptools|wheel)=='; } > $(LOCK)
+	touch $(VENV)/.installed
+	$(MAKE) test
 
 check:
 	@$(BIN)/python -m epochal check

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from epochal.tracebacks import UserTraceback
+
 #: A worker's counters as sent with heartbeats and at the end (see ``Worker.metrics``): JSON-like,
 #: str -> int | float, and ``operators`` -> {"<operator>#<subtask>": records in}.
 Metrics = dict[str, Any]
@@ -206,8 +208,9 @@ class Failed(ToJobMaster):
     itself (a lost worker, a failed Spark job, failed checkpoints, a missed heartbeat).
 
     ``error`` is the one-line cause; the other fields are set where they apply: ``operator``
-    and ``where`` for user errors, ``traceback`` for user and internal errors, ``file`` and
-    ``checkpoint_id`` for a damaged checkpoint, ``peer`` for a lost data connection."""
+    and ``where`` for user errors, ``user_traceback`` (the user's frames, formatted on the driver)
+    for user errors, ``traceback`` for internal ones, ``file`` and ``checkpoint_id`` for a damaged
+    checkpoint, ``peer`` for a lost data connection."""
 
     kind: FailureKind
     error: str
@@ -218,6 +221,7 @@ class Failed(ToJobMaster):
     file: str | None = None
     checkpoint_id: int | None = None
     peer: int | None = None
+    user_traceback: UserTraceback | None = None
 
 
 @dataclass(frozen=True, slots=True)

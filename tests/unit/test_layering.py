@@ -21,7 +21,8 @@ PACKAGE = SRC / "epochal"
 #: The layers, lowest first: a component (a package, or a top-level module) may import itself
 #: and the components of lower layers, never those of its own or a higher layer.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "serialization", "messages"}),
+    ("leaves", {"errors", "serialization", "tracebacks"}),
+    ("messages", {"messages"}),
     ("validation", {"validation"}),
     ("config", {"config"}),
     ("connectors", {"connectors"}),
@@ -35,8 +36,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("tools", {"testing", "__main__", "__init__"}),
 ]
 #: What runs in a worker process; none of it may import these.
-WORKER_SIDE = {"errors", "serialization", "messages", "validation", "config", "connectors", "plan", "state",
-               "runtime"}
+WORKER_SIDE = {"errors", "serialization", "tracebacks", "messages", "validation", "config", "connectors", "plan",
+               "state", "runtime"}
 DRIVER_SIDE = {"control", "api", "testing"}
 
 _LAYER_OF = {component: index for index, (_, members) in enumerate(LAYERS) for component in members}

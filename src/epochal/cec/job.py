@@ -12,8 +12,6 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
-
 from epochal.cec.coordination import CecCoordination
 from epochal.cec.plan import CecDeployment, build_stages
 from epochal.cec.policy import CecSettings
@@ -23,6 +21,7 @@ from epochal.control.restart import NoRestart
 from epochal.errors import PlanError
 from epochal.plan.execution import build_execution_graph, ship_module_by_value
 from epochal.runtime.hooks import Fault, FaultInjector
+from epochal.serialization import dumps_by_value
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -48,7 +47,7 @@ def execute_async(env: Environment, job_name: str, faults: list[Fault] | None = 
                 ship_module_by_value(fn)
                 ship_module_by_value(type(fn))
     try:
-        blob = cloudpickle.dumps(deployment)
+        blob = dumps_by_value(deployment)
     except Exception as error:
         raise PlanError(f"the job cannot be shipped to the workers: {type(error).__name__}: {error}") from error
     coordination = CecCoordination(deployment.num_workers)

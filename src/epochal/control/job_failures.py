@@ -28,8 +28,8 @@ def failure_error(failures: Iterable[Failed], job_name: str, restore_hint: str) 
     worker = failure.worker
     if failure.kind == "user":
         where = failure.where or f"operator '{failure.operator}'"
-        message = (f"job '{job_name}' failed: {where} (worker {worker}) raised "
-                   f"{failure.error}\n{failure.traceback}".rstrip())
+        shown = failure.user_traceback.format() if failure.user_traceback else failure.traceback
+        message = f"job '{job_name}' failed: {where} (worker {worker}) raised {failure.error}\n{shown}".rstrip()
         return JobFailedError(message, operator=failure.operator, worker=worker, kind="user")
     text = f"job '{job_name}' failed: {failure.error}"
     if failure.kind == "restore":

@@ -12,8 +12,6 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
 from epochal.config import EngineConfig
 from epochal.connectors.filesystems import join, resolve
 from epochal.errors import PlanError
@@ -22,6 +20,7 @@ from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.recovery import ReplicationSettings
 from epochal.plan.execution import ship_module_by_value
 from epochal.runtime.hooks import WorkerHook
+from epochal.serialization import dumps_by_value
 
 
 @dataclass
@@ -53,7 +52,7 @@ def serialize(deployment: GraphDeployment) -> bytes:
     program = deployment.program
     ship_module_by_value(type(program))
     try:
-        return cloudpickle.dumps(deployment)
+        return dumps_by_value(deployment)
     except Exception as error:
         raise PlanError(f"the vertex program {type(program).__name__} cannot be shipped to the workers: "
                         f"{type(error).__name__}: {error}. Programs must be picklable by cloudpickle: create "

@@ -21,6 +21,7 @@ from epochal.config import CheckpointConfig, EngineConfig, StateBackendConfig
 from epochal.connectors.base import SourceSplit
 from epochal.errors import PlanError
 from epochal.plan.jobgraph import JobGraph
+from epochal.serialization import dumps_by_value
 
 if TYPE_CHECKING:
     from epochal.runtime.hooks import WorkerHook
@@ -157,7 +158,7 @@ def serialize_deployment(deployment: Deployment, functions: dict[str, list[Any]]
     for name, fns in functions.items():
         for fn in fns:
             try:
-                cloudpickle.dumps(fn)
+                dumps_by_value(fn)
             except Exception as error:
                 raise PlanError(
                     f"operator '{name}' cannot be shipped to the workers: its function {fn!r} is not "
@@ -166,11 +167,11 @@ def serialize_deployment(deployment: Deployment, functions: dict[str, list[Any]]
                     "ProcessFunction.open(), not in the enclosing scope") from error
     for node in deployment.graph.job.nodes.values():
         try:
-            cloudpickle.dumps(node.operator)
+            dumps_by_value(node.operator)
         except Exception as error:
             raise PlanError(f"operator '{node.name}' cannot be shipped to the workers: "
                             f"{type(error).__name__}: {error}") from error
     try:
-        return cloudpickle.dumps(deployment)
+        return dumps_by_value(deployment)
     except Exception as error:
         raise PlanError(f"the job cannot be shipped to the workers: {type(error).__name__}: {error}") from error

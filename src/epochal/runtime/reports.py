@@ -14,8 +14,7 @@ import traceback
 from epochal.messages import Failed
 from epochal.runtime.operators import UserFunctionError
 from epochal.runtime.wiring import RestoreFailed
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from epochal.tracebacks import UserTraceback
 
 
 class WorkerStopped(Exception):
@@ -34,23 +33,13 @@ def failure_report(error: Exception, worker: int) -> Failed:
     """The report of worker ``worker`` failing with ``error`` (call it in the ``except`` block)."""
     if isinstance(error, UserFunctionError):
         return Failed("user", f"{type(error.error).__name__}: {error.error}", worker, operator=error.operator,
-                      where=error.where, traceback=user_traceback(error.error))
+                      where=error.where, user_traceback=UserTraceback.of(error.error))
     if isinstance(error, RestoreFailed):
         return Failed("restore", str(error), worker, file=error.path, checkpoint_id=error.checkpoint_id)
     if isinstance(error, PeerLost):
         return Failed("peer_lost", str(error), worker, peer=error.peer)
     # an epochal bug or an environment problem
     return Failed("internal", f"{type(error).__name__}: {error}", worker, traceback=traceback.format_exc())
-
-
-def user_traceback(error: BaseException) -> str:
-    """The traceback of a user function's exception without epochal's own frames."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
-    lines = ["Traceback (most recent call last):\n"] if frames else []
-    lines += traceback.format_list(frames)
-    lines += traceback.format_exception_only(type(error), error)
-    return "".join(lines)
 
 
 def rss_bytes() -> int:

@@ -23,13 +23,12 @@ rescaling) is proven on real Spark workers by the chaos suite (``tests/chaos``,
 from __future__ import annotations
 
 import copy
+import pickle
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import cloudpickle
 
 from epochal.connectors.base import assign_splits
 from epochal.control.client import JobResult
@@ -44,6 +43,7 @@ from epochal.runtime.source_reader import SourceReader
 from epochal.runtime.tasks import Subtask
 from epochal.runtime.windows import WatermarkGenerator
 from epochal.runtime.wiring import UNBOUNDED_CREDIT
+from epochal.tracebacks import UserTraceback
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -128,7 +128,7 @@ class LocalRunner:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
         deployment = Deployment(self.job_name, job_id, graph, self.env.config)
         blob = serialize_deployment(deployment, functions)
-        return [cloudpickle.loads(blob).graph for _ in range(graph.num_workers)]
+        return [pickle.loads(blob).graph for _ in range(graph.num_workers)]
 
     def _build(self, plans: list[ExecutionGraph]) -> None:
         """Create every subtask with its channels, mirroring ``Worker._build`` for each worker."""
@@ -318,8 +318,9 @@ class LocalRunner:
         subtask = self._current
         where = f" (subtask {subtask.index} of '{subtask.name}')" if subtask is not None else ""
         cause = error.error
+        shown = UserTraceback.of(cause).format()
         return JobFailedError(f"job '{self.job_name}' failed: {error.where}{where} raised "
-                              f"{type(cause).__name__}: {cause}", operator=error.operator,
+                              f"{type(cause).__name__}: {cause}\n{shown}".rstrip(), operator=error.operator,
                               worker=self.worker_of.get(id(subtask)) if subtask is not None else None, kind="user")
 
     def _metrics(self, workers: int) -> dict[int, dict[str, Any]]:
