@@ -39,8 +39,8 @@ from epochal.cec.eventual import reconstruct
 from epochal.cec.output_log import OutputLog
 from epochal.cec.policy import CecSettings
 from epochal.cec.tuples import OutputBatch, encode_items, item_seq, logged_frame, window_frame_meta
-from epochal.runtime.aggregates import AvgFunction
-from epochal.runtime.window_assigners import CountWindows
+from epochal.runtime.operators.aggregates import AvgFunction
+from epochal.runtime.windows.shapes import CountWindows
 from epochal.serialization import dumps
 
 FRAME = 1024  # records per source stream event (EngineConfig.batch_size)

@@ -1,6 +1,6 @@
 """Where a CEC worker's time goes: cProfile inside one worker of a running job.
 
-:class:`ProfileHook` is a :class:`~epochal.runtime.hooks.WorkerHook` (the deployment's hook,
+:class:`ProfileHook` is a :class:`~epochal.runtime.host.hooks.WorkerHook` (the deployment's hook,
 normally the fault injector): it asks worker ``worker`` for the ``records`` point, which the
 worker reaches on its processing thread after every input batch; the first time, it starts a
 ``cProfile.Profile`` on that thread, and after ``seconds`` it stops. The statistics so far are

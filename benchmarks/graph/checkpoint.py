@@ -118,7 +118,7 @@ def run_once(ctx: peers.Context, bench: BenchGraph, interval: int | None, parall
              reference: np.ndarray, fail_at: int | None = None) -> dict[str, Any]:
     """One PageRank job, failure-free or with one fault; its row of ``graph_checkpoint.csv``."""
     from epochal.control.restart import FixedDelayRestart
-    from epochal.runtime.hooks import Fault
+    from epochal.runtime.host.hooks import Fault
 
     work_dir = Path(tempfile.mkdtemp(prefix="epochal-graph-ckpt-"))
     options: dict[str, Any] = {"work_dir": str(work_dir)}

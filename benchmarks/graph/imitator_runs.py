@@ -119,7 +119,7 @@ class Mode:
 
     def options(self) -> dict[str, Any]:
         from epochal.control.restart import FixedDelayRestart
-        from epochal.runtime.hooks import Fault
+        from epochal.runtime.host.hooks import Fault
 
         out: dict[str, Any] = {"partitioner": self.partitioner, "fault_tolerance": self.ft}
         if self.ft == "checkpoint":
@@ -327,8 +327,8 @@ def layout_stats(bench: BenchGraph, program: Any, parallelism: int, partitioner:
     store alone); also the extra (FT) replicas, those of selfish vertices, and the driver's time."""
     from epochal.graph.local import program_layout
     from epochal.graph.partition import build_partitions
-    from epochal.graph.partitioning import partition
-    from epochal.graph.replicas import replicated_partitions
+    from epochal.graph.placement import partition
+    from epochal.graph.replica_plan import replicated_partitions
 
     directions, adjacency = program_layout(program)
     started = time.perf_counter()

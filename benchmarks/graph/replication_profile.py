@@ -73,8 +73,8 @@ def compute_overhead(bench: BenchGraph, program: Any, parallelism: int, k: int =
     the repeats' paired ratios."""
     from epochal.graph.local import program_layout
     from epochal.graph.partition import build_partitions
-    from epochal.graph.partitioning import partition
-    from epochal.graph.replicas import replicated_partitions
+    from epochal.graph.placement import partition
+    from epochal.graph.replica_plan import replicated_partitions
 
     directions, adjacency = program_layout(program)
     owner = partition(bench.graph, parallelism, "hash")
@@ -114,9 +114,9 @@ def profile_recovery(bench: BenchGraph, program: Any, parallelism: int, k: int =
                      steps: int = 7) -> tuple[list[dict[str, Any]], str]:
     """``(rows, profile text)`` of Rebirth and Migration of ``lost`` (see the module docstring)."""
     from epochal.graph.local import program_layout
-    from epochal.graph.partitioning import partition
+    from epochal.graph.placement import partition
     from epochal.graph.recovery import responsible_for
-    from epochal.graph.replicas import replicated_partitions
+    from epochal.graph.replica_plan import replicated_partitions
 
     directions, adjacency = program_layout(program)
     owner = partition(bench.graph, parallelism, "hash")

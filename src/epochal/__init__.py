@@ -4,7 +4,7 @@ Build a dataflow on an :class:`Environment`, then ``execute`` it: it runs as lon
 workers on Spark executors (``local[N]`` by default).
 
 The names below are loaded on first use (PEP 562), not when the package is imported: a worker
-process imports ``epochal.runtime.worker`` and must not pull in the driver (``epochal.api``,
+process imports ``epochal.dataflow.worker`` and must not pull in the driver (``epochal.api``,
 ``epochal.control``) through this package's ``__init__``.
 """
 
@@ -61,14 +61,14 @@ if TYPE_CHECKING:
         PlanError,
         SourceError,
     )
-    from epochal.runtime.async_io import AsyncTimeoutError
-    from epochal.runtime.co_process import (
+    from epochal.runtime.operators.async_io import AsyncTimeoutError
+    from epochal.runtime.operators.co_process import (
         BroadcastProcessFunction,
         BroadcastState,
         CoProcessFunction,
         KeyedBroadcastProcessFunction,
     )
-    from epochal.runtime.functions import (
+    from epochal.runtime.operators.functions import (
         KeyedProcessFunction,
         OutputTag,
         ProcessContext,
@@ -76,8 +76,8 @@ if TYPE_CHECKING:
         RuntimeContext,
         TimerService,
     )
-    from epochal.runtime.joins import JoinContext, ProcessJoinFunction
-    from epochal.runtime.timers import TimeDomain
+    from epochal.runtime.operators.timers import TimeDomain
+    from epochal.runtime.windows.joins import JoinContext, ProcessJoinFunction
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -98,13 +98,13 @@ _EXPORTS = {
                      "WindowResult", "WindowedStream"), "epochal.api.windowed"),
     "Environment": "epochal.api.environment",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
-                     "TimerService"), "epochal.runtime.functions"),
+                     "TimerService"), "epochal.runtime.operators.functions"),
     **dict.fromkeys(("BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"), "epochal.api.connected"),
     **dict.fromkeys(("BroadcastProcessFunction", "BroadcastState", "CoProcessFunction",
-                     "KeyedBroadcastProcessFunction"), "epochal.runtime.co_process"),
-    "TimeDomain": "epochal.runtime.timers",
-    **dict.fromkeys(("JoinContext", "ProcessJoinFunction"), "epochal.runtime.joins"),
-    "AsyncTimeoutError": "epochal.runtime.async_io",
+                     "KeyedBroadcastProcessFunction"), "epochal.runtime.operators.co_process"),
+    "TimeDomain": "epochal.runtime.operators.timers",
+    **dict.fromkeys(("JoinContext", "ProcessJoinFunction"), "epochal.runtime.windows.joins"),
+    "AsyncTimeoutError": "epochal.runtime.operators.async_io",
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),

@@ -123,7 +123,7 @@ class StateBackendConfig:
         snapshot: ``"fork"`` (the default where the platform has ``fork``): at the barrier the
             worker forks; the child sees the state as it was (copy-on-write), serialises and
             writes it with its own interpreter and reports the files, while the worker goes on
-            processing (:mod:`epochal.runtime.fork_snapshots`). ``"thread"``: the worker copies
+            processing (:mod:`epochal.runtime.checkpointing.fork_snapshots`). ``"thread"``: the worker copies
             the state's per-key-group dicts at the barrier and a thread of the worker serialises
             and writes them (it shares the interpreter lock with processing). Loop heads, whose
             snapshot waits for their back-edge log, and the ``synchronous`` checkpoint mode always

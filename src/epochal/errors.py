@@ -59,3 +59,29 @@ class JobTimeoutError(EpochalError, TimeoutError):
 
 class SourceError(EpochalError):
     """A source cannot be read (missing file, malformed record, bad position)."""
+
+
+class UserFunctionError(Exception):
+    """A user function raised; ``operator`` names the operator it ran in.
+
+    ``where`` is how the error names the failing code to the user: ``operator 'Map'`` by
+    default, or a more precise phrase such as ``the key selector of key_by into 'Count'`` when
+    the function that raised is not the operator's own (key selectors, partitioners).
+    """
+
+    def __init__(self, operator: str, error: BaseException, where: str | None = None) -> None:
+        self.where = where or f"operator '{operator}'"
+        super().__init__(f"{self.where}: {type(error).__name__}: {error}")
+        self.operator = operator
+        self.error = error
+
+
+class RestoreError(Exception):
+    """Restoring state on a worker found a missing, truncated or corrupt state file (a
+    ``CheckpointError`` at ``path``): every attempt would fail the same way, so the JobMaster
+    fails the job at once. Internal: the user sees a ``JobFailedError`` naming the checkpoint."""
+
+    def __init__(self, message: str, path: str | None, checkpoint_id: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.checkpoint_id = checkpoint_id

@@ -1,6 +1,6 @@
 """The control protocol between workers and the JobMaster: every message, defined once.
 
-Messages travel pickled (protocol 5) in CONTROL frames of :mod:`epochal.runtime.protocol`, one
+Messages travel pickled (protocol 5) in CONTROL frames of :mod:`epochal.runtime.host.frames`, one
 message per frame, on the one TCP connection each worker keeps to the JobMaster. Each message is
 a frozen, slotted dataclass; receivers dispatch on its type through a :class:`Dispatch` table,
 never on a string. Two directions:
@@ -12,7 +12,7 @@ never on a string. Two directions:
 
 The collect sink's payloads (:class:`CollectBatch`, :class:`CollectSeal`, :class:`CollectCommit`,
 and the committable :class:`CollectEpoch`) are defined here too: the sink writer builds them on
-the worker, the driver's :class:`~epochal.control.collect.CollectLedger` consumes them.
+the worker, the driver's :class:`~epochal.dataflow.collect.CollectLedger` consumes them.
 
 Terms used in field names: ``worker`` is a worker index (the Spark partition running it);
 ``subtask`` is the index of a subtask within its vertex (slot sharing puts subtask ``i`` on

@@ -23,7 +23,7 @@ from epochal.graph.algorithms import BFS, CDLP, WCC, PageRank
 from epochal.graph.deployment import GraphDeployment
 from epochal.graph.job import run_graph
 from epochal.graph.local import run_locally
-from epochal.runtime.hooks import Fault
+from epochal.runtime.host.hooks import Fault
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 from test_graph_engine import MaxValue, random_graph  # noqa: E402

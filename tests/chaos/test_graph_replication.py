@@ -23,7 +23,7 @@ from epochal.graph.algorithms import CDLP, SSSP, WCC, PageRank
 from epochal.graph.job import run_graph
 from epochal.graph.local import run_locally
 from epochal.graph.model import Graph
-from epochal.runtime.hooks import Fault
+from epochal.runtime.host.hooks import Fault
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 from test_graph_engine import random_graph  # noqa: E402

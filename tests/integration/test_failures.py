@@ -11,7 +11,7 @@ import time
 import pytest
 
 import epochal
-from epochal.runtime import protocol
+from epochal.runtime.host import frames as protocol
 from epochal.testing import kill_worker
 
 

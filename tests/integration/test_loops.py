@@ -11,7 +11,7 @@ import pytest
 
 import epochal
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
-from epochal.runtime.iteration import LOG_STATE
+from epochal.runtime.operators.iteration import LOG_STATE
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage

@@ -10,7 +10,7 @@ import time
 
 import epochal
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
-from epochal.runtime.window_kinds import EventTimeSessionWindows
+from epochal.runtime.windows.assigners import EventTimeSessionWindows
 from tests.chaos.test_datastream_features import BucketSums
 
 RECORDS = 40_000

@@ -288,7 +288,7 @@ def test_second_job_fails_at_once_when_epochal_jobs_hold_every_slot(make_env, sp
 
 
 def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
-    """Workers of the shared local session come from epochal.runtime.daemon (so a replacement
+    """Workers of the shared local session come from epochal.daemon (so a replacement
     worker starts with numpy, pyarrow and epochal imported); switched off, they would not."""
     def parent(_):
         import os
@@ -296,7 +296,7 @@ def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
             return [f.read().replace(b"\0", b" ").decode()]
 
     cmdlines = spark.sparkContext.parallelize(range(2), 2).mapPartitions(parent).collect()
-    assert all("-m epochal.runtime.daemon" in line for line in cmdlines), cmdlines
+    assert all("-m epochal.daemon" in line for line in cmdlines), cmdlines
 
 
 def test_the_preloading_daemon_imports_the_worker_modules():

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from epochal.control.checkpointing.files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
+from epochal.control.checkpointing.store import CompletedCheckpointStore
 from epochal.plan.keygroups import key_group_range
 from epochal.state.snapshot import RestoreSource, materialize
+from epochal.state.storage import CheckpointStorage
 
 
 def write_checkpoint(backend, storage, checkpoint_id: int, subtask: int, uid: str) -> tuple[object, dict]:
@@ -41,3 +44,27 @@ def restored(storage, checkpoint_id: int, meta: dict, uid: str, max_parallelism:
             out[group] = states
         getattr(backend, "dispose", lambda: None)()
     return out
+
+
+class CheckpointHistory:
+    """A job's completed checkpoints as the JobMaster keeps them: the pure store decides what to
+    retain, the driver's :class:`CheckpointFiles` writes and deletes the files."""
+
+    def __init__(self, storage: CheckpointStorage, retained: int) -> None:
+        self.storage = storage
+        self.store = CompletedCheckpointStore([], retained)
+        self.files = CheckpointFiles()
+
+    @property
+    def completed(self) -> list[int]:
+        return self.store.completed
+
+    def complete(self, checkpoint_id: int, metadata: dict) -> None:
+        """Write the metadata, record the checkpoint, delete what retention no longer keeps."""
+        assert self.files.write(WriteCheckpoint(self.storage, checkpoint_id, metadata)) is None
+        self.store.add(checkpoint_id, 0)
+        deleted = self.store.retain()
+        self.files.delete(DeleteCheckpoints(self.storage, tuple(deleted), tuple(self.store.completed)))
+
+    def discard(self, checkpoint_id: int) -> None:
+        self.files.discard(DiscardCheckpoint(self.storage, checkpoint_id, tuple(self.store.completed)))

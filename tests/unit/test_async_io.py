@@ -1,4 +1,4 @@
-"""Async I/O (epochal.runtime.async_io, epochal.api.async_io): output order, the capacity bound,
+"""Async I/O (epochal.runtime.operators.async_io, epochal.api.async_io): output order, the capacity bound,
 timeouts, retries, watermarks, and in-flight requests in checkpoints, on the operator harness
 against fake services whose answers the tests release one by one."""
 
@@ -15,8 +15,8 @@ import pytest
 import epochal
 from epochal.api.async_io import async_flat_map, async_map
 from epochal.errors import PlanError
-from epochal.runtime.async_io import IN_FLIGHT_STATE, AsyncTimeoutError, AsyncWaitOperator
-from epochal.runtime.events import CheckpointBarrier, EndOfPartition, Watermark
+from epochal.runtime.operators.async_io import IN_FLIGHT_STATE, AsyncTimeoutError, AsyncWaitOperator
+from epochal.runtime.operators.inband import CheckpointBarrier, EndOfPartition, Watermark
 from epochal.testing import OperatorHarness, run_locally
 
 MODES = ["async", "thread"]

@@ -1,142 +1,141 @@
-"""The barrier handler as a state machine: block, buffer, release order, abort by newer barrier or timeout."""
+"""The barrier machines fed event sequences, compared with exact output lists: alignment
+(block, release order, abort by a newer barrier or by the coordinator, aborted checkpoints
+remembered), at-least-once tracking, and a loop head's back-edge logs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epochal.runtime.barriers import BarrierHandler
+from epochal.runtime.checkpointing.barriers import (
+    Aborted,
+    Aligned,
+    BackEdgeLogs,
+    BarrierAligner,
+    BarrierState,
+    BarrierTracker,
+    Block,
+    LogClosed,
+    Release,
+)
+from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
+
+A, B, C = 0, 1, 2
 
 
-@dataclass(eq=False)
-class Input:
-    name: str
-    blocked: bool = False
-    ended: bool = False
-
-
-def make(aligned=True, n=3):
-    inputs = [Input(f"in{i}") for i in range(n)]
-    log = []
-    handler = BarrierHandler(inputs, aligned,
-                             on_aligned=lambda cid, t: log.append(("aligned", cid, [i.blocked for i in inputs])),
-                             on_aborted=lambda cid, why: log.append(("aborted", cid)))
-    return handler, inputs, log
-
-
-def test_aligned_blocks_each_input_until_all_delivered_then_releases_all():
-    handler, (a, b, c), log = make()
-    handler.on_barrier(a, 1)
-    assert (a.blocked, b.blocked, c.blocked) == (True, False, False)
-    handler.on_barrier(c, 1)
-    assert (a.blocked, b.blocked, c.blocked) == (True, False, True)
-    assert log == []
-    handler.on_barrier(b, 1)
+def test_aligned_blocks_each_input_until_all_delivered_then_snapshots_and_releases_all():
+    aligner = BarrierAligner([A, B, C])
+    assert aligner.on_barrier(A, 1, now=10.0) == [Block(A)]
+    assert aligner.state is BarrierState.ALIGNING and aligner.pending == 1
+    assert aligner.on_barrier(C, 1, now=10.5) == [Block(C)]
     # the snapshot is taken while every input is still blocked, then all are released
-    assert log == [("aligned", 1, [True, True, True])]
-    assert not any(i.blocked for i in (a, b, c))
+    assert aligner.on_barrier(B, 1, now=12.0) == [Block(B), Aligned(1, 2.0), Release((A, B, C))]
+    assert aligner.state is BarrierState.WAITING and aligner.pending is None
 
 
 def test_at_least_once_never_blocks():
-    handler, (a, b, c), log = make(aligned=False)
-    for channel in (a, b, c):
-        handler.on_barrier(channel, 1)
-        assert not channel.blocked
-    assert log == [("aligned", 1, [False, False, False])]
+    tracker = BarrierTracker([A, B, C])
+    assert tracker.on_barrier(A, 1, 0.0) == []
+    assert tracker.on_barrier(B, 1, 0.0) == []
+    assert tracker.on_barrier(C, 1, 1.0) == [Aligned(1, 1.0)]
 
 
-def test_newer_barrier_aborts_the_pending_checkpoint():
-    handler, (a, b, c), log = make()
-    handler.on_barrier(a, 1)
-    handler.on_barrier(b, 2)
-    assert log == [("aborted", 1)]
-    assert not a.blocked and b.blocked
-    handler.on_barrier(a, 2)
-    handler.on_barrier(c, 2)
-    assert log[-1][:2] == ("aligned", 2)
-    handler.on_barrier(c, 1)  # late barrier of the aborted checkpoint: ignored
-    assert not c.blocked and log[-1][:2] == ("aligned", 2)
+def test_a_newer_barrier_aborts_the_pending_checkpoint_and_its_late_barriers_start_nothing():
+    aligner = BarrierAligner([A, B, C])
+    aligner.on_barrier(A, 1, 0.0)
+    assert aligner.on_barrier(B, 2, 0.0) == [Release((A,)), Aborted(1, "barrier 2 arrived before 1 was aligned"),
+                                             Block(B)]
+    assert aligner.on_barrier(A, 2, 0.0) == [Block(A)]
+    assert aligner.on_barrier(C, 2, 1.0) == [Block(C), Aligned(2, 1.0), Release((A, B, C))]
+    assert aligner.on_barrier(C, 1, 2.0) == []  # a late barrier of the superseded checkpoint
 
 
-def test_coordinator_abort_releases_the_alignment():
-    handler, (a, b, c), log = make()
-    handler.on_barrier(a, 5)
-    handler.abort(5, "timeout")
-    assert log == [("aborted", 5)] and not a.blocked
-    handler.on_barrier(b, 5)  # stragglers of the aborted checkpoint start nothing
-    assert handler.pending is None and not b.blocked
+def test_the_coordinators_abort_releases_the_alignment_and_stragglers_start_nothing():
+    aligner = BarrierAligner([A, B, C])
+    aligner.on_barrier(A, 5, 0.0)
+    assert aligner.abort(5, "timeout") == [Release((A,)), Aborted(5, "timeout")]
+    assert aligner.on_barrier(B, 5, 0.0) == []
+    assert aligner.pending is None
+
+
+def test_a_barrier_that_comes_after_its_checkpoints_abort_is_never_aligned():
+    """The abort (from the JobMaster) may overtake the barrier (from an upstream worker). Before
+    the barrier machines remembered aborted checkpoints, such a late barrier blocked its input and
+    the checkpoint was aligned, snapshotted and uploaded although the coordinator had discarded
+    it (an orphaned upload in the checkpoint storage, and an input blocked for nothing)."""
+    aligner = BarrierAligner([A, B])
+    assert aligner.abort(5, "timed out") == []  # not pending here: remembered
+    assert aligner.on_barrier(A, 5, 0.0) == []  # not blocked
+    assert aligner.on_barrier(B, 5, 0.0) == []  # not aligned
+    assert aligner.on_barrier(A, 6, 1.0) == [Block(A)]  # the next checkpoint is unaffected
+    assert aligner.on_barrier(B, 6, 1.5) == [Block(B), Aligned(6, 0.5), Release((A, B))]
+    assert aligner.aborted == set()  # forgotten once a newer checkpoint aligned
+    tracker = BarrierTracker([A])
+    tracker.abort(3, "timed out")
+    assert tracker.on_barrier(A, 3, 0.0) == []
+
+
+def test_an_abort_of_another_checkpoint_leaves_the_pending_one_aligning():
+    aligner = BarrierAligner([A, B])
+    aligner.on_barrier(A, 4, 0.0)
+    assert aligner.abort(5, "timed out") == []
+    assert aligner.pending == 4
+    assert aligner.on_barrier(B, 4, 1.0) == [Block(B), Aligned(4, 1.0), Release((A, B))]
+    assert aligner.on_barrier(A, 5, 2.0) == []
 
 
 def test_ended_inputs_count_as_delivered():
-    handler, (a, b, c), log = make()
-    c.ended = True
-    handler.on_barrier(a, 1)
-    b.ended = True
-    handler.on_input_ended()
-    assert log == [("aligned", 1, [True, False, False])]
+    aligner = BarrierAligner([A, B, C])
+    assert aligner.on_input_ended(C, 0.0) == []
+    aligner.on_barrier(A, 1, 0.0)
+    assert aligner.on_input_ended(B, 3.0) == [Aligned(1, 3.0), Release((A,))]
 
 
-def test_release_reports_the_inputs_it_unblocked():
-    inputs = [Input(f"in{i}") for i in range(3)]
-    released = []
-    handler = BarrierHandler(inputs, True, on_aligned=lambda cid, t: None,
-                             on_released=lambda channels: released.append([c.name for c in channels]))
-    handler.on_barrier(inputs[0], 1)
-    handler.on_barrier(inputs[2], 1)
-    handler.abort(1, "timeout")
-    assert released == [["in0", "in2"]]
-    handler.on_barrier(inputs[1], 2)
-    inputs[0].ended = inputs[2].ended = True
-    handler.on_input_ended()
-    assert released == [["in0", "in2"], ["in1"]]
+def test_start_takes_a_checkpoint_only_once_every_input_ended():
+    aligner = BarrierAligner([A, B])
+    assert aligner.start(1, 0.0) == []
+    aligner.on_input_ended(A, 0.0)
+    aligner.on_input_ended(B, 0.0)
+    assert aligner.start(1, 1.0) == [Aligned(1, 0.0)]
+    assert aligner.start(1, 2.0) == []  # done
 
 
-def make_head(aligned=True):
-    """A loop head: two regular inputs and one back-edge (Algorithm 2)."""
-    regular, back = [Input("r0"), Input("r1")], Input("back")
-    log = []
-    handler = BarrierHandler(regular + [back], aligned,
-                             on_aligned=lambda cid, t: log.append(("snapshot", cid, back.blocked)),
-                             on_aborted=lambda cid, why: log.append(("aborted", cid)),
-                             back_edges=[back], on_loop_closed=lambda cid: log.append(("log complete", cid)))
-    return handler, regular, back, log
+def test_back_edge_logs_complete_in_order_when_the_barrier_returns_or_the_edge_ends():
+    logs = BackEdgeLogs([7])
+    assert logs.open(1) == []
+    assert logs.open(2) == []  # overlapping logs of consecutive checkpoints
+    assert logs.on_barrier(7, 2) == []  # 1 is older and still open
+    assert logs.on_barrier(7, 1) == [LogClosed(1), LogClosed(2)]
+    logs.open(3)
+    logs.abort(3)
+    assert logs.owing == {}
+    logs.open(4)
+    assert logs.on_input_ended(7) == [LogClosed(4)]
+    assert logs.open(5) == [LogClosed(5)]  # an ended back-edge owes nothing
 
 
-def test_a_head_snapshots_once_its_regular_inputs_aligned_without_waiting_for_the_back_edge():
-    handler, (r0, r1), back, log = make_head()
-    handler.on_barrier(r0, 1)
-    handler.on_barrier(r1, 1)
-    assert log == [("snapshot", 1, False)]  # never blocked, never awaited: no deadlock
-    assert handler.logging == {1: {id(back)}}  # recording the back-edge until barrier 1 returns
-    handler.on_barrier(r0, 2)
-    handler.on_barrier(r1, 2)
-    assert 2 in handler.logging  # overlapping logs of consecutive checkpoints
-    handler.on_barrier(back, 1)
-    handler.on_barrier(back, 2)
-    assert log[1:] == [("snapshot", 2, False), ("log complete", 1), ("log complete", 2)]
-    assert not handler.logging
+@dataclass(eq=False)
+class Channel:
+    id: int
+    back_edge: bool = False
+    blocked: bool = False
 
 
-def test_a_head_whose_regular_inputs_ended_starts_checkpoints_itself_and_a_closed_back_edge_completes_logs():
-    handler, (r0, r1), back, log = make_head()
-    handler.start(1)
-    assert log == []  # regular inputs still open: the barrier will bring it
-    r0.ended = r1.ended = True
-    handler.start(1)
-    assert log == [("snapshot", 1, False)] and 1 in handler.logging
-    handler.abort(1, "timeout")
-    assert not handler.logging
-    handler.start(2)
-    back.ended = True
-    handler.on_input_ended()
-    assert log[-2:] == [("snapshot", 2, False), ("log complete", 2)]
-
-
-def test_aborting_one_checkpoint_leaves_an_older_log_recording():
-    handler, (r0, r1), back, log = make_head()
-    handler.on_barrier(r0, 1)
-    handler.on_barrier(r1, 1)  # log 1 recording
-    handler.on_barrier(r0, 2)  # alignment of 2 pending
-    handler.abort(2, "alignment buffered too much")
-    assert 1 in handler.logging
-    handler.on_barrier(back, 1)
+def test_the_subtask_driver_blocks_releases_and_opens_a_loop_heads_log_after_its_snapshot():
+    r0, r1, back = Channel(0), Channel(1), Channel(2, back_edge=True)
+    log: list = []
+    clock = iter([0.0, 0.5, 1.0, 2.0, 3.0])
+    barriers = SubtaskBarriers([r0, r1, back], aligned=True,
+                               on_aligned=lambda cid, secs: log.append(("snapshot", cid, secs, r0.blocked)),
+                               on_released=lambda channels: log.append(("released", [c.id for c in channels])),
+                               on_loop_closed=lambda cid: log.append(("log complete", cid)),
+                               clock=lambda: next(clock))
+    barriers.on_barrier(r0, 1)
+    assert r0.blocked and not back.blocked
+    barriers.on_barrier(r1, 1)  # never waits for the back-edge: no deadlock
+    assert log == [("snapshot", 1, 0.5, True), ("released", [0, 1])]
+    assert not r0.blocked and not r1.blocked
+    barriers.on_barrier(back, 1)
     assert log[-1] == ("log complete", 1)
+    barriers.abort(2, "timeout")
+    barriers.on_barrier(r0, 2)
+    assert not r0.blocked  # an aborted checkpoint's late barrier

@@ -17,8 +17,8 @@ from epochal.cec.aggregate import WindowAggregate
 from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.policy import CecSettings
 from epochal.cec.tuples import encode_items, logged_frame, window_frame_meta
-from epochal.runtime.aggregates import AvgFunction, CountFunction, MaxFunction, MinFunction, SumFunction
-from epochal.runtime.window_assigners import CountWindows, TimeWindows
+from epochal.runtime.operators.aggregates import AvgFunction, CountFunction, MaxFunction, MinFunction, SumFunction
+from epochal.runtime.windows.shapes import CountWindows, TimeWindows
 
 
 class Members:

@@ -10,8 +10,8 @@ import pytest
 
 from epochal.api.environment import Environment
 from epochal.cec.coordination import CecCoordination
-from epochal.cec.messages import FinishJob, Rejoined, Resumed, StageDone
 from epochal.cec.plan import build_stages, targets_of
+from epochal.cec.protocol import FinishJob, Rejoined, Resumed, StageDone
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
 from epochal.cec.tuples import item_seq
@@ -31,7 +31,7 @@ from epochal.errors import PlanError
 from epochal.messages import Deploy, KindCommand, KindReport, Processing, Ready, Shutdown, Start
 from epochal.plan.execution import build_execution_graph
 from epochal.plan.partitioners import KeyGroupPartitioner, RebalancePartitioner
-from epochal.runtime.worker_events import Send, StopWorker, Tick
+from epochal.runtime.host.events import Send, StopWorker, Tick
 
 
 # ---------------------------------------------------------------- OutputChannels
@@ -96,17 +96,21 @@ def test_a_replacement_reports_its_rebuild_and_a_silent_jobmaster_stops_it():
 
 
 # ---------------------------------------------------------------- the coordinator
+def report(coordination: CecCoordination, worker: int, payload, now: float) -> list:
+    return coordination.on_message(worker, KindReport(worker, payload), now, now, True)
+
+
 def test_the_coordinator_replaces_lost_workers_and_finishes_when_all_are_done():
     coordination = CecCoordination(3)
-    assert coordination.on_report(0, StageDone(0), 1.0) == []
+    assert report(coordination, 0, StageDone(0), 1.0) == []
     assert coordination.worker_lost(0, 2.0) == [ReplaceWorker(0)]  # done, then lost: must be done again
     coordination.worker_rejoined(0, 2.5)
-    coordination.on_report(0, Rejoined(0, {"load_s": 0.1}), 2.6)
-    coordination.on_report(0, Resumed(0), 2.7)
+    report(coordination, 0, Rejoined(0, {"load_s": 0.1}), 2.6)
+    report(coordination, 0, Resumed(0), 2.7)
     assert coordination.history == [{"worker": 0, "lost": 2.0, "ready": 2.5, "rebuilt": 2.6,
                                      "phases": {"load_s": 0.1}, "resumed": 2.7}]
-    assert coordination.on_report(1, StageDone(1), 3.0) == [] and coordination.on_report(2, StageDone(2), 3.0) == []
-    assert coordination.on_report(0, StageDone(0), 4.0) == [FinishJob()]
+    assert report(coordination, 1, StageDone(1), 3.0) == [] and report(coordination, 2, StageDone(2), 3.0) == []
+    assert report(coordination, 0, StageDone(0), 4.0) == [KindCommand(FinishJob())]
 
 
 # ---------------------------------------------------------------- the sink's commit log

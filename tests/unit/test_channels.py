@@ -9,8 +9,8 @@ import pytest
 
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.plan.partitioners import BroadcastPartitioner, CustomPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from epochal.runtime import protocol
-from epochal.runtime.channels import OutputChannel
+from epochal.runtime.dataplane.channels import OutputChannel
+from epochal.runtime.host import frames as protocol
 
 
 class RecordingTransport:

@@ -1,7 +1,9 @@
 """The checkpoint coordinator and its parts, driven by event sequences without Spark: trigger,
 all acks, late ack, duplicate ack, decline, timeout, abort by a newer checkpoint, abort on a job
-failure, retention, statistics. A real CheckpointStorage on tmp_path; every call returns the
-messages to broadcast, and the tests check them."""
+failure, a failed metadata write, retention, statistics. The coordinator is pure: every call
+returns the messages to broadcast and the checkpoint I/O to do; the tests carry the I/O out as the
+JobMaster's driver does (``CheckpointFiles`` on a real CheckpointStorage in tmp_path, a written
+checkpoint answered with ``on_written``) and check the messages."""
 
 from __future__ import annotations
 
@@ -17,6 +19,13 @@ from epochal.control.checkpointing import (
     CheckpointFailureManager,
     PendingCheckpoint,
 )
+from epochal.control.checkpointing.files import (
+    CheckpointFiles,
+    DeleteCheckpoints,
+    DiscardCheckpoint,
+    RecordStats,
+    WriteCheckpoint,
+)
 from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
 
@@ -26,10 +35,51 @@ STATS = {"bytes": 10, "alignment_s": 0.5, "sync_s": 0.1, "async_s": 0.2, "source
 
 def make(tmp_path, **config):
     options = {"interval": 1.0, "timeout": 10.0, "storage": str(tmp_path), **config}
+    storage = CheckpointStorage(str(tmp_path / "job"))
     return CheckpointCoordinator(
-        CheckpointConfig(**options), CheckpointStorage(str(tmp_path / "job")), "job",
+        CheckpointConfig(**options), storage, "job",
         subtasks=dict(SUBTASKS), vertex_parallelism={0: 1, 1: 2}, max_parallelism=128,
-        operators={"sum-0": {"name": "Sum", "kind": "sum"}})
+        operators={"sum-0": {"name": "Sum", "kind": "sum"}}, completed=storage.completed())
+
+
+FILES = CheckpointFiles()
+
+
+def carry_out(coordinator, outbox, now, fail_write=None):
+    """What the JobMaster does with an outbox: its driver carries out the I/O (a written checkpoint
+    is answered with ``on_written``; ``fail_write`` makes the write fail); the messages for the
+    workers, in order, are returned."""
+    messages = []
+    for item in outbox:
+        if isinstance(item, WriteCheckpoint):
+            error = fail_write or FILES.write(item)
+            answer = coordinator.on_written(item.checkpoint_id, now) if error is None \
+                else coordinator.on_write_failed(item.checkpoint_id, error, now)[1]
+            messages += carry_out(coordinator, answer, now)
+        elif isinstance(item, DeleteCheckpoints):
+            FILES.delete(item)
+        elif isinstance(item, DiscardCheckpoint):
+            FILES.discard(item)
+        elif isinstance(item, RecordStats):
+            FILES.record_stats(item)
+        else:
+            messages.append(item)
+    return messages
+
+
+def on_ack(coordinator, message, now):
+    result, outbox = coordinator.on_ack(message, now)
+    return result, carry_out(coordinator, outbox, now)
+
+
+def on_decline(coordinator, message, now):
+    tolerable, outbox = coordinator.on_decline(message, now)
+    return tolerable, carry_out(coordinator, outbox, now)
+
+
+def check_timeouts(coordinator, now):
+    tolerable, outbox = coordinator.check_timeouts(now)
+    return tolerable, carry_out(coordinator, outbox, now)
 
 
 def ack(checkpoint_id, vertex, subtask, records=0, **stats):
@@ -42,7 +92,7 @@ def ack_all(coordinator, checkpoint_id, now, records=0):
     """Every subtask acknowledges: (what each ack did, every message the acks asked to broadcast)."""
     results, sent = [], []
     for v, s in SUBTASKS:
-        result, messages = coordinator.on_ack(ack(checkpoint_id, v, s, records if v == 0 else 0), now)
+        result, messages = on_ack(coordinator, ack(checkpoint_id, v, s, records if v == 0 else 0), now)
         results.append(result)
         sent += messages
     return results, sent
@@ -91,24 +141,24 @@ def test_all_acks_complete_write_metadata_notify_and_abort_older_pending(tmp_pat
 def test_completion_waits_for_the_last_ack(tmp_path):
     coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_ack(ack(1, 0, 0), 1.0) == (AckResult.SUCCESS, [])
-    assert coordinator.on_ack(ack(1, 1, 0), 1.0) == (AckResult.SUCCESS, [])  # no CheckpointComplete yet
+    assert on_ack(coordinator, ack(1, 0, 0), 1.0) == (AckResult.SUCCESS, [])
+    assert on_ack(coordinator, ack(1, 1, 0), 1.0) == (AckResult.SUCCESS, [])  # no CheckpointComplete yet
     assert coordinator.latest_completed is None and coordinator.storage.completed() == []
-    assert coordinator.on_ack(ack(1, 1, 1), 1.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
+    assert on_ack(coordinator, ack(1, 1, 1), 1.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
 
 
 def test_late_ack_of_an_aborted_checkpoint_is_unknown_and_ignored(tmp_path):
     coordinator = make(tmp_path, tolerable_failures=5)
     coordinator.trigger(0.0, 0.0)
-    coordinator.on_decline(Decline(1, worker=0, reason="disk full"), 1.0)
-    assert [coordinator.on_ack(ack(1, v, s), 2.0) for v, s in SUBTASKS] == [(AckResult.UNKNOWN, [])] * 3
+    on_decline(coordinator, Decline(1, worker=0, reason="disk full"), 1.0)
+    assert [on_ack(coordinator, ack(1, v, s), 2.0) for v, s in SUBTASKS] == [(AckResult.UNKNOWN, [])] * 3
     assert coordinator.latest_completed is None and coordinator.storage.completed() == []
 
 
 def test_ack_of_an_unexpected_subtask_is_unknown(tmp_path):
     coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_ack(ack(1, 7, 0), 1.0) == (AckResult.UNKNOWN, [])
+    assert on_ack(coordinator, ack(1, 7, 0), 1.0) == (AckResult.UNKNOWN, [])
     assert coordinator.pending[1].acks == {}
 
 
@@ -116,13 +166,13 @@ def test_duplicate_ack_is_ignored_and_never_completes_twice(tmp_path):
     coordinator = make(tmp_path)
     coordinator.trigger(0.0, 0.0)
     first = ack(1, 1, 0, bytes=1)
-    assert coordinator.on_ack(first, 1.0) == (AckResult.SUCCESS, [])
-    assert coordinator.on_ack(ack(1, 1, 0, bytes=99), 1.0) == (AckResult.DUPLICATE, [])
+    assert on_ack(coordinator, first, 1.0) == (AckResult.SUCCESS, [])
+    assert on_ack(coordinator, ack(1, 1, 0, bytes=99), 1.0) == (AckResult.DUPLICATE, [])
     assert coordinator.pending[1].acks[(1, 0)] is first  # the first ack counts
     assert coordinator.latest_completed is None  # a duplicate does not stand in for a missing ack
-    assert coordinator.on_ack(ack(1, 0, 0), 2.0) == (AckResult.SUCCESS, [])
-    assert coordinator.on_ack(ack(1, 1, 1), 2.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
-    assert coordinator.on_ack(ack(1, 1, 1), 2.0) == (AckResult.UNKNOWN, [])  # after completion: no second one
+    assert on_ack(coordinator, ack(1, 0, 0), 2.0) == (AckResult.SUCCESS, [])
+    assert on_ack(coordinator, ack(1, 1, 1), 2.0) == (AckResult.SUCCESS, [CheckpointComplete(1)])
+    assert on_ack(coordinator, ack(1, 1, 1), 2.0) == (AckResult.UNKNOWN, [])  # after completion: no second one
     assert coordinator.completed == [1]
     assert [s["status"] for s in coordinator.stats] == ["completed"]
 
@@ -143,35 +193,35 @@ def test_decline_aborts_counts_a_failure_and_signals_past_tolerance(tmp_path):
     coordinator.trigger(0.0, 0.0)
     coordinator.storage.write_file(1, "partial", b"x")  # an upload that did happen
     assert (tmp_path / "job" / "chk-1").exists()
-    assert coordinator.on_decline(Decline(1, worker=2, reason="upload failed"), 1.0) == (True, [CheckpointAbort(1)])
+    assert on_decline(coordinator, Decline(1, worker=2, reason="upload failed"), 1.0) == (True, [CheckpointAbort(1)])
     assert 1 not in coordinator.pending
     assert coordinator.consecutive_failures == 1
     assert not (tmp_path / "job" / "chk-1").exists()  # what it wrote is deleted
     assert coordinator.stats[-1]["reason"] == "declined by worker 2: upload failed"
     coordinator.trigger(2.0, 0.0)
-    assert coordinator.on_decline(Decline(2, worker=0, reason="again"), 3.0) == (False, [CheckpointAbort(2)])
+    assert on_decline(coordinator, Decline(2, worker=0, reason="again"), 3.0) == (False, [CheckpointAbort(2)])
     # a decline of a checkpoint no longer pending changes nothing (and signals nothing again)
-    assert coordinator.on_decline(Decline(1, worker=0, reason="late"), 4.0) == (True, [])
+    assert on_decline(coordinator, Decline(1, worker=0, reason="late"), 4.0) == (True, [])
     assert coordinator.consecutive_failures == 2
 
 
 def test_a_completed_checkpoint_resets_the_failure_count(tmp_path):
     coordinator = make(tmp_path, tolerable_failures=1)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.on_decline(Decline(1, worker=0, reason="x"), 1.0)[0]
+    assert on_decline(coordinator, Decline(1, worker=0, reason="x"), 1.0)[0]
     coordinator.trigger(2.0, 0.0)
     ack_all(coordinator, 2, 3.0)
     assert coordinator.consecutive_failures == 0
     coordinator.trigger(4.0, 0.0)
-    assert coordinator.on_decline(Decline(3, worker=0, reason="y"), 5.0)[0] is True
+    assert on_decline(coordinator, Decline(3, worker=0, reason="y"), 5.0)[0] is True
 
 
 def test_timeout_aborts_and_counts(tmp_path):
     coordinator = make(tmp_path, timeout=10.0, tolerable_failures=0)
     coordinator.trigger(0.0, 0.0)
-    assert coordinator.check_timeouts(10.0) == (True, [])  # not past the timeout yet
+    assert check_timeouts(coordinator, 10.0) == (True, [])  # not past the timeout yet
     assert 1 in coordinator.pending
-    assert coordinator.check_timeouts(10.5) == (False, [CheckpointAbort(1)])  # aborted, and 1 > 0 tolerated
+    assert check_timeouts(coordinator, 10.5) == (False, [CheckpointAbort(1)])  # aborted, and 1 > 0 tolerated
     assert coordinator.pending == {}
     entry = coordinator.stats[-1]
     assert entry == {"checkpoint_id": 1, "status": "aborted", "reason": "timed out after 10 s",
@@ -187,7 +237,7 @@ def test_abort_by_a_newer_completed_checkpoint_is_not_a_failure(tmp_path):
     assert list(coordinator.pending) == [3]  # the newer one still runs
     assert [(s["checkpoint_id"], s["status"], s.get("reason")) for s in coordinator.stats] == [
         (1, "aborted", "a newer checkpoint completed"), (2, "completed", None)]
-    assert coordinator.on_ack(ack(1, 0, 0), 4.0) == (AckResult.UNKNOWN, [])
+    assert on_ack(coordinator, ack(1, 0, 0), 4.0) == (AckResult.UNKNOWN, [])
     ack_all(coordinator, 3, 5.0)
     assert coordinator.completed == [3]
 
@@ -196,12 +246,13 @@ def test_abort_all_on_a_job_failure_is_not_a_failure(tmp_path):
     coordinator = make(tmp_path, max_concurrent=2, tolerable_failures=0)
     coordinator.trigger(0.0, 0.0)
     coordinator.trigger(1.0, 0.0)
-    assert coordinator.abort_all("job attempt 0 failed", 4.0) == [CheckpointAbort(1), CheckpointAbort(2)]
+    outbox = coordinator.abort_all("job attempt 0 failed", 4.0)
+    assert carry_out(coordinator, outbox, 4.0) == [CheckpointAbort(1), CheckpointAbort(2)]
     assert coordinator.pending == {}
     assert coordinator.consecutive_failures == 0
     assert [s["reason"] for s in coordinator.stats] == ["job attempt 0 failed"] * 2
     assert coordinator.stats[0]["duration_s"] == 4.0
-    assert coordinator.check_timeouts(100.0) == (True, [])
+    assert check_timeouts(coordinator, 100.0) == (True, [])
 
 
 def test_retention_deletes_the_oldest_beyond_retained_never_the_latest(tmp_path):
@@ -232,9 +283,9 @@ def test_source_records_accumulate_over_attempts(tmp_path):
 def test_statistics_of_a_completed_checkpoint_in_memory_and_jsonl(tmp_path):
     coordinator = make(tmp_path)
     coordinator.trigger(1.0, 500.0)
-    coordinator.on_ack(ack(1, 0, 0, buffered_bytes=3), 1.5)
-    coordinator.on_ack(ack(1, 1, 0, alignment_s=2.0, spilled_bytes=4), 1.5)
-    coordinator.on_ack(ack(1, 1, 1, loop_log_records=6, async_s=0.9), 3.0)
+    on_ack(coordinator, ack(1, 0, 0, buffered_bytes=3), 1.5)
+    on_ack(coordinator, ack(1, 1, 0, alignment_s=2.0, spilled_bytes=4), 1.5)
+    on_ack(coordinator, ack(1, 1, 1, loop_log_records=6, async_s=0.9), 3.0)
     [entry] = coordinator.stats_snapshot()
     assert {k: v for k, v in entry.items() if k != "subtasks"} == {
         "checkpoint_id": 1, "status": "completed", "trigger_time": 500.0, "duration_s": 2.0, "bytes": 30,
@@ -242,14 +293,40 @@ def test_statistics_of_a_completed_checkpoint_in_memory_and_jsonl(tmp_path):
         "alignment_spilled_bytes": 4, "loop_log_records": 6}
     assert set(entry["subtasks"]) == {"0/0", "1/0", "1/1"}
     coordinator.trigger(4.0, 0.0)
-    coordinator.check_timeouts(20.0)
+    check_timeouts(coordinator, 20.0)
     lines = (tmp_path / "job" / "checkpoint_stats.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == coordinator.stats_snapshot()
     assert coordinator.stats_snapshot() is not coordinator.stats
 
 
+def test_the_last_ack_asks_for_the_metadata_and_only_its_write_completes_the_checkpoint(tmp_path):
+    coordinator = make(tmp_path)
+    coordinator.trigger(0.0, 100.0)
+    coordinator.on_ack(ack(1, 0, 0), 1.0)
+    coordinator.on_ack(ack(1, 1, 0), 1.0)
+    result, [write] = coordinator.on_ack(ack(1, 1, 1), 1.0)
+    assert result is AckResult.SUCCESS and isinstance(write, WriteCheckpoint) and write.checkpoint_id == 1
+    assert coordinator.latest_completed is None and coordinator.storage.completed() == []  # nothing done yet
+    assert coordinator.maybe_trigger(50.0, 0.0) == []  # a checkpoint being written still counts as running
+    FILES.write(write)
+    outbox = coordinator.on_written(1, 1.5)
+    assert [type(o) for o in outbox] == [CheckpointComplete, RecordStats]
+    assert coordinator.latest_completed == 1 and coordinator.storage.completed() == [1]
+
+
+def test_a_failed_metadata_write_aborts_the_checkpoint_and_counts_as_a_failure(tmp_path):
+    coordinator = make(tmp_path, tolerable_failures=0)
+    coordinator.trigger(0.0, 0.0)
+    outbox = [o for v, s in SUBTASKS for o in coordinator.on_ack(ack(1, v, s), 1.0)[1]]
+    assert carry_out(coordinator, outbox, 1.0, fail_write="OSError: no space left") == [CheckpointAbort(1)]
+    assert coordinator.latest_completed is None and coordinator.consecutive_failures == 1
+    assert coordinator.stats[-1]["reason"] == "its metadata could not be written: OSError: no space left"
+    assert not coordinator.failures.tolerable
+
+
 @pytest.mark.parametrize(("kind", "counted"), [(AbortKind.DECLINED, True), (AbortKind.TIMED_OUT, True),
-                                                (AbortKind.SUPERSEDED, False), (AbortKind.JOB_FAILED, False)])
+                                                (AbortKind.WRITE_FAILED, True), (AbortKind.SUPERSEDED, False),
+                                                (AbortKind.JOB_FAILED, False)])
 def test_failure_manager_counts_only_declines_and_timeouts(kind, counted):
     manager = CheckpointFailureManager(tolerable_failures=0)
     assert manager.on_aborted(kind) is not counted

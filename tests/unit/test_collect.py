@@ -12,9 +12,9 @@ import pytest
 
 from epochal.api.functions import RuntimeContext
 from epochal.connectors.memory import CollectSink
-from epochal.control.collect import CollectLedger
+from epochal.dataflow.collect import CollectLedger
 from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
-from epochal.runtime.operators import SinkOperator
+from epochal.runtime.operators.base import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 
 

@@ -12,7 +12,7 @@ import pytest
 from epochal.control.inbox import Disconnected, Received
 from epochal.control.server import ControlServer
 from epochal.messages import Heartbeat, Ready, Start
-from epochal.runtime import protocol
+from epochal.runtime.host import frames as protocol
 
 TOKEN = b"t" * protocol.TOKEN_BYTES
 

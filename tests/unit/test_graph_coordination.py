@@ -1,16 +1,41 @@
 """The graph job's coordinator on the JobMaster (no Spark): the barrier's commands, checkpoint
-chains of full and delta files, the metadata a restore reads, and resuming after a restart."""
+chains of full and delta files, the metadata a restore reads (written by the driver's
+``CheckpointFiles``, as the JobMaster does), and resuming after a restart."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from epochal.control.checkpointing.files import CheckpointFiles, WriteCheckpoint
 from epochal.graph import checkpoints
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import StepReport
 from epochal.graph.program import StepResult, VectorProgram
 from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepDone
+from epochal.messages import KindCommand, KindReport
 from epochal.state.storage import CheckpointStorage
+
+FILES = CheckpointFiles()
+
+
+def carried_out(outputs: list) -> list:
+    """What the JobMaster does with the coordinator's outputs: checkpoint metadata written by its
+    driver; the commands for every worker, as they read them."""
+    commands = []
+    for output in outputs:
+        if isinstance(output, WriteCheckpoint):
+            assert FILES.write(output) is None
+        else:
+            commands.append(output.payload if isinstance(output, KindCommand) else output)
+    return commands
+
+
+def report(coordination: GraphCoordination, worker: int, payload, now: float) -> list:
+    return carried_out(coordination.on_message(worker, KindReport(worker, payload), now, now, True))
+
+
+def started(coordination: GraphCoordination, now: float) -> list:
+    return carried_out(coordination.started(now, now))
 
 
 class Ten(VectorProgram):
@@ -30,7 +55,7 @@ def finish(coordination: GraphCoordination, n: int, checkpoint: bool, full: bool
     for worker in (0, 1):
         file = handle(n * 10 + worker) if checkpoint else None
         done = SuperstepDone(StepReport(n, 1, 1, {"total": worker + 1}), file, full)
-        out = coordination.on_report(worker, done, now)
+        out = report(coordination, worker, done, now)
     return out
 
 
@@ -38,7 +63,7 @@ def test_checkpoints_every_k_supersteps_with_a_full_one_every_n(tmp_path):
     storage = CheckpointStorage(str(tmp_path))
     coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=2, full_every=2)
     assert coordination.restore_request(0).checkpoint_id is None
-    assert coordination.started(0.0) == [RunSuperstep(0, {}, True, True)]  # the first checkpoint is full
+    assert started(coordination, 0.0) == [RunSuperstep(0, {}, True, True)]  # the first checkpoint is full
     assert finish(coordination, 0, True, True) == [RunSuperstep(1, {"total": 3}, False, False)]
     assert coordination.latest_checkpoint == 0
     assert finish(coordination, 1, False) == [RunSuperstep(2, {"total": 3}, True, False)]
@@ -56,21 +81,21 @@ def test_checkpoints_every_k_supersteps_with_a_full_one_every_n(tmp_path):
 def test_a_new_attempt_restores_the_latest_checkpoint_and_resumes_after_it(tmp_path):
     storage = CheckpointStorage(str(tmp_path))
     coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=3)
-    coordination.started(0.0)
+    started(coordination, 0.0)
     for n in range(5):
         finish(coordination, n, n % 3 == 0, n == 0)
     # worker 0 wrote superstep 6's file, then the attempt failed: 6 never completed
-    coordination.on_report(0, SuperstepDone(StepReport(5, 1, 1), None), 0.0)
-    coordination.new_attempt()
+    report(coordination, 0, SuperstepDone(StepReport(5, 1, 1), None), 0.0)
+    coordination.new_attempt(1)
     request = coordination.restore_request(1)
     assert (request.storage, request.checkpoint_id) == (storage, 3)
-    assert coordination.started(1.0) == [RunSuperstep(4, {"total": 3}, False, False)]
+    assert started(coordination, 1.0) == [RunSuperstep(4, {"total": 3}, False, False)]
     assert coordination.restores == [3]
 
 
 def test_without_storage_nothing_is_checkpointed_and_the_bound_halts():
     coordination = GraphCoordination("job", Ten(), 2)
-    assert coordination.started(0.0) == [RunSuperstep(0, {}, False, False)]
+    assert started(coordination, 0.0) == [RunSuperstep(0, {}, False, False)]
     for n in range(10):
         finish(coordination, n, False)
     assert finish(coordination, 10, False) == [Halt(10, "reached the bound of 10 supersteps")]
@@ -80,10 +105,10 @@ def test_without_storage_nothing_is_checkpointed_and_the_bound_halts():
 
 def test_each_superstep_keeps_when_every_worker_reported_and_where_its_time_went():
     coordination = GraphCoordination("job", Ten(), 2)
-    coordination.started(1.0)
+    started(coordination, 1.0)
     phases = {"compute": 0.25, "send": 0.125, "commit": 0.0625}
-    coordination.on_report(1, SuperstepDone(StepReport(0, 1, 1, phases=phases)), 1.5)
-    coordination.on_report(0, SuperstepDone(StepReport(0, 1, 1, phases={"compute": 0.5})), 2.0)
+    report(coordination, 1, SuperstepDone(StepReport(0, 1, 1, phases=phases)), 1.5)
+    report(coordination, 0, SuperstepDone(StepReport(0, 1, 1, phases={"compute": 0.5})), 2.0)
     first = coordination.timings[0]
     assert (first["started"], first["completed"]) == (1.0, 2.0)
     assert first["workers"] == {1: {"reported": 1.5, **phases}, 0: {"reported": 2.0, "compute": 0.5}}

@@ -11,7 +11,7 @@ from epochal.graph.engine import VectorEngine
 from epochal.graph.local import run_locally
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.partition import build_partitions
-from epochal.graph.partitioning import hash_partition, partition, replication_factor
+from epochal.graph.placement import hash_partition, partition, replication_factor
 from epochal.graph.program import StepResult, SuperstepContext, VectorProgram, VertexProgram
 from epochal.graph.supersteps import Halt, RunSuperstep, SuperstepCoordinator
 

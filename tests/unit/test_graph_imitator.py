@@ -16,7 +16,7 @@ from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import make_engine
 from epochal.graph.local import program_layout, run_locally
 from epochal.graph.model import Graph
-from epochal.graph.partitioning import partition
+from epochal.graph.placement import partition
 from epochal.graph.program import SuperstepContext
 from epochal.graph.recovery import (
     ReplicationSettings,
@@ -26,10 +26,10 @@ from epochal.graph.recovery import (
     rebirth_batches,
     responsible_for,
 )
-from epochal.graph.replicas import replicated_partitions
-from epochal.graph.replication import ReplicaRecovery
+from epochal.graph.replica_plan import replicated_partitions
+from epochal.graph.replica_recovery import ReplicaRecovery
 from epochal.graph.supersteps import FinishRecovery, Halt, Recover, Recovered, RecoveryPrepared, RunSuperstep
-from epochal.messages import Failed
+from epochal.messages import Failed, KindCommand, KindReport
 
 
 def random_graph(n: int = 400, m: int = 1600, seed: int = 5, weighted: bool = False, directed: bool = True) -> Graph:
@@ -39,6 +39,16 @@ def random_graph(n: int = 400, m: int = 1600, seed: int = 5, weighted: bool = Fa
     ids = np.arange(n + 10, dtype=np.int64) * 3 + 11  # ten isolated vertices
     weights = rng.uniform(0.5, 3.0, edges.shape[0]) if weighted else None
     return Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids, weights=weights, directed=directed)
+
+
+def unwrap(outputs: list[Any]) -> list[Any]:
+    """A coordinator's outputs with the commands for every worker unwrapped (as workers read them)."""
+    return [o.payload if isinstance(o, KindCommand) else o for o in outputs]
+
+
+def report(coordination: GraphCoordination, worker: int, payload: Any, now: float) -> list[Any]:
+    """Worker ``worker`` reports ``payload`` while the job runs; the coordinator's unwrapped answer."""
+    return unwrap(coordination.on_message(worker, KindReport(worker, payload), now, now, True))
 
 
 class Harness:
@@ -77,9 +87,9 @@ class Harness:
         commands: list[Any] = []
         for w in lost:  # (a later Recover supersedes an earlier one)
             del self.engines[w]
-            for item in self.coordination.worker_lost(w, 1.0):
+            for item in unwrap(self.coordination.worker_lost(w, 1.0)):
                 if isinstance(item, ReplaceWorker):
-                    commands += self.coordination.worker_rejoined(item.worker, 2.0)
+                    commands += unwrap(self.coordination.worker_rejoined(item.worker, 2.0))
                 elif isinstance(item, Failed):
                     self.failures.append(item)
                 elif not isinstance(item, RetireWorker):
@@ -93,7 +103,7 @@ class Harness:
             # else the mechanism is switched off: survivors keep what they committed of resume_at
         finish: list[Any] = []
         for w in sorted(set(self.engines) | (set(command.lost) if command.mode == "rebirth" else set())):
-            finish += self.coordination.on_report(w, RecoveryPrepared(command.epoch), 2.5)
+            finish += report(self.coordination, w, RecoveryPrepared(command.epoch), 2.5)
         assert finish == [FinishRecovery(command.epoch)]
         if command.mode == "rebirth":
             sent: dict[int, list[Any]] = {d: [] for d in command.lost}
@@ -118,11 +128,11 @@ class Harness:
                 self.engines[w].install(*migration_assemble(migration, incoming))
         out: list[Any] = []
         for w in sorted(self.engines):
-            out += self.coordination.on_report(w, Recovered(command.epoch), 3.0)
+            out += report(self.coordination, w, Recovered(command.epoch), 3.0)
         return out
 
     def run(self, lose_at: int | None = None, lost: tuple[int, ...] = (1,), after_barrier: bool = False) -> Any:
-        step: Any = self.coordination.started(0.0)[0]
+        step: Any = unwrap(self.coordination.started(0.0, 0.0))[0]
         while not isinstance(step, Halt):
             if isinstance(step, Recover):
                 [step] = self.recover(step)
@@ -137,7 +147,7 @@ class Harness:
             decision: list[Any] = []
             for w in sorted(reports):
                 from epochal.graph.supersteps import SuperstepDone
-                decision += self.coordination.on_report(w, SuperstepDone(reports[w]), 0.5)
+                decision += report(self.coordination, w, SuperstepDone(reports[w]), 0.5)
             [step] = decision
             at = step.superstep if isinstance(step, Halt) else step.superstep - 1
             if lose_at is not None and at == lose_at and after_barrier:

@@ -31,7 +31,7 @@ from epochal.graph.loading import (
 from epochal.graph.local import GraphResult, run_locally
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.output import GraphOutputError, format_lines, results_table, write_parquet, write_results
-from epochal.runtime.hooks import Fault
+from epochal.runtime.host.hooks import Fault
 
 BIG = 2**40
 REPEAT_REMEDY = ('list each edge once, or load with duplicates="drop" (command line: --drop-duplicate-edges) '

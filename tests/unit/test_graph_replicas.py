@@ -10,8 +10,8 @@ import pytest
 from epochal.errors import PlanError
 from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, computation_replicas
-from epochal.graph.partitioning import hash_partition
-from epochal.graph.replicas import balanced_choice, plan_replicas
+from epochal.graph.placement import hash_partition
+from epochal.graph.replica_plan import balanced_choice, plan_replicas
 
 
 def graph_with_internal_vertices(seed: int = 3) -> Graph:

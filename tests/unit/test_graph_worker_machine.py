@@ -38,8 +38,8 @@ from epochal.graph.worker_machine import (
     WriteOutput,
 )
 from epochal.messages import Cancel, Deploy, KindCommand, KindReport, Processing, Ready, Reject, Shutdown, Start
-from epochal.runtime.mailbox import JobMasterLost, PeerClosed
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
 
 DEPLOY = Deploy(b"graph", {0: ("h", 1), 1: ("h", 2), 2: ("h", 3)}, None)
 

@@ -10,16 +10,22 @@ import random
 import pytest
 
 from epochal.api.functions import RuntimeContext
-from epochal.control.checkpointing.store import CompletedCheckpointStore, shared_files_of
+from epochal.control.checkpointing.files import shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.runtime.aggregates import CountAggregate, FoldAggregate, ReduceAggregate, emit_key_value, emit_value
-from epochal.runtime.operators import KeyedReduceOperator
+from epochal.runtime.operators.aggregates import (
+    CountAggregate,
+    FoldAggregate,
+    ReduceAggregate,
+    emit_key_value,
+    emit_value,
+)
+from epochal.runtime.operators.base import KeyedReduceOperator
 from epochal.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.incremental import DELETED, BatchLog, SnapshotPlan, TrackedDict
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.storage import CheckpointStorage
-from tests.unit.snapshot_helpers import metadata, write_checkpoint
+from tests.unit.snapshot_helpers import CheckpointHistory, metadata, write_checkpoint
 from tests.unit.snapshot_helpers import restored as snapshot_restored
 
 MAX_P = 16
@@ -201,7 +207,7 @@ def test_retention_keeps_every_shared_file_a_retained_checkpoint_references(tmp_
     """Old checkpoints are removed as new ones complete; the newest always restores, and shared
     files go once no retained chain needs them (and an aborted checkpoint's at once)."""
     storage = CheckpointStorage(str(tmp_path))
-    store = CompletedCheckpointStore(storage, retained=2)
+    store = CheckpointHistory(storage, retained=2)
     subtask = Subtask(0, 1, storage, full_every=3)
     for checkpoint_id in range(1, 9):
         subtask.put(f"k{checkpoint_id % 5}", checkpoint_id)
@@ -212,10 +218,8 @@ def test_retention_keeps_every_shared_file_a_retained_checkpoint_references(tmp_
             continue
         _, handle = subtask.checkpoint(checkpoint_id)
         meta = metadata(UID, {0: handle})
-        store.write(checkpoint_id, meta)
-        store.add(checkpoint_id, 0)
+        store.complete(checkpoint_id, meta)
         subtask.backend.checkpoint_completed(checkpoint_id)
-        store.retain()
         referenced = set().union(*(shared_files_of(storage.read_metadata(c)) for c in store.completed))
         assert set(storage.shared_files()) == referenced  # nothing unreferenced left, nothing needed gone
         assert restored(storage, checkpoint_id, storage.read_metadata(checkpoint_id), 1) == live([subtask])

@@ -15,6 +15,7 @@ from epochal.control.inbox import CancelRequested, Disconnected, Received, Spark
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.lifecycle import Started
 from epochal.control.restart import FixedDelayRestart
+from epochal.dataflow.coordination import DataflowCoordination
 from epochal.messages import (
     Cancel,
     Collect,
@@ -27,7 +28,7 @@ from epochal.messages import (
     Start,
     ToWorker,
 )
-from epochal.runtime import protocol
+from epochal.runtime.host import frames as protocol
 
 
 class _Link:
@@ -52,8 +53,9 @@ class _Link:
 
 @pytest.fixture
 def deploying():
-    jm = JobMaster("job", "id", b"deployment", 2, EngineConfig(), b"\0" * 32, "127.0.0.1", ["sink"],
-                   submit_spark_job=lambda jm: None, cancel_spark_job=lambda: None)
+    jm = JobMaster("job", "id", b"deployment", 2, EngineConfig(), b"\0" * 32, "127.0.0.1",
+                   DataflowCoordination(2, collect_ids=["sink"]), submit_spark_job=lambda jm: None,
+                   cancel_spark_job=lambda: None)
     jm.machine.lifecycle.handle(Started())  # what start() does, without its threads and Spark job
     links = [_Link(jm), _Link(jm)]
     yield jm, links
@@ -104,7 +106,9 @@ def test_messages_count_only_from_the_registered_connection(deploying):
     jm._process(Received(1, links[1].connection, Heartbeat({"records_processed": 7})))
     assert jm.snapshot_metrics() == {0: {}, 1: {"records_processed": 7}}
     jm._process(Received(1, links[1].connection, Collect("sink", 1, ["a", "b"])))
-    assert jm.published("sink") == ["a", "b"] and jm.published_all() == {"sink": ["a", "b"]}
+    assert jm.query(lambda kind: kind.published("sink")) == ["a", "b"]
+    jm._process(Received(0, links[1].connection, Collect("sink", 0, ["c"])))  # wrong connection
+    assert jm.query(lambda kind: kind.published_all()) == {"sink": ["a", "b"]}
 
 
 def test_the_most_specific_failure_explains_the_job(deploying):
@@ -140,8 +144,9 @@ def test_restart_after_restart_through_the_jobmaster_then_a_stale_registration()
     """The lifecycle and restart machines wired into the JobMaster: two failures, two restarts
     (a registration of the failed attempt is then rejected), a third failure ends the job."""
     submitted: list[int] = []
-    jm = JobMaster("job", "id", b"deployment", 1, EngineConfig(cancel_timeout=0.2), b"\0" * 32, "127.0.0.1", [],
-                   submit_spark_job=lambda jm: submitted.append(jm.attempt), cancel_spark_job=lambda: None,
+    jm = JobMaster("job", "id", b"deployment", 1, EngineConfig(cancel_timeout=0.2), b"\0" * 32, "127.0.0.1",
+                   DataflowCoordination(1), submit_spark_job=lambda jm: submitted.append(jm.attempt),
+                   cancel_spark_job=lambda: None,
                    restart=FixedDelayRestart(attempts=2, delay=0.0))
     jm.machine.lifecycle.handle(Started())
     links = []

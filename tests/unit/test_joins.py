@@ -16,16 +16,16 @@ import epochal
 from epochal.api.functions import RuntimeContext
 from epochal.api.joins import co_group, interval_join, join
 from epochal.errors import PlanError
-from epochal.runtime.functions import OutputTag
-from epochal.runtime.joins import (
+from epochal.runtime.operators.functions import OutputTag
+from epochal.runtime.operators.timers import TIMERS
+from epochal.runtime.windows.joins import (
     CO_GROUP,
     FLAT_JOIN,
     IntervalJoinOperator,
     ProcessJoinFunction,
     WindowJoinOperator,
 )
-from epochal.runtime.timers import TIMERS
-from epochal.runtime.window_assigners import TimeWindows
+from epochal.runtime.windows.shapes import TimeWindows
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.rocksdb import RocksDBKeyedStateBackend

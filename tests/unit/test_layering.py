@@ -1,14 +1,16 @@
 """Import directions between epochal's packages (docs/architecture.md, "Import rules").
 
 Every import in src/epochal counts, also those inside functions; imports under
-``if TYPE_CHECKING:`` do not (they exist for type checkers only). A worker process must never
-import driver code: the static rules say so, and a fresh interpreter that loads a worker checks
-it for real.
+``if TYPE_CHECKING:`` do not (they exist for type checkers only). ``runtime``'s sub-packages are
+components (layers) of their own. A worker process must never import driver code: the static
+rules say so, and a fresh interpreter that loads each job kind's worker (from the registry,
+``epochal.kinds``) checks it for real. Every job kind has the same five modules.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 import subprocess
 import sys
@@ -28,17 +30,24 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("connectors", {"connectors"}),
     ("plan", {"plan"}),
     ("state", {"state"}),
-    ("worker", {"runtime"}),
+    ("worker host", {"runtime.host"}),
+    ("operators", {"runtime.operators"}),
+    ("windows", {"runtime.windows"}),
+    ("worker checkpointing", {"runtime.checkpointing"}),
+    ("data plane", {"runtime.dataplane"}),
     ("driver", {"control"}),
+    ("job kinds", {"dataflow", "cec"}),
     ("user API", {"api"}),
-    ("graph jobs", {"graph"}),
-    ("continuous eventual checkpointing", {"cec"}),
-    ("tools", {"testing", "__main__", "__init__"}),
+    ("graph jobs (a kind with its own user API)", {"graph"}),
+    ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
+RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane"}
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "serialization", "tracebacks", "messages", "validation", "config", "connectors", "plan",
-               "state", "runtime"}
+               "state", *RUNTIME}
 DRIVER_SIDE = {"control", "api", "testing"}
+#: The modules every job kind has (docs/architecture.md, "Job kinds").
+KIND_MODULES = ("protocol", "worker_machine", "worker", "coordination", "job")
 
 _LAYER_OF = {component: index for index, (_, members) in enumerate(LAYERS) for component in members}
 
@@ -51,8 +60,11 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 def _component(module: str) -> str:
-    """``epochal.runtime.worker`` -> ``runtime``; ``epochal.config`` -> ``config``; ``epochal`` -> ``__init__``."""
+    """``epochal.runtime.host.shell`` -> ``runtime.host``; ``epochal.dataflow.worker`` -> ``dataflow``;
+    ``epochal.config`` -> ``config``; ``epochal`` -> ``__init__``."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "runtime":
+        return f"runtime.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -117,7 +129,7 @@ def _sources() -> list[pathlib.Path]:
 
 
 def test_every_component_has_a_layer():
-    components = {_component(_module_name(path)) for path in _sources()}
+    components = {_component(_module_name(path)) for path in _sources() if _module_name(path) != "epochal.runtime"}
     assert components - set(_LAYER_OF) == set(), "put each new package or top-level module into LAYERS"
     assert WORKER_SIDE | DRIVER_SIDE <= set(_LAYER_OF)
     assert all(_LAYER_OF[w] < _LAYER_OF[d] for w in WORKER_SIDE for d in DRIVER_SIDE)
@@ -142,26 +154,44 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
                      "if TYPE_CHECKING:\n    from epochal.control.jobmaster import JobMaster\n"
                      "def f():\n    from epochal.api.environment import Environment\n"
                      "    from epochal import JobClient\n    from epochal import serialization\n"
-                     "    from . import tasks\n    from ..state import keyed\n")
-    found = imports_of(probe, "epochal.runtime.probe")
+                     "    from . import tasks\n    from ...state import keyed\n")
+    found = imports_of(probe, "epochal.runtime.dataplane.probe")
     assert found == [(5, "epochal.api.environment"), (6, "epochal.control.client"), (7, "epochal.serialization"),
-                     (8, "epochal.runtime.tasks"), (9, "epochal.state.keyed")]
-    assert not _allowed("runtime", "api") and not _allowed("runtime", "control") and _allowed("runtime", "state")
-    assert not _allowed("plan", "runtime") and not _allowed("config", "runtime") and _allowed("state", "plan")
+                     (8, "epochal.runtime.dataplane.tasks"), (9, "epochal.state.keyed")]
+    assert not _allowed("runtime.dataplane", "api") and not _allowed("runtime.host", "control")
+    assert _allowed("runtime.dataplane", "state") and _allowed("runtime.dataplane", "runtime.host")
+    assert not _allowed("runtime.host", "runtime.operators") and not _allowed("runtime.windows", "runtime.dataplane")
+    assert not _allowed("plan", "runtime.operators") and not _allowed("config", "runtime.host")
+    assert _allowed("state", "plan")
+    assert not _allowed("dataflow", "cec") and not _allowed("control", "dataflow") and _allowed("api", "dataflow")
+
+
+def test_every_job_kind_is_registered_and_has_the_same_five_modules():
+    from epochal import kinds
+
+    packages = {path.parent.name for path in PACKAGE.glob("*/coordination.py")}
+    assert set(kinds.JOB_KINDS) == packages, "register each job kind in epochal/kinds.py"
+    for kind, body in kinds.JOB_KINDS.items():
+        missing = [m for m in KIND_MODULES if not (PACKAGE / kind / f"{m}.py").exists()]
+        assert not missing, f"job kind '{kind}' lacks {missing}"
+        assert body.__module__ == f"epochal.{kind}.worker"
+        coordination = importlib.import_module(f"epochal.{kind}.coordination")
+        coordinators = [c for c in vars(coordination).values()
+                        if isinstance(c, type) and c.__module__ == coordination.__name__ and hasattr(c, "worker_body")]
+        assert [c.worker_body for c in coordinators] == [body], f"{kind}'s coordinator names another worker body"
+    assert "epochal.kinds" in importlib.import_module("epochal.daemon").PRELOAD
 
 
 @pytest.mark.parametrize("entry", [
-    "import epochal.runtime.worker",
+    # the kind registry: every kind's worker body, what the PySpark daemon preloads
+    "import epochal.kinds, epochal.daemon",
     # what a worker unpickles: the fault hook of chaos tests, a deployment's operators and sinks
-    "import pickle; from epochal.runtime.hooks import Fault, FaultInjector; "
+    "import pickle; from epochal.runtime.host.hooks import Fault, FaultInjector; "
     "pickle.loads(pickle.dumps(FaultInjector.of([Fault('time')])))",
-    "import epochal.runtime.operators, epochal.runtime.windows, epochal.runtime.iteration, "
+    "import epochal.runtime.operators.base, epochal.runtime.windows.time_windows, epochal.runtime.operators.iteration, "
     "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.transactional",
-    # a graph job's worker body, its engine and the built-in programs it unpickles
-    "from epochal.runtime.kinds import worker_body; worker_body('graph'); import epochal.graph.algorithms",
-    # a CEC job's worker body and what its deployment holds
-    "from epochal.runtime.kinds import worker_body; worker_body('cec'); import epochal.cec.plan, "
-    "epochal.runtime.count_windows",
+    # the built-in graph programs a graph worker unpickles, and what a CEC deployment holds
+    "import epochal.graph.algorithms, epochal.cec.plan, epochal.runtime.windows.count_windows",
 ])
 def test_a_worker_process_loads_no_driver_code(entry):
     code = (f"{entry}; import sys; "

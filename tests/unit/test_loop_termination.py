@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epochal.control.loops import LoopTermination
+from epochal.dataflow.loops import LoopTermination
 from epochal.messages import EndLoop, StartLoopProbe
 
 

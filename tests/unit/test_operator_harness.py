@@ -10,10 +10,10 @@ import pytest
 
 import epochal
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
-from epochal.runtime.aggregates import CountAggregate
-from epochal.runtime.events import CheckpointBarrier, EndOfPartition, Watermark
-from epochal.runtime.operators import SinkOperator
-from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
+from epochal.runtime.operators.aggregates import CountAggregate
+from epochal.runtime.operators.base import SinkOperator
+from epochal.runtime.operators.inband import CheckpointBarrier, EndOfPartition, Watermark
+from epochal.runtime.windows.time_windows import TumblingWindowOperator, WatermarkGenerator
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import OperatorHarness, OperatorSnapshot, TestSink
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from epochal.config import CheckpointConfig
-from epochal.control.checkpointing import CheckpointCoordinator, check_restore
+from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, check_restore
 from epochal.errors import PlanError
 from epochal.messages import Ack
 from epochal.state.snapshot import RestoreSource, file_stem, materialize
@@ -66,7 +66,9 @@ def test_metadata_records_each_operators_name_and_kind(tmp_path):
     checkpoint_id, _ = coordinator.trigger(0.0, 0.0)
     handles = materialize(storage, checkpoint_id, 0, {"sum:totals": {"keyed": {5: {"sum": {"a": 1}}}}})
     stats = {"bytes": 1, "alignment_s": 0, "sync_s": 0, "async_s": 0}
-    coordinator.on_ack(Ack(checkpoint_id, vertex=0, subtask=0, worker=0, handles=handles, stats=stats), 0.1)
+    _, [write] = coordinator.on_ack(Ack(checkpoint_id, vertex=0, subtask=0, worker=0, handles=handles, stats=stats),
+                                    0.1)
+    assert CheckpointFiles().write(write) is None  # as the JobMaster's driver does
     entry = storage.read_metadata(checkpoint_id)["operators"]["sum:totals"]
     assert (entry["name"], entry["kind"]) == ("totals", "sum")
     assert entry["subtasks"]["0"]["keyed"]["file"] == f"{file_stem('sum:totals')}-0.keyed"

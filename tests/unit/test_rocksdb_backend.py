@@ -12,9 +12,9 @@ import pytest
 
 from epochal.api.functions import RuntimeContext
 from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.runtime.aggregates import CountAggregate, FoldAggregate, emit_key_value
-from epochal.runtime.operators import KeyedReduceOperator
-from epochal.runtime.windows import TumblingWindowOperator
+from epochal.runtime.operators.aggregates import CountAggregate, FoldAggregate, emit_key_value
+from epochal.runtime.operators.base import KeyedReduceOperator
+from epochal.runtime.windows.time_windows import TumblingWindowOperator
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,

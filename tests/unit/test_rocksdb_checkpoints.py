@@ -12,14 +12,14 @@ import random
 import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
-from epochal.control.checkpointing.store import CompletedCheckpointStore, shared_files_of
+from epochal.control.checkpointing.files import shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.rocksdb_checkpoints import download
 from epochal.state.storage import CheckpointError, CheckpointStorage
-from tests.unit.snapshot_helpers import metadata, write_checkpoint
+from tests.unit.snapshot_helpers import CheckpointHistory, metadata, write_checkpoint
 from tests.unit.snapshot_helpers import restored as snapshot_restored
 
 MAX_P = 16
@@ -92,17 +92,15 @@ def test_incremental_sst_uploads_and_rescaled_restores(tmp_path, restore_paralle
 
 def test_retention_never_deletes_an_sst_file_a_retained_checkpoint_needs(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "checkpoints"))
-    store = CompletedCheckpointStore(storage, retained=1)
+    store = CheckpointHistory(storage, retained=1)
     subtask = Subtask(0, 1, storage, str(tmp_path / "local"))
     rng = random.Random(5)
     for checkpoint_id in range(1, 7):
         for _ in range(2_000):
             subtask.put(f"k{rng.randrange(5_000)}", "y" * 50)
         meta = metadata(UID, {0: subtask.checkpoint(checkpoint_id)})
-        store.write(checkpoint_id, meta)
-        store.add(checkpoint_id, 0)
+        store.complete(checkpoint_id, meta)
         subtask.backend.checkpoint_completed(checkpoint_id)
-        store.retain()
         assert set(storage.shared_files()) == shared_files_of(storage.read_metadata(checkpoint_id))
         newest = storage.read_metadata(store.completed[-1])
         storage.verify_files(store.completed[-1], newest)

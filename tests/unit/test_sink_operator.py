@@ -11,7 +11,7 @@ from epochal.api.functions import RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
 from epochal.connectors.files import TextFileSink
 from epochal.connectors.transactional import read_committed_lines
-from epochal.runtime.operators import SinkOperator
+from epochal.runtime.operators.base import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 
 

@@ -16,19 +16,17 @@ import pytest
 
 from epochal.api.functions import ProcessFunction, RuntimeContext, as_process_function
 from epochal.plan.keygroups import key_group_range
-from epochal.runtime.aggregates import (
+from epochal.runtime.operators.aggregates import (
     CountAggregate,
     FoldAggregate,
     ReduceAggregate,
     emit_key_value,
     emit_value,
 )
-from epochal.runtime.events import NO_WATERMARK
-from epochal.runtime.operators import (
-    KeyedReduceOperator,
-)
-from epochal.runtime.process import ProcessOperator
-from epochal.runtime.windows import TumblingWindowOperator
+from epochal.runtime.operators.base import KeyedReduceOperator
+from epochal.runtime.operators.inband import NO_WATERMARK
+from epochal.runtime.operators.process import ProcessOperator
+from epochal.runtime.windows.time_windows import TumblingWindowOperator
 from epochal.state.backend import KeyedStateBackend
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,

@@ -29,7 +29,7 @@ from epochal.graph.algorithms import WCC
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import StepReport
 from epochal.graph.recovery import ReplicationSettings
-from epochal.graph.replication import ReplicaRecovery
+from epochal.graph.replica_recovery import ReplicaRecovery
 from epochal.graph.supersteps import (
     FinishRecovery,
     Halt,
@@ -64,7 +64,7 @@ def running(mode: str = "rebirth", ft_replicas: bool = True) -> tuple[JobMasterM
     settings = ReplicationSettings(k=1, mode=mode, ft_replicas=ft_replicas)
     mirrors = MIRRORS if ft_replicas else np.full_like(MIRRORS, -1)
     kind = GraphCoordination("job", WCC(), 3, replication=ReplicaRecovery(settings, VERTICES, OWNER, mirrors, 3))
-    machine = JobMasterMachine("job", b"deployment", 3, CONFIG, [], kind=kind)
+    machine = JobMasterMachine("job", b"deployment", 3, CONFIG, kind)
     assert machine.handle(JobStarted(0.0)) == [SubmitSparkJob()]
     for worker in range(3):
         out = register(machine, worker, 1.0)
@@ -186,7 +186,7 @@ def test_a_loss_no_replica_covers_fails_the_attempt():
 def test_before_the_job_runs_a_lost_worker_still_fails_the_attempt():
     settings = ReplicationSettings(k=1)
     kind = GraphCoordination("job", WCC(), 3, replication=ReplicaRecovery(settings, VERTICES, OWNER, MIRRORS, 3))
-    machine = JobMasterMachine("job", b"deployment", 3, CONFIG, [], kind=kind)
+    machine = JobMasterMachine("job", b"deployment", 3, CONFIG, kind)
     machine.handle(JobStarted(0.0))
     register(machine, 0, 1.0)
     machine.handle(WorkerDisconnected(0, 10, 1.5))
@@ -198,7 +198,7 @@ def test_a_joining_worker_leaves_out_a_peer_that_is_lost_too():
     (the JobMaster has not seen that loss yet), which refuses; it connects to the rest."""
     import socket
 
-    from epochal.runtime.links import connect_peers
+    from epochal.runtime.host.links import connect_peers
 
     token = b"t" * 32
     alive = socket.create_server(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ import pytest
 import epochal
 from epochal import TimeDomain
 from epochal.config import StateBackendConfig
-from epochal.runtime.timers import EVENT_TIME, PROCESSING_TIME, TimerQueue
+from epochal.runtime.operators.timers import EVENT_TIME, PROCESSING_TIME, TimerQueue
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import OperatorHarness
 

@@ -167,7 +167,7 @@ def test_a_notebook_cell_shows_the_cells_source_from_the_driver(monkeypatch):
 
 
 def test_epochal_frames_are_left_out():
-    from epochal.runtime.functions import as_process_function
+    from epochal.runtime.operators.functions import as_process_function
 
     def boom(value, ctx):
         raise KeyError(value)

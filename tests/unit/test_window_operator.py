@@ -16,21 +16,9 @@ import epochal
 from epochal.api.functions import RuntimeContext
 from epochal.api.windowed import WindowedStream, assigner_window, keyed_window
 from epochal.errors import PlanError
-from epochal.runtime.aggregates import CountAggregate, FoldAggregate, ReduceAggregate
-from epochal.runtime.count_windows import CountWindowOperator
-from epochal.runtime.functions import OutputTag
-from epochal.runtime.triggers import (
-    CONTINUE,
-    FIRE,
-    FIRE_AND_PURGE,
-    CountTrigger,
-    EventTimeTrigger,
-    PurgingTrigger,
-    Trigger,
-    TriggerResult,
-)
-from epochal.runtime.window_context import ProcessWindowFunction
-from epochal.runtime.window_kinds import (
+from epochal.runtime.operators.aggregates import CountAggregate, FoldAggregate, ReduceAggregate
+from epochal.runtime.operators.functions import OutputTag
+from epochal.runtime.windows.assigners import (
     GLOBAL_WINDOW,
     EventTimeSessionWindows,
     GlobalWindow,
@@ -43,8 +31,20 @@ from epochal.runtime.window_kinds import (
     TumblingProcessingTimeWindows,
     WindowResult,
 )
-from epochal.runtime.window_operator import WindowOperator
-from epochal.runtime.windows import FunctionAggregate
+from epochal.runtime.windows.context import ProcessWindowFunction
+from epochal.runtime.windows.count_windows import CountWindowOperator
+from epochal.runtime.windows.operator import WindowOperator
+from epochal.runtime.windows.time_windows import FunctionAggregate
+from epochal.runtime.windows.triggers import (
+    CONTINUE,
+    FIRE,
+    FIRE_AND_PURGE,
+    CountTrigger,
+    EventTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerResult,
+)
 from epochal.state.descriptors import ReducingStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore

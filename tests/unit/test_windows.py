@@ -15,13 +15,13 @@ import epochal
 from epochal.api.functions import RuntimeContext
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_range
-from epochal.runtime.aggregates import CountAggregate, ReduceAggregate
-from epochal.runtime.chains import ChainRunner
-from epochal.runtime.channels import InputChannel
-from epochal.runtime.events import END_OF_PARTITION, Watermark
-from epochal.runtime.operators import Operator
-from epochal.runtime.tasks import Subtask
-from epochal.runtime.windows import TumblingWindowOperator, WatermarkGenerator
+from epochal.runtime.dataplane.chains import ChainRunner
+from epochal.runtime.dataplane.channels import InputChannel
+from epochal.runtime.dataplane.tasks import Subtask
+from epochal.runtime.operators.aggregates import CountAggregate, ReduceAggregate
+from epochal.runtime.operators.base import Operator
+from epochal.runtime.operators.inband import END_OF_PARTITION, Watermark
+from epochal.runtime.windows.time_windows import TumblingWindowOperator, WatermarkGenerator
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.testing import OperatorHarness
 

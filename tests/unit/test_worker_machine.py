@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
+from epochal.dataflow.protocol import AllFinished, Built, ConnectAndBuild, FirstRecord, StartProcessing
+from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.messages import (
     Cancel,
     CheckpointAbort,
@@ -25,40 +27,30 @@ from epochal.messages import (
     StartLoopProbe,
     TriggerCheckpoint,
 )
-from epochal.runtime.mailbox import JobMasterLost, PeerClosed, SnapshotUpload
-from epochal.runtime.worker_events import (
+from epochal.runtime.checkpointing.events import (
     AbortAlignment,
     Aligned,
     AlignmentOverflow,
-    AllFinished,
-    Built,
     Capture,
-    ConnectAndBuild,
     EmitBarrier,
-    FailPeerLost,
     Feedback,
     FinishSubtask,
-    FirstRecord,
     InputEnded,
     LoopClosed,
     LoopShape,
     NotifyAborted,
     NotifyComplete,
     ProbeArrived,
-    ReachPoint,
-    Registered,
-    Send,
     SendProbe,
     SnapshotHeld,
+    SnapshotUpload,
     StartAlignment,
-    StartProcessing,
-    StopWorker,
     SubtaskFinished,
     SubtaskInfo,
-    Tick,
     UploadWithLog,
 )
-from epochal.runtime.worker_machine import WorkerMachine, WorkerPhase
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
 
 SOURCE = (0, 0)
 MAP = (1, 0)
@@ -302,3 +294,16 @@ def test_end_loop_finishes_the_heads_which_answer_expected_checkpoints():
     assert machine.handle(EndLoop(7)) == [FinishSubtask(HEAD), Capture(HEAD, 3)]
     assert machine.handle(EndLoop(7)) == []  # finished heads are not finished twice
     assert machine.handle(StartLoopProbe(7, 9)) == []
+
+
+def test_an_alignment_of_an_aborted_or_completed_checkpoint_is_dropped():
+    machine = pipeline()
+    machine.handle(TriggerCheckpoint(1))
+    assert machine.handle(CheckpointAbort(1)) == [NotifyAborted(1)]
+    # the barrier came after the abort: no barrier downstream, no snapshot, no upload
+    assert machine.handle(Aligned(MAP, 1, 0.0)) == []
+    machine.handle(TriggerCheckpoint(2))
+    machine.handle(CheckpointComplete(2))
+    assert machine.handle(Aligned(SINK, 2, 0.0)) == []
+    # a barrier that overtook its trigger is snapshotted
+    assert machine.handle(Aligned(MAP, 3, 0.0)) == [ReachPoint("alignment", 3), EmitBarrier(MAP, 3), Capture(MAP, 3)]

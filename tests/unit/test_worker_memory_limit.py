@@ -12,15 +12,14 @@ import pyarrow
 import pytest
 
 from epochal.config import EngineConfig
-from epochal.errors import PlanError
+from epochal.errors import PlanError, UserFunctionError
 from epochal.messages import Decline, Failed
-from epochal.runtime import memory_limit
-from epochal.runtime.links import Bootstrap
-from epochal.runtime.mailbox import JobMasterLost
-from epochal.runtime.memory_limit import MemoryLimit, WorkerMemoryLimitError, data_bytes
-from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.reports import PeerLost, WorkerStopped
-from epochal.runtime.shell import WorkerShell
+from epochal.runtime.host import memory_limit
+from epochal.runtime.host.links import Bootstrap
+from epochal.runtime.host.mailbox import JobMasterLost
+from epochal.runtime.host.memory_limit import MemoryLimit, WorkerMemoryLimitError, data_bytes
+from epochal.runtime.host.reports import PeerLost, WorkerStopped
+from epochal.runtime.host.shell import WorkerShell
 
 LINUX = platform.system() == "Linux"
 MIB = 1 << 20

@@ -2,8 +2,8 @@
 requests in flight (Flink's ``AsyncDataStream.orderedWait`` / ``unorderedWait``).
 
 Thin: they check the arguments (a :class:`~epochal.errors.PlanError` at the call for a bad one)
-and add one :class:`~epochal.runtime.async_io.AsyncWaitOperator` node to the stream's graph, as
-the DataStream methods do. The operator's docstring (``epochal.runtime.async_io``) says how
+and add one :class:`~epochal.runtime.operators.async_io.AsyncWaitOperator` node to the stream's graph, as
+the DataStream methods do. The operator's docstring (``epochal.runtime.operators.async_io``) says how
 requests run, time out, retry, and take part in checkpoints; docs/async_io.md is the guide.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.fields import check_callable
 from epochal.errors import PlanError
-from epochal.runtime.async_io import AsyncWaitOperator
+from epochal.runtime.operators.async_io import AsyncWaitOperator
 from epochal.validation import check_number
 
 if TYPE_CHECKING:  # imported where used: datastream.py may import this module at its top

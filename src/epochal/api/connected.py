@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.api.fields import check_callable
 from epochal.errors import PlanError
-from epochal.runtime.co_process import (
+from epochal.runtime.operators.co_process import (
     BroadcastProcessFunction,
     BroadcastProcessOperator,
     CoMapFunction,

@@ -29,17 +29,11 @@ from epochal.plan.partitioners import (
     Partitioner,
     RebalancePartitioner,
 )
-from epochal.runtime.functions import OutputTag, tag_id
-from epochal.runtime.iteration import IterationHead
-from epochal.runtime.operators import (
-    FilterOperator,
-    FlatMapOperator,
-    MapOperator,
-    Operator,
-    SinkOperator,
-)
-from epochal.runtime.process import ProcessOperator
-from epochal.runtime.windows import WatermarkGenerator
+from epochal.runtime.operators.base import FilterOperator, FlatMapOperator, MapOperator, Operator, SinkOperator
+from epochal.runtime.operators.functions import OutputTag, tag_id
+from epochal.runtime.operators.iteration import IterationHead
+from epochal.runtime.operators.process import ProcessOperator
+from epochal.runtime.windows.time_windows import WatermarkGenerator
 from epochal.state.descriptors import MapStateDescriptor
 from epochal.validation import check_number
 

@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-import re
 import tempfile
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
-from epochal.api.running import wait
+from epochal.cec import job as cec_job
 from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig, StateBackendConfig
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import interrupts
 from epochal.control import spark as spark_support
-from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient, JobResult
-from epochal.control.kinds import job_runner
-from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from epochal.control.running import wait
+from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, PlanError
-from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph, build_job_graph
 from epochal.plan.logical import LogicalGraph
-from epochal.runtime.hooks import Fault, FaultInjector
-from epochal.runtime.operators import Operator
-from epochal.state.storage import CheckpointStorage, resolve_restore_path
+from epochal.runtime.host.hooks import Fault
+from epochal.runtime.operators.base import Operator
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
@@ -231,53 +225,9 @@ class Environment:
             if restore_from is not None:
                 raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
                                 "it cannot restore_from a checkpoint")
-            runner = job_runner(self.cec_config.mode)
-            return runner(self, job_name, faults)
-        job = self.plan()
-        job_id = uuid.uuid4().hex[:12]
-        restore: dict[str, Any] | None = None
-        operators = {n.uid: {"name": n.name, "kind": n.kind} for n in job.nodes.values()}
-        if restore_from is not None:
-            restore_storage, checkpoint_id = resolve_restore_path(restore_from)
-            metadata = restore_storage.read_metadata(checkpoint_id)
-            if metadata.get("max_parallelism") != self.max_parallelism:
-                raise PlanError(f"checkpoint {restore_from} was taken with max_parallelism "
-                                f"{metadata.get('max_parallelism')}; this job has {self.max_parallelism}. "
-                                "Key groups cannot be remapped: use the same max_parallelism")
-            location = restore_storage.location(checkpoint_id)
-            skipped = check_restore(metadata, location, operators, allow_non_restored_state)
-            restore_storage.verify_files(checkpoint_id, metadata, set(operators))
-            if skipped:
-                _log.warning("restoring %s without the state of %s (allow_non_restored_state=True)", location,
-                             ", ".join(f"uid '{s['uid']}' ({s['name'] or '?'}, {s['kind'] or '?'})" for s in skipped))
-            restore = {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata,
-                       "non_restored_state": skipped}
-        graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
-        checkpoint = self.checkpoint_config
-        storage_uri = ""
-        if checkpoint.enabled:
-            safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
-            storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
-        deployment = Deployment(job_name, job_id, graph, self.config, checkpoint, storage_uri,
-                                hook=FaultInjector.of(faults or []), state_backend=self.state_backend)
-        functions: dict[str, list[Any]] = {}
-        for node in self.graph.nodes:
-            functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
-        blob = serialize_deployment(deployment, functions)
-
-        collect_ids = [n.collect_id for n in self.graph.nodes if n.collect_id]
-        coordinator = None
-        if checkpoint.enabled:
-            coordinator = CheckpointCoordinator(
-                checkpoint, CheckpointStorage(storage_uri), job_name,
-                subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
-                vertex_parallelism={v.id: v.parallelism for v in job.vertices},
-                max_parallelism=self.max_parallelism, split_layout=graph.split_layout,
-                first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators)
-        return launch(self.spark, self.config, job_name=job_name, job_id=job_id, deployment=blob,
-                      num_workers=graph.num_workers, restart=copy.deepcopy(self.restart_strategy),
-                      coordinator=coordinator, restore=restore, collect_ids=collect_ids,
-                      loops={loop.id: loop.parallelism for loop in graph.job.loops})
+            return cec_job.execute_async(self, job_name, faults)
+        return dataflow_job.execute_async(self, job_name, restore_from=restore_from,
+                                          allow_non_restored_state=allow_non_restored_state, faults=faults)
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.errors import PlanError
-from epochal.runtime.aggregates import get_field
+from epochal.runtime.operators.aggregates import get_field
 
 
 def check_callable(fn: Any, what: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from epochal.api.datastream import DataStream
 from epochal.api.fields import check_callable
 from epochal.errors import PlanError
-from epochal.runtime.iteration import IterationHead, IterationTail
+from epochal.runtime.operators.iteration import IterationHead, IterationTail
 
 
 class IterativeStream(DataStream):

@@ -16,7 +16,7 @@
 Records carry no timestamps: each side's event time comes from a function (``timestamp`` for
 this stream, ``other_timestamp`` for the other one; it defaults to ``timestamp``). Watermarks
 come from ``with_watermarks`` upstream of both sides. The operators are in
-:mod:`epochal.runtime.joins`; their buffers are managed keyed state, cleaned up as the
+:mod:`epochal.runtime.windows.joins`; their buffers are managed keyed state, cleaned up as the
 watermark passes.
 """
 
@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from epochal.api.fields import check_callable
 from epochal.api.windowed import time_windows
 from epochal.errors import PlanError
-from epochal.runtime.functions import tag_id
-from epochal.runtime.joins import (
+from epochal.runtime.operators.functions import tag_id
+from epochal.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from epochal.runtime.windows.joins import (
     CO_GROUP,
     FLAT_JOIN,
     JOIN,
@@ -39,13 +40,12 @@ from epochal.runtime.joins import (
     WindowJoinOperator,
     as_process_join_function,
 )
-from epochal.runtime.window_assigners import TimeWindows
-from epochal.runtime.window_kinds import SlidingEventTimeWindows, TumblingEventTimeWindows
+from epochal.runtime.windows.shapes import TimeWindows
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
     from epochal.api.datastream import DataStream
-    from epochal.runtime.functions import OutputTag
+    from epochal.runtime.operators.functions import OutputTag
 
 __all__ = ["IntervalJoin", "IntervalJoined", "JoinContext", "JoinedStreams", "ProcessJoinFunction", "WindowedJoin",
            "co_group", "interval_join", "join"]

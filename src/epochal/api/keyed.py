@@ -10,7 +10,7 @@ from epochal.api.datastream import DataStream
 from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.api.windowed import WindowedStream, count_windows, keyed_window
 from epochal.plan.logical import Transformation
-from epochal.runtime.aggregates import (
+from epochal.runtime.operators.aggregates import (
     ByFieldAggregate,
     CountAggregate,
     FieldAggregate,
@@ -19,7 +19,7 @@ from epochal.runtime.aggregates import (
     emit_key_value,
     emit_value,
 )
-from epochal.runtime.operators import KeyedReduceOperator
+from epochal.runtime.operators.base import KeyedReduceOperator
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -104,7 +104,7 @@ class KeyedStream(DataStream):
         do not carry one, so the window reads it like ``with_watermarks`` upstream, which must
         exist for windows to fire before the input ends). A window fires once the watermark
         reaches its last instant (``start + size - 1``) and emits a
-        :class:`~epochal.runtime.window_kinds.WindowResult`, equal to ``(key, start, result)``
+        :class:`~epochal.runtime.windows.assigners.WindowResult`, equal to ``(key, start, result)``
         and carrying ``.start``/``.end``; every open window fires at the end of a bounded input.
         A record whose windows have all fired is late: dropped and counted in
         ``JobResult.late_records_dropped``, unless ``allowed_lateness`` or

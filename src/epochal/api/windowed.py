@@ -2,10 +2,10 @@
 or by any window assigner with triggers, allowed lateness and late side outputs.
 
 ``keyed.window(size, timestamp, slide)`` and ``keyed.count_window(size, slide)`` keep their
-dedicated operators (:mod:`epochal.runtime.windows`, :mod:`epochal.runtime.count_windows`).
+dedicated operators (:mod:`epochal.runtime.windows.time_windows`, :mod:`epochal.runtime.windows.count_windows`).
 A window assigner (:func:`assigner_window`), a ``trigger``, an ``allowed_lateness``, a late side
 output, a window function or ``process`` run the general window operator
-(:mod:`epochal.runtime.window_operator`); see docs/windows.md.
+(:mod:`epochal.runtime.windows.operator`); see docs/windows.md.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.errors import PlanError
-from epochal.runtime.aggregates import (
+from epochal.runtime.operators.aggregates import (
     AvgFunction,
     CountAggregate,
     FieldAggregate,
@@ -24,21 +24,9 @@ from epochal.runtime.aggregates import (
     ReduceAggregate,
     check_aggregate_function,
 )
-from epochal.runtime.count_windows import CountWindowOperator
-from epochal.runtime.functions import tag_id
-from epochal.runtime.operators import Operator
-from epochal.runtime.triggers import (
-    CountTrigger,
-    EventTimeTrigger,
-    NeverTrigger,
-    ProcessingTimeTrigger,
-    PurgingTrigger,
-    Trigger,
-    TriggerResult,
-)
-from epochal.runtime.window_assigners import CountWindows, TimeWindows
-from epochal.runtime.window_context import ProcessWindowFunction, WindowContext, as_window_function
-from epochal.runtime.window_kinds import (
+from epochal.runtime.operators.base import Operator
+from epochal.runtime.operators.functions import tag_id
+from epochal.runtime.windows.assigners import (
     GLOBAL_WINDOW,
     EventTimeSessionWindows,
     GlobalWindow,
@@ -52,8 +40,20 @@ from epochal.runtime.window_kinds import (
     WindowAssigner,
     WindowResult,
 )
-from epochal.runtime.window_operator import WindowOperator
-from epochal.runtime.windows import FunctionAggregate, TimeWindowOperator
+from epochal.runtime.windows.context import ProcessWindowFunction, WindowContext, as_window_function
+from epochal.runtime.windows.count_windows import CountWindowOperator
+from epochal.runtime.windows.operator import WindowOperator
+from epochal.runtime.windows.shapes import CountWindows, TimeWindows
+from epochal.runtime.windows.time_windows import FunctionAggregate, TimeWindowOperator
+from epochal.runtime.windows.triggers import (
+    CountTrigger,
+    EventTimeTrigger,
+    NeverTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerResult,
+)
 from epochal.validation import check_number
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ in the operator's own output, and rebuilt after a crash from that output plus a 
 :class:`WindowAggregate` is a pure machine: input tuples in (``process(channel, seq, record)``,
 each with its channel's sequence number), output items out (:meth:`take`), in the order they go
 to the operator's persisted output queue. Windows have a shape
-(:class:`~epochal.runtime.window_assigners.TimeWindows` or
-:class:`~epochal.runtime.window_assigners.CountWindows`, tumbling or sliding) and an
+(:class:`~epochal.runtime.windows.shapes.TimeWindows` or
+:class:`~epochal.runtime.windows.shapes.CountWindows`, tumbling or sliding) and an
 AggregateFunction (create/add/merge/result). Its fault-tolerance ``mode``:
 
 - ``"cec"``: a G_open (:class:`~epochal.cec.tuples.WindowCheckpoint`) after a window's opening
@@ -48,8 +48,8 @@ from typing import Any, Literal
 from epochal.cec.eventual import EventualCheckpoint
 from epochal.cec.policy import CecSettings, CheckpointPolicy
 from epochal.cec.tuples import FullCheckpoint, OutputBatch, Position, WindowCheckpoint, WindowChecks, WindowClosed
-from epochal.runtime.aggregates import BUILTIN_FUNCTIONS
-from epochal.runtime.window_assigners import CountWindows, TimeWindows
+from epochal.runtime.operators.aggregates import BUILTIN_FUNCTIONS
+from epochal.runtime.windows.shapes import CountWindows, TimeWindows
 
 Mode = Literal["cec", "crb", "none"]
 

@@ -1,34 +1,36 @@
 """A CEC job's coordinator on the JobMaster: single-worker recovery and the end of the job.
 
 :class:`CecCoordination` is the :class:`~epochal.control.kinds.KindCoordinator` of the ``cec``
-job kind and recovers lost workers task-locally
-(:class:`~epochal.control.kinds.TaskLocalRecovery`): a worker lost while the job runs is
+job kind and recovers lost workers task-locally (its ``local_recovery`` is itself, a
+:class:`~epochal.control.kinds.TaskLocalRecovery`): a worker lost while the job runs is
 replaced by a new Spark task (:class:`~epochal.control.kinds.ReplaceWorker`) while every other
 keeps running; the replacement rebuilds its stage instance from its persisted output queue
 (papers/002). There is no global checkpoint and no restart of the job. The job ends when every
-worker reported :class:`~epochal.cec.messages.StageDone`: then :class:`~epochal.cec.messages.FinishJob`
+worker reported :class:`~epochal.cec.protocol.StageDone`: then :class:`~epochal.cec.protocol.FinishJob`
 tells them to report ``Finished``. Pure: time is passed in; ``history`` keeps each recovery's
 timings for the benchmarks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from epochal.cec.messages import FinishJob, Rejoined, Resumed, StageDone
-from epochal.control.jobmaster_events import ResolveRestore
-from epochal.control.kinds import ReplaceWorker
+from epochal.cec.protocol import FinishJob, Rejoined, Resumed, StageDone
+from epochal.cec.worker import CecWorker
+from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, TaskLocalRecovery
+from epochal.messages import KindCommand, KindReport, ToJobMaster
 
 
-class CecCoordination:
+class CecCoordination(KindCoordinator):
     """The coordinator of a ``cec`` job of ``num_workers`` workers."""
 
-    task_local = True
+    worker_body: ClassVar[type] = CecWorker
     #: a survivor's ``Finished`` stands across a recovery (its output went to its sinks); the
     #: replacement reports ``StageDone`` and ``Finished`` of its own, and ``FinishJob`` is sent again
     recovering = False
 
     def __init__(self, num_workers: int) -> None:
+        self.local_recovery: TaskLocalRecovery | None = self
         self.num_workers = num_workers
         self.done: set[int] = set()
         self.counters: dict[int, dict[str, int]] = {}
@@ -39,20 +41,17 @@ class CecCoordination:
         self._open: dict[int, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- KindCoordinator
-    def restore_request(self, attempt: int) -> ResolveRestore:
-        return ResolveRestore(None, None, None)  # a CEC job restores from its workers' own queues
-
-    def started(self, now: float) -> list[Any]:
-        return []
-
-    def new_attempt(self) -> None:
+    # (nothing to restore: a CEC job rebuilds from its workers' own queues)
+    def new_attempt(self, attempt: int) -> None:
         self.done.clear()
 
-    def on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
+    def on_message(self, worker: int, message: ToJobMaster, now: float, wall: float,
+                   running: bool) -> list[KindOutput]:
+        payload = message.payload if isinstance(message, KindReport) else None
         if isinstance(payload, StageDone):
             self.done.add(worker)
             self.counters[worker] = dict(payload.counters)
-            return [FinishJob()] if len(self.done) == self.num_workers else []
+            return [KindCommand(FinishJob())] if len(self.done) == self.num_workers else []
         if isinstance(payload, Rejoined):
             entry = self._open.pop(worker, None)
             if entry is not None:
@@ -66,13 +65,13 @@ class CecCoordination:
         return []
 
     # ---------------------------------------------------------------- TaskLocalRecovery
-    def worker_lost(self, worker: int, now: float) -> list[Any]:
+    def worker_lost(self, worker: int, now: float) -> list[KindOutput]:
         """Replace ``worker`` with a new Spark task; the others keep running."""
         self.done.discard(worker)
         self._open[worker] = {"worker": worker, "lost": now}
         return [ReplaceWorker(worker)]
 
-    def worker_rejoined(self, worker: int, now: float) -> list[Any]:
+    def worker_rejoined(self, worker: int, now: float) -> list[KindOutput]:
         entry = self._open.get(worker)
         if entry is not None:
             entry["ready"] = now

@@ -20,7 +20,7 @@ from epochal.control.launch import launch
 from epochal.control.restart import NoRestart
 from epochal.errors import PlanError
 from epochal.plan.execution import build_execution_graph, ship_module_by_value
-from epochal.runtime.hooks import Fault, FaultInjector
+from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.serialization import dumps_by_value
 
 if TYPE_CHECKING:
@@ -51,10 +51,8 @@ def execute_async(env: Environment, job_name: str, faults: list[Fault] | None = 
     except Exception as error:
         raise PlanError(f"the job cannot be shipped to the workers: {type(error).__name__}: {error}") from error
     coordination = CecCoordination(deployment.num_workers)
-    client = launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
-                    num_workers=deployment.num_workers, restart=NoRestart(), job_kind="cec", kind=coordination)
-    client.kind = coordination  # type: ignore[attr-defined]
-    return client
+    return JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
+                            num_workers=deployment.num_workers, restart=NoRestart(), kind=coordination))
 
 
 def recoveries(client: Any) -> list[dict[str, Any]]:

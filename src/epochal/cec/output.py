@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal.cec.messages import EndOfStream, StreamEvent
 from epochal.cec.output_log import Frame, OutputLog
 from epochal.cec.plan import Stage, targets_of
+from epochal.cec.protocol import EndOfStream, StreamEvent
 from epochal.cec.replay import OutputChannels
 from epochal.cec.tuples import (
     ITEM_LAST,

@@ -20,23 +20,16 @@ from typing import Any
 from epochal.cec.policy import CecSettings
 from epochal.config import EngineConfig
 from epochal.connectors.base import Sink, SourceSplit, assign_splits
-from epochal.errors import PlanError
+from epochal.errors import PlanError, UserFunctionError
 from epochal.plan.execution import ExecutionGraph
 from epochal.plan.keygroups import key_groups_of
 from epochal.plan.partitioners import CustomPartitioner, KeyGroupPartitioner, Partitioner, RebalancePartitioner
-from epochal.runtime.aggregates import CountAggregate, CountFunction, RollingFunction
-from epochal.runtime.count_windows import CountWindowOperator
-from epochal.runtime.hooks import WorkerHook
-from epochal.runtime.operators import (
-    FilterOperator,
-    FlatMapOperator,
-    MapOperator,
-    Operator,
-    SinkOperator,
-    UserFunctionError,
-)
-from epochal.runtime.window_assigners import CountWindows, TimeWindows
-from epochal.runtime.windows import FunctionAggregate, TimeWindowOperator, WatermarkGenerator
+from epochal.runtime.host.hooks import WorkerHook
+from epochal.runtime.operators.aggregates import CountAggregate, CountFunction, RollingFunction
+from epochal.runtime.operators.base import FilterOperator, FlatMapOperator, MapOperator, Operator, SinkOperator
+from epochal.runtime.windows.count_windows import CountWindowOperator
+from epochal.runtime.windows.shapes import CountWindows, TimeWindows
+from epochal.runtime.windows.time_windows import FunctionAggregate, TimeWindowOperator, WatermarkGenerator
 
 #: Recovery modes of a ``cec`` job: CEC itself, the paper's baseline, and none (``native``).
 MODES = ("cec", "crb", "native")
@@ -216,7 +209,7 @@ def targets_of(partitioner: Partitioner | None, records: list[Any], n: int, offs
 
 def run_chain(operators: list[Operator], records: list[Any]) -> list[Any]:
     """``records`` through a stage's stateless ``operators``; a user function that raises is a
-    :class:`~epochal.runtime.operators.UserFunctionError` naming its operator."""
+    :class:`~epochal.runtime.operators.base.UserFunctionError` naming its operator."""
     for operator in operators:
         try:
             records = operator.process_batch(records)

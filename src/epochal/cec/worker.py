@@ -1,9 +1,10 @@
 """The CEC worker's driver: the body a Spark task runs for one stage instance of a ``cec`` job.
 
-It registers like any worker (:class:`~epochal.runtime.shell.WorkerShell`), then serves its
+It registers like any worker (:class:`~epochal.runtime.host.shell.WorkerShell`), then serves its
 machine (:class:`~epochal.cec.worker_machine.CecWorkerMachine`) and does the work of its stage
-(:mod:`epochal.cec.plan`): read its source splits or its input channels (dropping what it had by
-sequence number), run the stateless operators and the window aggregate
+(:mod:`epochal.cec.plan`): read its source splits or its input channels (positions, dedup by
+sequence number, replays, trims and credit are the pure :class:`~epochal.cec.input_channels.InputChannels`'s;
+the producer side is :class:`~epochal.cec.replay.OutputChannels`), run the stateless operators and the window aggregate
 (:class:`~epochal.cec.aggregate.WindowAggregate`), and hand every output batch to its
 :class:`~epochal.cec.output.StageOutput` (the persisted queue; only durable frames leave, to the
 consumers or to the own sink, :class:`~epochal.cec.sink.SinkCommitter`). Consumers tell their
@@ -25,15 +26,16 @@ from typing import Any
 import cloudpickle
 
 from epochal.cec.aggregate import NOTHING, WindowAggregate
-from epochal.cec.messages import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
+from epochal.cec.input_channels import InputChannels, ToProducer
 from epochal.cec.output import Durable, ExtentFrames, StageOutput, remove_queue
 from epochal.cec.output_log import OutputLog
 from epochal.cec.parts import make_parts, queue_writer
 from epochal.cec.plan import CecDeployment, Stage, run_chain
+from epochal.cec.protocol import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
 from epochal.cec.rebuild import rebuild
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
-from epochal.cec.tuples import ITEM_LAST, item_seq, window_frame_meta
+from epochal.cec.tuples import window_frame_meta
 from epochal.cec.worker_machine import (
     BeginProcessing,
     CecPhase,
@@ -44,11 +46,11 @@ from epochal.cec.worker_machine import (
     SetUpWorker,
 )
 from epochal.messages import Dispatch, Finished, KindReport
-from epochal.runtime.links import Bootstrap
-from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
-from epochal.runtime.shell import WorkerShell, register_shell_executors
-from epochal.runtime.source_reader import SourceReader
-from epochal.runtime.worker_events import Registered
+from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.runtime.host.events import Registered
+from epochal.runtime.host.links import Bootstrap
+from epochal.runtime.host.mailbox import PeerClosed, PeerEvent, PeerJoined
+from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 
 _DO = Dispatch("cec worker instructions")
 
@@ -65,10 +67,8 @@ class CecWorker(WorkerShell):
         self.deployment: CecDeployment | None = None
         self.stage: Stage | None = None
         self.output: StageOutput | None = None
-        self.producers: list[int] = []
-        self.received: list[int] = []
-        self.frames_seen: list[int] = []
-        self.ended: list[int | None] = []
+        #: the input channels' protocol (one channel per producer)
+        self.inputs = InputChannels(index, [])
         self.inputs_ended = False
         self.source: SourceReader | None = None
         self.source_done = False
@@ -80,9 +80,6 @@ class CecWorker(WorkerShell):
         self.extent = ExtentFrames("cec")
         self.processing = self.done_reported = False
         self.next_commit = self.next_trim = self.next_snapshot = 0.0
-        self.metas: dict[int, Any] = {}  # a stateless stage's input position per frame not yet durable
-        #: trims to send once the frame holding what they rely on is durable: (frame, per channel)
-        self.pending_trim: tuple[int, list[int]] | None = None
         #: a replacement reports its first input once (recovery time: kill -> first record)
         self.resume_pending = False
         self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0,
@@ -99,9 +96,7 @@ class CecWorker(WorkerShell):
             self._on_peer(event.event)
         elif kind is PeerJoined:
             self._install_peer(event)
-            if event.peer in self.producers:  # a replaced producer: tell it where I stand
-                channel = self.producers.index(event.peer)
-                self._send(event.peer, ReplayRequest(self.index, self.received[channel]))
+            self._to_producers(self.inputs.producer_replaced(event.peer))  # tell it where I stand
         elif kind is PeerClosed:
             output = self.output
             if self._current_peer(event) and output is not None and event.peer in output.channels.of:
@@ -161,6 +156,10 @@ class CecWorker(WorkerShell):
         except OSError:
             return False
 
+    def _to_producers(self, instructions: list[ToProducer]) -> None:
+        for instruction in instructions:
+            self._send(instruction.producer, instruction.event)
+
     # ------------------------------------------------------------------ set-up and recovery
     @_DO.on(SetUpWorker)
     def _set_up(self, instruction: SetUpWorker) -> None:
@@ -174,9 +173,9 @@ class CecWorker(WorkerShell):
                            replaceable=True, num_workers=deployment.num_workers)
         started = time.monotonic()
         directory = os.path.join(deployment.log_root, deployment.job_id, f"w{self.index}")
-        self.producers = deployment.producers(stage, subtask)
-        channels = len(self.producers)
-        self.received, self.frames_seen, self.ended = [-1] * channels, [-1] * channels, [None] * channels
+        producers = deployment.producers(stage, subtask)
+        channels = len(producers)
+        self.inputs = InputChannels(self.index, producers)
         post: Any = self.mailbox.put  # a frame on disk is an event of the worker's mailbox
         parts = make_parts(deployment, stage, subtask, channels, directory, self.bootstrap.incarnation, post)
         log, self.aggregate, self.source, self.sink = parts.log, parts.aggregate, parts.source, parts.sink
@@ -187,11 +186,11 @@ class CecWorker(WorkerShell):
             self.resume_pending = True
             persisted = log if isinstance(log, OutputLog) else None
             rebuilt = rebuild(persisted, channels, deployment.mode, self.aggregate, self.source, self.sink)
-            self.received, self.records_read, phases = rebuilt.after, rebuilt.records_read, rebuilt.phases
+            self.inputs = InputChannels(self.index, producers, rebuilt.after)
+            self.records_read, phases = rebuilt.records_read, rebuilt.phases
             if self.sink is not None and self.sink.committed is not None and log is not None:
                 self.sink_fed = self.sink.committed  # own frames after it go to the sink again
-            for channel, producer in enumerate(self.producers):
-                self._send(producer, ReplayRequest(self.index, self.received[channel]))
+            self._to_producers(self.inputs.replay_all())
             if self.aggregate is not None and isinstance(log, OutputLog) and log.frames:
                 self.extent.restored(list(self.aggregate.windows), log.frames[0].seq)
         elif isinstance(log, OutputLog) and log.frames:
@@ -236,24 +235,19 @@ class CecWorker(WorkerShell):
             output.channels.credit(event.consumer, event.frames)
         elif kind is TrimRequest and output is not None:
             output.channels.trim(event.consumer, event.through)
-        elif kind is EndOfStream and event.producer in self.producers:
-            self.ended[self.producers.index(event.producer)] = event.last
+        elif kind is EndOfStream:
+            self.inputs.end_of_stream(event.producer, event.last)
             self._maybe_inputs_ended()
 
     def _on_stream_event(self, event: StreamEvent) -> None:
-        channel = self.producers.index(event.producer)
-        self._send(event.producer, Credit(self.index, 1))
-        if event.frame_seq <= self.frames_seen[channel]:
-            return
-        self.frames_seen[channel] = event.frame_seq
         indices, records = pickle.loads(event.blob)
-        last = self.received[channel]
-        seqs = [item_seq(event.frame_seq, k) for k in indices]
-        fresh = [i for i, seq in enumerate(seqs) if seq > last]
-        if len(fresh) != len(seqs):
-            seqs, records = [seqs[i] for i in fresh], [records[i] for i in fresh]
-        # the whole frame is in: the channel's position is its end, with records for me or not
-        self.received[channel] = max(last, item_seq(event.frame_seq, ITEM_LAST))
+        credit, deliver = self.inputs.stream_event(event.producer, event.frame_seq, indices)
+        self._to_producers(credit)
+        if deliver is None:
+            return  # a frame seen before (sent again after a replay)
+        channel, seqs = deliver.channel, deliver.seqs
+        if len(seqs) != len(records):
+            records = [records[k] for k in deliver.positions]
         self.counters["records_in"] += len(records)
         if records and self.resume_pending:
             self._resumed()
@@ -263,13 +257,13 @@ class CecWorker(WorkerShell):
             process = self.aggregate.process
             for seq, record in zip(seqs, records, strict=True):
                 process(channel, seq, record)
-            process(channel, item_seq(event.frame_seq, ITEM_LAST), NOTHING)
+            process(channel, deliver.end, NOTHING)
             self._emit_aggregate()
             if self.aggregate.mode == "cec":
                 self._checkpoint(time.monotonic())
         elif self.output is not None:
-            meta = tuple(self.received)
-            self.metas[self.output.emit(run_chain(stage.pre, records), meta, None)] = meta  # type: ignore[union-attr]
+            positions = self.inputs.positions
+            self.inputs.emitted(self.output.emit(run_chain(stage.pre, records), positions, None))  # type: ignore[union-attr]
         elif self.sink is not None:
             self.sink.write(run_chain(stage.pre, records))  # type: ignore[union-attr]
         self._maybe_inputs_ended()
@@ -277,11 +271,10 @@ class CecWorker(WorkerShell):
             self._reach("records")
 
     def _maybe_inputs_ended(self) -> None:
-        if not self.producers or any(end is None or seen < end
-                                     for end, seen in zip(self.ended, self.frames_seen, strict=True)):
+        if not self.inputs.ended:
             return
         if self.aggregate is not None and not self.inputs_ended:
-            for channel in range(len(self.producers)):
+            for channel in range(len(self.inputs.producers)):
                 self.aggregate.end_channel(channel)
             self.aggregate.end_input()
             self._emit_aggregate()
@@ -326,18 +319,10 @@ class CecWorker(WorkerShell):
         output = self.output
         assert output is not None
         frame = event.frame
-        meta = self.metas.pop(frame.seq, None)
-        if meta is not None:  # a stateless stage never needs its input before a durable frame's
-            self.pending_trim = (frame.seq, list(meta))
-        pending = self.pending_trim
-        if pending is not None and frame.seq >= pending[0]:
-            self.pending_trim = None
-            for channel, producer in enumerate(self.producers):
-                self._send(producer, TrimRequest(self.index, pending[1][channel]))
+        self._to_producers(self.inputs.durable(frame.seq))
         full = self.extent.durable(frame.seq)
         if full is not None:  # CRB: input before a durable full checkpoint is never replayed
-            for channel, producer in enumerate(self.producers):
-                self._send(producer, TrimRequest(self.index, full.seqs[channel]))
+            self._to_producers(self.inputs.trim_now(full.seqs))
         if "log_write" in self.hook_points:
             self._reach("log_write", self.counters["frames"])
         output.durable(frame)
@@ -402,7 +387,7 @@ class CecWorker(WorkerShell):
     def _commit_sink(self) -> None:
         sink = self.sink
         if sink is not None and sink.dirty:
-            sink.commit(self.sink_fed if self.output is not None else list(self.received))
+            sink.commit(self.sink_fed if self.output is not None else list(self.inputs.positions))
 
     def _trim(self) -> None:
         """Tell producers what this instance will never ask for again (once the output that
@@ -410,11 +395,10 @@ class CecWorker(WorkerShell):
         aggregate, output, deployment = self.aggregate, self.output, self.deployment
         assert deployment is not None
         if aggregate is not None and deployment.mode == "cec" and output is not None:
-            if aggregate.catch_up is None and self.producers:
-                self.pending_trim = (output.next_seq - 1, aggregate.replay_floor())
+            if aggregate.catch_up is None and self.inputs.producers:
+                self.inputs.trim_when_durable(output.next_seq - 1, aggregate.replay_floor())
         elif self.sink is not None and output is None and self.sink.committed is not None:
-            for channel, producer in enumerate(self.producers):
-                self._send(producer, TrimRequest(self.index, self.sink.committed[channel]))
+            self._to_producers(self.inputs.trim_now(self.sink.committed))
         if output is not None:
             needed = None  # what the instance needs of its own queue: its extent, its sink's input
             if aggregate is not None and deployment.persist:

@@ -5,9 +5,9 @@ replaces a lost worker, rebuilds its state; it answers :class:`SetUp`) -> READY 
 sent, until ``Start``) -> RUNNING (the driver processes; when its input ended and everything it
 produced is durable and committed it answers :class:`InputDone`) -> DONE (``StageDone``
 reported, until the JobMaster's ``FinishJob``) -> FINISHED (``Finished`` sent; a ``Shutdown``
-stops it). A replacement reports :class:`~epochal.cec.messages.Rejoined` with its recovery
+stops it). A replacement reports :class:`~epochal.cec.protocol.Rejoined` with its recovery
 phases when set up. Everything about records is the driver's (:mod:`epochal.cec.worker`); the
-shared start-up waits and stops are :class:`~epochal.runtime.worker_lifecycle.WorkerLifecycle`.
+shared start-up waits and stops are :class:`~epochal.runtime.host.lifecycle.WorkerLifecycle`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.cec.messages import FinishJob, Rejoined, StageDone
+from epochal.cec.protocol import FinishJob, Rejoined, StageDone
 from epochal.messages import Deploy, Dispatch, KindCommand, KindReport, Processing, Ready, Start
-from epochal.runtime.worker_events import Send
-from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
+from epochal.runtime.host.events import Send
+from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle
 
 
 class CecPhase(enum.Enum):

@@ -191,7 +191,7 @@ class PrintSink(Sink):
 
 class _CollectWriter(TransactionalSinkWriter):
     """Streams records to the driver tagged with this writer's epoch; the driver publishes an
-    epoch when the checkpoint that sealed it completes (see :mod:`epochal.control.collect`)."""
+    epoch when the checkpoint that sealed it completes (see :mod:`epochal.dataflow.collect`)."""
 
     def __init__(self, context: SinkContext) -> None:
         self.send = context.send_to_driver

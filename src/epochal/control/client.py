@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.control.kinds import KindCoordinator
 from epochal.errors import EpochalError, JobTimeoutError
 
 
@@ -69,6 +70,12 @@ class JobClient:
         self._jobmaster = jobmaster
 
     @property
+    def kind(self) -> KindCoordinator:
+        """The job kind's coordination on the JobMaster (a graph job's barrier and timings, a CEC
+        job's recovery history); read it once the job ended, or through its own thread-safe queries."""
+        return self._jobmaster.kind
+
+    @property
     def job_id(self) -> str:
         return self._jobmaster.job_id
 
@@ -92,7 +99,8 @@ class JobClient:
         """Records a collect sink published so far (the list grows while the job runs). Under
         checkpointing records appear when the checkpoint covering them completes, each exactly
         once across restarts; without checkpointing as they arrive."""
-        return self._jobmaster.published(getattr(sink, "collect_id", sink))
+        collect_id = getattr(sink, "collect_id", sink)
+        return self._jobmaster.query(lambda kind: kind.published(collect_id))
 
     def wait_until_running(self, timeout: float = 120.0) -> None:
         """Block until every worker has registered (or the job ended)."""
@@ -158,21 +166,20 @@ class JobClient:
         jm = self._jobmaster
         if jm.error is not None:
             raise _fresh(jm.error)
-        return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, jm.published_all(),
-                         jm.snapshot_metrics(), self.checkpoint_stats(), jm.restart_history(),
-                         jm.coordinator.storage.uri if jm.coordinator is not None else "",
-                         jm.coordinator.records_base if jm.coordinator is not None else 0,
-                         non_restored_state=list((jm.restore or {}).get("non_restored_state", [])))
+        collected, path, records_base, skipped = jm.query(lambda kind: (
+            kind.published_all(), kind.checkpoint_path, kind.records_base, kind.non_restored_state))
+        return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, collected, jm.snapshot_metrics(),
+                         self.checkpoint_stats(), jm.restart_history(), path, records_base,
+                         non_restored_state=skipped)
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""
-        return self._jobmaster.checkpoint_stats()
+        return self._jobmaster.query(lambda kind: kind.checkpoint_stats())
 
     @property
     def checkpoint_path(self) -> str:
         """Where this job's checkpoints go (empty without checkpointing); usable as ``restore_from``."""
-        coordinator = self._jobmaster.coordinator
-        return coordinator.storage.uri if coordinator is not None else ""
+        return self._jobmaster.query(lambda kind: kind.checkpoint_path)
 
     def restarts(self) -> list[dict[str, Any]]:
         """One entry per restart so far: the failed attempt, its cause, and (once back)

@@ -1,11 +1,12 @@
 """The JobMaster: the driver-side coordinator of one job, a thin driver around its state machine.
 
 Every decision is :class:`~epochal.control.jobmaster_machine.JobMasterMachine`'s (registration,
-deployment, readiness, checkpoints, failures, restarts, cancel, the end of the job); this module
-owns only what the machine may not: the :class:`~epochal.control.server.ControlServer` (the TCP
-listener and the workers' control connections), the coordinator thread, the clock, the Spark
-job (submitted and killed through the two callbacks it is given) and the I/O of finding what an
-attempt restores.
+deployment, readiness, failures, restarts, cancel, the end of the job) or its job kind's
+coordinator's; this module owns only what they may not: the
+:class:`~epochal.control.server.ControlServer` (the TCP listener and the workers' control
+connections), the coordinator thread, the clock, the Spark job (submitted and killed through the
+two callbacks it is given), the I/O of finding what an attempt restores and the checkpoint files
+(:class:`~epochal.control.checkpointing.files.CheckpointFiles`).
 
 The coordinator thread loops: take an event from the inbox (:mod:`epochal.control.inbox`; the
 server's readers, the Spark launcher thread and ``cancel`` put them there) for up to 50 ms, stamp
@@ -13,8 +14,8 @@ it with the time and hand it to the machine, then hand it a :class:`Tick`; it ca
 instructions the machine returns, and once the job's status is terminal it closes every connection
 and sets ``done``. The machine is changed only under ``_lock``, held while ``handle`` runs; the
 query methods that other threads (``JobClient``) call take the same lock. Instructions are carried
-out outside it, in order; the answer to a :class:`ResolveRestore` is handed to the machine at once,
-and its instructions are carried out before the rest.
+out outside it, in order; the answer to a :class:`ResolveRestore` or a ``WriteCheckpoint`` is handed
+to the machine at once, and its instructions are carried out before the rest.
 """
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from epochal.config import EngineConfig
-from epochal.control.checkpointing import CheckpointCoordinator
+from epochal.control.checkpointing.files import (
+    CheckpointFiles,
+    CheckpointWritten,
+    DeleteCheckpoints,
+    DiscardCheckpoint,
+    RecordStats,
+    WriteCheckpoint,
+)
 from epochal.control.inbox import CancelRequested, Disconnected, InboxEvent, Received, SparkEnded
 from epochal.control.jobmaster_events import (
     Broadcast,
@@ -63,18 +71,17 @@ __all__ = ["JobMaster", "JobStatus", "WorkerInfo", "summarize_spark_error"]
 _INBOX = Dispatch("JobMaster inbox")
 _DO = Dispatch("JobMaster instructions")
 _ON = MESSAGES
+T = TypeVar("T")
 
 
 class JobMaster:
     """Coordinates one job's workers; ``submit_spark_job`` starts the Spark job of W tasks."""
 
     def __init__(self, job_name: str, job_id: str, deployment: bytes, num_workers: int, config: EngineConfig,
-                 token: bytes, bind_host: str, collect_ids: list[str],
+                 token: bytes, bind_host: str, kind: KindCoordinator,
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
-                 slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
-                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None, recovery: str = "restart_job",
-                 kind: KindCoordinator | None = None, submit_worker: Callable[[int], None] | None = None) -> None:
+                 slots_hint: str = "", restart: RestartStrategy | None = None,
+                 submit_worker: Callable[[int], None] | None = None) -> None:
         self.job_name = job_name
         #: submits one Spark task for a worker index (task-local recovery); None: not supported
         self.submit_worker = submit_worker
@@ -83,11 +90,11 @@ class JobMaster:
         self.config = config
         self.submit_spark_job = submit_spark_job
         self.cancel_spark_job = cancel_spark_job
-        self.coordinator = coordinator
-        self.restore = restore
+        #: the job kind's coordination, part of the machine (read through :meth:`query`)
+        self.kind = kind
         #: Every decision, and the state it is taken on; changed only under ``_lock``.
-        self.machine = JobMasterMachine(job_name, deployment, num_workers, config, collect_ids, slots_hint,
-                                        coordinator, restart, restore, loops, recovery, kind)
+        self.machine = JobMasterMachine(job_name, deployment, num_workers, config, kind, slots_hint, restart)
+        self.files = CheckpointFiles()
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
         self.server = ControlServer(bind_host, token, self.events.put)
         self.address = self.server.address
@@ -166,21 +173,14 @@ class JobMaster:
         with self._lock:
             return self.machine.all_running()
 
-    def published(self, collect_id: str) -> list[Any]:
-        """A copy of the records collect sink ``collect_id`` published so far."""
+    def query(self, read: Callable[[KindCoordinator], T]) -> T:
+        """``read(kind coordinator)`` under the lock: what a client reads of the kind's state."""
         with self._lock:
-            return list(self.machine.collects.published.get(collect_id, []))
-
-    def published_all(self) -> dict[str, list[Any]]:
-        with self._lock:
-            return {cid: list(records) for cid, records in self.machine.collects.published.items()}
+            return read(self.kind)
 
     def restart_history(self) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(r) for r in self.restarts]
-
-    def checkpoint_stats(self) -> list[dict[str, Any]]:
-        return self.coordinator.stats_snapshot() if self.coordinator is not None else []
 
     # ------------------------------------------------------------------ the coordinator thread
     def _coordinate(self) -> None:
@@ -193,9 +193,9 @@ class JobMaster:
                 self._process(event)
             self._tick(time.monotonic())
         self.ended_at = time.monotonic()
-        coordinator = self.machine.coordinator
-        if coordinator is not None:  # checkpoints still pending can never complete: delete their files
-            coordinator.discard_pending()
+        with self._lock:
+            cleanup = self.kind.job_ended()  # e.g. files of checkpoints that can never complete
+        self._carry_out(cleanup)
         self.server.close_all()
         self.done.set()
 
@@ -263,6 +263,23 @@ class JobMaster:
     @_DO.on(ResolveRestore)
     def _resolve_restore(self, instruction: ResolveRestore) -> None:
         self._carry_out(self._handle(resolve_restore(instruction)))
+
+    @_DO.on(WriteCheckpoint)
+    def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:
+        error = self.files.write(instruction)
+        self._carry_out(self._handle(CheckpointWritten(instruction.checkpoint_id, error, time.monotonic())))
+
+    @_DO.on(DeleteCheckpoints)
+    def _delete_checkpoints(self, instruction: DeleteCheckpoints) -> None:
+        self.files.delete(instruction)
+
+    @_DO.on(DiscardCheckpoint)
+    def _discard_checkpoint(self, instruction: DiscardCheckpoint) -> None:
+        self.files.discard(instruction)
+
+    @_DO.on(RecordStats)
+    def _record_stats(self, instruction: RecordStats) -> None:
+        self.files.record_stats(instruction)
 
 
 def resolve_restore(instruction: ResolveRestore) -> RestoreResolved | RestoreFailed:

@@ -11,7 +11,8 @@ never holds a socket. All are frozen dataclasses, compared by value in the tests
 
 Things that need I/O are round trips: :class:`ResolveRestore` asks the driver to read and check
 the checkpoint an attempt restores, and the driver answers with :class:`RestoreResolved` or
-:class:`RestoreFailed`.
+:class:`RestoreFailed`; a kind's ``WriteCheckpoint`` is answered with ``CheckpointWritten``
+(:mod:`epochal.control.checkpointing.files`, whose other instructions need no answer).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from epochal.control.checkpointing.files import CheckpointIO, CheckpointWritten
 from epochal.control.lifecycle import KillSparkJob
 from epochal.errors import EpochalError
 from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
-__all__ = ["Broadcast", "CancelRequested", "CloseConnections", "Event", "Instruction", "JobStarted",
-           "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo", "SparkJobEnded",
-           "SubmitSparkJob", "Tick", "WorkerDisconnected", "WorkerMessage"]
+__all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
+           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo",
+           "SparkJobEnded", "SubmitSparkJob", "Tick", "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -102,7 +104,7 @@ class RestoreFailed:
 
 
 Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | Tick | RestoreResolved
-         | RestoreFailed)
+         | RestoreFailed | CheckpointWritten)
 
 
 # ---------------------------------------------------------------------- instructions
@@ -155,4 +157,5 @@ class CloseConnections:
     connections: tuple[int, ...]
 
 
-Instruction = SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections
+Instruction = (SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections
+               | CheckpointIO)

@@ -1,19 +1,23 @@
 """The heart of the JobMaster: a pure state machine, ``handle(event) -> list[Instruction]``.
 
-:class:`JobMasterMachine` owns everything the JobMaster decides on: the registered workers'
-records (:class:`~epochal.control.jobmaster_messages.WorkerInfo`, each with the id of its control
+:class:`JobMasterMachine` owns what every job kind shares: the registered workers' records
+(:class:`~epochal.control.jobmaster_messages.WorkerInfo`, each with the id of its control
 connection), the job lifecycle (:class:`~epochal.control.lifecycle.JobLifecycle`), the restart
-sub-machine (:class:`~epochal.control.restart.RestartMachine`), the checkpoint coordinator, loop
-termination detection, the ``collect()`` ledger, the failures of the current attempt (ranked by
-:mod:`epochal.control.job_failures`), the attempt counter, the final checkpoint and who committed
-it, and the deadlines (registration, stop). No sockets, threads or clocks inside: the events and
-instructions of :mod:`epochal.control.jobmaster_events` carry time in and effects out, and the
-driver (:class:`~epochal.control.jobmaster.JobMaster`) owns the sockets, threads and timers.
+sub-machine (:class:`~epochal.control.restart.RestartMachine`), the failures of the current
+attempt (ranked by :mod:`epochal.control.job_failures`), the attempt counter, the lost workers
+being replaced or retired (task-local recovery), and the deadlines (registration, stop).
+Everything of the job's kind (a dataflow job's checkpoints, loops and ``collect()`` ledger; a
+graph job's barrier; a CEC job's replacements) is its :class:`~epochal.control.kinds.KindCoordinator`'s,
+whose outputs the machine carries out (``kind_outputs``). No sockets, threads or clocks inside:
+the events and instructions of :mod:`epochal.control.jobmaster_events` carry time in and effects
+out, and the driver (:class:`~epochal.control.jobmaster.JobMaster`) owns the sockets, threads and
+timers.
 
 Events are dispatched by type (``EVENTS``); a :class:`WorkerMessage` goes on by its message's type
 to :mod:`epochal.control.jobmaster_messages` (``MESSAGES``), which registers workers and handles
-their reports. Every timer (registration, heartbeats, checkpoint interval and timeouts, failure
-grace, restart delay, stop deadlines) is checked on :class:`Tick`.
+the reports every kind shares, and hands the kind's own messages to its coordinator. Every timer
+(registration, heartbeats, the kind's timers, failure grace, restart delay, stop deadlines) is
+checked on :class:`Tick`.
 
 The first failure wins, after a grace period in which a more specific cause may still arrive;
 then either the restart strategy allows another attempt (every worker is told to cancel, and the
@@ -32,11 +36,10 @@ from typing import Any
 
 from epochal.config import EngineConfig
 from epochal.control import job_failures, lifecycle
-from epochal.control.checkpointing import CheckpointCoordinator
-from epochal.control.collect import CollectLedger
 from epochal.control.jobmaster_events import (
     Broadcast,
     CancelRequested,
+    CheckpointWritten,
     CloseConnections,
     Event,
     Instruction,
@@ -51,14 +54,12 @@ from epochal.control.jobmaster_events import (
     WorkerDisconnected,
     WorkerMessage,
 )
-from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo
-from epochal.control.kinds import KindCoordinator, ReplaceWorker, RetireWorker, TaskLocalRecovery
+from epochal.control.jobmaster_messages import MESSAGES, WorkerInfo, kind_message
+from epochal.control.kinds import EndJob, KindCoordinator, KindOutput, ReplaceWorker, RetireWorker, TaskLocalRecovery
 from epochal.control.lifecycle import JobLifecycle, JobStatus
-from epochal.control.loops import LoopTermination
-from epochal.control.recovery import recovery_machine
-from epochal.control.restart import RestartStrategy
+from epochal.control.restart import RestartMachine, RestartStrategy
 from epochal.errors import EpochalError, JobCancelledError, JobFailedError
-from epochal.messages import Cancel, Deploy, Dispatch, Failed, KindCommand, ToWorker
+from epochal.messages import Cancel, Deploy, Dispatch, Failed, ToWorker
 
 __all__ = ["DEFAULT_RESTORE_HINT", "EVENTS", "MESSAGES", "JobMasterMachine", "WorkerInfo"]
 
@@ -81,18 +82,15 @@ class JobMasterMachine:
     """The decisions of one job's JobMaster; see the module docstring."""
 
     def __init__(self, job_name: str, deployment: bytes, num_workers: int, config: EngineConfig,
-                 collect_ids: list[str], slots_hint: str = "", coordinator: CheckpointCoordinator | None = None,
-                 restart: RestartStrategy | None = None, restore: dict[str, Any] | None = None,
-                 loops: dict[int, int] | None = None, recovery: str = "restart_job",
-                 kind: KindCoordinator | None = None) -> None:
+                 kind: KindCoordinator, slots_hint: str = "", restart: RestartStrategy | None = None) -> None:
         self.job_name = job_name
         self.deployment = deployment
         self.num_workers = num_workers
         self.config = config
         self.slots_hint = slots_hint
         self.workers: dict[int, WorkerInfo] = {}
-        #: collect() sinks' records: staged per writer epoch, published when committed.
-        self.collects = CollectLedger(collect_ids)
+        #: the job kind's coordination (checkpoints, a graph's barrier, CEC's replacements)
+        self.kind = kind
         self.lifecycle = JobLifecycle()
         self.failures: list[Failed] = []
         self.registration_deadline = 0.0
@@ -100,22 +98,14 @@ class JobMasterMachine:
         self.spark_done = False
         self.spark_results: list[Any] = []
         self.error: EpochalError | None = None
-        self.coordinator = coordinator
         self.restart = restart or RestartStrategy()
-        #: The recovery mode's machine (:mod:`epochal.control.recovery`): whether and when to recover.
-        self.restarting = recovery_machine(recovery, self.restart, config.cancel_timeout)
-        #: The checkpoint the user asked the first attempt to start from (read when submitted).
-        self.restore = restore
+        #: whether and when a failed attempt is followed by another (the job restarts)
+        self.restarting = RestartMachine(self.restart, config.cancel_timeout)
         #: What to suggest should the current attempt's checkpoint turn out damaged.
         self.restore_hint = DEFAULT_RESTORE_HINT
         self.resolving = False  # a ResolveRestore is out, not answered yet
         self.attempt = 0
         self.started_running = False
-        self.final_checkpoint: int | None = None
-        self.committed: set[int] = set()
-        self.loops = LoopTermination(loops or {})
-        #: the job kind's coordinator (a graph job's barrier), or None for a dataflow job
-        self.kind = kind
         #: task-local recovery: lost workers being replaced (index -> registration deadline), and
         #: lost workers the job goes on without
         self.replacing: dict[int, float] = {}
@@ -150,26 +140,31 @@ class JobMasterMachine:
         return self.num_workers - len(self.retired)
 
     def task_local(self) -> TaskLocalRecovery | None:
-        """The kind's coordinator, if it recovers lost workers itself and the job is past its start."""
-        kind = self.kind
-        if isinstance(kind, TaskLocalRecovery) and getattr(kind, "task_local", False) and self.started_running \
-                and self.status == JobStatus.RUNNING:
-            return kind
+        """The kind's task-local recovery, if it has one and the job is past its start."""
+        if self.started_running and self.status == JobStatus.RUNNING:
+            return self.kind.local_recovery
         return None
 
-    def kind_commands(self, items: Iterable[Any], now: float) -> None:
-        """Carry out what a kind's coordinator returned: commands for every worker, workers to
-        replace or retire, a failure of the attempt."""
-        for item in items:
-            if isinstance(item, ReplaceWorker):
-                self.replacing[item.worker] = now + self.config.registration_timeout
-                self.emit(SubmitWorker(item.worker))
-            elif isinstance(item, RetireWorker):
-                self.retired.add(item.worker)
-            elif isinstance(item, Failed):
-                self.fail(item, now)
+    def kind_outputs(self, outputs: Iterable[KindOutput], now: float) -> None:
+        """Carry out what the kind's coordinator returned, in order: messages for every worker,
+        a failure of the attempt, workers to replace or retire, the end of the job (while it
+        runs), and I/O for the driver."""
+        for output in outputs:
+            if isinstance(output, ToWorker):
+                self.broadcast([output])
+            elif isinstance(output, Failed):
+                self.fail(output, now)
+            elif isinstance(output, ReplaceWorker):
+                self.replacing[output.worker] = now + self.config.registration_timeout
+                self.emit(SubmitWorker(output.worker))
+            elif isinstance(output, RetireWorker):
+                self.retired.add(output.worker)
+            elif isinstance(output, EndJob):
+                if self.status == JobStatus.RUNNING:
+                    self.shutdown(lifecycle.FinalCheckpointCommitted() if output.final_checkpoint
+                                  else lifecycle.AllFinished(), now)
             else:
-                self.broadcast([KindCommand(item)])
+                self.emit(output)
 
     # ------------------------------------------------------------------ events
     @EVENTS.on(JobStarted)
@@ -186,7 +181,7 @@ class JobMasterMachine:
         elif not worker.finished and (local := self.task_local()) is not None:
             del self.workers[event.worker]  # the others keep running; the kind recovers it
             self.emit(CloseConnections((event.connection,)))
-            self.kind_commands(local.worker_lost(event.worker, event.now), event.now)
+            self.kind_outputs(local.worker_lost(event.worker, event.now), event.now)
             if local.recovering:  # every worker writes its output again once it is done
                 for other in self.workers.values():
                     other.finished = False
@@ -220,9 +215,7 @@ class JobMasterMachine:
         worker = self.workers.get(event.worker)
         if worker is not None and worker.connection == event.connection:
             worker.last_seen = event.now
-        handler = MESSAGES.handlers.get(type(event.message))
-        if handler is not None:  # a message of another version of epochal: ignored
-            handler(self, event)
+        MESSAGES.handlers.get(type(event.message), kind_message)(self, event)
 
     @EVENTS.on(RestoreResolved)
     def _on_restore_resolved(self, event: RestoreResolved) -> None:
@@ -241,6 +234,10 @@ class JobMasterMachine:
         self.resolving = False
         self.error = event.error
         self._stop(lifecycle.RestoreUnreadable(), event.now)
+
+    @EVENTS.on(CheckpointWritten)
+    def _on_checkpoint_written(self, event: CheckpointWritten) -> None:
+        self.kind_outputs(self.kind.checkpoint_written(event.checkpoint_id, event.error, event.now), event.now)
 
     @EVENTS.on(Tick)
     def _on_tick(self, event: Tick) -> None:
@@ -270,16 +267,12 @@ class JobMasterMachine:
 
     # ------------------------------------------------------------------ decisions
     def _check_running(self, now: float, wall: float) -> None:
-        """While RUNNING: periodic checkpoints and their timeouts, then the workers' heartbeats."""
-        coordinator = self.coordinator
-        if coordinator is not None and self.started_running:
-            self.broadcast(coordinator.maybe_trigger(now, wall))
-            tolerable, aborts = coordinator.check_timeouts(now)
-            self.broadcast(aborts)
-            if not tolerable:
-                self.fail(job_failures.checkpoints_failing(coordinator.config.tolerable_failures), now)
+        """While RUNNING: the kind's timers (a dataflow job's checkpoints), replacements that did
+        not register in time, then the workers' heartbeats."""
+        if self.started_running:
+            self.kind_outputs(self.kind.tick(now, wall), now)
+            if self.status != JobStatus.RUNNING:
                 return
-            self.retry_final_checkpoint(aborts, now, wall)
         for index, deadline in self.replacing.items():
             if now > deadline and index not in self.workers:
                 self.fail(job_failures.replacement_missing(index, self.config.registration_timeout,
@@ -290,17 +283,6 @@ class JobMasterMachine:
             if not worker.finished and now - worker.last_seen > timeout:
                 self.fail(job_failures.heartbeat_missed(worker.index, worker.pid, worker.hostname, timeout), now)
                 break
-
-    def retry_final_checkpoint(self, aborts: list[Any], now: float, wall: float) -> None:
-        """Every worker finished and the final checkpoint (the one that commits the sinks' last
-        epoch) was aborted within the tolerated failures: take it again, or the job would wait
-        for it forever."""
-        final, coordinator = self.final_checkpoint, self.coordinator
-        if final is None or coordinator is None or self.status != JobStatus.RUNNING:
-            return
-        if any(getattr(abort, "checkpoint_id", None) == final for abort in aborts):
-            self.final_checkpoint, messages = coordinator.trigger(now, wall)
-            self.broadcast(messages)
 
     def fail(self, failure: Failed, now: float) -> None:
         """Record ``failure`` of the current attempt; the first one starts the grace period."""
@@ -321,8 +303,7 @@ class JobMasterMachine:
             return
         # stop this attempt's workers; the next attempt starts once its Spark job is gone
         self.restarting.begin(self.attempt, str(error).splitlines()[0], delay, now)
-        if self.coordinator is not None:
-            self.broadcast(self.coordinator.abort_all(f"job attempt {self.attempt} failed", now))
+        self.kind_outputs(self.kind.attempt_failed(f"job attempt {self.attempt} failed", now), now)
         self._transition(lifecycle.RestartDecided(str(error)))  # broadcasts Cancel
 
     def _new_attempt(self, now: float) -> None:
@@ -333,22 +314,9 @@ class JobMasterMachine:
         self.restarting.new_attempt()
         self.spark_done = False
         self.started_running = False
-        self.committed = set()
-        self.final_checkpoint = None
-        self.loops.reset()
         self.replacing, self.retired = {}, set()
-        if self.kind is not None:
-            self.kind.new_attempt()
-        coordinator = self.coordinator
-        if coordinator is not None:
-            coordinator.paused = False
-            # the new attempt's sources resume at the latest checkpoint: what it covers is counted
-            latest = coordinator.latest_completed
-            coordinator.records_base = coordinator.source_records.get(latest, 0) if latest else 0
         self.attempt += 1
-        # collected epochs the restored checkpoint does not cover can never be published
-        self.collects.new_attempt(self.attempt, coordinator.latest_completed if coordinator else None,
-                                  checkpointing=coordinator is not None)
+        self.kind.new_attempt(self.attempt)
         self._transition(lifecycle.NewAttempt())
         self.registration_deadline = now + self.config.registration_timeout
         self.emit(SubmitSparkJob())

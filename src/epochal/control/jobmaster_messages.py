@@ -1,8 +1,12 @@
 """The JobMaster machine's handlers of worker messages, and its record of each worker.
 
-Owns ``MESSAGES``, the table from each :class:`~epochal.messages.ToJobMaster` message type to
-what :class:`~epochal.control.jobmaster_machine.JobMasterMachine` does with it, and
-:class:`WorkerInfo`, what the machine knows of a registered worker. A registration is checked
+Owns ``MESSAGES``, the table from each :class:`~epochal.messages.ToJobMaster` message type every
+job kind shares to what :class:`~epochal.control.jobmaster_machine.JobMasterMachine` does with
+it, and :class:`WorkerInfo`, what the machine knows of a registered worker. Any other message of
+a registered worker goes to the job kind's coordinator
+(:meth:`~epochal.control.kinds.KindCoordinator.on_message`): a
+:class:`~epochal.messages.KindReport` only while the job runs, the kind's own message types
+(:attr:`~epochal.control.kinds.KindCoordinator.messages`) always. A registration is checked
 here (the job attempt it belongs to, its worker index, duplicates); every other message counts
 only from a registered worker on its current connection (``_from_registered``): a message on a
 connection the worker no longer uses (it registered again, or its attempt was replaced) is
@@ -18,29 +22,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from epochal.control import job_failures, lifecycle
-from epochal.control.jobmaster_events import ResolveRestore, SendTo, WorkerMessage
+from epochal.control.jobmaster_events import SendTo, WorkerMessage
 from epochal.control.lifecycle import JobStatus
 from epochal.messages import (
-    Ack,
-    Collect,
-    Committed,
-    Decline,
     Deploy,
     Dispatch,
     Failed,
     Finished,
     Heartbeat,
-    KindCommand,
     KindReport,
-    LoopReady,
-    LoopVote,
     Metrics,
     Processing,
     Ready,
     Register,
     Reject,
     Start,
+    ToJobMaster,
 )
 
 if TYPE_CHECKING:
@@ -106,27 +103,13 @@ def _on_register(jm: JobMasterMachine, event: WorkerMessage) -> None:
                                    message.data_port, event.connection, last_seen=event.now)
     if len(jm.workers) == jm.num_workers:
         jm.resolving = True
-        coordinator = jm.coordinator
-        if jm.kind is not None:
-            jm.emit(jm.kind.restore_request(jm.attempt))
-        elif coordinator is not None and coordinator.latest_completed is not None and (
-                jm.attempt > 0 or jm.restore is None):
-            # a restarted attempt (or a job run again) resumes at its own latest checkpoint
-            jm.emit(ResolveRestore(coordinator.storage, coordinator.latest_completed, None))
-        else:
-            jm.emit(ResolveRestore(None, None, jm.restore))
+        jm.emit(jm.kind.restore_request(jm.attempt))
 
 
 @MESSAGES.on(Heartbeat)
 @_from_registered
 def _on_heartbeat(jm: JobMasterMachine, worker: WorkerInfo, message: Heartbeat, event: WorkerMessage) -> None:
     worker.metrics = message.metrics
-
-
-@MESSAGES.on(Collect)
-@_from_registered
-def _on_collect(jm: JobMasterMachine, worker: WorkerInfo, message: Collect, event: WorkerMessage) -> None:
-    jm.collects.receive(message.collect_id, message.payload)
 
 
 @MESSAGES.on(Ready)
@@ -138,14 +121,13 @@ def _on_ready(jm: JobMasterMachine, worker: WorkerInfo, message: Ready, event: W
         jm.emit(SendTo(worker.connection, Start()))
         local = jm.task_local()
         if local is not None:
-            jm.kind_commands(local.worker_rejoined(worker.index, event.now), event.now)
+            jm.kind_outputs(local.worker_rejoined(worker.index, event.now), event.now)
         return
     if jm.all_running():
         jm.broadcast([Start()])
         jm.started_running = True
         jm.restarting.all_ready(event.now)
-        if jm.kind is not None:
-            jm.broadcast([KindCommand(p) for p in jm.kind.started(event.now)])
+        jm.kind_outputs(jm.kind.started(event.now, event.wall), event.now)
 
 
 @MESSAGES.on(Finished)
@@ -158,34 +140,7 @@ def _on_finished(jm: JobMasterMachine, worker: WorkerInfo, message: Finished, ev
     worker.metrics = message.metrics
     if jm.status == JobStatus.RUNNING and len(jm.workers) == jm.live_workers and not jm.replacing \
             and all(w.finished for w in jm.workers.values()):
-        if jm.coordinator is None:
-            jm.shutdown(lifecycle.AllFinished(), event.now)
-        elif jm.final_checkpoint is None:
-            # every record is processed: one last checkpoint commits the sinks' final epoch
-            jm.coordinator.paused = True
-            jm.final_checkpoint, messages = jm.coordinator.trigger(event.now, event.wall)
-            jm.broadcast(messages)
-
-
-@MESSAGES.on(Ack)
-@_from_registered
-def _on_ack(jm: JobMasterMachine, worker: WorkerInfo, message: Ack, event: WorkerMessage) -> None:
-    if jm.coordinator is not None:
-        jm.broadcast(jm.coordinator.on_ack(message, event.now)[1])
-
-
-@MESSAGES.on(Decline)
-@_from_registered
-def _on_decline(jm: JobMasterMachine, worker: WorkerInfo, message: Decline, event: WorkerMessage) -> None:
-    if jm.coordinator is None:
-        return
-    tolerable, messages = jm.coordinator.on_decline(message, event.now)
-    jm.broadcast(messages)
-    if not tolerable:
-        jm.fail(job_failures.checkpoint_declined(message.checkpoint_id, message.reason,
-                                                 jm.coordinator.config.tolerable_failures), event.now)
-    else:
-        jm.retry_final_checkpoint(messages, event.now, event.wall)
+        jm.kind_outputs(jm.kind.all_finished(event.now, event.wall), event.now)
 
 
 @MESSAGES.on(Processing)
@@ -195,35 +150,19 @@ def _on_processing(jm: JobMasterMachine, worker: WorkerInfo, message: Processing
         jm.restarting.processing(event.now)
 
 
-@MESSAGES.on(LoopReady)
-@_from_registered
-def _on_loop_ready(jm: JobMasterMachine, worker: WorkerInfo, message: LoopReady, event: WorkerMessage) -> None:
-    jm.broadcast(jm.loops.on_ready(message.loop, message.subtask))
-
-
-@MESSAGES.on(LoopVote)
-@_from_registered
-def _on_loop_vote(jm: JobMasterMachine, worker: WorkerInfo, message: LoopVote, event: WorkerMessage) -> None:
-    jm.broadcast(jm.loops.on_vote(message.loop, message.round, message.subtask, message.quiet))
-
-
-@MESSAGES.on(Committed)
-@_from_registered
-def _on_committed(jm: JobMasterMachine, worker: WorkerInfo, message: Committed, event: WorkerMessage) -> None:
-    if message.checkpoint_id == jm.final_checkpoint:
-        jm.committed.add(worker.index)
-        if len(jm.committed) == jm.num_workers and jm.status == JobStatus.RUNNING:
-            jm.shutdown(lifecycle.FinalCheckpointCommitted(), event.now)
-
-
-@MESSAGES.on(KindReport)
-@_from_registered
-def _on_kind_report(jm: JobMasterMachine, worker: WorkerInfo, message: KindReport, event: WorkerMessage) -> None:
-    if jm.kind is not None and jm.status == JobStatus.RUNNING:
-        jm.kind_commands(jm.kind.on_report(worker.index, message.payload, event.now), event.now)
-
-
 @MESSAGES.on(Failed)
 @_from_registered
 def _on_failed(jm: JobMasterMachine, worker: WorkerInfo, message: Failed, event: WorkerMessage) -> None:
     jm.fail(message, event.now)
+
+
+def kind_message(jm: JobMasterMachine, event: WorkerMessage) -> None:
+    """A message of a type not in ``MESSAGES``, from a registered worker on its current connection:
+    the kind's coordinator takes its own message types, and its reports while the job runs."""
+    worker, message = jm.workers.get(event.worker), event.message
+    if worker is None or worker.connection != event.connection:
+        return
+    running = jm.status == JobStatus.RUNNING
+    if type(message) in jm.kind.messages or (isinstance(message, KindReport) and running):
+        assert isinstance(message, ToJobMaster)
+        jm.kind_outputs(jm.kind.on_message(worker.index, message, event.now, event.wall, running), event.now)

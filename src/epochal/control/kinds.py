@@ -1,100 +1,165 @@
-"""The JobMaster's side of a job kind: the coordinator a kind plugs into the JobMaster's machine.
+"""The JobMaster's side of a job kind: the coordinator every kind plugs into the JobMaster's machine.
 
-The JobMaster's machine does everything kinds share (registration, deployment, heartbeats,
-failures, restarts, the lifecycle). What a kind coordinates itself (a graph job's global
-barrier: papers/003 §2.1) it does through a :class:`KindCoordinator`: the machine asks it what a
-new attempt restores, tells it when every worker is ready, and hands it every
-:class:`~epochal.messages.KindReport`; what it returns is broadcast to the workers as
-:class:`~epochal.messages.KindCommand` payloads. The streaming job kind needs none (its
-checkpoint coordinator is built into the machine).
+The JobMaster's machine (:mod:`epochal.control.jobmaster_machine`) does what every kind shares:
+registration, deployment, heartbeats, failures, restarts, cancel, the lifecycle. Everything a
+kind coordinates itself is its :class:`KindCoordinator`'s: a dataflow job's checkpoints, loops
+and ``collect()`` ledger (:mod:`epochal.dataflow.coordination`), a graph job's global barrier
+(:mod:`epochal.graph.coordination`), a CEC job's replacements (:mod:`epochal.cec.coordination`).
+The machine asks it what an attempt restores, tells it when the job starts, hands it the kind's
+own messages and reports and the passing of time, and tells it when every worker finished, when
+an attempt failed and when the next one starts; a coordinator is pure (time is passed in) and
+answers with :data:`KindOutput` values, which the machine carries out.
+
+Recovery has one extension point, declared here: a coordinator's ``local_recovery``. None (the
+default) means a lost worker fails the attempt and the restart strategy decides (the job
+restarts from its latest checkpoint); a :class:`TaskLocalRecovery` recovers the lost worker while
+the others keep running (Imitator's Rebirth and Migration, CEC's single-worker recovery).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol
 
-from epochal.control.jobmaster_events import ResolveRestore
-
-
-class KindCoordinator(Protocol):
-    """A job kind's coordination on the JobMaster; pure (time is passed in), called by its machine."""
-
-    def restore_request(self, attempt: int) -> ResolveRestore:
-        """What job attempt ``attempt``'s workers restore (asked once all registered)."""
-        ...
-
-    def started(self, now: float) -> list[Any]:
-        """Every worker is ready and started: the first commands."""
-        ...
-
-    def on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
-        """Worker ``worker`` reported ``payload``: the commands to broadcast (may be none)."""
-        ...
-
-    def new_attempt(self) -> None:
-        """The failed attempt is gone; the next one will register, restore and start."""
-        ...
+from epochal.control.jobmaster_events import Instruction, ResolveRestore
+from epochal.messages import Failed, ToJobMaster, ToWorker
 
 
-# ---------------------------------------------------------------------- task-local recovery
+# ---------------------------------------------------------------------- what a coordinator returns
 @dataclass(frozen=True)
 class ReplaceWorker:
-    """From a kind's coordinator: start a new Spark task for worker ``worker`` (lost) while the
-    others keep running; it registers, is deployed with ``Deploy(joining=True)``, and once it is
-    ready the coordinator's ``worker_rejoined`` is called."""
+    """Start a new Spark task for lost worker ``worker`` while the others keep running; it
+    registers, is deployed with ``Deploy(joining=True)``, and once it is ready the coordinator's
+    ``local_recovery.worker_rejoined`` is called."""
 
     worker: int
 
 
 @dataclass(frozen=True)
 class RetireWorker:
-    """From a kind's coordinator: lost worker ``worker`` is not replaced; the job goes on (and
-    finishes) without it (Imitator's Migration, papers/003 §5.2)."""
+    """Lost worker ``worker`` is not replaced; the job goes on (and finishes) without it
+    (Imitator's Migration, papers/003 §5.2)."""
 
     worker: int
 
 
-@runtime_checkable
+@dataclass(frozen=True)
+class EndJob:
+    """The job is done: its workers are told to shut down (``final_checkpoint``: the last
+    checkpoint, which commits the sinks' final epoch, was committed by every worker)."""
+
+    final_checkpoint: bool = False
+
+
+#: What a coordinator returns: messages to broadcast to every registered worker, a failure of
+#: the attempt, workers to replace or retire, the end of the job, and the driver's I/O
+#: (checkpoint files), carried out off the JobMaster's lock.
+KindOutput = ToWorker | Failed | ReplaceWorker | RetireWorker | EndJob | Instruction
+
+
 class TaskLocalRecovery(Protocol):
-    """A kind's coordinator that recovers a lost worker itself, without restarting the others
-    (papers/003 §5; CEC's single-operator recovery). The JobMaster's machine then does not fail
-    the attempt when a running worker is lost: it forgets the worker and asks the coordinator.
-    What it returns are :class:`~epochal.messages.KindCommand` payloads to broadcast, and
-    :class:`ReplaceWorker` / :class:`RetireWorker` for the machine.
+    """Recovers a lost worker while the others keep running (papers/003 §5; CEC's single-worker
+    recovery). The JobMaster's machine then does not fail the attempt when a running worker is
+    lost: it forgets the worker and calls ``worker_lost``, and ``worker_rejoined`` once the
+    replacement is ready; both return :data:`KindOutput` values.
 
     ``recovering`` is True while a recovery is under way after which every worker writes its
     output and reports ``Finished`` again (a graph job sends its ``Halt`` again: a survivor's
-    partition may have changed). The machine then does not end the job: a loss that starts such a
-    recovery clears every worker's finished mark, and ``Finished`` reports received while it runs
-    are outdated and ignored. A kind whose workers' ``Finished`` stand across a recovery (CEC)
-    keeps it False."""
+    partition may have changed). The machine then does not end the job: a loss that starts such
+    a recovery clears every worker's finished mark, and ``Finished`` reports received while it
+    runs are outdated and ignored. A kind whose workers' ``Finished`` stand across a recovery
+    (CEC) keeps it False."""
 
-    recovering: bool
+    @property
+    def recovering(self) -> bool: ...
 
-    def worker_lost(self, worker: int, now: float) -> list[Any]:
+    def worker_lost(self, worker: int, now: float) -> list[KindOutput]:
         """Running worker ``worker`` was lost (its control connection ended)."""
         ...
 
-    def worker_rejoined(self, worker: int, now: float) -> list[Any]:
+    def worker_rejoined(self, worker: int, now: float) -> list[KindOutput]:
         """The replacement of ``worker`` registered, connected to its peers and is ready."""
         ...
 
 
-# ---------------------------------------------------------------------- job runners
-#: Recovery modes whose jobs run as a job kind of their own -> ``"module:function"`` starting one:
-#: ``function(environment, job_name, faults) -> JobClient``. Imported when a job uses the mode, so
-#: the API layer names no higher layer (``epochal.cec`` builds on it).
-JOB_RUNNERS: dict[str, str] = {
-    "cec": "epochal.cec.job:execute_async",
-    "crb": "epochal.cec.job:execute_async",
-    "native": "epochal.cec.job:execute_async",
-}
+class KindCoordinator:
+    """A job kind's coordination on the JobMaster; subclasses override what their kind needs.
 
+    Every method is called by the JobMaster's machine under its lock, with the time passed in;
+    none may block or do I/O (return an I/O instruction instead). The defaults are those of a
+    kind that needs nothing: no restore, no commands, the job ends when every worker finished.
+    """
 
-def job_runner(mode: str) -> Any:
-    """The function that starts a job recovering by ``mode`` (imported now)."""
-    import importlib
+    #: The worker body each of the job's Spark tasks runs: ``Body(bootstrap, index, task_attempt).run()``.
+    worker_body: ClassVar[type]
+    #: The kind's own message types (beside those every kind shares), handed to :meth:`on_message`
+    #: whatever the job's status; :class:`~epochal.messages.KindReport` reaches it only while the job runs.
+    messages: ClassVar[frozenset[type]] = frozenset()
+    #: How a lost worker is recovered: None restarts the job (see the module docstring).
+    local_recovery: TaskLocalRecovery | None = None
 
-    module, _, name = JOB_RUNNERS[mode].partition(":")
-    return getattr(importlib.import_module(module), name)
+    def restore_request(self, attempt: int) -> ResolveRestore:
+        """What job attempt ``attempt``'s workers restore (asked once all registered)."""
+        return ResolveRestore(None, None, None)
+
+    def started(self, now: float, wall: float) -> list[KindOutput]:
+        """Every worker is ready and was told to start: the first commands."""
+        return []
+
+    def on_message(self, worker: int, message: ToJobMaster, now: float, wall: float,
+                   running: bool) -> list[KindOutput]:
+        """Registered worker ``worker`` sent ``message`` (a :class:`~epochal.messages.KindReport`,
+        or one of :attr:`messages`); ``running``: the job is RUNNING."""
+        return []
+
+    def tick(self, now: float, wall: float) -> list[KindOutput]:
+        """Time passed while the job runs (after it started): timers."""
+        return []
+
+    def all_finished(self, now: float, wall: float) -> list[KindOutput]:
+        """Every live worker reported ``Finished`` while the job runs."""
+        return [EndJob()]
+
+    def attempt_failed(self, reason: str, now: float) -> list[KindOutput]:
+        """The attempt failed for good and another one will start (its workers are cancelled next)."""
+        return []
+
+    def new_attempt(self, attempt: int) -> None:
+        """The failed attempt is gone; attempt ``attempt`` will register, restore and start."""
+
+    def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
+        """The driver carried out a :class:`~epochal.control.checkpointing.files.WriteCheckpoint`
+        this coordinator returned: the metadata is written (``error`` None) or could not be."""
+        return []
+
+    def job_ended(self) -> list[Instruction]:
+        """The job reached a terminal status: I/O to clean up (checkpoints that can no longer complete)."""
+        return []
+
+    # ------------------------------------------------------------------ what a JobClient reads
+    def published(self, collect_id: str) -> list[Any]:
+        """The records ``collect()`` sink ``collect_id`` published so far (a copy)."""
+        return []
+
+    def published_all(self) -> dict[str, list[Any]]:
+        """Every ``collect()`` sink's published records (copies)."""
+        return {}
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        """Statistics of the checkpoints so far (safe from any thread)."""
+        return []
+
+    @property
+    def checkpoint_path(self) -> str:
+        """Where the job's checkpoints are (empty without checkpoints)."""
+        return ""
+
+    @property
+    def records_base(self) -> int:
+        """Source records read before the current attempt, covered by the checkpoint it restored."""
+        return 0
+
+    @property
+    def non_restored_state(self) -> list[dict[str, Any]]:
+        """State of the user's ``restore_from`` checkpoint that no operator claimed (skipped)."""
+        return []

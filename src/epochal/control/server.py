@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from epochal.control.inbox import Disconnected, InboxEvent, Received
 from epochal.messages import ToWorker
-from epochal.runtime import protocol
+from epochal.runtime.host import frames as protocol
 
 __all__ = ["ControlServer"]
 

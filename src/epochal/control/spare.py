@@ -8,7 +8,7 @@ first line of Python, reusing an idle process ~0.05 s. While a job runs every Py
 busy (each runs a long-lived epochal worker), so a replacement always paid the fork.
 
 :class:`SpareWorker` keeps one idle Python worker around for the job: now and then it runs a
-Spark job of one trivial task (:func:`~epochal.runtime.kinds.warm_worker_partition`, which also
+Spark job of one trivial task (:func:`~epochal.runtime.host.entry.warm_worker_partition`, which also
 imports the job kind's worker body) in the job's group; the process that ran it stays in
 PySpark's idle pool (``spark.python.worker.reuse``), where the next replacement finds it. It
 warms only while a task slot is free and every worker of the job is registered (their tasks
@@ -38,11 +38,12 @@ class SpareWorker:
 
     ``group`` is the job's Spark job group (cancelling the job cancels a running warm-up)."""
 
-    def __init__(self, spark: SparkSession, group: str, job_id: str, job_kind: str, refresh_s: float = 30.0) -> None:
+    def __init__(self, spark: SparkSession, group: str, job_id: str, worker_body: type | None,
+                 refresh_s: float = 30.0) -> None:
         self.spark = spark
         self.group = group
         self.job_id = job_id
-        self.job_kind = job_kind
+        self.worker_body = worker_body
         self.refresh_s = refresh_s
         self.warmups = 0
         self._stop = threading.Event()
@@ -102,12 +103,13 @@ class SpareWorker:
         return busy < total
 
     def _warm(self) -> None:
-        from epochal.runtime.kinds import warm_worker_partition
+        from epochal.runtime.host.entry import warm_worker_partition
 
         sc = self.spark.sparkContext
         try:
             sc.setJobGroup(self.group, "epochal spare Python worker", interruptOnCancel=True)
-            sc.parallelize([0], 1).mapPartitions(partial(warm_worker_partition, self.job_id, self.job_kind)).collect()
+            warm = partial(warm_worker_partition, self.job_id, self.worker_body)
+            sc.parallelize([0], 1).mapPartitions(warm).collect()
             self.warmups += 1
         except Exception:  # noqa: BLE001 - cancelled with the job, or Spark is stopping
             pass

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from epochal.control.jobmaster import JobMaster
-    from epochal.runtime.worker import Bootstrap
+    from epochal.dataflow.worker import Bootstrap
 
 MIN_JAVA = 17
 _JAVA_HELP = ("Spark 4 needs a Java runtime, version 17 or newer. Install one (for example "
@@ -68,7 +68,7 @@ def default_master(parallelism: int) -> str:
 
 
 #: PySpark's daemon with epochal's worker modules imported before it forks workers
-PRELOADING_DAEMON = "epochal.runtime.daemon"
+PRELOADING_DAEMON = "epochal.daemon"
 
 
 def create_session(master: str | None, parallelism: int, app_name: str = "epochal",
@@ -76,7 +76,7 @@ def create_session(master: str | None, parallelism: int, app_name: str = "epocha
     """Get the active SparkSession or start one with settings that suit long-running workers.
 
     On a local master (the embedded default) Python workers are forked from
-    :mod:`epochal.runtime.daemon`, which has numpy, pyarrow and epochal's worker modules imported,
+    :mod:`epochal.daemon`, which has numpy, pyarrow and epochal's worker modules imported,
     so a worker that replaces a lost one starts in ~0.5 s instead of ~1 s, when they run the
     driver's own interpreter (``PYSPARK_PYTHON`` unset or ``sys.executable``); a ``conf`` entry
     for ``spark.python.daemon.module`` wins. On a cluster master, or with
@@ -161,7 +161,7 @@ class SparkJobLauncher:
         self._error: BaseException | None = None
         self._incarnations: dict[int, int] = {}
         #: independent jobs: a warm idle Python worker for the next replacement (``spare``)
-        self.spare: SpareWorker | None = SpareWorker(spark, self.group, bootstrap.job_id, bootstrap.job_kind) \
+        self.spare: SpareWorker | None = SpareWorker(spark, self.group, bootstrap.job_id, bootstrap.worker_body) \
             if independent and spare else None
 
     def submit(self, jobmaster: JobMaster) -> None:
@@ -195,7 +195,7 @@ class SparkJobLauncher:
     def _run(self, jobmaster: JobMaster, index: int | None, bootstrap: Bootstrap) -> None:
         from functools import partial
 
-        from epochal.runtime.kinds import run_worker_partition
+        from epochal.runtime.host.entry import run_worker_partition
 
         sc = self.spark.sparkContext
         results: list[Any] = []

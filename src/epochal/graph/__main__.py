@@ -24,7 +24,7 @@ from epochal.graph.loading import load_graph_located
 from epochal.graph.local import GraphResult, run_locally
 from epochal.graph.model import EdgeInputError, GraphInputError
 from epochal.graph.output import GraphOutputError, check_output_dir, write_results
-from epochal.graph.partitioning import PARTITIONERS
+from epochal.graph.placement import PARTITIONERS
 from epochal.graph.program import Program
 
 PROG = "python -m epochal.graph"
@@ -145,7 +145,7 @@ def _execute(args: argparse.Namespace, graph: Any, program: Program) -> GraphRes
     if args.local:
         return run_locally(graph, program, args.parallelism, args.partitioner)
     from epochal.graph.job import run_graph
-    from epochal.runtime.hooks import Fault
+    from epochal.runtime.host.hooks import Fault
 
     options: dict[str, Any] = {"work_dir": args.work_dir}
     if args.checkpoint_interval is not None:

@@ -4,19 +4,24 @@
 job kind. It wraps the barrier machine (:class:`~epochal.graph.supersteps.SuperstepCoordinator`),
 turns workers' :class:`~epochal.graph.supersteps.SuperstepDone` reports into the next command,
 and completes checkpoints: when every worker reported a checkpointed superstep, it appends each
-worker's file to that worker's chain (a full file starts a new chain) and writes the metadata;
+worker's file to that worker's chain (a full file starts a new chain) and has the driver write
+the metadata (:class:`~epochal.control.checkpointing.files.WriteCheckpoint`, as a dataflow job's
+checkpoints are; a failed write fails the attempt);
 a new attempt restores the latest complete one and resumes at the superstep after it. It also
 keeps per-superstep timings (time is passed in) for the benchmarks, and the halting decision.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from epochal.control import job_failures
+from epochal.control.checkpointing.files import WriteCheckpoint
 from epochal.control.jobmaster_events import ResolveRestore
+from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, RetireWorker, TaskLocalRecovery
 from epochal.graph import checkpoints
 from epochal.graph.program import VectorProgram, VertexProgram
-from epochal.graph.replication import ReplicaRecovery
+from epochal.graph.replica_recovery import ReplicaRecovery
 from epochal.graph.supersteps import (
     Halt,
     Recovered,
@@ -25,12 +30,17 @@ from epochal.graph.supersteps import (
     SuperstepCoordinator,
     SuperstepDone,
 )
+from epochal.graph.worker import GraphWorker
+from epochal.messages import Failed, KindCommand, KindReport, ToJobMaster
 from epochal.state.storage import CheckpointStorage
 
 
-class GraphCoordination:
+class GraphCoordination(KindCoordinator):
     """The barrier of one graph job (``checkpoint_interval`` 0: no checkpoints; every
-    ``full_every``-th checkpoint is full, so a restore never reads a long chain)."""
+    ``full_every``-th checkpoint is full, so a restore never reads a long chain). With
+    ``replication`` it recovers lost workers from replicas: its ``local_recovery`` is itself."""
+
+    worker_body: ClassVar[type] = GraphWorker
 
     def __init__(self, job_name: str, program: VectorProgram | VertexProgram, num_workers: int,
                  storage: CheckpointStorage | None = None, checkpoint_interval: int = 0, full_every: int = 8,
@@ -38,6 +48,7 @@ class GraphCoordination:
         self.job_name = job_name
         #: replication fault tolerance (papers/003): lost workers are recovered task-locally
         self.replication = replication
+        self.local_recovery: TaskLocalRecovery | None = self if replication is not None else None
         self.storage = storage
         self.full_every = max(1, full_every)
         self.supersteps = SuperstepCoordinator(program, num_workers, checkpoint_interval if storage else 0)
@@ -70,27 +81,28 @@ class GraphCoordination:
             return ResolveRestore(None, None, None)
         return ResolveRestore(self.storage, latest, None)
 
-    def started(self, now: float) -> list[Any]:
+    def started(self, now: float, wall: float) -> list[KindOutput]:
         latest = self.latest_checkpoint
         if latest is not None:
             self.restores.append(latest)
         self.pending = {}
-        return [self._command(self.supersteps.start(resume_after=latest), now)]
+        return [KindCommand(self._command(self.supersteps.start(resume_after=latest), now))]
 
-    def new_attempt(self) -> None:
+    def new_attempt(self, attempt: int) -> None:
         self.pending = {}
 
-    # ---------------------------------------------------------------- TaskLocalRecovery
-    @property
-    def task_local(self) -> bool:
-        return self.replication is not None
+    def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
+        if error is None:
+            return []
+        return [job_failures.checkpoint_declined(checkpoint_id, f"its metadata could not be written: {error}", 0)]
 
+    # ---------------------------------------------------------------- TaskLocalRecovery
     @property
     def recovering(self) -> bool:
         """A recovery from replicas is under way; once done, the barrier (or the ``Halt``) is sent again."""
         return self.replication is not None and self.replication.recovering
 
-    def worker_lost(self, worker: int, now: float) -> list[Any]:
+    def worker_lost(self, worker: int, now: float) -> list[KindOutput]:
         """A running worker was lost: recover it from replicas; the superstep in progress (the
         next one, when the loss came after a barrier) runs again once every worker recovered."""
         assert self.replication is not None
@@ -98,17 +110,23 @@ class GraphCoordination:
         self.supersteps.reports = {}
         out = self.replication.worker_lost(worker, resume_at, now)
         self.supersteps.num_workers = len(self.replication.live)
-        return out
+        return _commands(out)
 
-    def worker_rejoined(self, worker: int, now: float) -> list[Any]:
+    def worker_rejoined(self, worker: int, now: float) -> list[KindOutput]:
         assert self.replication is not None
-        return self.replication.worker_rejoined(worker, now)
+        return _commands(self.replication.worker_rejoined(worker, now))
 
     def live_workers(self) -> list[int]:
         """The workers whose results make up the job's output."""
         return self.replication.live if self.replication is not None else list(range(self.supersteps.num_workers))
 
-    def on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
+    def on_message(self, worker: int, message: ToJobMaster, now: float, wall: float,
+                   running: bool) -> list[KindOutput]:
+        if not isinstance(message, KindReport):
+            return []
+        return _commands(self._on_report(worker, message.payload, now))
+
+    def _on_report(self, worker: int, payload: Any, now: float) -> list[Any]:
         replication = self.replication
         if isinstance(payload, RecoveryPrepared) and replication is not None:
             return replication.on_prepared(worker, payload)
@@ -131,14 +149,13 @@ class GraphCoordination:
             return []
         n = report.superstep
         self.timings[-1]["completed"] = now
-        if self.supersteps.latest_checkpoint == n and self.storage is not None:
-            self._complete_checkpoint(n)
+        written = [self._complete_checkpoint(n)] if self.supersteps.latest_checkpoint == n and self.storage else []
         if isinstance(decision, Halt):
             self.halted = decision
-            return [decision]
-        return [self._command(decision, now)]
+            return [*written, decision]
+        return [*written, self._command(decision, now)]
 
-    def _complete_checkpoint(self, superstep: int) -> None:
+    def _complete_checkpoint(self, superstep: int) -> WriteCheckpoint:
         assert self.storage is not None
         full = any(f for _, f in self.pending.values())
         for worker, (handle, is_full) in self.pending.items():
@@ -146,5 +163,12 @@ class GraphCoordination:
             self.chains[worker] = [entry] if is_full else [*self.chains.get(worker, []), entry]
         self.checkpoints_since_full = 0 if full else self.checkpoints_since_full + 1
         self.pending = {}
-        self.storage.write_metadata(superstep, checkpoints.metadata(
+        return WriteCheckpoint(self.storage, superstep, checkpoints.metadata(
             superstep, self.supersteps.checkpoint_aggregates.get(superstep, {}), self.chains, self.job_name))
+
+
+def _commands(items: list[Any]) -> list[KindOutput]:
+    """The barrier's and the replica recovery's commands as messages to every worker; what the
+    JobMaster's machine carries out itself (workers to replace or retire, a failure, I/O) as it is."""
+    return [item if isinstance(item, (Failed, ReplaceWorker, RetireWorker, WriteCheckpoint)) else KindCommand(item)
+            for item in items]

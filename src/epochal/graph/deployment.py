@@ -19,7 +19,7 @@ from epochal.graph.partition import Partition
 from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.recovery import ReplicationSettings
 from epochal.plan.execution import ship_module_by_value
-from epochal.runtime.hooks import WorkerHook
+from epochal.runtime.host.hooks import WorkerHook
 from epochal.serialization import dumps_by_value
 
 

@@ -21,23 +21,24 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from epochal.api.running import wait
 from epochal.connectors.filesystems import is_uri, join
 from epochal.control import spark as spark_support
+from epochal.control.client import JobClient
 from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from epochal.control.running import wait
 from epochal.errors import EpochalError, PlanError
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
 from epochal.graph.local import GraphResult, in_id_order, program_layout
 from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, replication_of
-from epochal.graph.partitioning import partition
+from epochal.graph.placement import partition
 from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.recovery import RECOVERY_MODES, ReplicationSettings
-from epochal.graph.replicas import replicated_partitions
-from epochal.graph.replication import ReplicaRecovery
-from epochal.runtime.hooks import Fault, FaultInjector
+from epochal.graph.replica_plan import replicated_partitions
+from epochal.graph.replica_recovery import ReplicaRecovery
+from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage
 from epochal.validation import check_number
 
@@ -143,9 +144,9 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
         strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
     blob = serialize(deployment)
     started = time.monotonic()
-    client, _ = wait(lambda: launch(env.spark, env.config, job_name=job_name, job_id=job_id,
-                                    deployment=blob, num_workers=parallelism,
-                                    restart=strategy, job_kind="graph", kind=coordination), job_name, timeout)
+    client, _ = wait(lambda: JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id,
+                                              deployment=blob, num_workers=parallelism, restart=strategy,
+                                              kind=coordination)), job_name, timeout)
     duration = time.monotonic() - started
     results = [read_result(work_uri, w) for w in coordination.live_workers()]
     ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)

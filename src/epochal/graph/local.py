@@ -16,7 +16,7 @@ import numpy as np
 from epochal.graph.engine import make_engine
 from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, replication_of
-from epochal.graph.partitioning import partition
+from epochal.graph.placement import partition
 from epochal.graph.program import SuperstepContext, VectorProgram, VertexProgram
 from epochal.graph.supersteps import Halt, SuperstepCoordinator
 

@@ -216,7 +216,7 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
                      adjacency: bool = False, extra: list[np.ndarray] | None = None) -> list[Partition]:
     """Cut ``graph`` into ``num_workers`` partitions (``owner[i]``: the worker of vertex ``i``; a
     worker may own no vertex). ``extra[w]``: dense indices of vertices worker ``w`` keeps a
-    replica of although none of its masters reads them (FT replicas, :mod:`epochal.graph.replicas`)."""
+    replica of although none of its masters reads them (FT replicas, :mod:`epochal.graph.replica_plan`)."""
     n = graph.num_vertices
     s, d, w = edges = engine_edges(graph)
     reader, read, rw = read_pairs(graph, directions, edges)
@@ -273,6 +273,6 @@ def build_partitions(graph: Graph, owner: np.ndarray, num_workers: int, directio
 def replication_of(parts: list[Partition]) -> float:
     """Copies per vertex these partitions hold (masters plus replicas, over masters): the
     replication factor of a job, which for a program reading both directions exceeds the
-    in-edge measure of :func:`~epochal.graph.partitioning.replication_factor`."""
+    in-edge measure of :func:`~epochal.graph.placement.replication_factor`."""
     masters = sum(p.num_masters for p in parts)
     return (masters + sum(int(p.replica_ids.size) for p in parts)) / masters if masters else 0.0

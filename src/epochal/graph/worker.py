@@ -1,6 +1,6 @@
 """The graph worker's driver: the body a Spark task runs for a ``graph`` job (papers/003 §2.1).
 
-It registers with the JobMaster like any worker (:class:`~epochal.runtime.shell.WorkerShell`),
+It registers with the JobMaster like any worker (:class:`~epochal.runtime.host.shell.WorkerShell`),
 connects to its peers, reads its partition file, restores its checkpointed state if the attempt
 restores one, and then serves its machine (:class:`~epochal.graph.worker_machine.GraphWorkerMachine`):
 it computes supersteps with the partition's engine (:mod:`epochal.graph.engine`), sends each peer
@@ -17,21 +17,14 @@ from typing import Any, cast
 import cloudpickle
 import numpy as np
 
+from epochal.errors import UserFunctionError
 from epochal.graph import checkpoints
 from epochal.graph.deployment import GraphDeployment, read_partition, write_result
 from epochal.graph.engine import Engine, Exchange, VectorEngine, make_engine
 from epochal.graph.local import program_layout
 from epochal.graph.partition import Partition
 from epochal.graph.program import SuperstepContext
-from epochal.graph.recovery import (
-    Migration,
-    RecoveryBatch,
-    migration_assemble,
-    migration_start,
-    rebirth_assemble,
-    rebirth_batches,
-)
-from epochal.graph.worker_events import (
+from epochal.graph.protocol import (
     Assemble,
     Assembled,
     CheckpointWritten,
@@ -51,13 +44,20 @@ from epochal.graph.worker_events import (
     WriteCheckpoint,
     WriteOutput,
 )
+from epochal.graph.recovery import (
+    Migration,
+    RecoveryBatch,
+    migration_assemble,
+    migration_start,
+    rebirth_assemble,
+    rebirth_batches,
+)
 from epochal.graph.worker_machine import GraphPhase, GraphWorkerMachine
 from epochal.messages import Dispatch, Finished
-from epochal.runtime.links import Bootstrap
-from epochal.runtime.mailbox import PeerClosed, PeerEvent, PeerJoined
-from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.shell import WorkerShell, register_shell_executors
-from epochal.runtime.worker_events import Registered
+from epochal.runtime.host.events import Registered
+from epochal.runtime.host.links import Bootstrap
+from epochal.runtime.host.mailbox import PeerClosed, PeerEvent, PeerJoined
+from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.state.storage import CheckpointStorage
 
 #: Peer-connection channels: a superstep's exchange, a resync after a restore, a recovery batch.

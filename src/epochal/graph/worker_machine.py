@@ -7,7 +7,7 @@ arrived (``ExchangeArrived``); then it commits, writes its checkpoint when the b
 one, and reports to the JobMaster, which holds the global barrier
 (:mod:`epochal.graph.supersteps`). Hook points: ``superstep`` after computing (mid-superstep,
 before the barrier) and ``barrier`` after reporting; ``recovery`` once its recovery batches
-are sent. Its events and instructions are :mod:`epochal.graph.worker_events`; the driver is
+are sent. Its events and instructions are :mod:`epochal.graph.protocol`; the driver is
 :mod:`epochal.graph.worker`.
 """
 
@@ -18,16 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochal.graph.engine import StepReport
-from epochal.graph.supersteps import (
-    FinishRecovery,
-    Halt,
-    Recover,
-    Recovered,
-    RecoveryPrepared,
-    RunSuperstep,
-    SuperstepDone,
-)
-from epochal.graph.worker_events import (
+from epochal.graph.protocol import (
     Assemble,
     Assembled,
     CheckpointWritten,
@@ -48,6 +39,15 @@ from epochal.graph.worker_events import (
     WriteCheckpoint,
     WriteOutput,
 )
+from epochal.graph.supersteps import (
+    FinishRecovery,
+    Halt,
+    Recover,
+    Recovered,
+    RecoveryPrepared,
+    RunSuperstep,
+    SuperstepDone,
+)
 from epochal.messages import (
     Deploy,
     Dispatch,
@@ -57,9 +57,9 @@ from epochal.messages import (
     Ready,
     Start,
 )
-from epochal.runtime.mailbox import PeerClosed
-from epochal.runtime.worker_events import FailPeerLost, ReachPoint, Send
-from epochal.runtime.worker_lifecycle import WorkerLifecycle, register_lifecycle
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send
+from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle
+from epochal.runtime.host.mailbox import PeerClosed
 
 
 class GraphPhase(enum.Enum):

@@ -24,7 +24,7 @@ from epochal.plan.jobgraph import JobGraph
 from epochal.serialization import dumps_by_value
 
 if TYPE_CHECKING:
-    from epochal.runtime.hooks import WorkerHook
+    from epochal.runtime.host.hooks import WorkerHook
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from epochal.plan.logical import LogicalGraph, Transformation
 from epochal.plan.partitioners import ForwardPartitioner, Partitioner, RebalancePartitioner
 
 if TYPE_CHECKING:
-    from epochal.runtime.operators import Operator
+    from epochal.runtime.operators.base import Operator
 
 
 @dataclass

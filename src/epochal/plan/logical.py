@@ -14,7 +14,7 @@ from epochal.connectors.base import Source
 from epochal.plan.partitioners import Partitioner
 
 if TYPE_CHECKING:
-    from epochal.runtime.operators import Operator
+    from epochal.runtime.operators.base import Operator
 
 
 @dataclass

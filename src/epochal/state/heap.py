@@ -5,7 +5,7 @@ a snapshot be written per key group and a restore with another parallelism read 
 it owns (papers/001 §3.1.2). A snapshot's synchronous part is :meth:`HeapKeyedStateBackend.capture`
 (shallow copies of the per-group dicts; lists and maps, the only values state objects change in
 place, are copied one level deeper) when a thread of the worker writes it, or nothing but a
-``fork()`` when a child process does (:mod:`epochal.runtime.fork_snapshots`: the child reads the
+``fork()`` when a child process does (:mod:`epochal.runtime.checkpointing.fork_snapshots`: the child reads the
 tables as they were). With ``incremental``, the group dicts are
 :class:`~epochal.state.incremental.TrackedDict` (or plain dicts whose writer logs each batch's
 keys: :meth:`HeapKeyedStateBackend.batch_logged_table`) and a checkpoint writes only the keys

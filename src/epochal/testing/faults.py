@@ -11,7 +11,7 @@ Two ways in:
   JobMaster.
 
 ``Fault``, ``FaultInjector``, ``crash`` and ``POINTS`` are defined in
-:mod:`epochal.runtime.hooks`, which every worker process imports to unpickle them; this module
+:mod:`epochal.runtime.host.hooks`, which every worker process imports to unpickle them; this module
 adds what runs on the driver and imports no driver code itself at run time.
 """
 
@@ -23,7 +23,7 @@ import signal
 import socket
 from typing import TYPE_CHECKING
 
-from epochal.runtime.hooks import POINTS, Fault, FaultInjector, crash
+from epochal.runtime.host.hooks import POINTS, Fault, FaultInjector, crash
 
 if TYPE_CHECKING:
     from epochal.control.client import JobClient

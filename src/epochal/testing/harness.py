@@ -2,7 +2,7 @@
 
 Owns :class:`OperatorHarness` (in the spirit of Flink's ``KeyedOneInputStreamOperatorTestHarness``),
 :class:`OperatorSnapshot` and the in-memory restore behind it. A harness hosts the operator in a
-real :class:`~epochal.runtime.tasks.Subtask` of a chosen parallelism and subtask index, with
+real :class:`~epochal.runtime.dataplane.tasks.Subtask` of a chosen parallelism and subtask index, with
 real keyed state (the key groups that subtask owns) and operator state, and one input channel,
 so records, watermarks, end of input and checkpoint barriers take the same code path as on a
 worker; what the operator emits is caught on an in-memory output channel. Snapshots are the
@@ -27,16 +27,17 @@ from typing import TYPE_CHECKING, Any
 from epochal import serialization
 from epochal.api.functions import ProcessFunction, as_process_function
 from epochal.config import StateBackendConfig
+from epochal.errors import UserFunctionError
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.plan.partitioners import ForwardPartitioner
-from epochal.runtime.chains import EdgeOutput
-from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel
-from epochal.runtime.events import END_OF_PARTITION, CheckpointBarrier, Watermark
-from epochal.runtime.operators import Operator, UserFunctionError, keys_of
-from epochal.runtime.process import ProcessOperator
-from epochal.runtime.tasks import Subtask
-from epochal.runtime.windows import WatermarkGenerator
+from epochal.runtime.dataplane.chains import EdgeOutput
+from epochal.runtime.dataplane.channels import InputChannel, LocalTransport, OutputChannel
+from epochal.runtime.dataplane.tasks import Subtask
+from epochal.runtime.operators.base import Operator, keys_of
+from epochal.runtime.operators.inband import END_OF_PARTITION, CheckpointBarrier, Watermark
+from epochal.runtime.operators.process import ProcessOperator
+from epochal.runtime.windows.time_windows import WatermarkGenerator
 from epochal.state.operator_state import redistribute
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class OperatorHarness:
     """Feeds records, watermarks and barriers to one operator; shows its output and state.
 
     Args:
-        operator: an epochal :class:`~epochal.runtime.operators.Operator` (e.g. a
+        operator: an epochal :class:`~epochal.runtime.operators.base.Operator` (e.g. a
             ``KeyedReduceOperator`` or ``TumblingWindowOperator``), or a :class:`ProcessFunction`
             or ``fn(value, ctx)``, run as ``process`` would run it.
         key_selector: for a process function on a keyed stream (operators bring their own).

@@ -1,15 +1,14 @@
 """The local runner: runs a job's plan in this process, without Spark or Java, for fast tests.
 
-Owns one thing: a thin, single-threaded driver around the real runtime pieces. It plans the job
+Owns one thing: a thin, single-threaded driver that composes the real runtime. It plans the job
 as ``execute`` does (``env.plan()``, ``build_execution_graph``), gives every simulated worker its
-own copy of the plan (by default through the same cloudpickle serialisation as the Spark
-deployment), builds every subtask of every vertex at its parallelism with the real
-:class:`~epochal.runtime.tasks.Subtask`, :class:`~epochal.runtime.tasks.ChainRunner`,
-:class:`~epochal.runtime.tasks.EdgeOutput` and :class:`~epochal.runtime.tasks.SourceReader`,
-real keyed and operator state, and in-memory credit-based channels
-(:mod:`epochal.runtime.channels`), then schedules them the way a worker's mailbox loop does
-(``runtime/worker.py``: ``_build``, ``_run_inputs``, ``_run_sources``): watermarks, end of
-input, backpressure and sinks behave as on workers.
+own copy of the deployment (by default through the same serialisation as the Spark deployment),
+wires each worker's subtasks and channels with the workers' own
+:func:`~epochal.runtime.dataplane.wiring.wire_worker` and runs them through each worker's real
+:class:`~epochal.runtime.dataplane.datapath.DataPath` (the only code that moves records on a
+worker: round robin over ready channels, source polling, credit, flushing); channels between
+simulated workers are in-memory connections (:class:`_InProcessPeer`) that pickle batches as a
+TCP connection would. Watermarks, end of input, backpressure and sinks behave as on workers.
 
 What it does not do: checkpoints, restarts, failure detection, networking, Spark. It runs as
 with checkpointing off (transactional sinks commit when their input ends) and refuses unbounded
@@ -26,23 +25,20 @@ import copy
 import pickle
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from epochal.connectors.base import assign_splits
+from epochal.config import NONE
 from epochal.control.client import JobResult
-from epochal.control.collect import CollectLedger
-from epochal.errors import JobFailedError, PlanError
+from epochal.dataflow.collect import CollectLedger
+from epochal.errors import JobFailedError, PlanError, UserFunctionError
 from epochal.plan.execution import Deployment, ExecutionGraph, build_execution_graph, serialize_deployment
-from epochal.runtime import protocol
-from epochal.runtime.chains import edge_names
-from epochal.runtime.channels import InputChannel, LocalTransport, OutputChannel, unpicklable_record
-from epochal.runtime.operators import UserFunctionError
-from epochal.runtime.source_reader import SourceReader
-from epochal.runtime.tasks import Subtask
-from epochal.runtime.windows import WatermarkGenerator
-from epochal.runtime.wiring import UNBOUNDED_CREDIT
+from epochal.runtime.dataplane.datapath import DataPath
+from epochal.runtime.dataplane.tasks import Subtask
+from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
+from epochal.runtime.host import frames as protocol
+from epochal.runtime.host.peers import unpicklable_record
+from epochal.runtime.windows.time_windows import WatermarkGenerator
 from epochal.tracebacks import UserTraceback
 
 if TYPE_CHECKING:
@@ -58,16 +54,28 @@ class LocalResult(JobResult):
         return self.collected.get(getattr(handle, "collect_id", handle), [])
 
 
-class _PicklingTransport(LocalTransport):
-    """An in-memory channel between two simulated workers: batches are pickled and unpickled as
-    on a TCP connection, so records that could not cross workers on Spark fail here too."""
+class _InProcessPeer:
+    """Simulated worker ``me``'s connection to simulated worker ``peer``: what a
+    :class:`~epochal.runtime.host.peers.PeerConnection` carries, handed over in memory. Batches
+    are pickled and unpickled as on TCP (when the runner serialises), so records that could not
+    cross workers on Spark fail here too; events and credit are delivered as they are."""
+
+    def __init__(self, runner: LocalRunner, peer: int, serialize: bool) -> None:
+        self.runner, self.peer, self.serialize = runner, peer, serialize
 
     def send_batch(self, channel: int, batch: list[Any]) -> None:
-        try:
-            payload = protocol.dumps(batch)
-        except Exception as error:
-            raise unpicklable_record(batch, error) from error
-        self.deliver_local(channel, True, protocol.loads(payload))
+        if self.serialize:
+            try:
+                batch = protocol.loads(protocol.dumps(batch))
+            except Exception as error:
+                raise unpicklable_record(batch, error) from error
+        self.runner.paths[self.peer].deliver_local(channel, True, batch)
+
+    def send_event(self, channel: int, event: Any) -> None:
+        self.runner.paths[self.peer].deliver_local(channel, False, event)
+
+    def send_credit(self, channel: int, credit: int) -> None:
+        self.runner.paths[self.peer].out_channels[channel].add_credit(credit)
 
 
 def run_locally(env: Environment, job_name: str = "local job", **options: Any) -> LocalResult:
@@ -106,167 +114,89 @@ class LocalRunner:
         self._reset()
 
     def _reset(self) -> None:
-        """Forget the subtasks and channels of an earlier run (a runner may run its job again)."""
-        self.subtasks: list[Subtask] = []
-        self.sources: list[Subtask] = []
-        self.worker_of: dict[int, int] = {}  # id(subtask) -> simulated worker
-        self.in_channels: dict[int, InputChannel] = {}
-        self.out_channels: dict[int, OutputChannel] = {}
-        self.ready: deque[InputChannel] = deque()
+        """Forget the workers of an earlier run (a runner may run its job again)."""
+        #: each simulated worker's data path (its subtasks, channels and scheduling)
+        self.paths: list[DataPath] = []
+        #: the simulated worker whose data path runs now (its ``current`` subtask raised, if one did)
+        self.running = 0
         self.loop_heads: set[int] = set()
-        self.records_processed: dict[int, int] = {}
         self.ledger = CollectLedger([n.collect_id for n in self.env.graph.nodes if n.collect_id])
-        self._current: Subtask | None = None
+
+    @property
+    def subtasks(self) -> list[Subtask]:
+        return [subtask for path in self.paths for subtask in path.subtasks]
 
     # ------------------------------------------------------------------ set-up
-    def _plans(self, graph: ExecutionGraph, job_id: str) -> list[ExecutionGraph]:
-        """One copy of the execution graph per simulated worker, as each Spark task gets one."""
+    def _deployments(self, graph: ExecutionGraph, job_id: str) -> list[Deployment]:
+        """One copy of the deployment per simulated worker, as each Spark task gets one."""
+        deployment = Deployment(self.job_name, job_id, graph, replace(self.env.config, batch_size=self.batch_size))
         if not self.serialize:
-            return [copy.deepcopy(graph) for _ in range(graph.num_workers)]
+            return [copy.deepcopy(deployment) for _ in range(graph.num_workers)]
         functions: dict[str, list[Any]] = {}
         for node in self.env.graph.nodes:
             functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
-        deployment = Deployment(self.job_name, job_id, graph, self.env.config)
         blob = serialize_deployment(deployment, functions)
-        return [pickle.loads(blob).graph for _ in range(graph.num_workers)]
+        return [pickle.loads(blob) for _ in range(graph.num_workers)]
 
-    def _build(self, plans: list[ExecutionGraph]) -> None:
-        """Create every subtask with its channels, mirroring ``Worker._build`` for each worker."""
-        config = self.env.config
-        plain = LocalTransport(self._deliver)
-        crossing = _PicklingTransport(self._deliver) if self.serialize else plain
-        first = plans[0]
-        for channel in first.channels:  # every output channel first: consumers return credit to them
-            job = plans[first.worker_of(channel.producer)].job
-            same_worker = first.worker_of(channel.producer) == first.worker_of(channel.consumer)
-            credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
-            self.out_channels[channel.id] = OutputChannel(channel.id, credit, plain if same_worker else crossing,
-                                                          edge_names(job, channel.edge))
-        for worker, graph in enumerate(plans):
-            job = graph.job
+    def _build(self, deployments: list[Deployment]) -> None:
+        """Wire every simulated worker as a worker wires itself (checkpointing off)."""
+        self.paths = [DataPath(lambda event: None) for _ in deployments]  # no worker machine: no protocol
+        for worker, deployment in enumerate(deployments):
+            job = deployment.graph.job
             self.loop_heads.update(loop.head_vertex for loop in job.loops)
             for node in job.nodes.values():
                 if isinstance(node.operator, WatermarkGenerator) and self.watermark_interval is not None:
                     node.operator.interval = self.watermark_interval
-            for vertex_id, index in graph.subtasks_of_worker(worker):
-                self._build_subtask(graph, vertex_id, index, worker)
-
-    def _build_subtask(self, graph: ExecutionGraph, vertex_id: int, index: int, worker: int) -> None:
-        job = graph.job
-        vertex = job.vertices[vertex_id]
-        subtask = Subtask(vertex_id, index, vertex.parallelism, vertex.name)
-        self.subtasks.append(subtask)  # closed at the end even if opening fails
-        self.worker_of[id(subtask)] = worker
-        self._current = subtask
-        subtask.open(job.nodes, vertex.nodes, job.max_parallelism, self._to_driver, attempt=0,
-                     checkpointing=False, restore=None)
-        subtask.connect_outputs(job, graph.outputs, self.out_channels, self.batch_size)
-        for channel_id in graph.inputs[(vertex_id, index)]:
-            channel = InputChannel(channel_id, subtask, self.out_channels[channel_id].add_credit)
-            channel.back_edge = job.edges[graph.channels[channel_id].edge].back_edge
-            channel.input_index = job.edges[graph.channels[channel_id].edge].input_index
-            self.in_channels[channel_id] = channel
-            subtask.inputs.append(channel)
-        if vertex.source is not None:
-            subtask.attach_source(SourceReader(assign_splits(graph.splits[vertex_id], index, vertex.parallelism)))
-            self.sources.append(subtask)
+            path = self.paths[worker]
+            peers: Any = {w: _InProcessPeer(self, w, self.serialize) for w in range(len(deployments)) if w != worker}
+            callbacks = WorkerCallbacks(path.deliver_local, self._to_driver, lambda subtask, cid, secs: None,
+                                        path.schedule_buffered, lambda subtask, cid: None)
+            path.attach(wire_worker(worker, deployment, NONE, peers, callbacks, 0, None))
 
     def _to_driver(self, collect_id: str | None, payload: Any) -> None:
         """What a worker sends the JobMaster from a ``collect()`` sink: published as it arrives."""
         self.ledger.receive(collect_id or "", payload)
 
     # ------------------------------------------------------------------ scheduling
-    def _deliver(self, channel_id: int, is_batch: bool, item: Any) -> None:
-        channel = self.in_channels[channel_id]
-        channel.queue.append((is_batch, item))
-        if not channel.scheduled:
-            channel.scheduled = True
-            self.ready.append(channel)
-
-    def _count(self, subtask: Subtask, records: int) -> None:
-        worker = self.worker_of[id(subtask)]
-        self.records_processed[worker] = self.records_processed.get(worker, 0) + records
-
-    def _run_inputs(self) -> bool:
-        """One round robin over the ready input channels (a subtask waiting for credit waits)."""
-        worked = False
-        ready = self.ready
-        for _ in range(len(ready)):
-            if not ready:
-                break
-            channel = ready.popleft()
-            subtask = channel.subtask
-            if subtask.backlogged:
-                ready.append(channel)
-                continue
-            self._current = subtask
-            is_batch, item = channel.queue.popleft()
-            if is_batch:
-                self._count(subtask, len(item))
-                subtask.on_batch(item, channel.input_index)
-                channel.return_credit(1)
-            else:
-                subtask.on_event(channel, item)
-            worked = True
-            if channel.queue:
-                ready.append(channel)
-            else:
-                channel.scheduled = False
-        return worked
-
-    def _run_sources(self) -> tuple[bool, bool]:
-        """Poll every live source subtask once: (whether anything happened, whether one is live)."""
-        worked = live = False
-        for subtask in self.sources:
-            if subtask.finished:
-                continue
-            live = True
-            if subtask.backlogged:
-                continue
-            self._current = subtask
-            count = subtask.poll_source(self.batch_size)
-            self._count(subtask, count)
-            worked = worked or count > 0 or subtask.finished
-        return worked, live
-
-    def _flush(self) -> bool:
-        """Send partly filled batches; True if there were any."""
-        sent = False
-        for subtask in self.subtasks:
-            if not subtask.finished and any(buffer for output in subtask.outputs for buffer in output.buffers):
-                self._current = subtask
-                subtask.flush()
-                sent = True
-        return sent
-
     def _end_quiet_loops(self) -> bool:
         """Nothing runs anywhere and every loop input from outside ended: the loops are empty,
-        so their heads end them (the workers decide this with probe rounds, see control/loops.py)."""
+        so their heads end them (the workers decide this with probe rounds, see dataflow/loops.py)."""
         ended = False
-        for subtask in self.subtasks:
-            if subtask.vertex_id in self.loop_heads and not subtask.finished and \
-                    all(c.ended for c in subtask.inputs if not c.back_edge):
-                self._current = subtask
-                subtask.finish()
-                ended = True
+        for worker, path in enumerate(self.paths):
+            self.running = worker
+            for subtask in path.subtasks:
+                if subtask.vertex_id in self.loop_heads and not subtask.finished and \
+                        all(c.ended for c in subtask.inputs if not c.back_edge):
+                    path.current = subtask
+                    subtask.finish()
+                    ended = True
         return ended
+
+    def _flush(self) -> bool:
+        flushed = False
+        for worker, path in enumerate(self.paths):
+            self.running = worker
+            flushed = path.flush() or flushed
+        return flushed
 
     def _loop(self) -> None:
         idle_since: float | None = None
         while True:
             now = time.time()
-            for subtask in self.subtasks:
-                if subtask.timed:
-                    self._current = subtask
-                    subtask.on_processing_time(now)
-            worked = self._run_inputs()
-            source_worked, live = self._run_sources()
-            if worked or source_worked or self._flush():
+            worked = False
+            for worker, path in enumerate(self.paths):  # each worker's loop, as ``Worker._loop`` runs it
+                self.running = worker
+                if path.timed:
+                    path.run_processing_time(now)
+                worked = path.run_inputs(32) or worked
+                worked = path.run_sources(self.batch_size) or worked
+            if worked or self._flush():
                 idle_since = None
                 continue
-            if all(s.finished for s in self.subtasks):
+            if all(path.finished for path in self.paths):
                 return
-            if live:  # sources have nothing right now (a PAUSE, an idle custom source)
+            if any(not s.finished for path in self.paths for s in path.sources):
+                # sources have nothing right now (a PAUSE, an idle custom source)
                 now = time.monotonic()
                 idle_since = idle_since or now
                 if now - idle_since > self.idle_timeout:
@@ -301,7 +231,7 @@ class LocalRunner:
         job_id = f"local-{uuid.uuid4().hex[:8]}"
         graph = build_execution_graph(job)
         try:
-            self._build(self._plans(graph, job_id))
+            self._build(self._deployments(graph, job_id))
             self._loop()
         except UserFunctionError as error:
             raise self._failure(error) from error.error
@@ -315,24 +245,15 @@ class LocalRunner:
         return result
 
     def _failure(self, error: UserFunctionError) -> JobFailedError:
-        subtask = self._current
+        worker = self.running if self.paths else None
+        subtask = self.paths[worker].current if worker is not None else None
         where = f" (subtask {subtask.index} of '{subtask.name}')" if subtask is not None else ""
         cause = error.error
         shown = UserTraceback.of(cause).format()
         return JobFailedError(f"job '{self.job_name}' failed: {error.where}{where} raised "
                               f"{type(cause).__name__}: {cause}\n{shown}".rstrip(), operator=error.operator,
-                              worker=self.worker_of.get(id(subtask)) if subtask is not None else None, kind="user")
+                              worker=worker, kind="user")
 
     def _metrics(self, workers: int) -> dict[int, dict[str, Any]]:
         """Per simulated worker, the counters a worker reports (``JobResult`` reads them)."""
-        metrics: dict[int, dict[str, Any]] = {
-            w: {"worker": w, "records_processed": self.records_processed.get(w, 0), "source_records": 0,
-                "late_records_dropped": 0, "operators": {}} for w in range(workers)}
-        for subtask in self.subtasks:
-            entry = metrics[self.worker_of[id(subtask)]]
-            entry["source_records"] += subtask.records_read
-            for runner in subtask.runners:
-                entry["operators"][f"{runner.name}#{subtask.index}"] = runner.records_in
-                for name, value in runner.operator.counters().items():
-                    entry[name] = entry.get(name, 0) + value
-        return metrics
+        return {w: {"worker": w, **path.counters()} for w, path in enumerate(self.paths)}

@@ -4,15 +4,27 @@
 order of completion and abort), ``pending`` (:class:`PendingCheckpoint`, :class:`AckResult`),
 ``failures`` (:class:`CheckpointFailureManager`, :class:`AbortKind`: what counts as a failure),
 ``store`` (:class:`CompletedCheckpointStore`: completed ids, retention, record totals),
-``stats`` (:class:`CheckpointStatsTracker`) and ``restore`` (:func:`check_restore`).
+``stats`` (:class:`CheckpointStatsTracker`), ``restore`` (:func:`check_restore`) and ``files``
+(the checkpoint I/O coordinators ask the driver for, and :class:`CheckpointFiles`, which does it).
 """
 
 from epochal.control.checkpointing.coordinator import CheckpointCoordinator
 from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.files import (
+    CheckpointFiles,
+    CheckpointIO,
+    CheckpointWritten,
+    DeleteCheckpoints,
+    DiscardCheckpoint,
+    RecordStats,
+    WriteCheckpoint,
+)
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.restore import check_restore
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
 
-__all__ = ["AbortKind", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointStatsTracker",
-           "CompletedCheckpointStore", "PendingCheckpoint", "check_restore"]
+__all__ = ["AbortKind", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointFiles",
+           "CheckpointIO", "CheckpointStatsTracker", "CheckpointWritten", "CompletedCheckpointStore",
+           "DeleteCheckpoints", "DiscardCheckpoint", "PendingCheckpoint", "RecordStats", "WriteCheckpoint",
+           "check_restore"]

@@ -1,21 +1,22 @@
 """The checkpoint coordinator on the driver (papers/000 §4.2, papers/001 §3.2).
 
 It triggers checkpoint *n* on every worker (sources inject barrier *n*), collects one
-acknowledgement per subtask with the handles of its state files, and completes *n* by writing
-the metadata atomically; only then does it notify the workers, which is when transactional
-sinks commit. A checkpoint that times out or is declined (an upload failed) is aborted; more
-consecutive failures than tolerated fail the job.
+acknowledgement per subtask with the handles of its state files, and completes *n* by having
+its metadata written atomically; only then does it notify the workers, which is when
+transactional sinks commit. A checkpoint that times out, is declined (an upload failed) or whose
+metadata cannot be written is aborted; more consecutive failures than tolerated fail the job.
 
 The coordinator owns only the trigger timing (interval, pause, concurrency), the pending
 checkpoints by id and the order of the steps; it composes one owner per concern, as Flink does:
 :class:`PendingCheckpoint` (acks, classified by :class:`AckResult`), the
 :class:`CheckpointFailureManager`, the :class:`CompletedCheckpointStore` (ids, retention,
-record totals) and the :class:`CheckpointStatsTracker`. It reads no clock: every call takes the
-monotonic ``now`` (and a trigger the wall time) from its caller, the JobMaster's machine
-(:mod:`epochal.control.jobmaster_machine`). It sends nothing itself: every method that changes
-what the workers must hear returns those messages (:data:`Outbox`, in the order they are to be
-broadcast), and the caller broadcasts them. Its only effects are on the storage (metadata,
-deletions, statistics).
+record totals) and the :class:`CheckpointStatsTracker`. It is pure: every call takes the
+monotonic ``now`` (and a trigger the wall time) from its caller (the dataflow kind's
+coordination, :mod:`epochal.dataflow.coordination`), and returns what is to happen, in order
+(:data:`Outbox`): the messages to broadcast to every worker and the checkpoint I/O the driver
+carries out off the JobMaster's lock (:mod:`epochal.control.checkpointing.files`). Completing a
+checkpoint is a round trip: the last ack returns :class:`WriteCheckpoint`; the driver's answer
+comes back as :meth:`on_written` (complete it) or :meth:`on_write_failed` (abort it).
 """
 
 from __future__ import annotations
@@ -24,14 +25,21 @@ from typing import Any
 
 from epochal.config import CheckpointConfig
 from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.files import (
+    CheckpointIO,
+    DeleteCheckpoints,
+    DiscardCheckpoint,
+    RecordStats,
+    WriteCheckpoint,
+)
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
 from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
 
-#: The messages a coordinator call asks to broadcast to every worker, in order.
-Outbox = list[TriggerCheckpoint | CheckpointComplete | CheckpointAbort]
+#: What a coordinator call asks for, in order: messages to broadcast to every worker, and I/O.
+Outbox = list[TriggerCheckpoint | CheckpointComplete | CheckpointAbort | CheckpointIO]
 
 
 class CheckpointCoordinator:
@@ -41,7 +49,7 @@ class CheckpointCoordinator:
                  subtasks: dict[tuple[int, int], str],
                  vertex_parallelism: dict[int, int], max_parallelism: int, first_id: int = 1,
                  split_layout: dict[str, int] | None = None,
-                 operators: dict[str, dict[str, str]] | None = None) -> None:
+                 operators: dict[str, dict[str, str]] | None = None, completed: list[int] | None = None) -> None:
         self.config = config
         self.storage = storage
         self.job_name = job_name
@@ -54,9 +62,12 @@ class CheckpointCoordinator:
         self.operators = operators or {}
         self.next_id = first_id
         self.pending: dict[int, PendingCheckpoint] = {}
-        self.store = CompletedCheckpointStore(storage, config.retained)
+        #: fully acknowledged checkpoints whose metadata the driver is writing
+        self.writing: dict[int, PendingCheckpoint] = {}
+        #: ``completed``: the job's completed checkpoints so far (read from the storage when submitted)
+        self.store = CompletedCheckpointStore(completed or [], config.retained)
         self.failures = CheckpointFailureManager(config.tolerable_failures)
-        self.tracker = CheckpointStatsTracker(storage)
+        self.tracker = CheckpointStatsTracker()
         self.last_end = 0.0
         self.last_trigger = 0.0
         self.paused = False
@@ -100,7 +111,7 @@ class CheckpointCoordinator:
         its ``TriggerCheckpoint`` (nothing when none is due)."""
         if self.paused or self.config.interval is None:
             return []
-        if len(self.pending) >= self.config.max_concurrent:
+        if len(self.pending) + len(self.writing) >= self.config.max_concurrent:
             return []
         if now - self.last_trigger < self.config.interval or now - self.last_end < self.config.min_pause:
             return []
@@ -117,22 +128,28 @@ class CheckpointCoordinator:
 
     # ---------------------------------------------------------------- acknowledgements
     def on_ack(self, message: Ack, now: float) -> tuple[AckResult, Outbox]:
-        """Record one subtask's acknowledgement; the last one completes the checkpoint. Returns
-        what the ack did and, when it completed the checkpoint, the aborts of older pending
-        checkpoints followed by the ``CheckpointComplete``."""
+        """Record one subtask's acknowledgement. The last one makes the checkpoint complete once
+        its metadata is written: it returns the :class:`WriteCheckpoint` (answered through
+        :meth:`on_written` or :meth:`on_write_failed`)."""
         pending = self.pending.get(message.checkpoint_id)
         if pending is None:
             return AckResult.UNKNOWN, []  # late ack of an aborted (or completed) checkpoint
         result = pending.acknowledge(message)
         if result is AckResult.SUCCESS and pending.fully_acknowledged:
-            return result, self._complete(pending, now)
+            checkpoint_id = pending.checkpoint_id
+            self.writing[checkpoint_id] = self.pending.pop(checkpoint_id)
+            metadata = pending.metadata(self.job_name, self.max_parallelism, self.vertex_parallelism,
+                                        self.split_layout, self.operators)
+            return result, [WriteCheckpoint(self.storage, checkpoint_id, metadata)]
         return result, []
 
-    def _complete(self, pending: PendingCheckpoint, now: float) -> Outbox:
-        checkpoint_id = pending.checkpoint_id
-        self.store.write(checkpoint_id, pending.metadata(self.job_name, self.max_parallelism, self.vertex_parallelism,
-                                                         self.split_layout, self.operators))
-        del self.pending[checkpoint_id]
+    def on_written(self, checkpoint_id: int, now: float) -> Outbox:
+        """The metadata of ``checkpoint_id`` is written: it is complete. Returns the aborts of older
+        pending checkpoints, the ``CheckpointComplete``, its statistics and the deletion of
+        completed checkpoints beyond retention."""
+        pending = self.writing.pop(checkpoint_id, None)
+        if pending is None:
+            return []
         outbox: Outbox = []
         # older pending checkpoints can no longer be useful
         for older in [c for c in self.pending if c < checkpoint_id]:
@@ -140,10 +157,20 @@ class CheckpointCoordinator:
         self.store.add(checkpoint_id, pending.source_records())
         self.failures.on_completed()
         self.last_end = now
-        self.tracker.completed(pending, now)
         outbox.append(CheckpointComplete(checkpoint_id))
-        self.store.retain()
+        outbox.append(RecordStats(self.storage, self.tracker.completed(pending, now)))
+        deleted = self.store.retain()
+        if deleted:
+            outbox.append(DeleteCheckpoints(self.storage, tuple(deleted), tuple(self.store.completed)))
         return outbox
+
+    def on_write_failed(self, checkpoint_id: int, error: str, now: float) -> tuple[bool, Outbox]:
+        """The metadata of ``checkpoint_id`` could not be written: abort it (a counted failure)."""
+        pending = self.writing.pop(checkpoint_id, None)
+        if pending is None:
+            return True, []
+        self.pending[checkpoint_id] = pending
+        return self.abort(checkpoint_id, AbortKind.WRITE_FAILED, f"its metadata could not be written: {error}", now)
 
     # ---------------------------------------------------------------- failures
     def on_decline(self, message: Decline, now: float) -> tuple[bool, Outbox]:
@@ -174,15 +201,16 @@ class CheckpointCoordinator:
             return True, []
         pending.discard()
         self.last_end = now
-        self.store.discard(checkpoint_id)
-        self.tracker.aborted(pending, reason, now)
-        return self.failures.on_aborted(kind), [CheckpointAbort(checkpoint_id)]
+        stats = self.tracker.aborted(pending, reason, now)
+        return self.failures.on_aborted(kind), [
+            CheckpointAbort(checkpoint_id), RecordStats(self.storage, stats),
+            DiscardCheckpoint(self.storage, checkpoint_id, tuple(self.store.completed))]
 
-    def discard_pending(self) -> None:
+    def discard_pending(self) -> list[DiscardCheckpoint]:
         """The job ended (its workers and their snapshot processes are gone): delete what the
         checkpoints still pending had written; they can never complete."""
-        for checkpoint_id in self.pending:
-            self.store.discard(checkpoint_id)
+        kept = tuple(self.store.completed)
+        return [DiscardCheckpoint(self.storage, checkpoint_id, kept) for checkpoint_id in self.pending]
 
     def abort_all(self, reason: str, now: float) -> Outbox:
         """On a job failure: forget pending checkpoints (they can never complete); returns their aborts."""

@@ -1,7 +1,7 @@
 """Which aborted checkpoints count as failures, and when too many in a row fail the job.
 
 Owns the count of consecutive failed checkpoints, as Flink's ``CheckpointFailureManager``: a
-decline (a subtask could not write its snapshot) or a timeout counts; an abort because a newer
+decline (a subtask could not write its snapshot), a timeout or a failed metadata write counts; an abort because a newer
 checkpoint completed, or because the job attempt failed, does not. A completed checkpoint
 resets the count. More than ``tolerable_failures`` consecutive failures fail the job.
 """
@@ -18,10 +18,11 @@ class AbortKind(enum.Enum):
     TIMED_OUT = "timed out"  # not every subtask acknowledged within the timeout
     SUPERSEDED = "superseded"  # a newer checkpoint completed first
     JOB_FAILED = "job failed"  # the job attempt failed; the checkpoint can never complete
+    WRITE_FAILED = "write failed"  # every subtask acknowledged, but its metadata could not be written
 
 
 #: The abort kinds that count towards ``tolerable_failures``.
-COUNTED = frozenset({AbortKind.DECLINED, AbortKind.TIMED_OUT})
+COUNTED = frozenset({AbortKind.DECLINED, AbortKind.TIMED_OUT, AbortKind.WRITE_FAILED})
 
 
 class CheckpointFailureManager:

@@ -1,26 +1,25 @@
-"""Statistics of every checkpoint: kept in memory and appended to ``checkpoint_stats.jsonl``.
+"""Statistics of every checkpoint: kept in memory (and appended to ``checkpoint_stats.jsonl`` by the driver).
 
 Owns the list of entries (one per completed or aborted checkpoint, in the order they ended) and
 their fields. Entries are appended on the JobMaster's coordinator thread and read from any
-thread through :meth:`CheckpointStatsTracker.snapshot`, under a lock. Writing the JSON lines
-file is best effort: statistics never fail a checkpoint.
+thread through :meth:`CheckpointStatsTracker.snapshot`, under a lock. Each method returns the
+entry it added; the coordinator has the driver append it to the JSON lines file
+(:class:`~epochal.control.checkpointing.files.RecordStats`, best effort: statistics never fail a
+checkpoint).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
 from epochal.control.checkpointing.pending import PendingCheckpoint
-from epochal.state.storage import CheckpointStorage
 
 
 class CheckpointStatsTracker:
     """The statistics of a job's checkpoints."""
 
-    def __init__(self, storage: CheckpointStorage) -> None:
-        self.storage = storage
+    def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -51,10 +50,4 @@ class CheckpointStatsTracker:
     def _record(self, entry: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             self.entries.append(entry)
-        try:
-            self.storage.fs.create_dir(self.storage.root, recursive=True)
-            with self.storage.fs.open_append_stream(f"{self.storage.root}/checkpoint_stats.jsonl") as out:
-                out.write((json.dumps(entry) + "\n").encode())
-        except (OSError, NotImplementedError):
-            pass  # statistics must never fail a checkpoint (object stores may not append)
         return entry

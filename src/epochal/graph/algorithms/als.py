@@ -26,7 +26,7 @@ from epochal.graph.algorithms._checks import require_weights
 from epochal.graph.algorithms._csr import rows_of, segment_sum
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.partition import Partition
-from epochal.graph.partitioning import mix64
+from epochal.graph.placement import mix64
 from epochal.graph.program import StepResult, SuperstepContext, VectorProgram
 
 #: how many outer products (entries times rank squared floats) one block builds at the most

@@ -1,0 +1,143 @@
+"""Checkpoint files on the driver: the I/O the coordinators ask for, as instructions, and their executor.
+
+Checkpoint coordination is pure (:class:`~epochal.control.checkpointing.CheckpointCoordinator`,
+the graph job's coordinator): it returns these instructions, and the JobMaster's driver carries
+them out with :class:`CheckpointFiles`, outside the lock under which its machine runs, as it does
+a restore. Writing a checkpoint's metadata is a round trip: the metadata is the checkpoint's
+commit point, so only once it is written (:class:`CheckpointWritten` back to the machine) is the
+checkpoint complete and the workers told; a failed write aborts the checkpoint instead.
+
+:class:`CheckpointFiles` also keeps which shared files (incremental chains) each completed
+checkpoint references, read from its metadata once, so deleting a checkpoint deletes the shared
+files no retained checkpoint references any more.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from epochal.state.storage import SHARED, CheckpointStorage, state_files
+
+
+# ---------------------------------------------------------------------- instructions
+@dataclass(frozen=True, slots=True)
+class WriteCheckpoint:
+    """Write checkpoint ``checkpoint_id``'s metadata (atomically): from then on it exists. Answered
+    with :class:`CheckpointWritten` (``error`` set if the write failed)."""
+
+    storage: CheckpointStorage
+    checkpoint_id: int
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCheckpoints:
+    """Delete completed checkpoints beyond retention, and the shared files that none of the
+    ``kept`` checkpoints references."""
+
+    storage: CheckpointStorage
+    checkpoint_ids: tuple[int, ...]
+    kept: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardCheckpoint:
+    """Delete what an aborted (or never completed) checkpoint wrote, its shared files too, except
+    those a ``kept`` (completed) checkpoint references."""
+
+    storage: CheckpointStorage
+    checkpoint_id: int
+    kept: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordStats:
+    """Append one checkpoint's statistics to ``checkpoint_stats.jsonl`` (best effort)."""
+
+    storage: CheckpointStorage
+    entry: dict[str, Any]
+
+
+CheckpointIO = WriteCheckpoint | DeleteCheckpoints | DiscardCheckpoint | RecordStats
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWritten:
+    """The answer to :class:`WriteCheckpoint`: written, or ``error`` (``now``: monotonic, when done)."""
+
+    checkpoint_id: int
+    error: str | None
+    now: float
+
+
+# ---------------------------------------------------------------------- the executor
+class CheckpointFiles:
+    """Carries out checkpoint I/O instructions; remembers the shared files of each checkpoint."""
+
+    def __init__(self) -> None:
+        #: (storage root, checkpoint id) -> shared files its metadata references
+        self._shared: dict[tuple[str, int], set[str]] = {}
+
+    def write(self, instruction: WriteCheckpoint) -> str | None:
+        """Write the metadata; returns None, or the error that kept it from being written."""
+        storage = instruction.storage
+        try:
+            storage.write_metadata(instruction.checkpoint_id, instruction.metadata)
+        except Exception as error:  # noqa: BLE001 - a storage failure aborts this checkpoint only
+            return f"{type(error).__name__}: {error}"
+        self._shared[(storage.uri, instruction.checkpoint_id)] = shared_files_of(instruction.metadata)
+        return None
+
+    def delete(self, instruction: DeleteCheckpoints) -> None:
+        storage = instruction.storage
+        candidates: set[str] = set()
+        for checkpoint_id in instruction.checkpoint_ids:
+            candidates |= self._shared_of(storage, checkpoint_id)
+            self._shared.pop((storage.uri, checkpoint_id), None)
+            storage.delete(checkpoint_id)
+        if candidates:  # shared files no retained checkpoint's chain references any more
+            referenced = self._referenced(storage, instruction.kept)
+            storage.delete_shared(sorted(candidates - referenced))
+
+    def discard(self, instruction: DiscardCheckpoint) -> None:
+        storage = instruction.storage
+        storage.delete(instruction.checkpoint_id)
+        marker = f".c{instruction.checkpoint_id}."
+        referenced = self._referenced(storage, instruction.kept)
+        storage.delete_shared([name for name in storage.shared_files() if marker in name and name not in referenced])
+
+    @staticmethod
+    def record_stats(instruction: RecordStats) -> None:
+        storage = instruction.storage
+        try:
+            storage.fs.create_dir(storage.root, recursive=True)
+            with storage.fs.open_append_stream(f"{storage.root}/checkpoint_stats.jsonl") as out:
+                out.write((json.dumps(instruction.entry) + "\n").encode())
+        except (OSError, NotImplementedError):
+            pass  # statistics must never fail a checkpoint (object stores may not append)
+
+    def _referenced(self, storage: CheckpointStorage, kept: tuple[int, ...]) -> set[str]:
+        return set().union(*(self._shared_of(storage, c) for c in kept))
+
+    def _shared_of(self, storage: CheckpointStorage, checkpoint_id: int) -> set[str]:
+        key = (storage.uri, checkpoint_id)
+        if key not in self._shared:  # completed before this driver started
+            try:
+                self._shared[key] = shared_files_of(storage.read_metadata(checkpoint_id))
+            except Exception:  # noqa: BLE001 - unreadable: it references nothing we can know of
+                self._shared[key] = set()
+        return self._shared[key]
+
+
+def shared_files_of(metadata: dict[str, Any]) -> set[str]:
+    """The shared files (incremental chains) a checkpoint's metadata references."""
+    files: set[str] = set()
+    for operator in metadata.get("operators", {}).values():
+        for handle in operator.get("subtasks", {}).values():
+            for part in ("keyed", "operator"):
+                for file in state_files(handle[part]) if part in handle else ():
+                    if file["file"].startswith(f"{SHARED}/"):
+                        files.add(file["file"])
+    return files

@@ -1,0 +1,178 @@
+"""A dataflow job's coordinator on the JobMaster: checkpoints, loops, ``collect()`` and the final checkpoint.
+
+:class:`DataflowCoordination` is the :class:`~epochal.control.kinds.KindCoordinator` of the
+``dataflow`` job kind. It owns the checkpoint coordinator
+(:class:`~epochal.control.checkpointing.CheckpointCoordinator`, None without checkpointing),
+loop termination (:class:`~epochal.dataflow.loops.LoopTermination`), the ``collect()`` ledger
+(:class:`~epochal.dataflow.collect.CollectLedger`), the user's ``restore_from`` and the final
+checkpoint: once every worker finished, one last checkpoint commits the sinks' final epoch, and
+the job ends when every worker confirmed its commit (``Committed``). Its messages are the
+workers' ``Ack``, ``Decline``, ``Committed``, ``LoopReady``, ``LoopVote`` and ``Collect``.
+Pure: time is passed in; checkpoint files are written and deleted by the driver
+(the I/O instructions of :mod:`epochal.control.checkpointing.files`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from epochal.control import job_failures
+from epochal.control.checkpointing import CheckpointCoordinator
+from epochal.control.jobmaster_events import ResolveRestore
+from epochal.control.kinds import EndJob, KindCoordinator, KindOutput
+from epochal.dataflow.collect import CollectLedger
+from epochal.dataflow.loops import LoopTermination
+from epochal.dataflow.worker import Worker
+from epochal.messages import Ack, CheckpointAbort, Collect, Committed, Decline, LoopReady, LoopVote, ToJobMaster
+
+
+class DataflowCoordination(KindCoordinator):
+    """The coordination of one dataflow job of ``num_workers`` workers.
+
+    Args:
+        coordinator: the checkpoint coordinator (None: checkpointing is off).
+        restore: the user's ``restore_from`` checkpoint (read and checked at submit), or None.
+        loops: loop id -> number of head subtasks.
+        collect_ids: the job's ``collect()`` sinks.
+    """
+
+    worker_body: ClassVar[type] = Worker
+    messages: ClassVar[frozenset[type]] = frozenset({Ack, Decline, Committed, LoopReady, LoopVote, Collect})
+
+    def __init__(self, num_workers: int, coordinator: CheckpointCoordinator | None = None,
+                 restore: dict[str, Any] | None = None, loops: dict[int, int] | None = None,
+                 collect_ids: list[str] | None = None) -> None:
+        self.num_workers = num_workers
+        self.coordinator = coordinator
+        self.restore = restore
+        self.loops = LoopTermination(loops or {})
+        #: collect() sinks' records: staged per writer epoch, published when committed.
+        self.collects = CollectLedger(collect_ids or [])
+        #: the checkpoint taken once every worker finished, and the workers that committed it
+        self.final_checkpoint: int | None = None
+        self.committed: set[int] = set()
+
+    # ---------------------------------------------------------------- KindCoordinator
+    def restore_request(self, attempt: int) -> ResolveRestore:
+        coordinator = self.coordinator
+        if coordinator is not None and coordinator.latest_completed is not None and (
+                attempt > 0 or self.restore is None):
+            # a restarted attempt (or a job run again) resumes at its own latest checkpoint
+            return ResolveRestore(coordinator.storage, coordinator.latest_completed, None)
+        return ResolveRestore(None, None, self.restore)
+
+    def on_message(self, worker: int, message: ToJobMaster, now: float, wall: float,
+                   running: bool) -> list[KindOutput]:
+        coordinator = self.coordinator
+        if isinstance(message, Collect):
+            self.collects.receive(message.collect_id, message.payload)
+        elif isinstance(message, LoopReady):
+            return list(self.loops.on_ready(message.loop, message.subtask))
+        elif isinstance(message, LoopVote):
+            return list(self.loops.on_vote(message.loop, message.round, message.subtask, message.quiet))
+        elif isinstance(message, Ack) and coordinator is not None:
+            return list(coordinator.on_ack(message, now)[1])
+        elif isinstance(message, Decline) and coordinator is not None:
+            tolerable, aborts = coordinator.on_decline(message, now)
+            out: list[KindOutput] = list(aborts)
+            if not tolerable:
+                out.append(job_failures.checkpoint_declined(message.checkpoint_id, message.reason,
+                                                            coordinator.config.tolerable_failures))
+            elif running:
+                out += self._retry_final_checkpoint(aborts, now, wall)
+            return out
+        elif isinstance(message, Committed) and message.checkpoint_id == self.final_checkpoint:
+            self.committed.add(worker)
+            if len(self.committed) == self.num_workers:
+                return [EndJob(final_checkpoint=True)]
+        return []
+
+    def tick(self, now: float, wall: float) -> list[KindOutput]:
+        """Periodic checkpoints and their timeouts (a final checkpoint that timed out is taken again)."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return []
+        out: list[KindOutput] = list(coordinator.maybe_trigger(now, wall))
+        tolerable, aborts = coordinator.check_timeouts(now)
+        out += aborts
+        if not tolerable:
+            return [*out, job_failures.checkpoints_failing(coordinator.config.tolerable_failures)]
+        return out + self._retry_final_checkpoint(aborts, now, wall)
+
+    def all_finished(self, now: float, wall: float) -> list[KindOutput]:
+        """Every record is processed: without checkpoints the job ends; with them one last
+        checkpoint commits the sinks' final epoch (taken once)."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return [EndJob()]
+        if self.final_checkpoint is not None:
+            return []
+        coordinator.paused = True
+        self.final_checkpoint, messages = coordinator.trigger(now, wall)
+        return list(messages)
+
+    def attempt_failed(self, reason: str, now: float) -> list[KindOutput]:
+        return list(self.coordinator.abort_all(reason, now)) if self.coordinator is not None else []
+
+    def new_attempt(self, attempt: int) -> None:
+        self.committed = set()
+        self.final_checkpoint = None
+        self.loops.reset()
+        coordinator = self.coordinator
+        if coordinator is not None:
+            coordinator.paused = False
+            # the new attempt's sources resume at the latest checkpoint: what it covers is counted
+            latest = coordinator.latest_completed
+            coordinator.records_base = coordinator.source_records.get(latest, 0) if latest else 0
+        # collected epochs the restored checkpoint does not cover can never be published
+        self.collects.new_attempt(attempt, coordinator.latest_completed if coordinator else None,
+                                  checkpointing=coordinator is not None)
+
+    def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
+        coordinator = self.coordinator
+        if coordinator is None:
+            return []
+        if error is None:
+            return list(coordinator.on_written(checkpoint_id, now))
+        tolerable, out = coordinator.on_write_failed(checkpoint_id, error, now)
+        if not tolerable:
+            return [*out, job_failures.checkpoint_declined(checkpoint_id, f"its metadata could not be written: "
+                                                           f"{error}", coordinator.config.tolerable_failures)]
+        return list(out)
+
+    def job_ended(self) -> list[Any]:
+        """Checkpoints still pending can never complete (the workers are gone): their files go."""
+        return self.coordinator.discard_pending() if self.coordinator is not None else []
+
+    def _retry_final_checkpoint(self, aborts: list[Any], now: float, wall: float) -> list[KindOutput]:
+        """Every worker finished and the final checkpoint was aborted within the tolerated
+        failures: take it again, or the job would wait for it forever."""
+        final, coordinator = self.final_checkpoint, self.coordinator
+        if final is None or coordinator is None:
+            return []
+        if any(isinstance(abort, CheckpointAbort) and abort.checkpoint_id == final for abort in aborts):
+            self.final_checkpoint, messages = coordinator.trigger(now, wall)
+            return list(messages)
+        return []
+
+    # ---------------------------------------------------------------- what a JobClient reads
+    def published(self, collect_id: str) -> list[Any]:
+        return list(self.collects.published.get(collect_id, []))
+
+    def published_all(self) -> dict[str, list[Any]]:
+        return {cid: list(records) for cid, records in self.collects.published.items()}
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        return self.coordinator.stats_snapshot() if self.coordinator is not None else []
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self.coordinator.storage.uri if self.coordinator is not None else ""
+
+    @property
+    def records_base(self) -> int:
+        return self.coordinator.records_base if self.coordinator is not None else 0
+
+    @property
+    def non_restored_state(self) -> list[dict[str, Any]]:
+        return list((self.restore or {}).get("non_restored_state", []))

@@ -1,0 +1,89 @@
+"""Starting a dataflow job: the driver side of the ``dataflow`` job kind.
+
+:func:`execute_async` is what ``Environment.execute_async`` runs for a job that recovers by
+checkpoints (or not at all): it plans the job (logical graph -> chained job graph -> execution
+graph), checks a ``restore_from`` checkpoint against it, ships the deployment, and launches one
+Spark task per worker with :class:`~epochal.dataflow.coordination.DataflowCoordination` on the
+JobMaster, which owns the job's checkpoints, loops and ``collect()`` sinks.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from epochal.control.checkpointing import CheckpointCoordinator, check_restore
+from epochal.control.client import JobClient
+from epochal.control.launch import launch
+from epochal.dataflow.coordination import DataflowCoordination
+from epochal.errors import PlanError
+from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
+from epochal.runtime.host.hooks import Fault, FaultInjector
+from epochal.state.storage import CheckpointStorage, resolve_restore_path
+
+if TYPE_CHECKING:
+    from epochal.api.environment import Environment
+
+_log = logging.getLogger("epochal")
+
+
+def execute_async(env: Environment, job_name: str, *, restore_from: str | None = None,
+                  allow_non_restored_state: bool = False, faults: list[Fault] | None = None) -> JobClient:
+    """Plan, ship and start ``env``'s job as a ``dataflow`` job; returns at once (see
+    :meth:`~epochal.api.environment.Environment.execute_async` for the arguments)."""
+    job = env.plan()
+    job_id = uuid.uuid4().hex[:12]
+    operators = {n.uid: {"name": n.name, "kind": n.kind} for n in job.nodes.values()}
+    restore = None if restore_from is None else _checked_restore(env, restore_from, operators,
+                                                                  allow_non_restored_state)
+    graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
+    checkpoint = env.checkpoint_config
+    storage_uri = ""
+    if checkpoint.enabled:
+        safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
+        storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
+    deployment = Deployment(job_name, job_id, graph, env.config, checkpoint, storage_uri,
+                            hook=FaultInjector.of(faults or []), state_backend=env.state_backend)
+    functions: dict[str, list[Any]] = {}
+    for node in env.graph.nodes:
+        functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
+    blob = serialize_deployment(deployment, functions)
+
+    coordinator = None
+    if checkpoint.enabled:
+        storage = CheckpointStorage(storage_uri)
+        coordinator = CheckpointCoordinator(
+            checkpoint, storage, job_name,
+            subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
+            vertex_parallelism={v.id: v.parallelism for v in job.vertices},
+            max_parallelism=env.max_parallelism, split_layout=graph.split_layout,
+            first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators,
+            completed=storage.completed())
+    coordination = DataflowCoordination(
+        graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
+        collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
+    return JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
+                            num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
+                            kind=coordination))
+
+
+def _checked_restore(env: Environment, restore_from: str, operators: dict[str, dict[str, str]],
+                     allow_non_restored_state: bool) -> dict[str, Any]:
+    """Read and check the checkpoint ``restore_from`` names against the job's operators."""
+    restore_storage, checkpoint_id = resolve_restore_path(restore_from)
+    metadata = restore_storage.read_metadata(checkpoint_id)
+    if metadata.get("max_parallelism") != env.max_parallelism:
+        raise PlanError(f"checkpoint {restore_from} was taken with max_parallelism "
+                        f"{metadata.get('max_parallelism')}; this job has {env.max_parallelism}. "
+                        "Key groups cannot be remapped: use the same max_parallelism")
+    location = restore_storage.location(checkpoint_id)
+    skipped = check_restore(metadata, location, operators, allow_non_restored_state)
+    restore_storage.verify_files(checkpoint_id, metadata, set(operators))
+    if skipped:
+        _log.warning("restoring %s without the state of %s (allow_non_restored_state=True)", location,
+                     ", ".join(f"uid '{s['uid']}' ({s['name'] or '?'}, {s['kind'] or '?'})" for s in skipped))
+    return {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata,
+            "non_restored_state": skipped}

@@ -1,0 +1,149 @@
+"""Taking and writing snapshots on a worker: the synchronous capture and the asynchronous upload.
+
+:func:`capture` is the synchronous part of one subtask's snapshot (papers/000 §4.2): a copy of
+its operators' state, timed. :func:`add_back_edge_log` completes a loop head's held copy with its
+back-edge log (Algorithm 2). :class:`Uploader` is the asynchronous part: on its own thread (on
+the processing thread for the synchronous baseline) it serialises and writes the state to
+checkpoint storage, then acknowledges with the file handles, or declines when writing failed;
+for a snapshot taken by ``fork()`` (:mod:`epochal.runtime.checkpointing.fork_snapshots`) the child writes and
+the thread only waits for its report.
+*When* to snapshot is the snapshot pipeline's decision (:mod:`epochal.runtime.checkpointing.snapshots`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from epochal.messages import Ack, Decline, ToJobMaster
+from epochal.runtime.checkpointing.events import Capture, SnapshotUpload
+from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill_running, wait_report
+from epochal.runtime.operators.iteration import IterationHead
+from epochal.state.snapshot import handle_bytes, materialize
+from epochal.state.storage import CheckpointStorage
+
+if TYPE_CHECKING:
+    from epochal.runtime.dataplane.tasks import Subtask
+
+
+def capture(subtask: Subtask, instruction: Capture) -> SnapshotUpload:
+    """The synchronous part of ``subtask``'s snapshot, as an upload job with its statistics."""
+    started = time.monotonic()
+    captured = subtask.capture(instruction.checkpoint_id)
+    stats: dict[str, float] = {"alignment_s": instruction.alignment_s, "sync_s": time.monotonic() - started,
+                               **instruction.stats}
+    if subtask.reader is not None:
+        stats["source_records"] = subtask.records_read  # what this snapshot's positions cover
+    return SnapshotUpload(instruction.checkpoint_id, subtask.vertex_id, subtask.index, captured, stats)
+
+
+def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointStorage,
+                   reach: Callable[[str], None]) -> ForkedSnapshot:
+    """The synchronous part of ``subtask``'s snapshot taken by ``fork()``: the operators' snapshot
+    hooks, then the fork; the child reads the state as it was and writes it (see
+    :mod:`epochal.runtime.checkpointing.fork_snapshots`)."""
+    started = time.monotonic()
+    checkpoint_id, index, uri = instruction.checkpoint_id, subtask.index, storage.uri
+    subtask.prepare_capture(checkpoint_id)
+    stats: dict[str, float] = {"alignment_s": instruction.alignment_s, **instruction.stats}
+    if subtask.reader is not None:
+        stats["source_records"] = subtask.records_read
+
+    def write() -> dict[str, Any]:  # in the child
+        return materialize(CheckpointStorage(uri), checkpoint_id, index, subtask.capture_state())
+
+    snapshot = fork_snapshot(checkpoint_id, subtask.vertex_id, index, stats, write, reach)
+    snapshot.stats["sync_s"] = time.monotonic() - started
+    return snapshot
+
+
+def add_back_edge_log(upload: SnapshotUpload, head: IterationHead, log: list[Any], max_parallelism: int) -> None:
+    """A loop head's back-edge log joins its held state copy: the loop's in-transit records."""
+    parts = head.log_state(log, max_parallelism)
+    mine = upload.captured[head.uid]
+    if parts["keyed"]:
+        mine["keyed"] = {**(mine.get("keyed") or {}), **parts["keyed"]}
+    if parts["operator"]:
+        mine["operator"] = {**(mine.get("operator") or {}), **parts["operator"]}
+    upload.stats["loop_log_records"] = len(log)
+
+
+class Uploader:
+    """Writes captured snapshots and acknowledges them, in submission order.
+
+    ``fault(point, checkpoint_id)`` reports the hook points ``during_upload`` (only if it is in
+    ``hook_points``) and ``after_ack``. ``synchronous``: write on the caller's thread (the
+    synchronous baseline) instead of the upload thread started by :meth:`start`.
+    """
+
+    def __init__(self, worker: int, storage: CheckpointStorage | None, send: Callable[[ToJobMaster], None],
+                 fault: Callable[[str, int], None], hook_points: frozenset[str], synchronous: bool,
+                 written: Callable[[int, int, int, dict[str, Any]], None] = lambda *_: None) -> None:
+        self.worker = worker
+        self.storage = storage
+        self.send = send
+        self.fault = fault
+        self.hook_points = hook_points
+        self.synchronous = synchronous
+        #: ``written(vertex, subtask, checkpoint_id, handles)``: files written, before the Ack
+        self.written = written
+        self.jobs: queue.SimpleQueue[SnapshotUpload | ForkedSnapshot | None] = queue.SimpleQueue()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="epochal-uploader", daemon=True).start()
+
+    def stop(self) -> None:
+        """The task ends: snapshot children still writing are killed (their checkpoints cannot
+        complete any more), then the thread ends after the jobs queued before."""
+        kill_running()
+        self.jobs.put(None)
+
+    def submit(self, upload: SnapshotUpload | ForkedSnapshot) -> None:
+        if isinstance(upload, ForkedSnapshot):
+            self.jobs.put(upload)  # the child writes; this thread waits for its report
+        elif self.synchronous:
+            self.upload(upload)  # the baseline writes state on the processing thread
+        else:
+            self.jobs.put(upload)
+
+    def _run(self) -> None:
+        while (upload := self.jobs.get()) is not None:
+            if isinstance(upload, ForkedSnapshot):
+                self.forked(upload)
+            else:
+                self.upload(upload)
+
+    def forked(self, snapshot: ForkedSnapshot) -> None:
+        """Wait for a forked snapshot's child to report, then acknowledge (or decline)."""
+        started = time.monotonic()
+        if "during_upload" in self.hook_points:  # the worker dies while its child writes
+            self.fault("during_upload", snapshot.checkpoint_id)
+        handles, why = wait_report(snapshot)
+        if handles is None:
+            self.send(Decline(snapshot.checkpoint_id, self.worker, why))
+            return
+        stats = {**snapshot.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.written(snapshot.vertex, snapshot.subtask, snapshot.checkpoint_id, handles)
+        self.send(Ack(snapshot.checkpoint_id, snapshot.vertex, snapshot.subtask, self.worker, handles, stats))
+        self.fault("after_ack", snapshot.checkpoint_id)
+
+    def upload(self, upload: SnapshotUpload) -> None:
+        """Serialise and write the captured state, then acknowledge (or decline)."""
+        checkpoint_id = upload.checkpoint_id
+        started = time.monotonic()
+        try:
+            if "during_upload" in self.hook_points:  # write part of the snapshot, then crash
+                self.storage.write_file(  # type: ignore[union-attr]
+                    checkpoint_id, f"partial-{self.worker}-{upload.subtask}", b"partial")
+                self.fault("during_upload", checkpoint_id)
+            handles = materialize(self.storage, checkpoint_id, upload.subtask, upload.captured)  # type: ignore[arg-type]
+        except Exception as error:
+            self.send(Decline(checkpoint_id, self.worker, f"{type(error).__name__}: {error}"))
+            return
+        stats = {**upload.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
+        self.written(upload.vertex, upload.subtask, checkpoint_id, handles)
+        self.send(Ack(checkpoint_id, upload.vertex, upload.subtask, self.worker, handles, stats))
+        self.fault("after_ack", checkpoint_id)
