@@ -300,7 +300,7 @@ def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
 
 
 def test_the_preloading_daemon_imports_the_worker_modules():
-    code = ("import sys; from epochal.runtime import daemon; daemon.preload(); "
+    code = ("import sys; from epochal import daemon; daemon.preload(); "
             "print(all(m in sys.modules for m in daemon.PRELOAD))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.stdout.strip() == "True", run.stderr

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
+from epochal.api.running import wait
 from epochal.cec import job as cec_job
 from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig, StateBackendConfig
 from epochal.connectors.base import Source
@@ -18,7 +19,6 @@ from epochal.control import interrupts
 from epochal.control import spark as spark_support
 from epochal.control.client import JobClient, JobResult
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
-from epochal.control.running import wait
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, PlanError
 from epochal.plan.jobgraph import JobGraph, build_job_graph
