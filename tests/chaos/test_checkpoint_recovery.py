@@ -49,7 +49,7 @@ def test_failed_upload_is_aborted_and_the_next_checkpoint_completes(make_env, tm
     deadline = time.monotonic() + 30
     while not client.checkpoint_stats() and time.monotonic() < deadline:
         time.sleep(0.02)
-    doomed = client._jobmaster.coordinator.next_id + 1
+    doomed = client.kind.coordinator.next_id + 1
     with open(os.path.join(root, f"chk-{doomed}"), "w") as blocker:  # a file where the directory must go
         blocker.write("not a directory")
     result = client.result(timeout=200)
