@@ -11,8 +11,7 @@ from epochal.control.lifecycle import (
     TRANSITIONS,
     AllFinished,
     AllRegistered,
-    Broadcast,
-    CancelRequested,
+    CancelDecided,
     FailureReported,
     FinalCheckpointCommitted,
     IllegalTransition,
@@ -28,6 +27,7 @@ from epochal.control.lifecycle import (
     StartAttempt,
     Started,
     StopDeadlinePassed,
+    TellWorkers,
 )
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartMachine
 from epochal.messages import Cancel, Shutdown
@@ -37,7 +37,7 @@ _EXAMPLES = {Started: Started(), AllRegistered: AllRegistered(), AllFinished: Al
              FinalCheckpointCommitted: FinalCheckpointCommitted(), FailureReported: FailureReported(1.0),
              RestartDecided: RestartDecided("boom"), NewAttempt: NewAttempt(),
              RestartsExhausted: RestartsExhausted(), RegistrationTimedOut: RegistrationTimedOut(),
-             RestoreUnreadable: RestoreUnreadable(), CancelRequested: CancelRequested("by test"),
+             RestoreUnreadable: RestoreUnreadable(), CancelDecided: CancelDecided("by test"),
              SparkStopped: SparkStopped(), StopDeadlinePassed: StopDeadlinePassed()}
 
 #: The lifecycle as the JobMaster behaved before it was a table (status, event) -> new status.
@@ -47,21 +47,21 @@ _EXPECTED = {
     (S.DEPLOYING, RegistrationTimedOut): S.FAILED,
     (S.DEPLOYING, RestoreUnreadable): S.FAILED,
     (S.DEPLOYING, FailureReported): S.FAILING,
-    (S.DEPLOYING, CancelRequested): S.CANCELLING,
+    (S.DEPLOYING, CancelDecided): S.CANCELLING,
     (S.RUNNING, AllFinished): S.FINISHING,
     (S.RUNNING, FinalCheckpointCommitted): S.FINISHING,
     (S.RUNNING, FailureReported): S.FAILING,
-    (S.RUNNING, CancelRequested): S.CANCELLING,
+    (S.RUNNING, CancelDecided): S.CANCELLING,
     (S.FINISHING, SparkStopped): S.FINISHED,
     (S.FINISHING, StopDeadlinePassed): S.FINISHED,
     (S.FINISHING, FailureReported): S.FAILING,
-    (S.FINISHING, CancelRequested): S.CANCELLING,
+    (S.FINISHING, CancelDecided): S.CANCELLING,
     (S.FAILING, FailureReported): S.FAILING,
     (S.FAILING, RestartDecided): S.RESTARTING,
     (S.FAILING, RestartsExhausted): S.FAILED,
-    (S.FAILING, CancelRequested): S.CANCELLING,
+    (S.FAILING, CancelDecided): S.CANCELLING,
     (S.RESTARTING, NewAttempt): S.DEPLOYING,
-    (S.RESTARTING, CancelRequested): S.CANCELLING,
+    (S.RESTARTING, CancelDecided): S.CANCELLING,
     (S.CANCELLING, SparkStopped): S.CANCELLED,
     (S.CANCELLING, StopDeadlinePassed): S.CANCELLED,
 }
@@ -116,9 +116,9 @@ def test_terminal_states_accept_nothing():
 
 
 def test_instructions():
-    assert _at(S.RUNNING).handle(AllFinished()) == [Broadcast(Shutdown())]
-    assert _at(S.RUNNING).handle(FinalCheckpointCommitted()) == [Broadcast(Shutdown())]
-    assert _at(S.FAILING).handle(RestartDecided("boom")) == [Broadcast(Cancel("restarting: boom"))]
+    assert _at(S.RUNNING).handle(AllFinished()) == [TellWorkers(Shutdown())]
+    assert _at(S.RUNNING).handle(FinalCheckpointCommitted()) == [TellWorkers(Shutdown())]
+    assert _at(S.FAILING).handle(RestartDecided("boom")) == [TellWorkers(Cancel("restarting: boom"))]
     assert _at(S.FINISHING).handle(StopDeadlinePassed()) == [KillSparkJob()]
     assert _at(S.CANCELLING).handle(StopDeadlinePassed()) == [KillSparkJob()]
     assert _at(S.FINISHING).handle(SparkStopped()) == []
@@ -128,9 +128,9 @@ def test_instructions():
 @pytest.mark.parametrize("status", [S.DEPLOYING, S.RUNNING, S.FINISHING, S.FAILING, S.RESTARTING])
 def test_cancel_in_each_active_state(status):
     machine = _at(status)
-    assert machine.handle(CancelRequested("stop it")) == [Broadcast(Cancel("stop it"))]
+    assert machine.handle(CancelDecided("stop it")) == [TellWorkers(Cancel("stop it"))]
     assert machine.status == S.CANCELLING
-    assert machine.handle(CancelRequested("again")) == []  # a second cancel changes nothing
+    assert machine.handle(CancelDecided("again")) == []  # a second cancel changes nothing
     assert machine.handle(FailureReported(2.0)) == []  # workers failing while they are cancelled
     assert machine.handle(StopDeadlinePassed()) == [KillSparkJob()]
     assert machine.status == S.CANCELLED
@@ -139,7 +139,7 @@ def test_cancel_in_each_active_state(status):
 def test_cancel_before_start_and_after_the_end_is_ignored():
     for status in (S.CREATED, S.FINISHED, S.FAILED, S.CANCELLED):
         machine = _at(status)
-        assert machine.handle(CancelRequested("late")) == [] and machine.status == status
+        assert machine.handle(CancelDecided("late")) == [] and machine.status == status
 
 
 def test_failure_grace_period_starts_at_the_first_failure():
@@ -163,7 +163,7 @@ def _fail_and_decide(machine: JobLifecycle, restarts: RestartMachine, attempt: i
         machine.handle(RestartsExhausted())
     else:
         restarts.begin(attempt, f"worker of attempt {attempt} lost", delay, later)
-        assert machine.handle(RestartDecided("lost")) == [Broadcast(Cancel("restarting: lost"))]
+        assert machine.handle(RestartDecided("lost")) == [TellWorkers(Cancel("restarting: lost"))]
     return delay
 
 
@@ -205,7 +205,7 @@ def test_failure_during_the_final_checkpoint_restarts():
     assert machine.status == S.RESTARTING
     # the final checkpoint committed, the job is FINISHING (shutdown sent): a worker dies before stopping
     machine = _at(S.RUNNING)
-    assert machine.handle(FinalCheckpointCommitted()) == [Broadcast(Shutdown())]
+    assert machine.handle(FinalCheckpointCommitted()) == [TellWorkers(Shutdown())]
     assert _fail_and_decide(machine, restarts, 0, 60.0) is None  # the single restart was used above
     assert machine.status == S.FAILED
     machine, restarts = _at(S.FINISHING), RestartMachine(FixedDelayRestart(attempts=1, delay=0.0), 5.0)

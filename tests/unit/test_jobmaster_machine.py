@@ -29,7 +29,7 @@ from epochal.control.jobmaster_events import (
     SendTo,
     SparkJobEnded,
     SubmitSparkJob,
-    Tick,
+    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -163,8 +163,8 @@ def ack(checkpoint_id: int, worker: int) -> Ack:
 
 def fail_over(machine: JobMasterMachine, at: float) -> list[Instruction]:
     """A tick just after the failure grace period that began at ``at``."""
-    assert handled(machine, Tick(at + FAILURE_GRACE_S, 0.0)) == []  # not over yet
-    return handled(machine, Tick(at + FAILURE_GRACE_S + 0.01, 0.0))
+    assert handled(machine, TimePassed(at + FAILURE_GRACE_S, 0.0)) == []  # not over yet
+    return handled(machine, TimePassed(at + FAILURE_GRACE_S + 0.01, 0.0))
 
 
 # ---------------------------------------------------------------------- registration and deployment
@@ -224,8 +224,8 @@ def test_a_connection_no_registered_worker_uses_is_closed_when_it_ends():
 def test_registration_timeout_cancels_then_fails_once_the_spark_job_ended():
     machine = make()
     register(machine, 0)
-    assert handled(machine, Tick(10.0, 0.0)) == []  # the deadline (10 s after the start) is not passed
-    [cancel] = handled(machine, Tick(10.5, 0.0))
+    assert handled(machine, TimePassed(10.0, 0.0)) == []  # the deadline (10 s after the start) is not passed
+    [cancel] = handled(machine, TimePassed(10.5, 0.0))
     assert isinstance(machine.error, InsufficientSlotsError)
     assert "needs 2 workers running at the same time, but only 1 started within 10 s" in str(machine.error)
     assert cancel == Broadcast(Cancel(str(machine.error)), (10,))
@@ -233,7 +233,7 @@ def test_registration_timeout_cancels_then_fails_once_the_spark_job_ended():
     # while stopping only the Spark job's end and the clock count
     assert register(machine, 1) == [] and machine.connections() == (10,)
     assert handled(machine, CancelRequested("by the user", 11.0)) == []
-    assert handled(machine, Tick(12.0, 0.0)) == []
+    assert handled(machine, TimePassed(12.0, 0.0)) == []
     assert handled(machine, SparkJobEnded([], None, 12.5)) == []  # ended by itself: nothing to kill
     assert machine.status == S.FAILED and isinstance(machine.error, InsufficientSlotsError)
 
@@ -241,15 +241,15 @@ def test_registration_timeout_cancels_then_fails_once_the_spark_job_ended():
 def test_registration_timeout_kills_the_spark_job_after_cancel_timeout():
     machine = make()
     register(machine, 0)
-    handled(machine, Tick(10.5, 0.0))
-    assert handled(machine, Tick(13.4, 0.0)) == []
-    assert handled(machine, Tick(13.5, 0.0)) == [KillSparkJob()]  # 10.5 + cancel_timeout
+    handled(machine, TimePassed(10.5, 0.0))
+    assert handled(machine, TimePassed(13.4, 0.0)) == []
+    assert handled(machine, TimePassed(13.5, 0.0)) == [KillSparkJob()]  # 10.5 + cancel_timeout
     assert machine.status == S.FAILED
 
 
 def test_registration_timeout_without_any_worker_kills_the_spark_job_at_once():
     machine = make()
-    assert handled(machine, Tick(10.5, 0.0)) == [Broadcast(Cancel(str(machine.error)), ()), KillSparkJob()]
+    assert handled(machine, TimePassed(10.5, 0.0)) == [Broadcast(Cancel(str(machine.error)), ()), KillSparkJob()]
     assert machine.status == S.FAILED
     assert "only 0 started within 10 s" in str(machine.error)
 
@@ -272,9 +272,9 @@ def test_all_finished_without_checkpointing_shuts_down_and_finishes_when_spark_e
     assert send(machine, 0, Finished({"records": 3}), 3.0) == []
     assert send(machine, 1, Finished({"records": 4}), 3.0) == [Broadcast(Shutdown(), ATTEMPT_0)]
     assert machine.status == S.FINISHING
-    assert handled(machine, Tick(4.0, 0.0)) == []
+    assert handled(machine, TimePassed(4.0, 0.0)) == []
     assert handled(machine, SparkJobEnded(["r0", "r1"], None, 4.5)) == []  # FINISHING: no failure
-    assert handled(machine, Tick(4.6, 0.0)) == []
+    assert handled(machine, TimePassed(4.6, 0.0)) == []
     assert machine.status == S.FINISHED and machine.spark_results == ["r0", "r1"] and machine.error is None
     assert machine.workers[1].metrics == {"records": 4}
 
@@ -285,8 +285,8 @@ def test_workers_that_do_not_stop_after_shutdown_are_killed():
     start(machine)
     send(machine, 0, Finished({}), 3.0)
     send(machine, 1, Finished({}), 3.0)
-    assert handled(machine, Tick(6.0, 0.0)) == []
-    assert handled(machine, Tick(6.1, 0.0)) == [KillSparkJob()]  # 3.0 + cancel_timeout passed
+    assert handled(machine, TimePassed(6.0, 0.0)) == []
+    assert handled(machine, TimePassed(6.1, 0.0)) == [KillSparkJob()]  # 3.0 + cancel_timeout passed
     assert machine.status == S.FINISHED
 
 
@@ -308,7 +308,7 @@ def test_all_finished_with_checkpointing_takes_a_final_checkpoint_then_shuts_dow
     assert send(machine, 1, Committed(1, 1), 4.0) == [Broadcast(Shutdown(), ATTEMPT_0)]
     assert machine.status == S.FINISHING
     handled(machine, SparkJobEnded([], None, 4.5))
-    assert handled(machine, Tick(4.6, 0.0)) == []
+    assert handled(machine, TimePassed(4.6, 0.0)) == []
     assert machine.status == S.FINISHED
 
 
@@ -322,7 +322,7 @@ def test_a_tolerated_decline_or_timeout_of_the_final_checkpoint_takes_it_again(t
     assert send(machine, 1, Decline(1, worker=1, reason="disk full"), 3.5) == [
         Broadcast(CheckpointAbort(1), ATTEMPT_0), Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]
     assert machine.kind.final_checkpoint == 2
-    assert handled(machine, Tick(6.0, 0.0)) == [  # timed out (2 s): once more
+    assert handled(machine, TimePassed(6.0, 0.0)) == [  # timed out (2 s): once more
         Broadcast(CheckpointAbort(2), ATTEMPT_0), Broadcast(TriggerCheckpoint(3), ATTEMPT_0)]
     send(machine, 0, ack(3, 0), 6.5)
     assert send(machine, 1, ack(3, 1), 6.5) == [Broadcast(CheckpointComplete(3), ATTEMPT_0)]
@@ -356,7 +356,7 @@ def test_a_failure_during_the_final_checkpoint_restarts_or_fails(tmp_path, resta
     [cancel] = out
     assert cancel.message.reason.startswith("restarting: job 'job' failed: the Spark job running the workers failed")
     assert machine.status == S.RESTARTING
-    assert handled(machine, Tick(4.8, 0.0)) == [CloseConnections(ATTEMPT_0), SubmitSparkJob()]
+    assert handled(machine, TimePassed(4.8, 0.0)) == [CloseConnections(ATTEMPT_0), SubmitSparkJob()]
     assert machine.status == S.DEPLOYING and machine.attempt == 1 and machine.kind.final_checkpoint is None
     assert not coordinator.paused
     # the new attempt restores the final checkpoint, which completed
@@ -378,7 +378,7 @@ def test_a_more_specific_failure_within_the_grace_period_is_the_reported_error()
     assert out == [Broadcast(Cancel(str(machine.error)), ATTEMPT_0)]
     assert machine.status == S.FAILING  # stopping: waiting for the Spark job
     assert send(machine, 1, Failed("internal", "late", 1), 5.6) == []  # decided: later failures change nothing
-    assert handled(machine, Tick(8.6, 0.0)) == [KillSparkJob()]
+    assert handled(machine, TimePassed(8.6, 0.0)) == [KillSparkJob()]
     assert machine.status == S.FAILED and machine.error.kind == "user"
 
 
@@ -387,8 +387,8 @@ def test_a_missed_heartbeat_fails_the_job():
     deploy(machine)
     start(machine)  # every worker last seen at 2.0
     assert send(machine, 1, Heartbeat({"records_processed": 9}), 6.0) == []
-    assert handled(machine, Tick(7.0, 0.0)) == []  # worker 0: 5 s, not more
-    assert handled(machine, Tick(7.1, 0.0)) == []
+    assert handled(machine, TimePassed(7.0, 0.0)) == []  # worker 0: 5 s, not more
+    assert handled(machine, TimePassed(7.1, 0.0)) == []
     assert machine.status == S.FAILING
     [failure] = machine.failures
     assert failure.kind == "heartbeat" and failure.worker == 0
@@ -402,7 +402,7 @@ def test_finished_workers_need_no_heartbeat(tmp_path):
     start(machine)
     send(machine, 0, Finished({}), 2.5)
     send(machine, 1, Finished({}), 2.5)
-    assert handled(machine, Tick(12.0, 0.0)) == []  # 9.5 s of silence; the checkpoint's timeout is 10 s
+    assert handled(machine, TimePassed(12.0, 0.0)) == []  # 9.5 s of silence; the checkpoint's timeout is 10 s
     assert machine.status == S.RUNNING  # waiting for the final checkpoint
 
 
@@ -411,10 +411,10 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
     machine = make(coordinator=coordinator, restart=FixedDelayRestart(2, 0.0))
     deploy(machine)
     start(machine)
-    assert handled(machine, Tick(3.0, 500.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    assert handled(machine, TimePassed(3.0, 500.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
     send(machine, 0, ack(1, 0), 3.2)
     assert send(machine, 1, ack(1, 1), 3.2) == [Broadcast(CheckpointComplete(1), ATTEMPT_0)]
-    assert handled(machine, Tick(4.2, 0.0)) == [Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]  # stays pending
+    assert handled(machine, TimePassed(4.2, 0.0)) == [Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]  # stays pending
 
     # the first failure: the pending checkpoint is aborted, the workers cancelled
     assert handled(machine, WorkerDisconnected(0, 10, 5.0)) == []
@@ -422,11 +422,11 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
     assert abort == Broadcast(CheckpointAbort(2), ATTEMPT_0)
     assert cancel.message.reason.startswith("restarting: job 'job' failed: worker 0 (Spark task attempt 0")
     assert machine.status == S.RESTARTING and machine.restarting.restarts[0]["attempt"] == 0
-    assert handled(machine, Tick(8.5, 0.0)) == []  # the workers have until 5.51 + cancel_timeout to stop
-    assert handled(machine, Tick(8.6, 0.0)) == [KillSparkJob()]
-    assert handled(machine, Tick(8.7, 0.0)) == []  # killed once; the next attempt waits for its end
+    assert handled(machine, TimePassed(8.5, 0.0)) == []  # the workers have until 5.51 + cancel_timeout to stop
+    assert handled(machine, TimePassed(8.6, 0.0)) == [KillSparkJob()]
+    assert handled(machine, TimePassed(8.7, 0.0)) == []  # killed once; the next attempt waits for its end
     assert handled(machine, SparkJobEnded(None, "killed", 8.8)) == []  # RESTARTING: not a new failure
-    assert handled(machine, Tick(8.9, 0.0)) == [CloseConnections(ATTEMPT_0), SubmitSparkJob()]
+    assert handled(machine, TimePassed(8.9, 0.0)) == [CloseConnections(ATTEMPT_0), SubmitSparkJob()]
     assert machine.attempt == 1 and machine.status == S.DEPLOYING and machine.failures == []
     assert coordinator.records_base == 0
 
@@ -441,7 +441,7 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
     [cancel] = fail_over(machine, 10.0)
     assert machine.status == S.RESTARTING
     handled(machine, SparkJobEnded([], None, 10.6))
-    assert handled(machine, Tick(10.7, 0.0)) == [CloseConnections(ATTEMPT_1), SubmitSparkJob()]
+    assert handled(machine, TimePassed(10.7, 0.0)) == [CloseConnections(ATTEMPT_1), SubmitSparkJob()]
     assert machine.attempt == 2
     assert [r["attempt"] for r in machine.restarting.restarts] == [0, 1]
 
@@ -485,7 +485,7 @@ def test_messages_on_an_old_connection_are_ignored_after_re_registration():
     handled(machine, WorkerDisconnected(0, 10, 3.0))
     fail_over(machine, 3.0)
     handled(machine, SparkJobEnded([], None, 3.6))
-    handled(machine, Tick(3.7, 0.0))
+    handled(machine, TimePassed(3.7, 0.0))
     deploy(machine, now=4.0, attempt=1)  # worker 0 is now on connection 20
     assert send(machine, 0, Heartbeat({"stale": 1}), 4.5, connection=10) == []
     assert machine.workers[0].metrics == {} and machine.workers[0].last_seen == 4.0
@@ -513,15 +513,15 @@ def test_cancel_tells_every_worker_and_ends_cancelled_when_spark_ends():
     assert machine.status == S.CANCELLING and isinstance(machine.error, JobCancelledError)
     assert handled(machine, CancelRequested("again", 3.1)) == []  # already stopping
     assert handled(machine, SparkJobEnded([], None, 4.0)) == []
-    assert handled(machine, Tick(4.1, 0.0)) == []
+    assert handled(machine, TimePassed(4.1, 0.0)) == []
     assert machine.status == S.CANCELLED
 
 
 def test_cancel_before_any_worker_registered_kills_the_spark_job_at_once():
     machine = make()
     assert handled(machine, CancelRequested("by the user", 3.0)) == [Broadcast(Cancel("by the user"), ())]
-    assert handled(machine, Tick(3.0, 0.0)) == []
-    assert handled(machine, Tick(3.01, 0.0)) == [KillSparkJob()]
+    assert handled(machine, TimePassed(3.0, 0.0)) == []
+    assert handled(machine, TimePassed(3.01, 0.0)) == [KillSparkJob()]
     assert machine.status == S.CANCELLED
 
 
@@ -530,7 +530,7 @@ def test_a_decline_beyond_the_tolerated_failures_fails_the_job(tmp_path):
     machine = make(coordinator=coordinator_on(tmp_path, interval=1.0, tolerable_failures=0))
     deploy(machine)
     start(machine)
-    handled(machine, Tick(3.0, 0.0))
+    handled(machine, TimePassed(3.0, 0.0))
     assert send(machine, 1, Decline(1, worker=1, reason="disk full"), 3.5) == [
         Broadcast(CheckpointAbort(1), ATTEMPT_0)]
     assert machine.status == S.FAILING
@@ -544,8 +544,8 @@ def test_checkpoint_timeouts_beyond_the_tolerated_failures_fail_the_job(tmp_path
     machine = make(coordinator=coordinator_on(tmp_path, interval=1.0, timeout=2.0, tolerable_failures=0))
     deploy(machine)
     start(machine)
-    assert handled(machine, Tick(3.0, 0.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
-    assert handled(machine, Tick(5.5, 0.0)) == [Broadcast(CheckpointAbort(1), ATTEMPT_0)]
+    assert handled(machine, TimePassed(3.0, 0.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    assert handled(machine, TimePassed(5.5, 0.0)) == [Broadcast(CheckpointAbort(1), ATTEMPT_0)]
     assert machine.status == S.FAILING and machine.failures[0].error == (
         "checkpoints keep failing (more than 0 consecutive timeouts or declines)")
 
@@ -553,9 +553,9 @@ def test_checkpoint_timeouts_beyond_the_tolerated_failures_fail_the_job(tmp_path
 def test_no_periodic_checkpoint_before_the_job_started(tmp_path):
     machine = make(coordinator=coordinator_on(tmp_path, interval=1.0))
     deploy(machine)
-    assert handled(machine, Tick(3.0, 0.0)) == []  # deployed, not every worker ready yet
+    assert handled(machine, TimePassed(3.0, 0.0)) == []  # deployed, not every worker ready yet
     start(machine, now=3.5)
-    assert handled(machine, Tick(3.6, 0.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    assert handled(machine, TimePassed(3.6, 0.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
 
 
 def test_loop_termination_rounds_are_broadcast():
@@ -605,14 +605,14 @@ def test_a_checkpoint_completes_once_the_driver_wrote_its_metadata_and_a_failed_
     machine = make(coordinator=coordinator)
     deploy(machine)
     start(machine)
-    assert machine.handle(Tick(3.0, 1.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    assert machine.handle(TimePassed(3.0, 1.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
     machine.handle(WorkerMessage(0, conn(0), ack(1, 0), 3.1, 2.0))
     [write] = machine.handle(WorkerMessage(1, conn(1), ack(1, 1), 3.1, 2.0))
     assert isinstance(write, WriteCheckpoint) and write.checkpoint_id == 1  # the machine writes nothing itself
     out = machine.handle(CheckpointWritten(1, None, 3.2))
     assert out[0] == Broadcast(CheckpointComplete(1), ATTEMPT_0) and isinstance(out[1], RecordStats)
     assert coordinator.latest_completed == 1
-    assert machine.handle(Tick(4.5, 3.0)) == [Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]
+    assert machine.handle(TimePassed(4.5, 3.0)) == [Broadcast(TriggerCheckpoint(2), ATTEMPT_0)]
     machine.handle(WorkerMessage(0, conn(0), ack(2, 0), 4.6, 4.0))
     [write] = machine.handle(WorkerMessage(1, conn(1), ack(2, 1), 4.6, 4.0))
     out = machine.handle(CheckpointWritten(2, "OSError: no space left on device", 4.7))

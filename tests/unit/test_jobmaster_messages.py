@@ -11,7 +11,7 @@ import time
 import pytest
 
 from epochal.config import EngineConfig
-from epochal.control.inbox import CancelRequested, Disconnected, Received, SparkEnded
+from epochal.control.inbox import CancelAsked, Disconnected, Received, SparkEnded
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.lifecycle import Started
 from epochal.control.restart import FixedDelayRestart
@@ -135,7 +135,7 @@ def test_cancel_reaches_every_worker(deploying):
     _register(jm, links[1], 1)
     for link in links:
         link.received()  # the deployment
-    jm._process(CancelRequested("cancelled by the user"))
+    jm._process(CancelAsked("cancelled by the user"))
     assert jm.status == JobStatus.CANCELLING
     assert [link.received() for link in links] == [Cancel("cancelled by the user")] * 2
 

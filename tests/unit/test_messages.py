@@ -116,9 +116,9 @@ SAMPLES: dict[type, object] = {
     inbox.Received: inbox.Received(1, _SOCK_A, Ready(1)),
     inbox.Disconnected: inbox.Disconnected(1, _SOCK_A),
     inbox.SparkEnded: inbox.SparkEnded(None, RuntimeError("boom")),
-    inbox.CancelRequested: inbox.CancelRequested("cancelled by the user"),
+    inbox.CancelAsked: inbox.CancelAsked("cancelled by the user"),
 }
-_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelRequested, PeerJoined}
+_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelAsked, PeerJoined}
 
 
 def _dataclasses_of(module: object) -> set[type]:

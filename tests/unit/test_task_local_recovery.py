@@ -19,7 +19,7 @@ from epochal.control.jobmaster_events import (
     SendTo,
     SubmitSparkJob,
     SubmitWorker,
-    Tick,
+    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -104,7 +104,7 @@ def test_a_lost_worker_is_replaced_alone_and_the_recovery_runs_in_two_phases():
 def test_a_replacement_that_never_registers_fails_the_job_saying_why():
     machine, _ = running("rebirth")
     machine.handle(WorkerDisconnected(2, 12, 3.0))
-    machine.handle(Tick(3.0 + CONFIG.registration_timeout + 0.1, 0.0))
+    machine.handle(TimePassed(3.0 + CONFIG.registration_timeout + 0.1, 0.0))
     assert machine.status is JobStatus.FAILING
     assert "replacement of lost worker 2 did not start" in machine.failures[0].error
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
-from epochal.dataflow.protocol import AllFinished, Built, ConnectAndBuild, FirstRecord, StartProcessing
+from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, StartProcessing, WorkerDrained
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.messages import (
     Cancel,
@@ -142,8 +142,8 @@ def test_first_record_and_finished_are_reported_once():
     machine = running()
     assert machine.handle(FirstRecord()) == [Send(Processing(0))]
     assert machine.handle(FirstRecord()) == []
-    assert machine.handle(AllFinished({"records_processed": 3})) == [Send(Finished({"records_processed": 3}))]
-    assert machine.handle(AllFinished({})) == []
+    assert machine.handle(WorkerDrained({"records_processed": 3})) == [Send(Finished({"records_processed": 3}))]
+    assert machine.handle(WorkerDrained({})) == []
 
 
 # ---------------------------------------------------------------------- snapshot pipeline
@@ -166,7 +166,7 @@ def test_complete_notifies_and_confirms_only_after_finished_was_reported():
     machine.handle(TriggerCheckpoint(1))
     assert machine.handle(CheckpointComplete(1)) == [ReachPoint("before_commit", 1), NotifyComplete(1)]
     machine.handle(TriggerCheckpoint(2))
-    machine.handle(AllFinished({}))
+    machine.handle(WorkerDrained({}))
     assert machine.handle(CheckpointComplete(2)) == [ReachPoint("before_commit", 2), NotifyComplete(2),
                                                      Send(Committed(2, 0))]
     assert machine.snapshots.expected == []

@@ -42,11 +42,11 @@ class SparkEnded:
 
 
 @dataclass(frozen=True, slots=True)
-class CancelRequested:
+class CancelAsked:
     """The user (or a timeout) cancels the job."""
 
     reason: str
 
 
 #: Every event of the inbox (``typing.get_args`` lists the types).
-InboxEvent = Received | Disconnected | SparkEnded | CancelRequested
+InboxEvent = Received | Disconnected | SparkEnded | CancelAsked

@@ -10,7 +10,7 @@ two callbacks it is given), the I/O of finding what an attempt restores and the 
 
 The coordinator thread loops: take an event from the inbox (:mod:`epochal.control.inbox`; the
 server's readers, the Spark launcher thread and ``cancel`` put them there) for up to 50 ms, stamp
-it with the time and hand it to the machine, then hand it a :class:`Tick`; it carries out the
+it with the time and hand it to the machine, then hand it a :class:`TimePassed`; it carries out the
 instructions the machine returns, and once the job's status is terminal it closes every connection
 and sets ``done``. The machine is changed only under ``_lock``, held while ``handle`` runs; the
 query methods that other threads (``JobClient``) call take the same lock. Instructions are carried
@@ -35,9 +35,10 @@ from epochal.control.checkpointing.files import (
     RecordStats,
     WriteCheckpoint,
 )
-from epochal.control.inbox import CancelRequested, Disconnected, InboxEvent, Received, SparkEnded
+from epochal.control.inbox import CancelAsked, Disconnected, InboxEvent, Received, SparkEnded
 from epochal.control.jobmaster_events import (
     Broadcast,
+    CancelRequested,
     CloseConnections,
     Event,
     Instruction,
@@ -50,11 +51,10 @@ from epochal.control.jobmaster_events import (
     SparkJobEnded,
     SubmitSparkJob,
     SubmitWorker,
-    Tick,
+    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
-from epochal.control.jobmaster_events import CancelRequested as CancelJob
 from epochal.control.jobmaster_machine import DEFAULT_RESTORE_HINT, MESSAGES, JobMasterMachine, WorkerInfo
 from epochal.control.kinds import KindCoordinator
 from epochal.control.lifecycle import JobStatus
@@ -114,7 +114,7 @@ class JobMaster:
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Ask every worker to stop; the job ends as CANCELLED."""
-        self.events.put(CancelRequested(reason))
+        self.events.put(CancelAsked(reason))
 
     def spark_finished(self, results: list[Any] | None, error: BaseException | None) -> None:
         """Called by the Spark launcher thread when the Spark job returns or fails."""
@@ -205,7 +205,7 @@ class JobMaster:
 
     def _tick(self, now: float) -> None:
         """Let the machine check its timers at ``now``; carry out what it says."""
-        self._carry_out(self._handle(Tick(now, time.time())))
+        self._carry_out(self._handle(TimePassed(now, time.time())))
 
     def _handle(self, event: Event) -> list[Instruction]:
         with self._lock:
@@ -229,9 +229,9 @@ class JobMaster:
         error = None if event.error is None else summarize_spark_error(event.error)
         return SparkJobEnded(event.results, error, time.monotonic())
 
-    @_INBOX.on(CancelRequested)
-    def _cancel_requested(self, event: CancelRequested) -> Event:
-        return CancelJob(event.reason, time.monotonic())
+    @_INBOX.on(CancelAsked)
+    def _cancel_asked(self, event: CancelAsked) -> Event:
+        return CancelRequested(event.reason, time.monotonic())
 
     # ------------------------------------------------------------------ instructions
     @_DO.on(SendTo)

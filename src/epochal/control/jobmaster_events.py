@@ -28,7 +28,7 @@ from epochal.state.storage import CheckpointStorage
 
 __all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
            "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo",
-           "SparkJobEnded", "SubmitSparkJob", "Tick", "WorkerDisconnected", "WorkerMessage"]
+           "SparkJobEnded", "SubmitSparkJob", "TimePassed", "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -79,7 +79,7 @@ class CancelRequested:
 
 
 @dataclass(frozen=True, slots=True)
-class Tick:
+class TimePassed:
     """The clock moved (the driver sends one every ~50 ms): every timer is checked on it."""
 
     now: float
@@ -103,8 +103,8 @@ class RestoreFailed:
     now: float
 
 
-Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | Tick | RestoreResolved
-         | RestoreFailed | CheckpointWritten)
+Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | TimePassed
+         | RestoreResolved | RestoreFailed | CheckpointWritten)
 
 
 # ---------------------------------------------------------------------- instructions

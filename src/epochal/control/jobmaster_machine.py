@@ -17,14 +17,14 @@ Events are dispatched by type (``EVENTS``); a :class:`WorkerMessage` goes on by 
 to :mod:`epochal.control.jobmaster_messages` (``MESSAGES``), which registers workers and handles
 the reports every kind shares, and hands the kind's own messages to its coordinator. Every timer
 (registration, heartbeats, the kind's timers, failure grace, restart delay, stop deadlines) is
-checked on :class:`Tick`.
+checked on :class:`TimePassed`.
 
 The first failure wins, after a grace period in which a more specific cause may still arrive;
 then either the restart strategy allows another attempt (every worker is told to cancel, and the
 next attempt starts once the Spark job is gone) or the job fails: the machine broadcasts
 ``Cancel`` and *stops*: it waits for the Spark job to end, or for ``cancel_timeout`` to pass (at
 once if no worker registered; then it instructs to kill the Spark job), before the terminal
-transition. While stopping only :class:`SparkJobEnded` and :class:`Tick` matter; every other
+transition. While stopping only :class:`SparkJobEnded` and :class:`TimePassed` matter; every other
 event is dropped. Not thread safe: the driver calls ``handle`` and the queries under one lock.
 """
 
@@ -50,7 +50,7 @@ from epochal.control.jobmaster_events import (
     SparkJobEnded,
     SubmitSparkJob,
     SubmitWorker,
-    Tick,
+    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -119,7 +119,7 @@ class JobMasterMachine:
 
     def handle(self, event: Event) -> list[Instruction]:
         """Take one event; return the instructions to carry out, in order."""
-        if self._stopping is None or isinstance(event, (SparkJobEnded, Tick)):
+        if self._stopping is None or isinstance(event, (SparkJobEnded, TimePassed)):
             EVENTS.handlers[type(event)](self, event)
         out, self._out = self._out, []
         return out
@@ -203,7 +203,7 @@ class JobMasterMachine:
 
     @EVENTS.on(CancelRequested)
     def _on_cancel(self, event: CancelRequested) -> None:
-        cancel = lifecycle.CancelRequested(event.reason)
+        cancel = lifecycle.CancelDecided(event.reason)
         if self.lifecycle.accepts(cancel):  # else: not started yet, or already stopping
             self.error = JobCancelledError(f"job '{self.job_name}' was cancelled: {event.reason}")
             self._transition(cancel)
@@ -239,8 +239,8 @@ class JobMasterMachine:
     def _on_checkpoint_written(self, event: CheckpointWritten) -> None:
         self.kind_outputs(self.kind.checkpoint_written(event.checkpoint_id, event.error, event.now), event.now)
 
-    @EVENTS.on(Tick)
-    def _on_tick(self, event: Tick) -> None:
+    @EVENTS.on(TimePassed)
+    def _on_tick(self, event: TimePassed) -> None:
         now = event.now
         if self._stopping is not None:
             if now >= self._stopping.deadline:
@@ -359,7 +359,7 @@ class JobMasterMachine:
     def _transition(self, event: lifecycle.LifecycleEvent) -> None:
         """Feed the lifecycle one event and turn its instructions into the machine's."""
         for instruction in self.lifecycle.handle(event):
-            if isinstance(instruction, lifecycle.Broadcast):
+            if isinstance(instruction, lifecycle.TellWorkers):
                 self.broadcast([instruction.message])
             elif isinstance(instruction, lifecycle.KillSparkJob):
                 self.emit(instruction)

@@ -98,7 +98,7 @@ class RestoreUnreadable:
 
 
 @dataclass(frozen=True)
-class CancelRequested:
+class CancelDecided:
     """The user cancelled the job."""
 
     reason: str
@@ -116,12 +116,12 @@ class StopDeadlinePassed:
 
 LifecycleEvent = (Started | AllRegistered | AllFinished | FinalCheckpointCommitted | FailureReported
                   | RestartDecided | NewAttempt | RestartsExhausted | RegistrationTimedOut | RestoreUnreadable
-                  | CancelRequested | SparkStopped | StopDeadlinePassed)
+                  | CancelDecided | SparkStopped | StopDeadlinePassed)
 
 
 # ---------------------------------------------------------------------- instructions
 @dataclass(frozen=True)
-class Broadcast:
+class TellWorkers:
     """Send ``message`` to every registered worker."""
 
     message: ToWorker
@@ -137,7 +137,7 @@ class StartAttempt:
     """Start the next job attempt (new workers, a new Spark job)."""
 
 
-Instruction = Broadcast | KillSparkJob | StartAttempt
+Instruction = TellWorkers | KillSparkJob | StartAttempt
 
 
 class IllegalTransition(RuntimeError):
@@ -164,12 +164,12 @@ TRANSITIONS: dict[tuple[JobStatus, type], JobStatus] = {
     (_S.FINISHING, StopDeadlinePassed): _S.FINISHED,
     (_S.CANCELLING, SparkStopped): _S.CANCELLED,
     (_S.CANCELLING, StopDeadlinePassed): _S.CANCELLED,
-    **{(status, CancelRequested): _S.CANCELLING
+    **{(status, CancelDecided): _S.CANCELLING
        for status in (_S.DEPLOYING, _S.RUNNING, _S.FINISHING, _S.FAILING, _S.RESTARTING)},
 }
 #: Legal events that change nothing in these states.
 IGNORED: frozenset[tuple[JobStatus, type]] = frozenset(
-    {(status, CancelRequested) for status in (_S.CREATED, _S.CANCELLING, _S.FINISHED, _S.FAILED, _S.CANCELLED)}
+    {(status, CancelDecided) for status in (_S.CREATED, _S.CANCELLING, _S.FINISHED, _S.FAILED, _S.CANCELLED)}
     | {(status, FailureReported) for status in (_S.RESTARTING, _S.CANCELLING, _S.FINISHED, _S.FAILED,
                                                 _S.CANCELLED)})
 
@@ -195,12 +195,12 @@ class JobLifecycle:
         old, self.status = self.status, TRANSITIONS[key]
         if isinstance(event, FailureReported) and old != JobStatus.FAILING:
             self.failing_since = event.now
-        if isinstance(event, CancelRequested):
-            return [Broadcast(Cancel(event.reason))]
+        if isinstance(event, CancelDecided):
+            return [TellWorkers(Cancel(event.reason))]
         if isinstance(event, (AllFinished, FinalCheckpointCommitted)):
-            return [Broadcast(Shutdown())]
+            return [TellWorkers(Shutdown())]
         if isinstance(event, RestartDecided):
-            return [Broadcast(Cancel(f"restarting: {event.reason}"))]
+            return [TellWorkers(Cancel(f"restarting: {event.reason}"))]
         if isinstance(event, StopDeadlinePassed):
             return [KillSparkJob()]
         return []

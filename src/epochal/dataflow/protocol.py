@@ -37,7 +37,7 @@ class FirstRecord:
 
 
 @dataclass(frozen=True)
-class AllFinished:
+class WorkerDrained:
     """Every subtask finished and every output drained; ``metrics`` are the final counters."""
 
     metrics: dict[str, Any] = field(default_factory=dict)

@@ -29,7 +29,7 @@ from typing import Any, cast
 import cloudpickle
 
 from epochal.config import FORK, HEAP, NONE, SYNCHRONOUS
-from epochal.dataflow.protocol import AllFinished, Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing
+from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing, WorkerDrained
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.errors import RestoreError
 from epochal.messages import Collect, CollectPayload, Dispatch
@@ -271,7 +271,7 @@ class Worker(WorkerShell):
                 data.flush()
                 last_flush = now
             if not machine.reported_finished and data.finished:
-                self._feed(AllFinished(self.metrics()))
+                self._feed(WorkerDrained(self.metrics()))
             if not worked:
                 idle_sources = any(not s.finished for s in data.sources)
                 timeout = 0.005 if idle_sources else 0.2

@@ -20,7 +20,7 @@ import enum
 from typing import Any
 
 from epochal.config import NONE
-from epochal.dataflow.protocol import AllFinished, Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing
+from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing, WorkerDrained
 from epochal.messages import (
     CheckpointAbort,
     CheckpointComplete,
@@ -155,8 +155,8 @@ class WorkerMachine(WorkerLifecycle):
         self.processing_reported = True  # the JobMaster times recovery up to the first record
         return [Send(Processing(self.worker))]
 
-    @_HANDLERS.on(AllFinished)
-    def _all_finished(self, event: AllFinished) -> list[Instruction]:
+    @_HANDLERS.on(WorkerDrained)
+    def _all_finished(self, event: WorkerDrained) -> list[Instruction]:
         if self.reported_finished:
             return []
         self.reported_finished = self.snapshots.reported_finished = True
