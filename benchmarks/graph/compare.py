@@ -309,7 +309,7 @@ def plot(path: Path, summary: Sequence[dict[str, Any]], ratio_rows: Sequence[dic
 def profile(ctx: peers.Context, bench: BenchGraph, parallelism: int, path: Path, phases: dict[str, Any]) -> None:
     """cProfile of the driver during one more epochal PageRank run, and of the same supersteps in
     one process (``run_locally``: the engine's compute without Spark), written to ``path``."""
-    from epochal.graph.local import run_locally
+    from epochal.graph.local import run_graph_locally
 
     report = io.StringIO()
     report.write(f"epochal PageRank ({ctx.iterations} iterations) on {bench.name}: {bench.num_vertices:,} vertices, "
@@ -321,7 +321,7 @@ def profile(ctx: peers.Context, bench: BenchGraph, parallelism: int, path: Path,
                          lambda: peers.run_epochal(ctx, bench, "pr", parallelism)),
                         (f"run_locally: the same partitions and supersteps in one process ({parallelism} partitions, "
                          "sequentially)",
-                         lambda: run_locally(bench.graph, peers.epochal_program("pr", bench, ctx.iterations),
+                         lambda: run_graph_locally(bench.graph, peers.epochal_program("pr", bench, ctx.iterations),
                                              parallelism))):
         profiler = cProfile.Profile()
         started = time.perf_counter()

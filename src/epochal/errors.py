@@ -32,13 +32,18 @@ class JobFailedError(EpochalError):
     """The job failed while running; the message names the cause (operator, worker, traceback)."""
 
     def __init__(self, message: str, *, operator: str | None = None, worker: int | None = None,
-                 kind: str = "internal"):
+                 category: str = "internal"):
         super().__init__(message)
         self.operator = operator
         self.worker = worker
         #: What failed: user, worker_lost, peer_lost, heartbeat, spark, checkpoint, internal, restore
         #: (a damaged checkpoint: never restarted).
-        self.kind = kind
+        self.category = category
+
+    @property
+    def kind(self) -> str:
+        """Deprecated name of :attr:`category` (a job *kind* is dataflow, graph or cec)."""
+        return self.category
 
 
 class JobCancelledError(EpochalError):

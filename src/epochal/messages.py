@@ -37,7 +37,7 @@ Metrics = dict[str, Any]
 #: Where one operator's state of one subtask was written (see ``epochal.state.snapshot``): JSON-like.
 StateHandle = dict[str, Any]
 #: Why a job attempt failed; ordered by how well each explains a failure in the JobMaster.
-FailureKind = Literal["restore", "user", "worker_lost", "internal", "checkpoint", "spark", "heartbeat",
+FailureCategory = Literal["restore", "user", "worker_lost", "internal", "checkpoint", "spark", "heartbeat",
                       "peer_lost"]
 
 
@@ -212,7 +212,7 @@ class Failed(ToJobMaster):
     for user errors, ``traceback`` for internal ones, ``file`` and ``checkpoint_id`` for a damaged
     checkpoint, ``peer`` for a lost data connection."""
 
-    kind: FailureKind
+    category: FailureCategory
     error: str
     worker: int | None = None
     operator: str | None = None

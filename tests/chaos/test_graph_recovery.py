@@ -22,7 +22,7 @@ from epochal.graph import job as graph_job
 from epochal.graph.algorithms import BFS, CDLP, WCC, PageRank
 from epochal.graph.deployment import GraphDeployment
 from epochal.graph.job import run_graph
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.runtime.host.hooks import Fault
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
@@ -49,20 +49,20 @@ def assert_same(result, expected, exact: bool) -> None:
 def test_pagerank_killed_mid_superstep_resumes_from_the_checkpoint(make_env):
     result = run_killed(make_env, PageRank(iterations=12), [Fault("superstep", worker=1, superstep=5)])
     assert len(result.restarts) == 1 and result.restored_from == [4]
-    assert_same(result, run_locally(GRAPH, PageRank(iterations=12), 1), exact=False)
+    assert_same(result, run_graph_locally(GRAPH, PageRank(iterations=12), 1), exact=False)
 
 
 @pytest.mark.parametrize("program", [BFS(int(GRAPH.vertices[7])), WCC()], ids=["bfs", "wcc"])
 def test_integer_algorithms_killed_at_the_barrier_are_bit_identical(make_env, program):
     result = run_killed(make_env, program, [Fault("barrier", worker=0, superstep=2)], interval=1)
     assert result.restored_from == [2]
-    assert_same(result, run_locally(GRAPH, program, 1), exact=True)
+    assert_same(result, run_graph_locally(GRAPH, program, 1), exact=True)
 
 
 def test_a_pregel_program_restores_its_halted_vertices_and_pending_messages(make_env):
     result = run_killed(make_env, MaxValue(), [Fault("superstep", worker=1, superstep=3)], interval=1)
     assert result.restored_from == [2]
-    assert result.as_dict() == run_locally(GRAPH, MaxValue(), 1).as_dict()
+    assert result.as_dict() == run_graph_locally(GRAPH, MaxValue(), 1).as_dict()
 
 
 def test_two_failures_in_a_row_and_three_workers(make_env):
@@ -70,7 +70,7 @@ def test_two_failures_in_a_row_and_three_workers(make_env):
     result = run_killed(make_env, CDLP(iterations=8), faults, parallelism=3, graph=UNDIRECTED)
     # superstep 4 is killed before its barrier, so its checkpoint never completes: back to 2
     assert len(result.restarts) == 2 and result.restored_from == [2, 6]
-    assert_same(result, run_locally(UNDIRECTED, CDLP(iterations=8), 1), exact=True)
+    assert_same(result, run_graph_locally(UNDIRECTED, CDLP(iterations=8), 1), exact=True)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -82,12 +82,12 @@ def test_random_kills(make_env, seed):
     fault = Fault(point, worker=rng.randrange(parallelism), superstep=rng.randrange(1, 10))
     result = run_killed(make_env, PageRank(iterations=10), [fault], parallelism=parallelism, interval=interval)
     assert len(result.restarts) == 1, (fault, interval)
-    assert_same(result, run_locally(GRAPH, PageRank(iterations=10), 1), exact=False)
+    assert_same(result, run_graph_locally(GRAPH, PageRank(iterations=10), 1), exact=False)
 
 
 def test_without_the_replica_resync_a_restored_job_is_wrong(make_env, monkeypatch):
     monkeypatch.setattr(graph_job, "GraphDeployment", functools.partial(GraphDeployment, resync_replicas=False))
     result = run_killed(make_env, PageRank(iterations=12), [Fault("superstep", worker=1, superstep=5)])
     assert result.restored_from == [4]
-    expected = np.asarray(run_locally(GRAPH, PageRank(iterations=12), 1).values)
+    expected = np.asarray(run_graph_locally(GRAPH, PageRank(iterations=12), 1).values)
     assert not np.allclose(np.asarray(result.values), expected, rtol=1e-9, atol=0)

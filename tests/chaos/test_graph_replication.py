@@ -21,7 +21,7 @@ import pytest
 import epochal
 from epochal.graph.algorithms import CDLP, SSSP, WCC, PageRank
 from epochal.graph.job import run_graph
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.graph.model import Graph
 from epochal.runtime.host.hooks import Fault
 
@@ -45,7 +45,7 @@ _EXPECTED: dict[str, object] = {}
 def expected(name: str):
     if name not in _EXPECTED:
         make, graph = PROGRAMS[name]
-        _EXPECTED[name] = run_locally(graph, make(), 1)
+        _EXPECTED[name] = run_graph_locally(graph, make(), 1)
     return _EXPECTED[name]
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from epochal.graph.algorithms import BFS, WCC
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.graph.model import Graph
 
 
@@ -36,7 +36,7 @@ def test_bfs_from_the_command_line_survives_a_killed_worker(tmp_path):
     lines = [ln.split() for f in sorted(out.iterdir()) for ln in f.read_text().splitlines()]
     got = {int(v): int(d) for v, d in lines}
     graph = Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids)
-    assert got == run_locally(graph, BFS(source), 1).as_dict()
+    assert got == run_graph_locally(graph, BFS(source), 1).as_dict()
 
 
 def test_wcc_from_the_command_line_recovers_a_killed_worker_by_migration(tmp_path):
@@ -59,4 +59,4 @@ def test_wcc_from_the_command_line_recovers_a_killed_worker_by_migration(tmp_pat
     lines = [ln.split() for f in sorted(out.iterdir()) for ln in f.read_text().splitlines()]
     got = {int(v): int(c) for v, c in lines}
     graph = Graph.from_edges(ids[edges[:, 0]], ids[edges[:, 1]], vertices=ids)
-    assert got == run_locally(graph, WCC(), 1).as_dict()
+    assert got == run_graph_locally(graph, WCC(), 1).as_dict()

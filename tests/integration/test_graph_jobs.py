@@ -13,7 +13,7 @@ import pytest
 import epochal
 from epochal.graph.algorithms import BFS, CDLP, LCC, SSSP, WCC, PageRank
 from epochal.graph.job import run_graph
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.output import results_to_dataframe
 
@@ -42,10 +42,10 @@ def test_every_builtin_algorithm_on_spark_workers_matches_the_local_run(make_env
     env = make_env(2)
     for program in (BFS(source), PageRank(iterations=10), WCC(), CDLP(iterations=5), LCC()):
         result = run_graph(graph, program, parallelism=2, environment=env, timeout=120)
-        same(result, run_locally(graph, program, 2))
+        same(result, run_graph_locally(graph, program, 2))
     heavy = weighted(graph)
     same(run_graph(heavy, SSSP(source), parallelism=2, environment=env, timeout=120),
-         run_locally(heavy, SSSP(source), 2))
+         run_graph_locally(heavy, SSSP(source), 2))
 
 
 @pytest.mark.parametrize("parallelism", [1, 4])
@@ -53,14 +53,14 @@ def test_pagerank_at_other_parallelisms_and_with_fennel(make_env, parallelism):
     graph, _ = random_graph(n=500, m=2500, seed=2)
     result = run_graph(graph, PageRank(iterations=10), parallelism=parallelism, partitioner="fennel",
                        environment=make_env(parallelism), timeout=120)
-    same(result, run_locally(graph, PageRank(iterations=10), 1))
+    same(result, run_graph_locally(graph, PageRank(iterations=10), 1))
     assert result.supersteps == 10 and result.replication_factor >= 1.0
 
 
 def test_a_users_pregel_program_with_a_combiner(make_env, spark):
     graph, _ = random_graph(n=400, m=1600, seed=3)
     result = run_graph(graph, MaxValue(), parallelism=2, environment=make_env(2), timeout=120)
-    assert result.as_dict() == run_locally(graph, MaxValue(), 1).as_dict()
+    assert result.as_dict() == run_graph_locally(graph, MaxValue(), 1).as_dict()
     assert result.halt_reason == "no active vertex and no message"
     frame = results_to_dataframe(result, spark)
     assert frame.count() == graph.num_vertices

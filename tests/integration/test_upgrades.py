@@ -112,7 +112,7 @@ def test_allow_non_restored_state_skips_it_and_says_so(make_env, checkpoints, ca
     with caplog.at_level(logging.WARNING, logger="epochal"):
         result = env.execute("upgrade-allowed", timeout=120, restore_from=checkpoints,
                              allow_non_restored_state=True)
-    assert [(s["uid"], s["name"], s["kind"]) for s in result.non_restored_state] == [("sum-0", "Sum", "sum")]
+    assert [(s["uid"], s["name"], s["operation"]) for s in result.non_restored_state] == [("sum-0", "Sum", "sum")]
     assert "uid 'sum-0' (Sum, sum)" in caplog.text
     finals = last_per_key(out.get())
     # the source resumed at its restored position, the sum started from zero: a partial count
@@ -146,7 +146,7 @@ def test_a_corrupt_state_file_fails_at_once_naming_it_without_restarts(make_env,
         client.result(timeout=120)
     assert time.monotonic() - started < 30
     assert client.restarts() == [] and client.attempt == 0
-    assert info.value.kind == "restore"
+    assert info.value.category == "restore"
     lines = str(info.value).splitlines()
     assert lines[0].startswith(f"job 'upgrade-corrupt' failed: checkpoint state file {victim} is corrupt")
     earlier = ", ".join(f"restore_from='{os.path.join(checkpoints, f'chk-{i}')}'" for i in reversed(ids[:-1]))

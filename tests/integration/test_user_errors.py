@@ -50,7 +50,7 @@ def test_failing_key_selector_names_the_key_by(make_env, parallelism):
                         r"raised KeyError: 'id'", first), first
     message = str(error)
     assert "record_id" in message and "test_user_errors.py" in message  # the user's frame is shown
-    assert error.operator == "per-id" and error.kind == "user"
+    assert error.operator == "per-id" and error.category == "user"
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])

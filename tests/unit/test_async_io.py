@@ -406,7 +406,7 @@ def test_async_map_adds_one_node_and_runs_locally():
     env = epochal.Environment(2)
     stream = async_map(env.from_collection(list(range(40))), enrich, capacity=5, timeout=2.0, ordered=False)
     node = stream.node
-    assert (node.kind, node.name, node.functions) == ("async_map", "AsyncMap", [enrich, None])
+    assert (node.operation, node.name, node.functions) == ("async_map", "AsyncMap", [enrich, None])
     operator = node.operator
     assert isinstance(operator, AsyncWaitOperator)
     assert (operator.capacity, operator.timeout, operator.ordered, operator.flat) == (5, 2.0, False, False)
@@ -418,7 +418,7 @@ def test_async_map_adds_one_node_and_runs_locally():
 def test_async_flat_map_keeps_order_on_one_subtask():
     env = epochal.Environment(1)
     stream = async_flat_map(env.from_collection(list(range(12))), explode, capacity=3)
-    assert (stream.node.kind, stream.node.name) == ("async_flat_map", "AsyncFlatMap")
+    assert (stream.node.operation, stream.node.name) == ("async_flat_map", "AsyncFlatMap")
     out = stream.collect()
     run_locally(env)
     assert out.get() == [r for r in range(12) for _ in range(r % 3)]

@@ -13,7 +13,7 @@ import pytest
 
 from epochal.config import CheckpointConfig
 from epochal.control.checkpointing import (
-    AbortKind,
+    AbortReason,
     AckResult,
     CheckpointCoordinator,
     CheckpointFailureManager,
@@ -39,7 +39,7 @@ def make(tmp_path, **config):
     return CheckpointCoordinator(
         CheckpointConfig(**options), storage, "job",
         subtasks=dict(SUBTASKS), vertex_parallelism={0: 1, 1: 2}, max_parallelism=128,
-        operators={"sum-0": {"name": "Sum", "kind": "sum"}}, completed=storage.completed())
+        operators={"sum-0": {"name": "Sum", "operation": "sum"}}, completed=storage.completed())
 
 
 FILES = CheckpointFiles()
@@ -133,7 +133,7 @@ def test_all_acks_complete_write_metadata_notify_and_abort_older_pending(tmp_pat
     metadata = coordinator.storage.read_metadata(2)
     assert metadata["checkpoint_id"] == 2 and metadata["timestamp"] == 101.0 and metadata["job"] == "job"
     assert metadata["operators"]["sum-0"] == {
-        "vertex": 1, "parallelism": 2, "name": "Sum", "kind": "sum",
+        "vertex": 1, "parallelism": 2, "name": "Sum", "operation": "sum",
         "subtasks": {"0": {"keyed": {"file": "sum-0-0.keyed"}}, "1": {"keyed": {"file": "sum-0-1.keyed"}}}}
     assert coordinator.source_records == {2: 7}
 
@@ -324,9 +324,9 @@ def test_a_failed_metadata_write_aborts_the_checkpoint_and_counts_as_a_failure(t
     assert not coordinator.failures.tolerable
 
 
-@pytest.mark.parametrize(("kind", "counted"), [(AbortKind.DECLINED, True), (AbortKind.TIMED_OUT, True),
-                                                (AbortKind.WRITE_FAILED, True), (AbortKind.SUPERSEDED, False),
-                                                (AbortKind.JOB_FAILED, False)])
+@pytest.mark.parametrize(("kind", "counted"), [(AbortReason.DECLINED, True), (AbortReason.TIMED_OUT, True),
+                                                (AbortReason.WRITE_FAILED, True), (AbortReason.SUPERSEDED, False),
+                                                (AbortReason.JOB_FAILED, False)])
 def test_failure_manager_counts_only_declines_and_timeouts(kind, counted):
     manager = CheckpointFailureManager(tolerable_failures=0)
     assert manager.on_aborted(kind) is not counted

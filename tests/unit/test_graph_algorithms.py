@@ -21,7 +21,7 @@ from epochal.graph.algorithms._checks import NegativeWeightError
 from epochal.graph.algorithms._csr import row_mode, segment_reduce
 from epochal.graph.algorithms.als import initial_factors
 from epochal.graph.algorithms.bfs import UNREACHABLE
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.graph.model import Graph, GraphInputError
 
 WORKERS = [1, 2, 4]
@@ -136,7 +136,7 @@ def assert_close(got: dict[int, float], want: dict[int, float], rel: float) -> N
 @layouts
 def test_bfs_gives_depths_along_out_edges(directed, workers, partitioner):
     case = random_case(directed)
-    result = run_locally(case.graph, BFS(case.source), workers, partitioner)
+    result = run_graph_locally(case.graph, BFS(case.source), workers, partitioner)
     depth = nx.single_source_shortest_path_length(case.oracle, case.source)
     assert result.values.dtype == np.int64
     assert result.as_dict() == {v: depth.get(v, UNREACHABLE) for v in case.oracle}
@@ -148,7 +148,7 @@ def test_bfs_gives_depths_along_out_edges(directed, workers, partitioner):
 @layouts
 def test_sssp_gives_weighted_distances(directed, workers, partitioner):
     case = random_case(directed, seed=11, weighted=True)
-    result = run_locally(case.graph, SSSP(case.source), workers, partitioner)
+    result = run_graph_locally(case.graph, SSSP(case.source), workers, partitioner)
     dist = nx.single_source_dijkstra_path_length(case.oracle, case.source, weight="weight")
     assert result.values.dtype == np.float64
     assert result.as_dict() == {v: dist.get(v, np.inf) for v in case.oracle}
@@ -160,7 +160,7 @@ def test_wcc_labels_each_component_with_its_smallest_id(directed, workers, parti
     case = random_case(directed, seed=3, m=60)
     components = nx.weakly_connected_components(case.oracle) if directed else nx.connected_components(case.oracle)
     want = {v: min(c) for c in components for v in c}
-    result = run_locally(case.graph, WCC(), workers, partitioner)
+    result = run_graph_locally(case.graph, WCC(), workers, partitioner)
     assert result.values.dtype == np.int64
     assert result.as_dict() == want
     assert len(set(want.values())) > 3
@@ -170,7 +170,7 @@ def test_wcc_labels_each_component_with_its_smallest_id(directed, workers, parti
 @layouts
 def test_pagerank_follows_the_graphalytics_formula(directed, workers, partitioner):
     case = random_case(directed, seed=5)
-    result = run_locally(case.graph, PageRank(iterations=12), workers, partitioner)
+    result = run_graph_locally(case.graph, PageRank(iterations=12), workers, partitioner)
     assert result.supersteps == 12
     assert_close(result.as_dict(), pagerank_oracle(case.oracle, 12), rel=1e-9)
 
@@ -179,7 +179,7 @@ def test_pagerank_follows_the_graphalytics_formula(directed, workers, partitione
 @layouts
 def test_cdlp_takes_the_most_frequent_smallest_label(directed, workers, partitioner):
     case = random_case(directed, seed=13, m=90)
-    result = run_locally(case.graph, CDLP(iterations=6), workers, partitioner)
+    result = run_graph_locally(case.graph, CDLP(iterations=6), workers, partitioner)
     want = cdlp_oracle(case.oracle, 6)
     assert result.values.dtype == np.int64
     assert result.as_dict() == want
@@ -190,7 +190,7 @@ def test_cdlp_takes_the_most_frequent_smallest_label(directed, workers, partitio
 @layouts
 def test_lcc_follows_the_graphalytics_definition(directed, workers, partitioner):
     case = random_case(directed, seed=17, n=30, m=160)
-    result = run_locally(case.graph, LCC(), workers, partitioner)
+    result = run_graph_locally(case.graph, LCC(), workers, partitioner)
     want = lcc_oracle(case.oracle)
     assert result.values.dtype == np.float64
     assert_close(result.as_dict(), want, rel=1e-12)
@@ -230,7 +230,7 @@ def als_oracle(dense: np.ndarray, mask: np.ndarray, ids: np.ndarray, rank: int, 
 @layouts
 def test_als_matches_a_dense_alternating_least_squares(workers, partitioner):
     graph, dense, mask, ids = als_case()
-    result = run_locally(graph, ALS(rank=3, regularization=0.1, iterations=4), workers, partitioner)
+    result = run_graph_locally(graph, ALS(rank=3, regularization=0.1, iterations=4), workers, partitioner)
     assert result.values.shape == (ids.size, 3) and result.supersteps == 8
     want = als_oracle(dense, mask, ids, 3, 0.1, 4)
     got = result.as_dict()
@@ -244,30 +244,30 @@ def test_a_missing_source_vertex_is_refused():
     for program in (BFS(42), SSSP(42)):
         with pytest.raises(GraphInputError, match=r"^source vertex 42 is not in the graph; pick one of its "
                                                   r"vertices with --source-vertex$"):
-            run_locally(case.graph, program)
+            run_graph_locally(case.graph, program)
 
 
 def test_sssp_refuses_negative_and_missing_weights():
     graph = Graph.from_edges([1, 2, 3], [2, 3, 1], weights=[1.0, -0.5, -2.0])
     with pytest.raises(GraphInputError, match=r"^edge 1 \(2 -> 3\) has negative weight -0.5; SSSP needs weights "
                                               r"of 0 or more$") as error:
-        run_locally(graph, SSSP(1))
+        run_graph_locally(graph, SSSP(1))
     assert isinstance(error.value, NegativeWeightError)
     assert (error.value.edge, error.value.src, error.value.dst, error.value.weight) == (1, 2, 3, -0.5)
     assert error.value.at("G.e, line 9") == ("G.e, line 9: edge 2 -> 3 has negative weight -0.5; SSSP needs weights "
                                              "of 0 or more")
     with pytest.raises(GraphInputError, match=r"^SSSP needs a weight on every edge and this graph has no edge "
                                               r"weights"):
-        run_locally(Graph.from_edges([1], [2]), SSSP(1))
+        run_graph_locally(Graph.from_edges([1], [2]), SSSP(1))
 
 
 def test_als_refuses_graphs_that_are_not_directed_bipartite_ratings():
     with pytest.raises(GraphInputError, match=r"ALS needs a rating on every edge"):
-        run_locally(Graph.from_edges([1], [2]), ALS())
+        run_graph_locally(Graph.from_edges([1], [2]), ALS())
     with pytest.raises(GraphInputError, match=r"^vertex 2 both rates .* and is rated"):
-        run_locally(Graph.from_edges([1, 2], [2, 3], weights=[1.0, 2.0]), ALS())
+        run_graph_locally(Graph.from_edges([1, 2], [2, 3], weights=[1.0, 2.0]), ALS())
     with pytest.raises(GraphInputError, match=r"this graph is undirected"):
-        run_locally(Graph.from_edges([1], [2], weights=[1.0], directed=False), ALS())
+        run_graph_locally(Graph.from_edges([1], [2], weights=[1.0], directed=False), ALS())
 
 
 def test_parameters_out_of_range_are_refused():
@@ -287,7 +287,7 @@ def test_every_program_is_registered_and_survives_cloudpickle():
         copy = cloudpickle.loads(cloudpickle.dumps(program))
         assert type(copy) is type(program) and vars(copy) == vars(program)
         g = graph if name == "als" else case.graph
-        np.testing.assert_array_equal(run_locally(g, copy, 2).values, run_locally(g, program, 2).values)
+        np.testing.assert_array_equal(run_graph_locally(g, copy, 2).values, run_graph_locally(g, program, 2).values)
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
@@ -296,8 +296,8 @@ def test_graphs_without_edges_or_vertices_run(name):
     make = ALGORITHMS[name]
     empty = Graph.from_edges([], [], vertices=[], weights=[])
     if not source:
-        assert run_locally(empty, make(), 2).values.shape[0] == 0
-    lonely = run_locally(Graph.from_edges([], [], vertices=[9, 5], weights=[]), make(*source), 2).values
+        assert run_graph_locally(empty, make(), 2).values.shape[0] == 0
+    lonely = run_graph_locally(Graph.from_edges([], [], vertices=[9, 5], weights=[]), make(*source), 2).values
     want = {"bfs": [0, UNREACHABLE], "sssp": [0.0, np.inf], "wcc": [5, 9], "cdlp": [5, 9], "lcc": [0.0, 0.0],
             "pr": [0.5, 0.5], "als": initial_factors(np.array([5, 9]), 10).tolist()}[name]
     assert lonely.tolist() == want

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from epochal.graph.engine import VectorEngine
-from epochal.graph.local import run_locally
+from epochal.graph.local import run_graph_locally
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.partition import build_partitions
 from epochal.graph.placement import hash_partition, partition, replication_factor
@@ -63,14 +63,14 @@ class MaxValue(VertexProgram):
 @pytest.mark.parametrize("partitioner", ["hash", "fennel"])
 def test_vector_program_reads_in_neighbours_through_replicas(workers, partitioner):
     graph, oracle = random_graph()
-    result = run_locally(graph, Sum(), workers, partitioner).as_dict()
+    result = run_graph_locally(graph, Sum(), workers, partitioner).as_dict()
     assert result == {v: float(sum(oracle.predecessors(v))) for v in oracle}
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_vertex_program_propagates_the_maximum(workers):
     graph, oracle = random_graph(seed=3)
-    result = run_locally(graph, MaxValue(), workers)
+    result = run_graph_locally(graph, MaxValue(), workers)
     expected = {v: max(u % 97 for u in nx.ancestors(oracle, v) | {v}) for v in oracle}
     assert result.as_dict() == expected
     assert result.halt_reason == "no active vertex and no message"
@@ -162,5 +162,5 @@ def test_a_long_chain_relaxes_through_the_reverse_index_and_matches_dijkstra():
     oracle.add_weighted_edges_from(zip(ids[pairs[:, 0]].tolist(), ids[pairs[:, 1]].tolist(), weights.tolist(),
                                        strict=True))
     expected = nx.single_source_dijkstra_path_length(oracle, int(ids[0]))
-    result = run_locally(graph, SSSP(int(ids[0])), 2).as_dict()
+    result = run_graph_locally(graph, SSSP(int(ids[0])), 2).as_dict()
     assert result == {v: expected.get(v, float("inf")) for v in ids.tolist()}

@@ -14,7 +14,7 @@ from epochal.control.kinds import ReplaceWorker, RetireWorker
 from epochal.graph.algorithms import CDLP, LCC, SSSP, WCC, PageRank
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import make_engine
-from epochal.graph.local import program_layout, run_locally
+from epochal.graph.local import program_layout, run_graph_locally
 from epochal.graph.model import Graph
 from epochal.graph.placement import partition
 from epochal.graph.program import SuperstepContext
@@ -171,7 +171,7 @@ PROGRAMS = {
 
 
 def expected(graph: Graph, program: Any) -> tuple[np.ndarray, np.ndarray]:
-    result = run_locally(graph, program, 1)
+    result = run_graph_locally(graph, program, 1)
     return result.ids, np.asarray(result.values)
 
 

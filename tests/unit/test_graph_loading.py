@@ -28,7 +28,7 @@ from epochal.graph.loading import (
     load_graph_located,
     load_graph_parquet,
 )
-from epochal.graph.local import GraphResult, run_locally
+from epochal.graph.local import GraphResult, run_graph_locally
 from epochal.graph.model import Graph, GraphInputError
 from epochal.graph.output import GraphOutputError, format_lines, results_table, write_parquet, write_results
 from epochal.runtime.host.hooks import Fault
@@ -507,7 +507,7 @@ def parsed_output(directory) -> dict[int, float]:
 def test_cli_runs_each_algorithm_locally(graph_files, tmp_path, capsys, algorithm, extra, program):
     assert cli(algorithm, *graph_files, tmp_path / "out", *extra) == 0
     graph = load_graph(*graph_files, directed="--undirected" not in extra, weighted="--weighted" in extra)
-    expected = run_locally(graph, program, 2)
+    expected = run_graph_locally(graph, program, 2)
     assert parsed_output(tmp_path / "out") == {k: float(v) for k, v in expected.as_dict().items()}
     assert sorted(os.listdir(tmp_path / "out")) == ["part-00000", "part-00001"]
     summary = capsys.readouterr().out.splitlines()
@@ -527,7 +527,7 @@ def test_cli_passes_options_to_the_spark_run(graph_files, tmp_path, monkeypatch)
 
     def run_graph(graph, program, **options):
         calls.append((program, options))
-        return run_locally(graph, program, options["parallelism"], options["partitioner"])
+        return run_graph_locally(graph, program, options["parallelism"], options["partitioner"])
 
     monkeypatch.setitem(sys.modules, "epochal.graph.job", types.SimpleNamespace(run_graph=run_graph))
     args = build_parser().parse_args([

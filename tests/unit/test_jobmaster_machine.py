@@ -373,13 +373,13 @@ def test_a_more_specific_failure_within_the_grace_period_is_the_reported_error()
     failure = Failed("user", "ValueError: bad", 1, operator="Map", traceback="Traceback ...")
     assert send(machine, 1, failure, 5.3) == []
     out = fail_over(machine, 5.0)
-    assert machine.error is not None and machine.error.kind == "user"
+    assert machine.error is not None and machine.error.category == "user"
     assert str(machine.error) == "job 'job' failed: operator 'Map' (worker 1) raised ValueError: bad\nTraceback ..."
     assert out == [Broadcast(Cancel(str(machine.error)), ATTEMPT_0)]
     assert machine.status == S.FAILING  # stopping: waiting for the Spark job
     assert send(machine, 1, Failed("internal", "late", 1), 5.6) == []  # decided: later failures change nothing
     assert handled(machine, TimePassed(8.6, 0.0)) == [KillSparkJob()]
-    assert machine.status == S.FAILED and machine.error.kind == "user"
+    assert machine.status == S.FAILED and machine.error.category == "user"
 
 
 def test_a_missed_heartbeat_fails_the_job():
@@ -391,7 +391,7 @@ def test_a_missed_heartbeat_fails_the_job():
     assert handled(machine, TimePassed(7.1, 0.0)) == []
     assert machine.status == S.FAILING
     [failure] = machine.failures
-    assert failure.kind == "heartbeat" and failure.worker == 0
+    assert failure.category == "heartbeat" and failure.worker == 0
     fail_over(machine, 7.1)
     assert "worker 0 (pid 100 on host) sent no heartbeat for 5 s; it is hung or unreachable" in str(machine.error)
 
@@ -450,7 +450,7 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
     handled(machine, WorkerDisconnected(1, conn(1, 2), 12.0))
     assert fail_over(machine, 12.0) == [Broadcast(Cancel(str(machine.error)), (30, 31))]
     assert "(after 2 restarts; restart strategy: fixed delay (2 attempts, 0 s apart))" in str(machine.error)
-    assert machine.error.kind == "worker_lost"
+    assert machine.error.category == "worker_lost"
     handled(machine, SparkJobEnded([], None, 12.6))
     assert machine.status == S.FAILED and machine.attempt == 2
 
@@ -471,7 +471,7 @@ def test_a_damaged_checkpoint_is_never_restarted_and_names_earlier_ones():
     deploy(machine, hint="Restore from an earlier checkpoint instead (newest first): restore_from='/c/chk-2'")
     send(machine, 0, Failed("restore", "state file sum-0-0.keyed of checkpoint 3 is damaged", 0), 3.0)
     fail_over(machine, 3.0)
-    assert machine.error.kind == "restore" and machine.restarting.restarts == []
+    assert machine.error.category == "restore" and machine.restarting.restarts == []
     assert str(machine.error) == (
         "job 'job' failed: state file sum-0-0.keyed of checkpoint 3 is damaged\n"
         "Restore from an earlier checkpoint instead (newest first): restore_from='/c/chk-2'\n"
@@ -535,7 +535,7 @@ def test_a_decline_beyond_the_tolerated_failures_fails_the_job(tmp_path):
         Broadcast(CheckpointAbort(1), ATTEMPT_0)]
     assert machine.status == S.FAILING
     fail_over(machine, 3.5)
-    assert machine.error.kind == "checkpoint"
+    assert machine.error.category == "checkpoint"
     assert str(machine.error) == ("job 'job' failed: checkpoint 1 failed (disk full) and more than 0 consecutive "
                                   "checkpoint failures are tolerated")
 

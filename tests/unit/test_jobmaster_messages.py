@@ -122,11 +122,11 @@ def test_the_most_specific_failure_explains_the_job(deploying):
     jm._process(Received(1, links[1].connection, Failed("user", "ValueError: bad", 1, operator="Map",
                                                         traceback="Traceback ...")))
     error = jm.machine.failure_error()
-    assert error.kind == "user" and error.operator == "Map" and error.worker == 1
+    assert error.category == "user" and error.operator == "Map" and error.worker == 1
     assert str(error) == "job 'job' failed: operator 'Map' (worker 1) raised ValueError: bad\nTraceback ..."
-    jm.machine.failures = [f for f in jm.machine.failures if f.kind != "user"]
+    jm.machine.failures = [f for f in jm.machine.failures if f.category != "user"]
     error = jm.machine.failure_error()
-    assert error.kind == "worker_lost" and "worker 0 (Spark task attempt 0, pid 100 on host) died" in str(error)
+    assert error.category == "worker_lost" and "worker 0 (Spark task attempt 0, pid 100 on host) died" in str(error)
 
 
 def test_cancel_reaches_every_worker(deploying):
@@ -186,7 +186,7 @@ def test_a_workers_own_failure_explains_its_later_loss_but_not_another_workers()
 
     internal = Failed("internal", "BrokenPipeError: [Errno 32] Broken pipe", 0, traceback="Traceback ...")
     error = failure_error([internal, worker_lost(0, 0, 100, "host")], "job", "")
-    assert error.kind == "internal" and "BrokenPipeError" in str(error) and error.worker == 0
+    assert error.category == "internal" and "BrokenPipeError" in str(error) and error.worker == 0
     # worker 1 was killed, worker 0 then failed sending to it: worker 1's loss is the cause
     error = failure_error([internal, worker_lost(0, 0, 100, "host"), worker_lost(1, 0, 101, "host")], "job", "")
-    assert error.kind == "worker_lost" and error.worker == 1
+    assert error.category == "worker_lost" and error.worker == 1

@@ -210,7 +210,7 @@ def test_a_user_error_fails_the_run_naming_the_operator():
     env.from_sequence(0, 10).map(lambda i: 1 // (i - 7)).name("divide").collect()
     with pytest.raises(epochal.JobFailedError, match="operator 'divide'.*ZeroDivisionError") as failure:
         run_locally(env)
-    assert failure.value.kind == "user" and failure.value.operator == "divide"
+    assert failure.value.category == "user" and failure.value.operator == "divide"
     assert isinstance(failure.value.__cause__, ZeroDivisionError)  # the user's own traceback
 
 

@@ -22,7 +22,7 @@ def test_forward_operators_are_chained_and_shuffles_split_vertices():
     job = e.plan()
     assert [v.name for v in job.vertices] == [
         "Source: collection -> Map -> Filter", "Count -> Sink: print"]
-    assert [edge.partitioner.kind for edge in job.edges] == ["hash"]
+    assert [edge.partitioner.strategy for edge in job.edges] == ["hash"]
 
 
 def test_different_parallelism_breaks_the_chain_with_rebalance():
@@ -30,7 +30,7 @@ def test_different_parallelism_breaks_the_chain_with_rebalance():
     e.from_collection([1]).map(str).set_parallelism(3).collect()
     job = e.plan()
     assert len(job.vertices) == 3
-    assert [edge.partitioner.kind for edge in job.edges] == ["rebalance", "rebalance"]
+    assert [edge.partitioner.strategy for edge in job.edges] == ["rebalance", "rebalance"]
     graph = build_execution_graph(job)
     assert graph.num_workers == 3
     # all-to-all channels: 2x3 from the source, 3x2 into the sink
@@ -52,7 +52,7 @@ def test_disable_chaining_and_union():
     job = e.plan()
     names = [v.name for v in job.vertices]
     assert "Map" in names and "Union -> Sink: collect" in names
-    forward_edges = [edge for edge in job.edges if edge.partitioner.kind == "forward"]
+    forward_edges = [edge for edge in job.edges if edge.partitioner.strategy == "forward"]
     graph = build_execution_graph(job)
     for edge in forward_edges:  # forward edges connect subtask i to subtask i only
         assert all(graph.channels[c].consumer == p for p in range(2) for c in graph.outputs[(edge.id, p)])
@@ -165,7 +165,7 @@ def test_loop_plan_errors_are_clear():
 def uids(e):
     """(kind, uid) of every operator of the planned job, in creation order."""
     job = e.plan()
-    return [(n.kind, n.uid) for _, n in sorted(job.nodes.items())]
+    return [(n.operation, n.uid) for _, n in sorted(job.nodes.items())]
 
 
 def keyed_sum_job(e, with_map=False, name=None):

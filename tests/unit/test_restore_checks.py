@@ -22,19 +22,19 @@ def metadata_with(*uids, names=True):
         entry = {"vertex": 0, "parallelism": 2, "subtasks": {"0": {"keyed": {"file": f"{uid}-0.keyed"}},
                                                               "1": {"keyed": {"file": f"{uid}-1.keyed"}}}}
         if names:
-            entry.update(name=kind.title(), kind=kind)
+            entry.update(name=kind.title(), operation=kind)
         operators[uid] = entry
     return {"checkpoint_id": 3, "max_parallelism": 128, "operators": operators}
 
 
 def test_state_that_every_operator_claims_restores():
-    job = {"source-0": {"name": "Source", "kind": "source"}, "sum-0": {"name": "Sum", "kind": "sum"},
-           "map-0": {"name": "Map", "kind": "map"}}
+    job = {"source-0": {"name": "Source", "operation": "source"}, "sum-0": {"name": "Sum", "operation": "sum"},
+           "map-0": {"name": "Map", "operation": "map"}}
     assert check_restore(metadata_with("source-0", "sum-0"), "/c/chk-3", job) == []
 
 
 def test_unclaimed_state_fails_naming_every_piece_and_suggesting_a_uid():
-    job = {"source-0": {"name": "Source", "kind": "source"}, "sum:totals": {"name": "totals", "kind": "sum"}}
+    job = {"source-0": {"name": "Source", "operation": "source"}, "sum:totals": {"name": "totals", "operation": "sum"}}
     with pytest.raises(PlanError) as info:
         check_restore(metadata_with("source-0", "sum-0", "window-0"), "/c/chk-3", job)
     message = str(info.value)
@@ -47,9 +47,9 @@ def test_unclaimed_state_fails_naming_every_piece_and_suggesting_a_uid():
 
 
 def test_allow_non_restored_state_returns_what_is_skipped():
-    job = {"source-0": {"name": "Source", "kind": "source"}}
+    job = {"source-0": {"name": "Source", "operation": "source"}}
     skipped = check_restore(metadata_with("source-0", "sum-0"), "/c/chk-3", job, allow_non_restored_state=True)
-    assert skipped == [{"uid": "sum-0", "name": "Sum", "kind": "sum", "state": "keyed state", "subtasks": 2}]
+    assert skipped == [{"uid": "sum-0", "name": "Sum", "operation": "sum", "state": "keyed state", "subtasks": 2}]
 
 
 def test_checkpoints_without_names_still_name_the_uid():
@@ -57,12 +57,12 @@ def test_checkpoints_without_names_still_name_the_uid():
         check_restore(metadata_with("sum-2", names=False), "/c/chk-3", {})
 
 
-def test_metadata_records_each_operators_name_and_kind(tmp_path):
+def test_metadata_records_each_operators_name_and_operation(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "job"))
     coordinator = CheckpointCoordinator(
         CheckpointConfig(interval=1.0, storage=str(tmp_path)), storage, "job", subtasks={(0, 0): "v"},
         vertex_parallelism={0: 1}, max_parallelism=128,
-        operators={"sum:totals": {"name": "totals", "kind": "sum"}})
+        operators={"sum:totals": {"name": "totals", "operation": "sum"}})
     checkpoint_id, _ = coordinator.trigger(0.0, 0.0)
     handles = materialize(storage, checkpoint_id, 0, {"sum:totals": {"keyed": {5: {"sum": {"a": 1}}}}})
     stats = {"bytes": 1, "alignment_s": 0, "sync_s": 0, "async_s": 0}
@@ -70,7 +70,7 @@ def test_metadata_records_each_operators_name_and_kind(tmp_path):
                                     0.1)
     assert CheckpointFiles().write(write) is None  # as the JobMaster's driver does
     entry = storage.read_metadata(checkpoint_id)["operators"]["sum:totals"]
-    assert (entry["name"], entry["kind"]) == ("totals", "sum")
+    assert (entry["name"], entry["operation"]) == ("totals", "sum")
     assert entry["subtasks"]["0"]["keyed"]["file"] == f"{file_stem('sum:totals')}-0.keyed"
     restored = dict(RestoreSource(storage, checkpoint_id, storage.read_metadata(checkpoint_id))
                     .keyed_groups("sum:totals", range(128)))
@@ -89,7 +89,7 @@ def write_checkpoint(storage, checkpoint_id):
     handles = materialize(storage, checkpoint_id, 0, {"sum-0": {"keyed": {1: {"s": {"a": 1}}, 2: {"s": {"b": 2}}},
                                                                "operator": {"l": ("split", [1, 2])}}})
     metadata = {"checkpoint_id": checkpoint_id, "max_parallelism": 128,
-                "operators": {"sum-0": {"vertex": 0, "parallelism": 1, "name": "Sum", "kind": "sum",
+                "operators": {"sum-0": {"vertex": 0, "parallelism": 1, "name": "Sum", "operation": "sum",
                                         "subtasks": {"0": handles["sum-0"]}}}}
     storage.write_metadata(checkpoint_id, metadata)
     return metadata

@@ -50,10 +50,10 @@ def test_the_plan_puts_tags_on_edges_and_chained_children():
     main.side_output(SMALL).map(str).collect()
     main.side_output(SMALL).key_by(str).count().collect()
     job = build_job_graph(env.graph, 2, 128)
-    process = next(n for n in job.nodes.values() if n.kind == "process")
+    process = next(n for n in job.nodes.values() if n.operation == "process")
     assert list(process.child_tags.values()) == ["small"]
     tagged = [e for e in job.edges if e.side_tag is not None]
-    assert [(e.side_tag, e.partitioner.kind) for e in tagged] == [("small", "hash")]
+    assert [(e.side_tag, e.partitioner.strategy) for e in tagged] == [("small", "hash")]
 
 
 def test_side_output_needs_a_tag_and_an_operator():

@@ -672,9 +672,9 @@ def keyed():
 
 def test_api_builds_the_general_operator_and_keeps_the_old_one():
     old = WindowedStream(keyed(), keyed_window(keyed(), 10, time_of).windows, time_of).count()
-    assert type(old.node.operator).__name__ == "TimeWindowOperator" and old.node.kind == "window"
+    assert type(old.node.operator).__name__ == "TimeWindowOperator" and old.node.operation == "window"
     late = keyed_window(keyed(), 10, time_of).allowed_lateness(5).side_output_late_data(LATE).count()
-    assert type(late.node.operator) is WindowOperator and late.node.kind == "window"
+    assert type(late.node.operator) is WindowOperator and late.node.operation == "window"
     h = OperatorHarness.for_stream(late)
     h.process(("a", 1, 0))
     assert h.watermark(9) == [("a", 0, 1)] and h.process(("a", 2, 0)) == [("a", 0, 2)]

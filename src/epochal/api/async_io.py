@@ -43,7 +43,7 @@ def async_map(stream: DataStream, fn: Callable[[Any], Any], capacity: int = 100,
 
     Requests in flight at a checkpoint are part of it and issued again after a restore, so with
     an exactly-once sink every record's result is committed once (the call itself may be made
-    twice: use idempotent lookups). Returns the stream of results (node kind ``async_map``).
+    twice: use idempotent lookups). Returns the stream of results (operation ``async_map``).
     """
     operator = _operator("async_map", stream, fn, capacity, timeout, ordered, on_timeout, retries, retry_backoff,
                          flat=False)
@@ -54,7 +54,7 @@ def async_flat_map(stream: DataStream, fn: Callable[[Any], Iterable[Any] | None]
                    timeout: float = 10.0, ordered: bool = True, on_timeout: Callable[[Any], Any] | None = None,
                    retries: int = 0, retry_backoff: float = 0.1) -> DataStream:
     """As :func:`async_map`, but ``fn(record)`` (and ``on_timeout(record)``) return an iterable of
-    output records (None: none), emitted together (node kind ``async_flat_map``)."""
+    output records (None: none), emitted together (operation ``async_flat_map``)."""
     operator = _operator("async_flat_map", stream, fn, capacity, timeout, ordered, on_timeout, retries,
                          retry_backoff, flat=True)
     return stream._add("async_flat_map", "AsyncFlatMap", operator, [fn, on_timeout])

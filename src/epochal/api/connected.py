@@ -92,8 +92,8 @@ class ConnectedStreams:
         return self._add("co_flat_map", "CoFlatMap",
                          CoProcessOperator(CoMapFunction(fn1, fn2, True), self.key1, self.key2), [fn1, fn2])
 
-    def _add(self, kind: str, name: str, operator: Any, functions: list[Any]) -> DataStream:
-        return self.first._add(kind, name, operator, [f for f in functions if f is not None],
+    def _add(self, operation: str, name: str, operator: Any, functions: list[Any]) -> DataStream:
+        return self.first._add(operation, name, operator, [f for f in functions if f is not None],
                                inputs=[self.first.node.id, self.second.node.id])
 
 

@@ -74,8 +74,8 @@ class DataStream:
     def name(self, name: str) -> DataStream:
         """Name the operator that produced this stream (shown in plans, metrics, errors).
 
-        Without a ``uid()``, the operator's uid is derived from this name and its kind
-        (``<kind>:<name>``), so renaming a stateful operator changes where its state is found.
+        Without a ``uid()``, the operator's uid is derived from this name and its operation
+        (``<operation>:<name>``), so renaming a stateful operator changes where its state is found.
         """
         if not isinstance(name, str) or not name:
             raise PlanError(f"name() takes a non-empty str, got {name!r}")
@@ -88,7 +88,7 @@ class DataStream:
 
         Set it on every stateful operator (sources, keyed aggregations, ``process``, windows,
         loops, sinks) of a job you may upgrade: the default uid is derived from the operator's
-        ``name()`` and kind, or from its kind and position among operators of that kind.
+        ``name()`` and operation, or from its operation and position among operators of that operation.
         """
         if not isinstance(uid, str) or not uid:
             raise PlanError(f"uid() takes a non-empty str, got {uid!r}")
@@ -120,9 +120,9 @@ class DataStream:
         return self
 
     # ---------------------------------------------------------------- transformations
-    def _add(self, kind: str, name: str, operator: Operator, functions: list[Any],
+    def _add(self, operation: str, name: str, operator: Operator, functions: list[Any],
              inputs: list[int] | None = None) -> DataStream:
-        node = self.env.graph.add(kind, name, inputs if inputs is not None else [self.node.id],
+        node = self.env.graph.add(operation, name, inputs if inputs is not None else [self.node.id],
                                   operator=operator, functions=functions)
         return DataStream(self.env, node)
 
@@ -217,7 +217,7 @@ class DataStream:
         """
         from epochal.api.iterative import IterativeStream
 
-        loop_id = sum(1 for n in self.env.graph.nodes if n.kind == "iteration_head")
+        loop_id = sum(1 for n in self.env.graph.nodes if n.operation == "iteration_head")
         node = self.env.graph.add("iteration_head", f"Iteration head {loop_id}", [self.node.id],
                                   operator=IterationHead(loop_id))
         return IterativeStream(self.env, node)
@@ -267,8 +267,8 @@ class DataStream:
         return interval_join(self, other, timestamp, other_timestamp)
 
     # ---------------------------------------------------------------- partitioning
-    def _partition(self, partitioner: Partitioner, kind: str) -> DataStream:
-        node = self.env.graph.add("partition", kind, [self.node.id], partitioner=partitioner)
+    def _partition(self, partitioner: Partitioner, name: str) -> DataStream:
+        node = self.env.graph.add("partition", name, [self.node.id], partitioner=partitioner)
         return DataStream(self.env, node)
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
@@ -325,7 +325,7 @@ class DataStream:
         while True:
             if isinstance(node.operator, WatermarkGenerator):
                 return node.operator.timestamp
-            if node.side_tag is None and len(node.inputs) == 1 and (node.is_virtual or node.kind == "filter"):
+            if node.side_tag is None and len(node.inputs) == 1 and (node.is_virtual or node.operation == "filter"):
                 node = graph[node.inputs[0]]
                 continue
             return None

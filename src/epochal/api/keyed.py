@@ -39,10 +39,10 @@ class KeyedStream(DataStream):
     def _key_selector(self) -> Callable[[Any], Any] | None:
         return self.key_selector
 
-    def _aggregate(self, kind: str, name: str, aggregate: Callable[[Any, Any], Any],
+    def _aggregate(self, operation: str, name: str, aggregate: Callable[[Any, Any], Any],
                    emit: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
         operator = KeyedReduceOperator(self.key_selector, aggregate, emit)
-        return self._add(kind, name, operator, [self.key_selector, *functions])
+        return self._add(operation, name, operator, [self.key_selector, *functions])
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
         """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record."""
@@ -53,10 +53,10 @@ class KeyedStream(DataStream):
         """Rolling count per key; emits ``(key, count)``."""
         return self._aggregate("count", "Count", CountAggregate(), emit_key_value, [])
 
-    def _fold(self, kind: str, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
+    def _fold(self, operation: str, name: str, value: Field, combine: Callable[[Any, Any], Any]) -> DataStream:
         if value is None or callable(value):
-            return self._aggregate(kind, name, FoldAggregate(value, combine), emit_key_value, [value])
-        return self._aggregate(kind, name, FieldAggregate(check_field(value, kind), combine), emit_value, [])
+            return self._aggregate(operation, name, FoldAggregate(value, combine), emit_key_value, [value])
+        return self._aggregate(operation, name, FieldAggregate(check_field(value, operation), combine), emit_value, [])
 
     def sum(self, value: Field = None) -> DataStream:
         """Rolling sum per key.

@@ -158,7 +158,7 @@ def build_stages(graph: ExecutionGraph) -> list[Stage]:
             operator = node.operator
             if len(node.children) > 1 or (node.children and node.out_edges):
                 raise _unsupported(node.name, "an operator feeding several others")
-            if node.kind == "source" or isinstance(operator, WatermarkGenerator):
+            if node.operation == "source" or isinstance(operator, WatermarkGenerator):
                 continue
             if isinstance(operator, _STATELESS):
                 (stage.post if stage.window is not None else stage.pre).append(operator)
@@ -169,13 +169,13 @@ def build_stages(graph: ExecutionGraph) -> list[Stage]:
             elif isinstance(operator, SinkOperator):
                 stage.sink, stage.sink_name = operator.sink, node.name
             else:
-                raise _unsupported(node.name, node.kind)
+                raise _unsupported(node.name, node.operation)
         stages.append(stage)
         first += vertex.parallelism
     index_of = {vertex.id: i for i, vertex in enumerate(job.vertices)}
     for edge in job.edges:
         producer, consumer = stages[index_of[edge.source_vertex]], stages[index_of[edge.target_vertex]]
-        if edge.partitioner.kind == "broadcast":
+        if edge.partitioner.strategy == "broadcast":
             raise _unsupported(consumer.name, "a broadcast input: every record must reach exactly one consumer")
         producer.downstream, producer.partitioner = consumer.index, edge.partitioner
         consumer.upstream, consumer.forward_in = producer.index, edge.partitioner.is_forward
@@ -204,7 +204,7 @@ def targets_of(partitioner: Partitioner | None, records: list[Any], n: int, offs
         if bad is not None:
             raise ValueError(f"custom partitioner returned {bad!r}, expected an index in 0..{n - 1}")
         return out
-    raise PlanError(f"a CEC job cannot use a {partitioner.kind} edge: every record must go to exactly one consumer")
+    raise PlanError(f"a CEC job cannot use a {partitioner.strategy} edge: every record must go to exactly one consumer")
 
 
 def run_chain(operators: list[Operator], records: list[Any]) -> list[Any]:

@@ -24,27 +24,27 @@ FAILURE_RANK = {"restore": -1, "user": 0, "worker_lost": 1, "internal": 2, "chec
 def failure_error(failures: Iterable[Failed], job_name: str, restore_hint: str) -> JobFailedError:
     """The error that explains ``failures`` (at least one) best; ``restore_hint`` says what to
     restore instead should the cause be a damaged checkpoint."""
-    failure = min(_own_reports_first(list(failures)), key=lambda f: FAILURE_RANK.get(f.kind, 9))
+    failure = min(_own_reports_first(list(failures)), key=lambda f: FAILURE_RANK.get(f.category, 9))
     worker = failure.worker
-    if failure.kind == "user":
+    if failure.category == "user":
         where = failure.where or f"operator '{failure.operator}'"
         shown = failure.user_traceback.format() if failure.user_traceback else failure.traceback
         message = f"job '{job_name}' failed: {where} (worker {worker}) raised {failure.error}\n{shown}".rstrip()
-        return JobFailedError(message, operator=failure.operator, worker=worker, kind="user")
+        return JobFailedError(message, operator=failure.operator, worker=worker, category="user")
     text = f"job '{job_name}' failed: {failure.error}"
-    if failure.kind == "restore":
+    if failure.category == "restore":
         text += f"\n{restore_hint}\n(a damaged checkpoint is not a transient failure: the job was not restarted)"
-    if failure.kind == "internal" and failure.traceback:
+    if failure.category == "internal" and failure.traceback:
         text += f"\n{failure.traceback}".rstrip()
-    return JobFailedError(text, worker=worker, kind=failure.kind)
+    return JobFailedError(text, worker=worker, category=failure.category)
 
 
 def _own_reports_first(failures: list[Failed]) -> list[Failed]:
     """``failures`` without the loss of a worker that reported its own failure first: a worker
     that sent a ``Failed`` (an internal error, say) and then exited is explained by its report,
     not by the closed connection that followed it. Another worker's loss still ranks as usual."""
-    reported = {f.worker for f in failures if f.kind not in ("worker_lost", "heartbeat") and f.worker is not None}
-    kept = [f for f in failures if not (f.kind in ("worker_lost", "heartbeat") and f.worker in reported)]
+    reported = {f.worker for f in failures if f.category not in ("worker_lost", "heartbeat") and f.worker is not None}
+    kept = [f for f in failures if not (f.category in ("worker_lost", "heartbeat") and f.worker in reported)]
     return kept or failures
 
 

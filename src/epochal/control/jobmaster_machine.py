@@ -294,7 +294,7 @@ class JobMasterMachine:
     def _decide(self, now: float) -> None:
         """The grace period is over: restart, or fail for good with the best-ranked failure."""
         error = self.failure_error()
-        delay = self.restarting.decide(error.kind or "", now)
+        delay = self.restarting.decide(error.category, now)
         if delay is None:
             if self.restarting.restarts:
                 error.args = (f"{error.args[0]}{self.restarting.give_up_note()}",)

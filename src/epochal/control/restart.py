@@ -130,10 +130,10 @@ class RestartMachine:
     def failure_seen(self, now: float) -> None:
         self.detected = self.detected or now
 
-    def decide(self, kind: str, now: float) -> float | None:
+    def decide(self, category: str, now: float) -> float | None:
         """The delay before the next attempt, or None when the job must fail. A damaged
         checkpoint ("restore") fails every attempt the same way: never restarted."""
-        return None if kind == "restore" else self.strategy.next_delay(now)
+        return None if category == "restore" else self.strategy.next_delay(now)
 
     def give_up_note(self) -> str:
         """What a final failure's message adds after restarts."""

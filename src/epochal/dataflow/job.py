@@ -36,7 +36,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     :meth:`~epochal.api.environment.Environment.execute_async` for the arguments)."""
     job = env.plan()
     job_id = uuid.uuid4().hex[:12]
-    operators = {n.uid: {"name": n.name, "kind": n.kind} for n in job.nodes.values()}
+    operators = {n.uid: {"name": n.name, "operation": n.operation} for n in job.nodes.values()}
     restore = None if restore_from is None else _checked_restore(env, restore_from, operators,
                                                                   allow_non_restored_state)
     graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
@@ -84,6 +84,6 @@ def _checked_restore(env: Environment, restore_from: str, operators: dict[str, d
     restore_storage.verify_files(checkpoint_id, metadata, set(operators))
     if skipped:
         _log.warning("restoring %s without the state of %s (allow_non_restored_state=True)", location,
-                     ", ".join(f"uid '{s['uid']}' ({s['name'] or '?'}, {s['kind'] or '?'})" for s in skipped))
+                     ", ".join(f"uid '{s['uid']}' ({s['name'] or '?'}, {s['operation'] or '?'})" for s in skipped))
     return {"storage": restore_storage.uri, "checkpoint_id": checkpoint_id, "metadata": metadata,
             "non_restored_state": skipped}

@@ -5,6 +5,6 @@ loaded and partitioned on the driver (:mod:`~epochal.graph.placement`,
 :mod:`~epochal.graph.partition`), each Spark task runs one partition's superstep engine
 (:mod:`~epochal.graph.engine`), and the JobMaster holds the global barrier
 (:mod:`~epochal.graph.supersteps`). Programs are written per vertex or per partition
-(:mod:`~epochal.graph.program`); :func:`~epochal.graph.local.run_locally` runs them in one process
+(:mod:`~epochal.graph.program`); :func:`~epochal.graph.local.run_graph_locally` runs them in one process
 for tests.
 """

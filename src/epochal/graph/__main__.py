@@ -4,7 +4,7 @@ This module owns the command line only: it parses the arguments, builds the algo
 (:mod:`epochal.graph.algorithms`), loads the LDBC Graphalytics files
 (:func:`~epochal.graph.loading.load_graph_located`), runs the job on Spark
 (:func:`epochal.graph.job.run_graph`) or, with ``--local``, in this process
-(:func:`~epochal.graph.local.run_locally`, a testing aid without fault tolerance), writes the
+(:func:`~epochal.graph.local.run_graph_locally`, a testing aid without fault tolerance), writes the
 Graphalytics output directory (:func:`~epochal.graph.output.write_results`) and prints one
 summary line. Bad input and bad arguments print one line to stderr and exit with status 2 (a
 problem an algorithm finds with one edge, such as SSSP's negative weight, names the edge file's
@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from epochal.errors import EpochalError
 from epochal.graph.loading import load_graph_located
-from epochal.graph.local import GraphResult, run_locally
+from epochal.graph.local import GraphResult, run_graph_locally
 from epochal.graph.model import EdgeInputError, GraphInputError
 from epochal.graph.output import GraphOutputError, check_output_dir, write_results
 from epochal.graph.placement import PARTITIONERS
@@ -143,7 +143,7 @@ def build_program(args: argparse.Namespace) -> Program:
 
 def _execute(args: argparse.Namespace, graph: Any, program: Program) -> GraphResult:
     if args.local:
-        return run_locally(graph, program, args.parallelism, args.partitioner)
+        return run_graph_locally(graph, program, args.parallelism, args.partitioner)
     from epochal.graph.job import run_graph
     from epochal.runtime.host.hooks import Fault
 

@@ -1,6 +1,6 @@
 """Running a graph program in one process: every partition's engine, the barrier in a loop.
 
-:func:`run_locally` builds the partitions a Spark job would (same partitioner, same engines,
+:func:`run_graph_locally` builds the partitions a Spark job would (same partitioner, same engines,
 same coordinator) and runs the supersteps with exchanges handed over in memory. It is a testing
 aid (fast unit tests of algorithms and of users' vertex programs, no Spark, no Java) and the
 reference the distributed run is compared with; it has no fault tolerance.
@@ -51,7 +51,7 @@ def program_layout(program: VectorProgram | VertexProgram) -> tuple[str, bool]:
     return "in", False
 
 
-def run_locally(graph: Graph, program: VectorProgram | VertexProgram, num_workers: int = 1,
+def run_graph_locally(graph: Graph, program: VectorProgram | VertexProgram, num_workers: int = 1,
                 partitioner: str = "hash") -> GraphResult:
     """Run ``program`` on ``graph`` split over ``num_workers`` in-process partitions."""
     program.check(graph)
@@ -89,3 +89,7 @@ def in_id_order(ids: list[Any], values: list[Any], program: VectorProgram | Vert
         return all_ids[order], np.concatenate([np.asarray(v) for v in values])[order]
     flat = [v for part in values for v in part]
     return all_ids[order], [flat[i] for i in order.tolist()]
+
+
+#: The former name of :func:`run_graph_locally` (``epochal.testing.run_locally`` runs dataflow jobs).
+run_locally = run_graph_locally

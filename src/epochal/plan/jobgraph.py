@@ -32,7 +32,7 @@ class ChainedNode:
     """One operator inside a vertex's chain (a tree: a node may feed several)."""
 
     node_id: int
-    kind: str
+    operation: str
     name: str
     uid: str
     operator: Operator
@@ -103,7 +103,7 @@ class JobGraph:
         lines = []
         for vertex in self.vertices:
             inputs = ", ".join(
-                f"{self.edges[e].partitioner.kind}{' back-edge' if self.edges[e].back_edge else ''} from "
+                f"{self.edges[e].partitioner.strategy}{' back-edge' if self.edges[e].back_edge else ''} from "
                 f"#{self.edges[e].source_vertex}" for e in vertex.in_edges)
             lines.append(f"#{vertex.id} {vertex.name} (parallelism {vertex.parallelism})"
                          + (f" <- {inputs}" if inputs else ""))
@@ -151,7 +151,7 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
 
     tails = {}
     for node in physical:
-        if node.kind == "iteration_head":
+        if node.operation == "iteration_head":
             if len(node.inputs) != 2:
                 raise PlanError(f"loop '{node.name}' was opened with iterate() but never closed: call "
                                 "close_with(feedback) on the stream iterate() returned")
@@ -189,7 +189,7 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
             edge_ends.append((position if two_inputs else 0, tag))
 
     def chained_to_producer(node: Transformation) -> bool:
-        if node.kind == "source" or len(inputs_of[node.id]) != 1 or not node.chaining:
+        if node.operation == "source" or len(inputs_of[node.id]) != 1 or not node.chaining:
             return False
         producer_id, _, partitioner = logical_edges[inputs_of[node.id][0]]
         return (partitioner.is_forward and graph[producer_id].chaining
@@ -200,8 +200,8 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
     vertices: list[JobVertex] = []
     for node in physical:
         if node.operator is None:  # the API gives every node that runs, sources included, an operator
-            raise PlanError(f"node '{node.name}' ({node.kind}) has no operator")
-        nodes[node.id] = ChainedNode(node.id, node.kind, node.name, uid_of[node.id],
+            raise PlanError(f"node '{node.name}' ({node.operation}) has no operator")
+        nodes[node.id] = ChainedNode(node.id, node.operation, node.name, uid_of[node.id],
                                      node.operator, collect_id=node.collect_id)
         nodes[node.id].operator.name = node.name
         nodes[node.id].operator.uid = uid_of[node.id]
@@ -251,17 +251,17 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
 
 def default_uid(node: Transformation, ordinal: int) -> tuple[str, str]:
     """The uid of ``node`` and how it was chosen. ``ordinal`` counts the earlier operators of the
-    same kind in the job.
+    same operation in the job.
 
-    The user's ``.uid()`` wins. Otherwise a name the user gave gives ``<kind>:<name>``, and an
-    unnamed operator gets ``<kind>-<ordinal>``. So adding, say, a ``map`` before a keyed ``sum``
+    The user's ``.uid()`` wins. Otherwise a name the user gave gives ``<operation>:<name>``, and an
+    unnamed operator gets ``<operation>-<ordinal>``. So adding, say, a ``map`` before a keyed ``sum``
     changes neither the sum's uid nor any other operator's but those of the unnamed maps after it.
     """
     if node.uid:
         return node.uid, "set with .uid()"
     if node.user_named:
-        return f"{node.kind}:{node.name}", "from its .name()"
-    return f"{node.kind}-{ordinal}", f"by position: {_ordinal_text(ordinal)} {node.kind} of the job"
+        return f"{node.operation}:{node.name}", "from its .name()"
+    return f"{node.operation}-{ordinal}", f"by position: {_ordinal_text(ordinal)} {node.operation} of the job"
 
 
 def _ordinal_text(ordinal: int) -> str:
@@ -280,14 +280,14 @@ def assign_uids(physical: list[Transformation]) -> dict[int, str]:
     uid_of: dict[int, str] = {}
     owners: dict[str, tuple[Transformation, str]] = {}
     for node in physical:
-        ordinal = ordinals.get(node.kind, 0)
-        ordinals[node.kind] = ordinal + 1
+        ordinal = ordinals.get(node.operation, 0)
+        ordinals[node.operation] = ordinal + 1
         uid, how = default_uid(node, ordinal)
         if uid in owners:
             other, other_how = owners[uid]
             raise PlanError(
-                f"uid '{uid}' is used by two operators: '{other.name}' ({other.kind}, uid {other_how}) and "
-                f"'{node.name}' ({node.kind}, uid {how}); uids identify state on restore and must be unique. "
+                f"uid '{uid}' is used by two operators: '{other.name}' ({other.operation}, uid {other_how}) and "
+                f"'{node.name}' ({node.operation}, uid {how}); uids identify state on restore and must be unique. "
                 "Give one of them a distinct .name() or .uid()")
         owners[uid] = (node, how)
         uid_of[node.id] = uid
@@ -302,7 +302,7 @@ def _find_back_edges(physical: list[Transformation], logical_edges: list[tuple[i
         out[producer].append(index)
     state: dict[int, int] = {}  # 1 on the stack, 2 done
     back: set[int] = set()
-    for root in [n.id for n in physical if n.kind == "source"]:
+    for root in [n.id for n in physical if n.operation == "source"]:
         if root in state:
             continue
         state[root] = 1
@@ -359,7 +359,7 @@ def _loop_bodies(graph: LogicalGraph, physical: list[Transformation],
     for tail_id, head in tails.items():
         body = reach(head.id, forward) & reach(tail_id, backward)
         for node_id in body:
-            if node_id in owner or (graph[node_id].kind == "iteration_head" and node_id != head.id):
+            if node_id in owner or (graph[node_id].operation == "iteration_head" and node_id != head.id):
                 raise PlanError(f"'{graph[node_id].name}' lies inside two loops ('{head.name}' and "
                                 f"'{owner.get(node_id, graph[node_id].name)}'); nested or overlapping loops "
                                 "are not supported")

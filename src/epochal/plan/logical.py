@@ -29,7 +29,7 @@ class Transformation:
     """
 
     id: int
-    kind: str
+    operation: str
     name: str
     inputs: list[int]
     source: Source | None = None
@@ -65,8 +65,8 @@ class LogicalGraph:
     #: their final values (``Environment.set_runtime_mode``).
     runtime_mode: str = "streaming"
 
-    def add(self, kind: str, name: str, inputs: list[int], **fields: Any) -> Transformation:
-        node = Transformation(id=len(self.nodes), kind=kind, name=name, inputs=inputs, **fields)
+    def add(self, operation: str, name: str, inputs: list[int], **fields: Any) -> Transformation:
+        node = Transformation(id=len(self.nodes), operation=operation, name=name, inputs=inputs, **fields)
         self.nodes.append(node)
         return node
 
@@ -74,4 +74,4 @@ class LogicalGraph:
         return self.nodes[node_id]
 
     def sink_ids(self) -> list[int]:
-        return [n.id for n in self.nodes if n.kind == "sink"]
+        return [n.id for n in self.nodes if n.operation == "sink"]

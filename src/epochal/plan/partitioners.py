@@ -18,7 +18,7 @@ class Partitioner(ABC):
     """Divides a batch among ``n`` consumer channels."""
 
     #: A short name shown in plans and errors.
-    kind: str = "custom"
+    strategy: str = "custom"
     #: Forward edges connect subtask i only to subtask i (and allow chaining).
     is_forward: bool = False
 
@@ -30,7 +30,7 @@ class Partitioner(ABC):
 class ForwardPartitioner(Partitioner):
     """Subtask i sends to subtask i: the edge has exactly one channel per producer."""
 
-    kind = "forward"
+    strategy = "forward"
     is_forward = True
 
     def split(self, batch: list[Any], n: int) -> list[list[Any]]:
@@ -40,7 +40,7 @@ class ForwardPartitioner(Partitioner):
 class RebalancePartitioner(Partitioner):
     """Round robin, record by record, continuing where the previous batch stopped."""
 
-    kind = "rebalance"
+    strategy = "rebalance"
 
     def __init__(self) -> None:
         self.next_target = 0
@@ -55,7 +55,7 @@ class RebalancePartitioner(Partitioner):
 class BroadcastPartitioner(Partitioner):
     """Every consumer subtask receives every record."""
 
-    kind = "broadcast"
+    strategy = "broadcast"
 
     def split(self, batch: list[Any], n: int) -> list[list[Any]]:
         return [batch] * n
@@ -64,7 +64,7 @@ class BroadcastPartitioner(Partitioner):
 class KeyGroupPartitioner(Partitioner):
     """Sends a record to the subtask that owns its key's key group (papers/001 §3.1.2)."""
 
-    kind = "hash"
+    strategy = "hash"
 
     def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int) -> None:
         self.key_selector = key_selector
@@ -90,7 +90,7 @@ class KeyGroupPartitioner(Partitioner):
 class CustomPartitioner(Partitioner):
     """``partition(key, n) -> index`` chooses the consumer for each record's key."""
 
-    kind = "custom"
+    strategy = "custom"
 
     def __init__(self, partition: Callable[[Any, int], int], key_selector: Callable[[Any], Any]) -> None:
         self.partition = partition

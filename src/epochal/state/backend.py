@@ -47,8 +47,8 @@ class KeyedStateBackend(ABC):
     def __init__(self, max_parallelism: int, key_groups: range) -> None:
         self.max_parallelism = max_parallelism
         self.key_groups = key_groups
-        #: state name -> kind ("value", "list", ...): one name, one kind
-        self.kinds: dict[str, str] = {}
+        #: state name -> state type ("value", "list", ...): one name, one type
+        self.state_types: dict[str, str] = {}
         #: state name -> TTL config, for states declared with one (``capture`` reads it for
         #: snapshot cleanup, :func:`epochal.state.ttl.drop_expired`)
         self.ttl_configs: dict[str, StateTtlConfig] = {}
@@ -79,28 +79,28 @@ class KeyedStateBackend(ABC):
         from epochal.state.keyed import STATE_TYPES, TTL_STATE_TYPES
 
         name, ttl = descriptor.name, descriptor.ttl
-        known = self.kinds.get(name)
+        known = self.state_types.get(name)
         if known is None:
-            self.kinds[name] = descriptor.kind
+            self.state_types[name] = descriptor.state_type
             if ttl is not None:
-                self._declare_ttl(name, descriptor.kind, ttl)
-        elif known != descriptor.kind:
+                self._declare_ttl(name, descriptor.state_type, ttl)
+        elif known != descriptor.state_type:
             raise PlanError(f"state '{name}' was declared as {known} state and now as "
-                            f"{descriptor.kind} state; use another name")
+                            f"{descriptor.state_type} state; use another name")
         else:
             declared = self.ttl_configs.get(name)
             if declared is not ttl and declared != ttl:
                 raise PlanError(f"state '{name}' was declared with ttl={declared!r} and now with ttl={ttl!r}; "
                                 f"one state name has one TTL config (use another name)")
         if ttl is None:
-            return STATE_TYPES[descriptor.kind](self, descriptor)
-        return TTL_STATE_TYPES[descriptor.kind](self, descriptor)
+            return STATE_TYPES[descriptor.state_type](self, descriptor)
+        return TTL_STATE_TYPES[descriptor.state_type](self, descriptor)
 
-    def _declare_ttl(self, name: str, kind: str, config: StateTtlConfig) -> None:
+    def _declare_ttl(self, name: str, state_type: str, config: StateTtlConfig) -> None:
         """Record state ``name``'s TTL config (and start its incremental cleanup if it has one)."""
         self.ttl_configs[name] = config
         if config.cleanup_incrementally:
-            cleanup = IncrementalCleanup(self.owned_table(name), self.key_groups, kind, config,
+            cleanup = IncrementalCleanup(self.owned_table(name), self.key_groups, state_type, config,
                                          self.cleanup_cursor(name))
             self.ttl_cleanups[name] = cleanup
             if config.cleanup_for_every_record:

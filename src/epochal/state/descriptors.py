@@ -1,4 +1,4 @@
-"""State descriptors: a name and a kind, declared by a function and created through its context.
+"""State descriptors: a name and a state type, declared by a function and created through its context.
 
 The name identifies the state inside its operator (together with the operator's uid, across
 restores), so it must be stable across versions of a job.
@@ -34,7 +34,7 @@ class AggregateFunction(Protocol):
 class StateDescriptor:
     """Base of all descriptors: ``name`` is unique within an operator.
 
-    ``ttl`` (keyword only, every kind): a :class:`~epochal.state.ttl.StateTtlConfig` makes the
+    ``ttl`` (keyword only, every state type): a :class:`~epochal.state.ttl.StateTtlConfig` makes the
     state's values expire (:mod:`epochal.state.ttl`); ``None`` (default): they never do. One state
     name has one TTL config within a backend."""
 
@@ -42,7 +42,7 @@ class StateDescriptor:
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
 
     #: "value" | "list" | "reducing" | "aggregating" | "map": decides how snapshots copy values.
-    kind = "value"
+    state_type = "value"
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,14 @@ class ValueStateDescriptor(StateDescriptor):
     """One value per key; ``default`` is returned while none is set."""
 
     default: Any = None
-    kind = "value"
+    state_type = "value"
 
 
 @dataclass(frozen=True)
 class ListStateDescriptor(StateDescriptor):
     """A list per key that supports appending."""
 
-    kind = "list"
+    state_type = "list"
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class ReducingStateDescriptor(StateDescriptor):
     """One value per key, combined with ``reduce_fn(old, new)`` on every add."""
 
     reduce_fn: Callable[[Any, Any], Any] | None = None
-    kind = "reducing"
+    state_type = "reducing"
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,11 @@ class AggregatingStateDescriptor(StateDescriptor):
     """An accumulator per key, updated by an :class:`AggregateFunction` on every add."""
 
     aggregate_function: Any = None
-    kind = "aggregating"
+    state_type = "aggregating"
 
 
 @dataclass(frozen=True)
 class MapStateDescriptor(StateDescriptor):
     """A map per key: put/get single entries without (de)serialising the whole map."""
 
-    kind = "map"
+    state_type = "map"

@@ -24,7 +24,7 @@ from epochal.state.ttl import CLOCK, drop_expired
 Tables = dict[str, dict[int, dict[Any, Any]]]
 
 
-_DEEP_KINDS = {"list": list, "map": dict}
+_DEEP_TYPES = {"list": list, "map": dict}
 
 
 class HeapKeyedStateBackend(KeyedStateBackend):
@@ -52,8 +52,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         by_group: Captured = {}
         now = CLOCK.now()
         for name, groups in self.tables.items():
-            kind = self.kinds.get(name, "value")
-            deep = _DEEP_KINDS.get(kind)
+            state_type = self.state_types.get(name, "value")
+            deep = _DEEP_TYPES.get(state_type)
             ttl = self.ttl_configs.get(name)
             if ttl is not None and not ttl.cleanup_in_snapshot:
                 ttl = None
@@ -61,7 +61,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 if not entries:
                     continue
                 if ttl is not None:  # snapshot cleanup: expired values are left out
-                    copied = drop_expired(entries, kind, ttl, now)
+                    copied = drop_expired(entries, state_type, ttl, now)
                     if not copied:
                         continue
                 else:
@@ -123,14 +123,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         now = CLOCK.now()
         for name, groups in plan.changed_keys().items():
             table = self.tables.get(name, {})
-            kind = self.kinds.get(name, "value")
-            deep = _DEEP_KINDS.get(kind)
+            state_type = self.state_types.get(name, "value")
+            deep = _DEEP_TYPES.get(state_type)
             ttl = self.ttl_configs.get(name)
             for group, keys in groups.items():
                 entries = table.get(group, {})
                 changed = {key: entries.get(key, DELETED) for key in keys}
                 if ttl is not None and ttl.cleanup_in_snapshot:  # expired: as good as deleted
-                    live = drop_expired({k: v for k, v in changed.items() if v is not DELETED}, kind, ttl, now)
+                    live = drop_expired({k: v for k, v in changed.items() if v is not DELETED}, state_type, ttl, now)
                     changed = {key: live.get(key, DELETED) for key in changed}
                 elif deep is not None:
                     changed = {k: v if v is DELETED else deep(v) for k, v in changed.items()}

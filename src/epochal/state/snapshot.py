@@ -27,7 +27,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def file_stem(uid: str) -> str:
     """A file name for ``uid`` that every filesystem accepts (uids may be any text, e.g. a
-    ``<kind>:<name>`` uid derived from a user's name); a CRC keeps sanitised names apart."""
+    ``<operation>:<name>`` uid derived from a user's name); a CRC keeps sanitised names apart."""
     safe = _UNSAFE.sub("_", uid)
     return safe if safe == uid else f"{safe}.{crc(uid.encode()):08x}"
 

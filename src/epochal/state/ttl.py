@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 UPDATE_TYPES = ("on_create_and_write", "on_read_and_write")
 VISIBILITIES = ("never_return_expired", "return_expired_if_not_cleaned_up")
 #: Kinds whose stored value is one TtlValue (list and map states hold one per element / entry).
-SINGLE_VALUE_KINDS = frozenset({"value", "reducing", "aggregating"})
+SINGLE_VALUE_TYPES = frozenset({"value", "reducing", "aggregating"})
 
 
 @dataclass(frozen=True)
@@ -157,27 +157,27 @@ def set_clock(now: Callable[[], float] | None) -> Callable[[], float]:
     return previous
 
 
-def unexpired(stored: Any, kind: str, horizon: float, copy: bool = False) -> Any:
-    """``stored`` (what a state of ``kind`` holds for one key) without what was last updated at or
+def unexpired(stored: Any, state_type: str, horizon: float, copy: bool = False) -> Any:
+    """``stored`` (what a state of ``state_type`` holds for one key) without what was last updated at or
     before ``horizon`` (``now - ttl``); ``None`` when nothing is left. Unless ``copy``, ``stored``
     itself is returned when nothing expired; a new list or dict otherwise (``stored`` is never
     changed)."""
-    if kind in SINGLE_VALUE_KINDS:
+    if state_type in SINGLE_VALUE_TYPES:
         return stored if stored[1] > horizon else None
-    if kind == "list":
+    if state_type == "list":
         live = [e for e in stored if e[1] > horizon]
         if not live:
             return None
         return stored if len(live) == len(stored) and not copy else live
-    if kind == "map":
+    if state_type == "map":
         kept = {k: e for k, e in stored.items() if e[1] > horizon}
         if not kept:
             return None
         return stored if len(kept) == len(stored) and not copy else kept
-    raise PlanError(f"unknown state kind {kind!r}")
+    raise PlanError(f"unknown state state_type {state_type!r}")
 
 
-def drop_expired(entries: MutableMapping[Any, Any], kind: str, config: StateTtlConfig,
+def drop_expired(entries: MutableMapping[Any, Any], state_type: str, config: StateTtlConfig,
                  now: float) -> dict[Any, Any]:
     """Snapshot cleanup for one key group of one state: a new dict ``key -> stored value`` without
     the keys, list elements and map entries that have expired at ``now``, and without keys left
@@ -185,11 +185,11 @@ def drop_expired(entries: MutableMapping[Any, Any], kind: str, config: StateTtlC
     live state, as ``capture`` requires); ``entries`` is not changed. Any backend's ``capture`` may
     call it for states whose ``config.cleanup_in_snapshot`` is set."""
     horizon = now - config.ttl
-    if kind in SINGLE_VALUE_KINDS:
+    if state_type in SINGLE_VALUE_TYPES:
         return {k: v for k, v in entries.items() if v[1] > horizon}
     out: dict[Any, Any] = {}
     for key, stored in entries.items():
-        live = unexpired(stored, kind, horizon, copy=True)
+        live = unexpired(stored, state_type, horizon, copy=True)
         if live is not None:
             out[key] = live
     return out
@@ -217,14 +217,14 @@ class IncrementalCleanup:
     group and the next step starts the next round (as Flink's); keys added to a group after the
     cursor took that group's keys are seen in the next round."""
 
-    __slots__ = ("table", "groups", "cursor", "kind", "config", "_index", "_entries", "_pending")
+    __slots__ = ("table", "groups", "cursor", "state_type", "config", "_index", "_entries", "_pending")
 
-    def __init__(self, table: MutableMapping[int, MutableMapping[Any, Any]], groups: Sequence[int], kind: str,
+    def __init__(self, table: MutableMapping[int, MutableMapping[Any, Any]], groups: Sequence[int], state_type: str,
                  config: StateTtlConfig, cursor: KeyCursor | None = None) -> None:
         self.table = table
         self.groups = groups
         self.cursor = cursor
-        self.kind = kind
+        self.state_type = state_type
         self.config = config
         self._index = -1  # without a cursor: the position in groups of the group whose keys are pending
         self._entries: MutableMapping[Any, Any] = {}  # with a cursor: the mapping that holds the pending keys
@@ -232,14 +232,14 @@ class IncrementalCleanup:
 
     def step(self, now: float) -> int:
         """Check the next ``cleanup_incrementally`` keys; returns how many keys were dropped."""
-        pending, kind, cursor = self._pending, self.kind, self.cursor
+        pending, state_type, cursor = self._pending, self.state_type, self.cursor
         if cursor is not None:
             entries = self._entries
         else:  # looked up again: a restore may have replaced the group's dict since the last step
             entries = self.table[self.groups[self._index]] if pending else {}
         budget = self.config.cleanup_incrementally
         horizon = now - self.config.ttl
-        single = kind in SINGLE_VALUE_KINDS
+        single = state_type in SINGLE_VALUE_TYPES
         dropped = 0
         while budget > 0:
             if not pending:
@@ -270,7 +270,7 @@ class IncrementalCleanup:
                     del entries[key]
                     dropped += 1
                 continue
-            live = unexpired(stored, kind, horizon)
+            live = unexpired(stored, state_type, horizon)
             if live is None:
                 del entries[key]
                 dropped += 1

@@ -184,12 +184,12 @@ class OperatorHarness:
         the constructor's (``max_parallelism`` defaults to the environment's)."""
         node = stream.node
         if node.operator is None:
-            raise TypeError(f"'{node.name}' is a {'partitioning call' if node.is_virtual else node.kind}, not an "
+            raise TypeError(f"'{node.name}' is a {'partitioning call' if node.is_virtual else node.operation}, not an "
                             "operator: pass the stream an operator call (map, sum, process, window...) returned")
         operator = copy.deepcopy(node.operator)
         operator.name = node.name
         options.setdefault("max_parallelism", stream.env.max_parallelism)
-        options.setdefault("uid", node.uid or (f"{node.kind}:{node.name}" if node.user_named else node.kind))
+        options.setdefault("uid", node.uid or (f"{node.operation}:{node.name}" if node.user_named else node.operation))
         return cls(operator, **options)
 
     def restored_from(self, *snapshots: OperatorSnapshot, parallelism: int | None = None, subtask_index: int = 0,

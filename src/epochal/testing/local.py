@@ -252,7 +252,7 @@ class LocalRunner:
         shown = UserTraceback.of(cause).format()
         return JobFailedError(f"job '{self.job_name}' failed: {error.where}{where} raised "
                               f"{type(cause).__name__}: {cause}\n{shown}".rstrip(), operator=error.operator,
-                              worker=worker, kind="user")
+                              worker=worker, category="user")
 
     def _metrics(self, workers: int) -> dict[int, dict[str, Any]]:
         """Per simulated worker, the counters a worker reports (``JobResult`` reads them)."""

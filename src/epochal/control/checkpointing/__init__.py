@@ -2,14 +2,14 @@
 
 ``coordinator`` (:class:`CheckpointCoordinator`: trigger timing, the pending checkpoints, the
 order of completion and abort), ``pending`` (:class:`PendingCheckpoint`, :class:`AckResult`),
-``failures`` (:class:`CheckpointFailureManager`, :class:`AbortKind`: what counts as a failure),
+``failures`` (:class:`CheckpointFailureManager`, :class:`AbortReason`: what counts as a failure),
 ``store`` (:class:`CompletedCheckpointStore`: completed ids, retention, record totals),
 ``stats`` (:class:`CheckpointStatsTracker`), ``restore`` (:func:`check_restore`) and ``files``
 (the checkpoint I/O coordinators ask the driver for, and :class:`CheckpointFiles`, which does it).
 """
 
 from epochal.control.checkpointing.coordinator import CheckpointCoordinator
-from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.failures import AbortReason, CheckpointFailureManager
 from epochal.control.checkpointing.files import (
     CheckpointFiles,
     CheckpointIO,
@@ -24,7 +24,7 @@ from epochal.control.checkpointing.restore import check_restore
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
 
-__all__ = ["AbortKind", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointFiles",
+__all__ = ["AbortReason", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointFiles",
            "CheckpointIO", "CheckpointStatsTracker", "CheckpointWritten", "CompletedCheckpointStore",
            "DeleteCheckpoints", "DiscardCheckpoint", "PendingCheckpoint", "RecordStats", "WriteCheckpoint",
            "check_restore"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from epochal.config import CheckpointConfig
-from epochal.control.checkpointing.failures import AbortKind, CheckpointFailureManager
+from epochal.control.checkpointing.failures import AbortReason, CheckpointFailureManager
 from epochal.control.checkpointing.files import (
     CheckpointIO,
     DeleteCheckpoints,
@@ -57,7 +57,7 @@ class CheckpointCoordinator:
         self.vertex_parallelism = vertex_parallelism
         self.max_parallelism = max_parallelism
         self.split_layout = split_layout or {}
-        #: uid -> {"name", "kind"} of every operator, recorded in the metadata so that a restore
+        #: uid -> {"name", "operation"} of every operator, recorded in the metadata so that a restore
         #: into a changed job can say whose state nobody claims.
         self.operators = operators or {}
         self.next_id = first_id
@@ -153,7 +153,7 @@ class CheckpointCoordinator:
         outbox: Outbox = []
         # older pending checkpoints can no longer be useful
         for older in [c for c in self.pending if c < checkpoint_id]:
-            outbox += self.abort(older, AbortKind.SUPERSEDED, "a newer checkpoint completed", now)[1]
+            outbox += self.abort(older, AbortReason.SUPERSEDED, "a newer checkpoint completed", now)[1]
         self.store.add(checkpoint_id, pending.source_records())
         self.failures.on_completed()
         self.last_end = now
@@ -170,13 +170,13 @@ class CheckpointCoordinator:
         if pending is None:
             return True, []
         self.pending[checkpoint_id] = pending
-        return self.abort(checkpoint_id, AbortKind.WRITE_FAILED, f"its metadata could not be written: {error}", now)
+        return self.abort(checkpoint_id, AbortReason.WRITE_FAILED, f"its metadata could not be written: {error}", now)
 
     # ---------------------------------------------------------------- failures
     def on_decline(self, message: Decline, now: float) -> tuple[bool, Outbox]:
         """A subtask could not write its snapshot: abort the checkpoint. Returns False (with the
         abort) when failures exceed tolerance."""
-        return self.abort(message.checkpoint_id, AbortKind.DECLINED,
+        return self.abort(message.checkpoint_id, AbortReason.DECLINED,
                           f"declined by worker {message.worker}: {message.reason}", now)
 
     def check_timeouts(self, now: float) -> tuple[bool, Outbox]:
@@ -185,24 +185,24 @@ class CheckpointCoordinator:
         outbox: Outbox = []
         for pending in list(self.pending.values()):
             if now - pending.started > self.config.timeout:
-                tolerable, aborts = self.abort(pending.checkpoint_id, AbortKind.TIMED_OUT,
+                tolerable, aborts = self.abort(pending.checkpoint_id, AbortReason.TIMED_OUT,
                                                f"timed out after {self.config.timeout:g} s", now)
                 outbox += aborts
                 if not tolerable:
                     return False, outbox
         return True, outbox
 
-    def abort(self, checkpoint_id: int, kind: AbortKind, reason: str, now: float) -> tuple[bool, Outbox]:
+    def abort(self, checkpoint_id: int, why: AbortReason, reason: str, now: float) -> tuple[bool, Outbox]:
         """Abort a pending checkpoint; returns False when failures exceed the tolerated number,
         and the ``CheckpointAbort`` to broadcast (nothing if it was not pending). The failure
-        manager decides whether ``kind`` counts."""
+        manager decides whether ``why`` counts."""
         pending = self.pending.pop(checkpoint_id, None)
         if pending is None:
             return True, []
         pending.discard()
         self.last_end = now
         stats = self.tracker.aborted(pending, reason, now)
-        return self.failures.on_aborted(kind), [
+        return self.failures.on_aborted(why), [
             CheckpointAbort(checkpoint_id), RecordStats(self.storage, stats),
             DiscardCheckpoint(self.storage, checkpoint_id, tuple(self.store.completed))]
 
@@ -216,5 +216,5 @@ class CheckpointCoordinator:
         """On a job failure: forget pending checkpoints (they can never complete); returns their aborts."""
         outbox: Outbox = []
         for checkpoint_id in list(self.pending):
-            outbox += self.abort(checkpoint_id, AbortKind.JOB_FAILED, reason, now)[1]
+            outbox += self.abort(checkpoint_id, AbortReason.JOB_FAILED, reason, now)[1]
         return outbox

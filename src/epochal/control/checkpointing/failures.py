@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 
 
-class AbortKind(enum.Enum):
+class AbortReason(enum.Enum):
     """Why a pending checkpoint was aborted."""
 
     DECLINED = "declined"  # a subtask declined (its upload failed, alignment overflowed)
@@ -21,8 +21,8 @@ class AbortKind(enum.Enum):
     WRITE_FAILED = "write failed"  # every subtask acknowledged, but its metadata could not be written
 
 
-#: The abort kinds that count towards ``tolerable_failures``.
-COUNTED = frozenset({AbortKind.DECLINED, AbortKind.TIMED_OUT, AbortKind.WRITE_FAILED})
+#: The abort reasons that count towards ``tolerable_failures``.
+COUNTED = frozenset({AbortReason.DECLINED, AbortReason.TIMED_OUT, AbortReason.WRITE_FAILED})
 
 
 class CheckpointFailureManager:
@@ -35,9 +35,9 @@ class CheckpointFailureManager:
     def on_completed(self) -> None:
         self.consecutive_failures = 0
 
-    def on_aborted(self, kind: AbortKind) -> bool:
+    def on_aborted(self, reason: AbortReason) -> bool:
         """Count the abort if it is a failure; returns False once failures exceed tolerance."""
-        if kind in COUNTED:
+        if reason in COUNTED:
             self.consecutive_failures += 1
         return self.tolerable
 

@@ -70,7 +70,7 @@ class EdgeOutput:
         producer, consumer = self.edge
         if isinstance(self.partitioner, KeyGroupPartitioner):
             return key_selector_error(consumer, error)
-        return UserFunctionError(producer, error, where=f"the {self.partitioner.kind} partitioner of the edge "
+        return UserFunctionError(producer, error, where=f"the {self.partitioner.strategy} partitioner of the edge "
                                                         f"'{producer}' -> '{consumer}'")
 
     def flush(self) -> None:

@@ -227,7 +227,7 @@ class WindowAggregatingState(_WindowState):
         return self.descriptor.aggregate_function.merge(a, b)
 
 
-#: descriptor kind -> per-window state class
+#: state type -> per-window state class
 WINDOW_STATE_TYPES: dict[str, type[_WindowState]] = {
     "value": WindowValueState, "list": WindowListState, "reducing": WindowReducingState,
     "aggregating": WindowAggregatingState}
@@ -292,16 +292,16 @@ class FieldMerge:
 def merge_of(aggregate: Any) -> Callable[[Any, Any], Any] | None:
     """How two accumulators of ``aggregate`` (a rolling aggregate or a FunctionAggregate) combine
     into one when windows merge (the earlier window's first); None if it cannot."""
-    kind = type(aggregate)
-    if kind is ReduceAggregate:
+    cls = type(aggregate)
+    if cls is ReduceAggregate:
         return aggregate.fn  # re-reduce the two partial results
-    if kind is CountAggregate:
+    if cls is CountAggregate:
         return _op.add
-    if kind is FoldAggregate:
+    if cls is FoldAggregate:
         return aggregate.combine
-    if kind is FieldAggregate:
+    if cls is FieldAggregate:
         return FieldMerge(aggregate.field, aggregate.combine)
-    if kind is FunctionAggregate:
+    if cls is FunctionAggregate:
         return aggregate.function.merge
     merge = getattr(aggregate, "merge", None)
     return merge if callable(merge) else None

@@ -246,8 +246,8 @@ class WindowTimers(TimerDriven, Operator):
         """The per-window state object of ``descriptor`` (scoped to the context's key and window)."""
         state = self.states.get(descriptor.name)
         if state is None:
-            kind = WINDOW_STATE_TYPES.get(descriptor.kind)
-            if kind is None or descriptor.ttl is not None:
+            state_class = WINDOW_STATE_TYPES.get(descriptor.state_type)
+            if state_class is None or descriptor.ttl is not None:
                 raise TypeError(f"per-window state takes a Value/List/Reducing/AggregatingStateDescriptor without "
                                 f"ttl, got {descriptor!r}")
             from epochal.state.descriptors import MapStateDescriptor
@@ -255,8 +255,8 @@ class WindowTimers(TimerDriven, Operator):
             name = WINDOW_STATE_PREFIX + descriptor.name
             self.backend.get_state(MapStateDescriptor(name))
             groups = self.state_tables[name] = self.backend.owned_table(name)
-            state = self.states[descriptor.name] = kind(groups, self.ctx, descriptor)
-        elif state.descriptor.kind != descriptor.kind:
-            raise TypeError(f"per-window state '{descriptor.name}' is {state.descriptor.kind} state, not "
-                            f"{descriptor.kind} state")
+            state = self.states[descriptor.name] = state_class(groups, self.ctx, descriptor)
+        elif state.descriptor.state_type != descriptor.state_type:
+            raise TypeError(f"per-window state '{descriptor.name}' is {state.descriptor.state_type} state, not "
+                            f"{descriptor.state_type} state")
         return state
