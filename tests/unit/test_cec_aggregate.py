@@ -270,7 +270,7 @@ def test_duplicates_are_dropped_and_late_records_counted():
 
 
 def test_a_frame_without_records_for_the_instance_still_moves_its_position():
-    from epochal.cec.aggregate import NOTHING
+    from epochal.cec.open_windows import NOTHING
 
     op = make(CountWindows(2), SumFunction(lambda r: r[2]), 2, "cec")
     op.process(1, 99, NOTHING)  # channel 1 was read up to 99: nothing in it for this instance

@@ -18,14 +18,9 @@ from epochal.api.joins import co_group, interval_join, join
 from epochal.errors import PlanError
 from epochal.runtime.operators.functions import OutputTag
 from epochal.runtime.operators.timers import TIMERS
-from epochal.runtime.windows.joins import (
-    CO_GROUP,
-    FLAT_JOIN,
-    IntervalJoinOperator,
-    ProcessJoinFunction,
-    WindowJoinOperator,
-)
+from epochal.runtime.windows.joins import IntervalJoinOperator, ProcessJoinFunction
 from epochal.runtime.windows.shapes import TimeWindows
+from epochal.runtime.windows.window_join import CO_GROUP, FLAT_JOIN, WindowJoinOperator
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.rocksdb import RocksDBKeyedStateBackend

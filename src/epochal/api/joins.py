@@ -31,16 +31,13 @@ from epochal.errors import PlanError
 from epochal.runtime.operators.functions import tag_id
 from epochal.runtime.windows.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 from epochal.runtime.windows.joins import (
-    CO_GROUP,
-    FLAT_JOIN,
-    JOIN,
     IntervalJoinOperator,
     JoinContext,
     ProcessJoinFunction,
-    WindowJoinOperator,
     as_process_join_function,
 )
 from epochal.runtime.windows.shapes import TimeWindows
+from epochal.runtime.windows.window_join import CO_GROUP, FLAT_JOIN, JOIN, WindowJoinOperator
 from epochal.validation import check_number
 
 if TYPE_CHECKING:

@@ -42,44 +42,16 @@ import copy
 import heapq
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from epochal.cec.eventual import EventualCheckpoint
+from epochal.cec.open_windows import NEVER, NOTHING, OpenWindow, fullest_first
 from epochal.cec.policy import CecSettings, CheckpointPolicy
 from epochal.cec.tuples import FullCheckpoint, OutputBatch, Position, WindowCheckpoint, WindowChecks, WindowClosed
 from epochal.runtime.operators.aggregates import BUILTIN_FUNCTIONS
 from epochal.runtime.windows.shapes import CountWindows, TimeWindows
 
 Mode = Literal["cec", "crb", "none"]
-
-
-class _Nothing:
-    """No record: ``process(channel, seq, NOTHING)`` only says the channel was read up to ``seq``
-    (the end of a frame that held nothing for this instance)."""
-
-    def __repr__(self) -> str:
-        return "NOTHING"
-
-
-NOTHING: Any = _Nothing()
-_NEVER = float("-inf")
-
-
-def _fullest_first(window: _Window) -> int:
-    return -window.count
-
-
-@dataclass(slots=True)
-class _Window:
-    key: Any
-    start: Any  # time windows: the start; count windows: None
-    acc: Any
-    count: int
-    #: per channel, the last tuple its newest footprint holds (None: no footprint yet)
-    footprint: tuple[int, ...] | None = None
-    opened: float = 0.0  # the driver's time when it opened (response times)
-    wid: Hashable = None  # its id (count windows: found through ``by_key`` without hashing it)
 
 
 class WindowAggregate:
@@ -101,16 +73,16 @@ class WindowAggregate:
         self.mode = mode
         self.settings = settings or CecSettings()
         self.policy = CheckpointPolicy(self.settings)
-        self.windows: dict[Hashable, _Window] = {}
-        self.by_key: dict[Any, list[_Window]] = {}  # count windows: a key's open windows, oldest first
+        self.windows: dict[Hashable, OpenWindow] = {}
+        self.by_key: dict[Any, list[OpenWindow]] = {}  # count windows: a key's open windows, oldest first
         self.phase: dict[Any, int] = {}  # count windows: a key's tuples since its newest window opened
         self.by_start: dict[Any, list[Hashable]] = {}  # time windows: open windows by start
         self.starts: list[Any] = []  # heap of by_start's keys
         self.consumed = [-1] * channels
         self.received = [-1] * channels
-        self.max_ts: list[Any] = [_NEVER] * channels
+        self.max_ts: list[Any] = [NEVER] * channels
         self.ended = [False] * channels
-        self.watermark: Any = _NEVER
+        self.watermark: Any = NEVER
         self.out: list[Any] = []  # results
         self.control: list[Any] = []  # control tuples
         #: after :meth:`restore`: per channel, the last tuple the crashed instance had read
@@ -191,7 +163,7 @@ class WindowAggregate:
             wid = (key, start)
             window = windows.get(wid)
             if window is None:
-                window = windows[wid] = _Window(key, start, function.add(record, function.create_accumulator()), 1,
+                window = windows[wid] = OpenWindow(key, start, function.add(record, function.create_accumulator()), 1,
                                                 opened=self.now or 0.0)
                 starting = self.by_start.get(start)
                 if starting is None:
@@ -213,7 +185,7 @@ class WindowAggregate:
         opened = None
         if phase == 0 or phase >= self.shape.step:
             wid = (key, channel, seq)
-            opened = windows[wid] = _Window(key, None, function.create_accumulator(), 0, opened=self.now or 0.0,
+            opened = windows[wid] = OpenWindow(key, None, function.create_accumulator(), 0, opened=self.now or 0.0,
                                             wid=wid)
             open_.append(opened)
             phase = 0
@@ -265,7 +237,7 @@ class WindowAggregate:
     def _position(self) -> Position:
         return Position(tuple(self.consumed), self.watermark)
 
-    def _g_open(self, wid: Hashable, window: _Window) -> None:
+    def _g_open(self, wid: Hashable, window: OpenWindow) -> None:
         if self.mode != "cec" or not self.settings.g_open:
             return
         position = self._position()
@@ -333,7 +305,7 @@ class WindowAggregate:
         windows, timed, copy_state, opened = self.windows, self.timed, self.copy_state, self.now or 0.0
         by_start, by_key, starts = self.by_start, self.by_key, self.starts
         everything = None if self.settings.dedup else (ec.replay_after or ec.newest).seqs
-        deepcopy, make = copy.deepcopy, _Window
+        deepcopy, make = copy.deepcopy, OpenWindow
         for _, wid, (acc, count), seqs, _ in oldest_first:
             if copy_state:
                 acc = deepcopy(acc)  # the checkpoint stays as it was
@@ -370,7 +342,7 @@ class WindowAggregate:
         self.suppressed |= checkpoint.suppressed
         for wid, (acc, count) in checkpoint.windows.items():
             acc = copy.deepcopy(acc) if self.copy_state else acc
-            window = self.windows[wid] = _Window(wid[0], wid[1] if self.timed else None, acc,  # type: ignore[index]
+            window = self.windows[wid] = OpenWindow(wid[0], wid[1] if self.timed else None, acc,  # type: ignore[index]
                                                  count, opened=self.now or 0.0, wid=wid)
             if self.timed:
                 start = wid[1]  # type: ignore[index]
@@ -382,7 +354,7 @@ class WindowAggregate:
                 self.by_key.setdefault(wid[0], []).append(window)  # type: ignore[index]
         if not self.timed:
             for open_ in self.by_key.values():
-                open_.sort(key=_fullest_first)  # the oldest holds the most
+                open_.sort(key=fullest_first)  # the oldest holds the most
         self.phase = dict(checkpoint.phase)
         self.consumed, self.received = list(checkpoint.position.seqs), list(checkpoint.position.seqs)
         self.watermark = checkpoint.position.watermark
@@ -399,7 +371,7 @@ class WindowAggregate:
             if ts > self.max_ts[channel]:
                 self.max_ts[channel] = ts
             windows = self.windows
-            open_: list[_Window | None] = [windows.get((key, start)) for start in self.shape.starts(ts)]  # type: ignore[union-attr]
+            open_: list[OpenWindow | None] = [windows.get((key, start)) for start in self.shape.starts(ts)]  # type: ignore[union-attr]
         else:
             open_ = self.by_key.get(key, [])  # type: ignore[assignment]
         for window in open_:
@@ -414,7 +386,7 @@ class WindowAggregate:
         self.catch_up = None
         if not self.timed:  # a key's windows, oldest (fullest) first; its phase: the newest one's count
             for key, open_ in self.by_key.items():
-                open_.sort(key=_fullest_first)
+                open_.sort(key=fullest_first)
                 self.phase[key] = open_[-1].count
         held, self.held = self.held, deque()
         for channel, seq, record in held:

@@ -231,6 +231,16 @@ class StageOutput:
         log = self.log
         return len(log.frames) - log.find(seq=self.channels.slowest() + 1) < 4 * self.channels.window
 
+    def trim_own(self, extent: ExtentFrames | None, committed: int | None, has_sink: bool) -> None:
+        """Delete own segments nothing needs: not the frames a rebuild reads (the window stage's
+        ``extent``), nor those after its own sink's newest commit (``committed``: fed to the sink
+        again after a crash), nor what a consumer lacks (:meth:`trim`)."""
+        needed = extent.needed_from(self.last_durable) if extent is not None else None
+        if has_sink:
+            first = committed + 1 if committed is not None else 0
+            needed = first if needed is None else min(needed, first)
+        self.trim(needed)
+
     def trim(self, needed_from: int | None = None) -> None:
         """Delete whole segments below what every consumer confirmed and below frame
         ``needed_from`` (what the instance needs itself: a window's extent, its own sink)."""

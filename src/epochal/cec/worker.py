@@ -25,8 +25,10 @@ from typing import Any
 
 import cloudpickle
 
-from epochal.cec.aggregate import NOTHING, WindowAggregate
+from epochal.cec.aggregate import WindowAggregate
+from epochal.cec.background import BackgroundPath
 from epochal.cec.input_channels import InputChannels, ToProducer
+from epochal.cec.open_windows import NOTHING
 from epochal.cec.output import Durable, ExtentFrames, StageOutput, remove_queue
 from epochal.cec.output_log import OutputLog
 from epochal.cec.parts import make_parts, queue_writer
@@ -79,13 +81,13 @@ class CecWorker(WorkerShell):
         self.sink_fed = -1  # the newest own frame given to the own sink
         self.extent = ExtentFrames("cec")
         self.processing = self.done_reported = False
-        self.next_commit = self.next_trim = self.next_snapshot = 0.0
+        self.next_commit = self.next_trim = 0.0
+        #: a window stage's G_checks (CEC) or snapshots (CRB), and their pauses of the input
+        self.background: BackgroundPath | None = None
         #: a replacement reports its first input once (recovery time: kill -> first record)
         self.resume_pending = False
         self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0,
                          "queued_frames": 0}
-        #: the operator thread's time in checkpoints (G_check slices, CRB snapshots): all, longest
-        self.pause_s = self.pause_max_s = 0.0
 
     # ------------------------------------------------------------------ events
     def _handle(self, event: Any) -> None:
@@ -131,8 +133,9 @@ class CecWorker(WorkerShell):
         out = {**super().metrics(), **self.counters}
         out.update({"source_records": self.records_read} if self.source is not None else {})
         if self.aggregate is not None:
-            out.update(self.aggregate.metrics(), checkpoint_pause_s=self.pause_s,
-                       checkpoint_pause_max_s=self.pause_max_s)
+            pauses = self.background
+            out.update(self.aggregate.metrics(), checkpoint_pause_s=pauses.pause_s if pauses else 0.0,
+                       checkpoint_pause_max_s=pauses.pause_max_s if pauses else 0.0)
         return out
 
     def _close_body(self) -> None:
@@ -179,6 +182,8 @@ class CecWorker(WorkerShell):
         post: Any = self.mailbox.put  # a frame on disk is an event of the worker's mailbox
         parts = make_parts(deployment, stage, subtask, channels, directory, self.bootstrap.incarnation, post)
         log, self.aggregate, self.source, self.sink = parts.log, parts.aggregate, parts.source, parts.sink
+        if self.aggregate is not None:
+            self.background = BackgroundPath(self.aggregate, deployment.mode, deployment.snapshot_interval)
         opened = time.monotonic() - started
         phases: dict[str, float] = {}
         self.extent = ExtentFrames(deployment.mode)
@@ -207,9 +212,8 @@ class CecWorker(WorkerShell):
     def _begin(self, instruction: BeginProcessing) -> None:
         self.processing = True
         self.processing_started = time.monotonic()
-        # CRB's first snapshot is one interval in: a replacement starts from the checkpoint it
-        # restored (Flink's periodic trigger waits an interval after a restore too)
-        self.next_snapshot = self.processing_started + self.deployment.snapshot_interval  # type: ignore[union-attr]
+        if self.background is not None:
+            self.background.start(self.processing_started)
         self._start_heartbeats(self.deployment.config.heartbeat_interval)  # type: ignore[union-attr]
         if self.sink is not None and self.output is not None:
             self._feed_own_sink()
@@ -360,29 +364,17 @@ class CecWorker(WorkerShell):
         self._maybe_done()
 
     def _checkpoint(self, now: float) -> None:
-        """The window stage's background path: the G_checks the CEC policy grants now (also
-        after input events), or CRB's snapshot of every window when one is due. Its time on the
-        operator thread is a pause of the input, counted (in all, and the longest) for metrics."""
-        aggregate, deployment = self.aggregate, self.deployment
-        assert aggregate is not None and deployment is not None
-        started, taken = time.monotonic(), 0
-        if deployment.mode == "cec":
-            # a slice ends early when the log writer has no room: its one frame must not wait
-            writer = self.output.writer  # type: ignore[union-attr]
-            while not writer.full() and (step := aggregate.check_next(time.monotonic())):
-                taken += step
-        elif deployment.mode == "crb" and now >= self.next_snapshot:
-            self.next_snapshot = now + deployment.snapshot_interval
-            if aggregate.windows:
-                aggregate.snapshot()
-                taken = 1
-        if not taken:
+        """The window stage's background path (also after input events), see :mod:`epochal.cec.background`."""
+        background, output = self.background, self.output
+        if background is None or output is None:
+            return
+        started = time.monotonic()
+        if not background.run(now, time.monotonic, output.writer.full):
             return
         self._emit_aggregate()
-        paused = time.monotonic() - started
-        self.pause_s, self.pause_max_s = self.pause_s + paused, max(self.pause_max_s, paused)
-        if deployment.mode == "cec" and "g_check" in self.hook_points:
-            self._reach("g_check", aggregate.stats["g_check"])
+        background.paused(time.monotonic() - started)
+        if background.mode == "cec" and "g_check" in self.hook_points:
+            self._reach("g_check", background.aggregate.stats["g_check"])
 
     def _commit_sink(self) -> None:
         sink = self.sink
@@ -399,14 +391,9 @@ class CecWorker(WorkerShell):
                 self.inputs.trim_when_durable(output.next_seq - 1, aggregate.replay_floor())
         elif self.sink is not None and output is None and self.sink.committed is not None:
             self._to_producers(self.inputs.trim_now(self.sink.committed))
-        if output is not None:
-            needed = None  # what the instance needs of its own queue: its extent, its sink's input
-            if aggregate is not None and deployment.persist:
-                needed = self.extent.needed_from(output.last_durable)
-            if self.sink is not None:  # frames after its newest commit are fed again after a crash
-                committed = self.sink.committed + 1 if self.sink.committed is not None else 0
-                needed = committed if needed is None else min(needed, committed)
-            output.trim(needed)
+        if output is not None:  # own segments: what its extent (and its sink's input) no longer needs
+            extent = self.extent if aggregate is not None and deployment.persist else None
+            output.trim_own(extent, self.sink.committed if self.sink is not None else None, self.sink is not None)
 
     def _maybe_done(self) -> None:
         if self.done_reported or not self.source_done:

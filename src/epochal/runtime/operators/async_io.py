@@ -66,6 +66,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.runtime.operators.async_requests import (
+    DaemonPool,
+    call_async,
+    call_sync,
+    is_coroutine_function,
+    serve_loop,
+)
 from epochal.runtime.operators.base import Operator
 from epochal.runtime.operators.functions import RuntimeContext
 
@@ -81,67 +88,6 @@ _repr.maxstring = _repr.maxother = 120
 
 class AsyncTimeoutError(TimeoutError):
     """A request of an async I/O operator did not complete within the operator's ``timeout``."""
-
-
-def is_coroutine_function(fn: Any) -> bool:
-    """Whether calling ``fn`` makes a coroutine: an ``async def`` function (or a partial of one),
-    or an object whose ``__call__`` is ``async def``."""
-    return inspect.iscoroutinefunction(fn) or (
-        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
-
-
-async def _call_async(fn: Callable[[Any], Any], record: Any, delay: float) -> Any:
-    if delay:
-        await asyncio.sleep(delay)
-    return await fn(record)
-
-
-def _call_sync(fn: Callable[[Any], Any], record: Any, delay: float) -> Any:
-    time.sleep(delay)
-    return fn(record)
-
-
-class _DaemonPool:
-    """Up to ``size`` daemon threads running submitted calls (a worker process can exit while a
-    user's call hangs; ``concurrent.futures.ThreadPoolExecutor`` would join it at exit)."""
-
-    def __init__(self, size: int, name: str) -> None:
-        self.size = size
-        self.name = name
-        self.jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-        self.idle = 0  # threads waiting for a job that no submitted job has claimed yet
-        self.lock = threading.Lock()
-
-    def submit(self, call: Callable[[], Any]) -> Future[Any]:
-        future: Future[Any] = Future()
-        with self.lock:
-            if self.idle:
-                self.idle -= 1
-            elif len(self.threads) < self.size:
-                thread = threading.Thread(target=self._work, name=f"{self.name}-{len(self.threads)}", daemon=True)
-                self.threads.append(thread)
-                thread.start()
-        self.jobs.put((future, call))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            future, call = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(call())
-                except BaseException as error:
-                    future.set_exception(error)
-            with self.lock:
-                self.idle += 1
-
-    def shutdown(self) -> None:
-        for _ in self.threads:
-            self.jobs.put(None)
 
 
 @dataclass(eq=False, slots=True)
@@ -197,7 +143,7 @@ class AsyncWaitOperator(Operator):
         self.retries_done = 0
         self.timeouts = 0
         self.max_in_flight = 0
-        self._pool: _DaemonPool | None = None
+        self._pool: DaemonPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
 
@@ -214,11 +160,11 @@ class AsyncWaitOperator(Operator):
         self._seq = 0
         self._is_async = is_coroutine_function(self.fn)
         thread_name = f"epochal-async-{context.operator_name}-{context.subtask_index}"
-        self._pool = None if self._is_async else _DaemonPool(self.capacity, thread_name)
+        self._pool = None if self._is_async else DaemonPool(self.capacity, thread_name)
         hooks = [getattr(self.fn, name, None) for name in ("open", "close")]
         if self._is_async or any(is_coroutine_function(hook) for hook in hooks):
             loop = self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=_serve, args=(loop,), name=thread_name, daemon=True)
+            self._loop_thread = threading.Thread(target=serve_loop, args=(loop,), name=thread_name, daemon=True)
             self._loop_thread.start()
         if callable(hooks[0]):
             self._run_hook(hooks[0], context)
@@ -331,10 +277,10 @@ class AsyncWaitOperator(Operator):
         future: Future[Any]
         if self._is_async:
             assert self._loop is not None
-            future = asyncio.run_coroutine_threadsafe(_call_async(self.fn, request.record, delay), self._loop)
+            future = asyncio.run_coroutine_threadsafe(call_async(self.fn, request.record, delay), self._loop)
         else:
             assert self._pool is not None
-            future = self._pool.submit(functools.partial(_call_sync, self.fn, request.record, delay))
+            future = self._pool.submit(functools.partial(call_sync, self.fn, request.record, delay))
         request.future = future
         completed, wake = self._completed, self._wake
 
@@ -433,17 +379,3 @@ class AsyncWaitOperator(Operator):
             if not request.done:
                 return min(_MAX_WAIT, max(0.0, request.deadline - time.monotonic()))
         return _MAX_WAIT
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """The event loop thread: run until stopped, then cancel what is left and close."""
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        tasks = asyncio.all_tasks(loop)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
-        loop.close()
