@@ -19,13 +19,7 @@ from epochal.control.checkpointing import (
     CheckpointFailureManager,
     PendingCheckpoint,
 )
-from epochal.control.checkpointing.files import (
-    CheckpointFiles,
-    DeleteCheckpoints,
-    DiscardCheckpoint,
-    RecordStats,
-    WriteCheckpoint,
-)
+from epochal.control.checkpointing.files import CheckpointFiles, CheckpointIO, RecordStats, WriteCheckpoint
 from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
 
@@ -56,12 +50,8 @@ def carry_out(coordinator, outbox, now, fail_write=None):
             answer = coordinator.on_written(item.checkpoint_id, now) if error is None \
                 else coordinator.on_write_failed(item.checkpoint_id, error, now)[1]
             messages += carry_out(coordinator, answer, now)
-        elif isinstance(item, DeleteCheckpoints):
-            FILES.delete(item)
-        elif isinstance(item, DiscardCheckpoint):
-            FILES.discard(item)
-        elif isinstance(item, RecordStats):
-            FILES.record_stats(item)
+        elif isinstance(item, CheckpointIO):
+            FILES.carry_out(item)
         else:
             messages.append(item)
     return messages

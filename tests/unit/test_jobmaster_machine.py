@@ -13,7 +13,7 @@ import pytest
 
 from epochal.config import CheckpointConfig, EngineConfig
 from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, CheckpointWritten, WriteCheckpoint
-from epochal.control.checkpointing.files import DeleteCheckpoints, DiscardCheckpoint, RecordStats
+from epochal.control.checkpointing.files import CheckpointIO, RecordStats
 from epochal.control.jobmaster import _DO, _INBOX, resolve_restore
 from epochal.control.jobmaster_events import (
     Broadcast,
@@ -100,12 +100,8 @@ def handled(machine: JobMasterMachine, event: Event) -> list[Instruction]:
         if isinstance(instruction, WriteCheckpoint):
             error = FILES.write(instruction)
             out += handled(machine, CheckpointWritten(instruction.checkpoint_id, error, getattr(event, "now", 0.0)))
-        elif isinstance(instruction, DeleteCheckpoints):
-            FILES.delete(instruction)
-        elif isinstance(instruction, DiscardCheckpoint):
-            FILES.discard(instruction)
-        elif isinstance(instruction, RecordStats):
-            FILES.record_stats(instruction)
+        elif isinstance(instruction, CheckpointIO):
+            FILES.carry_out(instruction)
         else:
             out.append(instruction)
     return out

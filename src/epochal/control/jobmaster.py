@@ -270,16 +270,10 @@ class JobMaster:
         self._carry_out(self._handle(CheckpointWritten(instruction.checkpoint_id, error, time.monotonic())))
 
     @_DO.on(DeleteCheckpoints)
-    def _delete_checkpoints(self, instruction: DeleteCheckpoints) -> None:
-        self.files.delete(instruction)
-
     @_DO.on(DiscardCheckpoint)
-    def _discard_checkpoint(self, instruction: DiscardCheckpoint) -> None:
-        self.files.discard(instruction)
-
     @_DO.on(RecordStats)
-    def _record_stats(self, instruction: RecordStats) -> None:
-        self.files.record_stats(instruction)
+    def _checkpoint_files(self, instruction: DeleteCheckpoints | DiscardCheckpoint | RecordStats) -> None:
+        self.files.carry_out(instruction)
 
 
 def resolve_restore(instruction: ResolveRestore) -> RestoreResolved | RestoreFailed:

@@ -80,6 +80,18 @@ class CheckpointFiles:
         #: (storage root, checkpoint id) -> shared files its metadata references
         self._shared: dict[tuple[str, int], set[str]] = {}
 
+    def carry_out(self, instruction: CheckpointIO) -> str | None:
+        """Carry out any of the instructions: a write's error (None once written), else None."""
+        if isinstance(instruction, WriteCheckpoint):
+            return self.write(instruction)
+        if isinstance(instruction, DeleteCheckpoints):
+            self.delete(instruction)
+        elif isinstance(instruction, DiscardCheckpoint):
+            self.discard(instruction)
+        else:
+            self.record_stats(instruction)
+        return None
+
     def write(self, instruction: WriteCheckpoint) -> str | None:
         """Write the metadata; returns None, or the error that kept it from being written."""
         storage = instruction.storage
