@@ -1,7 +1,9 @@
 """The job kinds epochal runs: the registry every kind is listed in, by its worker body.
 
-A job kind is a package with the same five modules: ``protocol`` (its events, instructions and
-messages), ``worker_machine`` (the worker's pure machine), ``worker`` (its driver, the Spark
+A job kind is a package with the same five modules: ``protocol`` (the kind's own vocabulary:
+events, instructions or messages that are the kind's alone; what every kind shares is in
+:mod:`epochal.messages` and :mod:`epochal.runtime.host.events`), ``worker_machine`` (the worker's
+pure machine), ``worker`` (its driver, the Spark
 task's body), ``coordination`` (its :class:`~epochal.control.kinds.KindCoordinator` on the
 JobMaster) and ``job`` (submitting a job of the kind). The registry names each kind's worker
 body by class, so importing it imports what an executor runs for every kind, and nothing of the

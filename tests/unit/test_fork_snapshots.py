@@ -1,4 +1,4 @@
-"""Forked snapshots (runtime/fork_snapshots.py) without Spark: the child sees the state as it was
+"""Forked snapshots (runtime/checkpointing/fork_snapshots.py) without Spark: the child sees the state as it was
 at the fork while the parent changes it, reports its handles, closes what it inherited, and dies
 with its parent; a killed or failing child yields a reason to decline, never handles."""
 

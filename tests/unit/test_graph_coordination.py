@@ -18,24 +18,25 @@ from epochal.state.storage import CheckpointStorage
 FILES = CheckpointFiles()
 
 
-def carried_out(outputs: list) -> list:
+def carried_out(coordination: GraphCoordination, outputs: list) -> list:
     """What the JobMaster does with the coordinator's outputs: checkpoint metadata written by its
-    driver; the commands for every worker, as they read them."""
+    driver (and the coordinator told); the commands for every worker, as they read them."""
     commands = []
     for output in outputs:
         if isinstance(output, WriteCheckpoint):
             assert FILES.write(output) is None
+            assert coordination.checkpoint_written(output.checkpoint_id, None, 0.0) == []
         else:
             commands.append(output.payload if isinstance(output, KindCommand) else output)
     return commands
 
 
 def report(coordination: GraphCoordination, worker: int, payload, now: float) -> list:
-    return carried_out(coordination.on_message(worker, KindReport(worker, payload), now, now, True))
+    return carried_out(coordination, coordination.on_message(worker, KindReport(worker, payload), now, now, True))
 
 
 def started(coordination: GraphCoordination, now: float) -> list:
-    return carried_out(coordination.started(now, now))
+    return carried_out(coordination, coordination.started(now, now))
 
 
 class Ten(VectorProgram):
@@ -113,3 +114,22 @@ def test_each_superstep_keeps_when_every_worker_reported_and_where_its_time_went
     assert (first["started"], first["completed"]) == (1.0, 2.0)
     assert first["workers"] == {1: {"reported": 1.5, **phases}, 0: {"reported": 2.0, "compute": 0.5}}
     assert "workers" not in coordination.timings[1]  # superstep 1 has not been reported yet
+
+
+def test_a_checkpoint_whose_metadata_cannot_be_written_is_never_restored(tmp_path):
+    storage = CheckpointStorage(str(tmp_path))
+    coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=2)
+    started(coordination, 0.0)
+    finish(coordination, 0, True, True)  # checkpoint 0 written
+    finish(coordination, 1, False)
+    outputs = []
+    for worker in (0, 1):  # checkpoint 2's metadata write fails (the driver's answer)
+        done = SuperstepDone(StepReport(2, 1, 1, {"total": worker + 1}), handle(20 + worker), False)
+        outputs = coordination.on_message(worker, KindReport(worker, done), 0.0, 0.0, True)
+    [write] = [o for o in outputs if isinstance(o, WriteCheckpoint)]
+    [failure] = coordination.checkpoint_written(write.checkpoint_id, "OSError: disk full", 0.0)
+    assert failure.category == "checkpoint" and "disk full" in failure.error
+    coordination.new_attempt(1)
+    request = coordination.restore_request(1)
+    assert request.checkpoint_id == 0  # the newest written one
+    assert coordination.chains == {0: [[0, handle(0)]], 1: [[0, handle(1)]]}

@@ -1,6 +1,7 @@
-"""Joins without Spark (runtime/joins.py, api/joins.py): the interval join and window joins
-against brute-force oracles on random data, through the OperatorHarness: every order of arrival,
-inclusive and exclusive bounds, state cleanup as the watermark passes, late records, snapshots
+"""Joins without Spark (runtime/windows/joins.py, runtime/windows/window_join.py, api/joins.py):
+the interval join and window joins against brute-force oracles on random data, through the
+OperatorHarness: every order of arrival, inclusive and exclusive bounds, state cleanup as the
+watermark passes, late records, snapshots
 restored at other parallelisms mid-join, the RocksDB backend, and the API's plan errors."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Timers of keyed process functions (runtime/timers.py, runtime/process.py): the queue on its own,
+"""Timers of keyed process functions (runtime/operators/timers.py, runtime/operators/process.py): the queue on its own,
 then through the operator harness: event-time and processing-time firing, deletion,
 re-registration in on_timer, checkpoints and rescaled restores, the RocksDB backend."""
 

@@ -1,4 +1,4 @@
-"""The general window operator without Spark (runtime/window_operator.py): every assigner, default
+"""The general window operator without Spark (runtime/windows/operator.py): every assigner, default
 and custom triggers, session merging, allowed lateness, late side outputs, window functions,
 snapshots and rescaled restores in the middle of open sessions and pending timers, processing
 time, and the same output and state on the RocksDB backend; each against a hand-written oracle."""

@@ -1,4 +1,4 @@
-"""EngineConfig.worker_memory_limit_bytes on a worker process (runtime/memory_limit.py): applied as the
+"""EngineConfig.worker_memory_limit_bytes on a worker process (runtime/host/memory_limit.py): applied as the
 RLIMIT_DATA soft limit (what the process held + the limit) for the task and restored after it,
 also when it fails; an allocation that fails under it is reported as one readable error; a
 checkpoint declined for it fails the job. No Spark: the limit is applied to this process."""

@@ -30,7 +30,7 @@ class JobResult:
     #: Source records read before the last attempt, covered by the checkpoint it restored.
     records_before_last_attempt: int = 0
     #: State of the ``restore_from`` checkpoint that no operator claimed and that was skipped
-    #: because of ``allow_non_restored_state=True``: uid, name, kind and what state it held.
+    #: because of ``allow_non_restored_state=True``: uid, name, operation and what state it held.
     non_restored_state: list[dict[str, Any]] = field(default_factory=list)
 
     @property

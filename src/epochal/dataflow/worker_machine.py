@@ -1,13 +1,16 @@
 """The worker's heart as a pure state machine: events in, instructions out.
 
 :class:`WorkerMachine` owns the worker's phase (registering, deploying, ready, running, stopped)
-with its deadlines, what it has reported to the JobMaster (first record, finished), and two
-sub-machines with one owner each: the snapshot pipeline (:mod:`epochal.runtime.checkpointing.snapshots`) and
-the loops (:mod:`epochal.runtime.checkpointing.loop_heads`). Its events are the JobMaster's control messages
-(:mod:`epochal.messages`), the connection events of :mod:`epochal.runtime.host.mailbox`, and what
-the driver observes (:mod:`epochal.runtime.worker_events`); ``handle`` dispatches them by type
-(``_HANDLERS``) and returns the instructions the driver (:mod:`epochal.dataflow.worker`) carries
-out, in order. No sockets, threads or clocks here: time is an event field.
+with its deadlines, what it has reported to the JobMaster (first record, finished), and two sub-
+machines with one owner each: the snapshot pipeline
+(:mod:`epochal.runtime.checkpointing.snapshots`) and the loops
+(:mod:`epochal.runtime.checkpointing.loop_heads`). Its events are the JobMaster's control
+messages (:mod:`epochal.messages`), the connection events of
+:mod:`epochal.runtime.host.mailbox`, and what the driver observes
+(:mod:`epochal.dataflow.protocol`, :mod:`epochal.runtime.checkpointing.events`,
+:mod:`epochal.runtime.host.events`); ``handle`` dispatches them by type (``_HANDLERS``) and
+returns the instructions the driver (:mod:`epochal.dataflow.worker`) carries out, in order. No
+sockets, threads or clocks here: time is an event field.
 
 Records do not pass through the machine: the driver's data path moves batches from input
 channels through the operators, and tells the machine only about protocol moments (an alignment

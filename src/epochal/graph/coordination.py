@@ -54,6 +54,10 @@ class GraphCoordination(KindCoordinator):
         self.supersteps = SuperstepCoordinator(program, num_workers, checkpoint_interval if storage else 0)
         #: per worker: the chain of the latest complete checkpoint, and the files of the pending one
         self.chains: dict[int, list[list[Any]]] = {}
+        #: the newest checkpoint whose metadata is written, and the chains it holds (what a failed
+        #: write of a newer one falls back to)
+        self.written: int | None = None
+        self.written_chains: dict[int, list[list[Any]]] = {}
         self.pending: dict[int, tuple[dict[str, Any], bool]] = {}
         self.checkpoints_since_full = 0
         self.halted: Halt | None = None
@@ -92,8 +96,14 @@ class GraphCoordination(KindCoordinator):
         self.pending = {}
 
     def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
+        """The metadata of ``checkpoint_id`` is written: the next attempt may restore it. If it could
+        not be written, the attempt fails and the next one restores the newest written checkpoint."""
         if error is None:
+            self.written, self.written_chains = checkpoint_id, {w: list(c) for w, c in self.chains.items()}
             return []
+        self.supersteps.latest_checkpoint = self.written
+        self.chains = {w: list(c) for w, c in self.written_chains.items()}
+        self.pending = {}
         return [job_failures.checkpoint_declined(checkpoint_id, f"its metadata could not be written: {error}", 0)]
 
     # ---------------------------------------------------------------- TaskLocalRecovery

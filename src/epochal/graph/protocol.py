@@ -1,6 +1,6 @@
 """The graph worker machine's vocabulary: the events it takes and the instructions it returns.
 
-Frozen dataclasses only, like :mod:`epochal.runtime.worker_events` for the dataflow worker; the
+Frozen dataclasses only, like :mod:`epochal.dataflow.protocol` for the dataflow worker; the
 machine is :mod:`epochal.graph.worker_machine`, the driver that carries the instructions out
 :mod:`epochal.graph.worker`. The recovery events and instructions are Imitator's (papers/003 §5).
 """

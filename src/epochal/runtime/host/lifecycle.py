@@ -1,7 +1,7 @@
 """What every worker body's machine shares: the waits of its start-up and the ways it stops.
 
 A worker of any job kind registers, waits for its deployment, later for ``Start``, each wait
-with a deadline checked on :class:`~epochal.runtime.worker_events.Tick`; it stops on ``Cancel``
+with a deadline checked on :class:`~epochal.runtime.host.events.Tick`; it stops on ``Cancel``
 or ``Shutdown``, when the driver goes away, and on a ``Reject`` of its registration (a running
 worker was not rejected and ignores a stale one). :class:`WorkerLifecycle` holds that part and
 :func:`register_lifecycle` puts its handlers into a machine's dispatch table; the dataflow

@@ -1,12 +1,13 @@
 """A worker's connections: the control link to the JobMaster and the data mesh to its peers.
 
-:class:`Bootstrap` is what a Spark task needs to find its JobMaster (it travels in the task closure).
-:class:`ControlLink` connects to the JobMaster, proves the job token (HELLO), and runs a reader
-thread that turns every control frame into a mailbox event (a typed message of
+:class:`Bootstrap` is what a Spark task needs to find its JobMaster (it travels in the task
+closure). :class:`ControlLink` connects to the JobMaster, proves the job token (HELLO), and runs
+a reader thread that turns every control frame into a mailbox event (a typed message of
 :mod:`epochal.messages`, or :class:`~epochal.runtime.host.mailbox.JobMasterLost` when the
-connection ends); ``send`` is safe from any thread. :func:`connect_peers` builds the mesh of
-one TCP connection per pair of workers, checking the token before anything is unpickled.
-Both are driver code of the worker (:mod:`epochal.dataflow.worker`); no protocol decisions here.
+connection ends); ``send`` is safe from any thread. :func:`connect_peers` builds the mesh of one
+TCP connection per pair of workers, checking the token before anything is unpickled. Both are
+the worker host's, used by every kind's worker through
+:class:`~epochal.runtime.host.shell.WorkerShell`; no protocol decisions here.
 """
 
 from __future__ import annotations

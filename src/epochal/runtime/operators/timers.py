@@ -16,7 +16,7 @@ so a checkpoint taken after the firing no longer holds it, and one taken before 
 and a restore fires it again (its output before the restore was never committed).
 
 The queue knows nothing of operators, clocks or records: :meth:`TimerQueue.pop_due` hands out
-due timers and the operator (``runtime/process.py``, the window operators) sets the current key
+due timers and the operator (``runtime/operators/process.py``, the window operators) sets the current key
 and calls the user's ``on_timer``.
 """
 
