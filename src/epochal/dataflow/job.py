@@ -15,11 +15,11 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from epochal.connectors.base import JobSettings, Sink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
 from epochal.dataflow.coordination import DataflowCoordination
-from epochal.connectors.base import JobSettings, Sink
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.runtime.host.hooks import Fault, FaultInjector

@@ -160,7 +160,8 @@ class KafkaBroker:
             except Exception:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the Kafka broker did not answer within {timeout} s: {self.log_tail()}")
+                    raise RuntimeError(f"the Kafka broker did not answer within {timeout} s: "
+                                       f"{self.log_tail()}") from None
                 time.sleep(0.5)
 
     def log_tail(self, chars: int = 3000) -> str:
