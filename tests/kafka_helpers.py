@@ -42,7 +42,9 @@ def produce(broker: Any, topic: str, values: list[Any], key: Any = None, partiti
 def end_offsets(broker: Any, topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe", **QUIET})
+    # read_uncommitted: the high watermark, not the last stable offset (an open transaction's end)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe",
+                         "isolation.level": "read_uncommitted", **QUIET})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
@@ -72,7 +74,8 @@ def read_committed(broker: Any, topic: str, timeout: float = 60.0, with_keys: bo
             if message is None:
                 continue
             if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF and message.offset() >= ends[message.partition()]:
+                eof = message.error().code() == KafkaError._PARTITION_EOF
+                if eof and message.offset() >= ends[message.partition()]:
                     done.add(message.partition())
                 continue
             value = message.value().decode()

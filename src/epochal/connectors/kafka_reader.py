@@ -189,11 +189,16 @@ class KafkaPartitionReader(SplitReader):
         now = time.monotonic()
         active = [p for p in self.partitions.values()
                   if not p.done and (idle is None or now - p.last_seen < idle)]
-        if not active:
-            return self.watermark_value  # every partition idle: event time waits
-        if any(p.max_time is None for p in active):
+        if not active:  # every partition idle: nothing holds event time back but what was seen
+            seen = [p.max_time for p in self.partitions.values() if p.max_time is not None]
+            if not seen:
+                return self.watermark_value
+            latest = max(seen)
+        elif any(p.max_time is None for p in active):
             return self.watermark_value
-        candidate = min(p.max_time for p in active) - source.max_out_of_orderness - 1
+        else:
+            latest = min(p.max_time for p in active)
+        candidate = latest - source.max_out_of_orderness - 1
         if self.watermark_value is None or candidate > self.watermark_value:
             self.watermark_value = candidate
         return self.watermark_value

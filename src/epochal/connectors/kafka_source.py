@@ -85,7 +85,9 @@ class KafkaSource(Source):
             over its partitions that are not idle. ``timestamp(record)`` is a record's event time
             (default: its Kafka timestamp, in ms); ``max_out_of_orderness`` is in the same unit.
         idle_timeout: seconds without records after which a partition no longer holds the
-            watermark back (None: never).
+            watermark back (None: never). When every partition of a subtask is idle, its
+            watermark is the latest event time it read (less ``max_out_of_orderness``), so a quiet
+            subtask does not hold back the event time of the operators downstream.
         discovery_interval: seconds between looks for new partitions and topics (None: never;
             bounded sources never look).
         isolation_level: ``"read_committed"`` (the default: records of aborted or open

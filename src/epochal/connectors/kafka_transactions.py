@@ -142,8 +142,9 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
                     f"KafkaSink: the producer of transactional id '{transactional_id}' was fenced while {doing} a "
                     "transaction: a newer attempt of this job, or another job using transactional_id_prefix "
                     f"'{self.sink.transactional_id_prefix}', took it over") from None
-            raise KafkaError(f"KafkaSink: {doing} the transaction of '{transactional_id}' failed: "
-                             f"{error.str()}") from None
+            failure = KafkaError(f"KafkaSink: {doing} the transaction of '{transactional_id}' failed: {error.str()}")
+            failure.abortable = bool(error.txn_requires_abort())
+            raise failure from None
 
     def _marker_consumer(self, transactional_id: str) -> Any:
         from confluent_kafka import Consumer
@@ -220,12 +221,13 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         assert live is not None
         try:
             self._commit_with_marker(producer, live, markers)
-        except KafkaError:
-            # the broker aborted the transaction (timed out, or a restart lost it): write it again
-            try:
-                producer.producer.abort_transaction(OPERATION_TIMEOUT)
-            except Exception:
+        except KafkaError as error:
+            if not getattr(error, "abortable", False):
                 raise
+            # the broker aborted the transaction (it timed out, or lost it in a restart): abort
+            # here too and write the epoch again from its records
+            self._call(lambda: producer.producer.abort_transaction(OPERATION_TIMEOUT), self.transactional_id,
+                       "aborting")
             self._write_again(producer, live, markers)
         self.live = None
         self.in_transaction = False
