@@ -74,6 +74,10 @@ class KafkaError(SourceError):
     """A Kafka source or sink cannot go on: the message says which topic, partition, offset or
     transactional id, and why."""
 
+    #: The transaction it happened in was aborted and may be written again (librdkafka's
+    #: ``txn_requires_abort``).
+    abortable: bool = False
+
 
 def _from_bytes(data: bytes | None) -> Any:
     return data
