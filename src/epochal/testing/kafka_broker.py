@@ -150,7 +150,7 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         while True:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"the Kafka broker exited with {self.process.returncode}: {self.log_tail()}")
@@ -197,6 +197,6 @@ class KafkaBroker:
         """Create a topic (replication factor 1) and wait until it exists."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         futures = admin.create_topics([NewTopic(name, partitions, 1, config=config)], operation_timeout=30)
         futures[name].result(timeout=60)
