@@ -60,3 +60,14 @@ def make_rocksdb(tmp_path):
     yield make
     for backend in made:
         backend.dispose()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """One real Kafka broker (KRaft, on free ports) for the whole test session; started on first
+    use (its jars are resolved from Maven Central once, into ~/.cache/epochal/)."""
+    from epochal.testing.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker().start()
+    yield broker
+    broker.close()

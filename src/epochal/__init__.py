@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
     from epochal.connectors.file_sinks import ParquetFileSink, TextFileSink
+    from epochal.connectors.kafka import KafkaRecord, KafkaSink, KafkaSource
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
@@ -109,6 +110,7 @@ _EXPORTS = {
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
     **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.file_sinks"),
+    **dict.fromkeys(("KafkaRecord", "KafkaSink", "KafkaSource"), "epochal.connectors.kafka"),
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
@@ -153,4 +155,5 @@ __all__ = [
     "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "WindowResult",
     "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
+    "KafkaRecord", "KafkaSink", "KafkaSource",
 ]

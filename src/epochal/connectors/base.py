@@ -52,6 +52,66 @@ class SourceSplit(ABC):
         """Release resources; called once, also after a failure."""
 
 
+@dataclass(frozen=True)
+class JobSettings:
+    """What a source or sink may check about the job at submit time (:meth:`Source.validate`)."""
+
+    #: Seconds between checkpoints; None when the job takes none.
+    checkpoint_interval: float | None
+    #: The longest wait of the restart strategy before a restarted attempt (0: never restarts).
+    restart_delay: float
+    #: The job's default parallelism.
+    parallelism: int
+
+
+@dataclass(frozen=True)
+class ReaderContext:
+    """What a :class:`SplitReader` knows about the source subtask that runs it."""
+
+    operator_name: str
+    subtask_index: int
+    parallelism: int
+    #: True when the job restored a checkpoint: a split without a restored position is then one
+    #: that appeared after the checkpoint was taken (a Kafka partition added since).
+    restored: bool = False
+
+
+class SplitReader(ABC):
+    """Reads all the splits of one source subtask together (Flink's ``SourceReader``).
+
+    A source whose splits never end (the partitions of a log) cannot be read one split after
+    the other: such a source returns a reader from :meth:`Source.create_reader`, and the runtime
+    asks it for batches instead of reading its splits in turn. The reader may add splits while it
+    runs (partitions created after the job started); every split it ever reads must appear in
+    :meth:`positions`, since those positions are the source's checkpointed state and a restore
+    at any parallelism redistributes them by split id.
+    """
+
+    @abstractmethod
+    def read_batch(self, max_records: int) -> list[Any] | None:
+        """Up to ``max_records`` records, without blocking; ``[]``: none now; ``None``: ended."""
+
+    @abstractmethod
+    def positions(self) -> list[tuple[str, Any]]:
+        """``(split id, position)`` of every split this reader owns, taken at a barrier."""
+
+    def watermark(self) -> Any:
+        """The subtask's event time (the minimum over its splits that are not idle), or None
+        when the source makes no watermarks or has none yet. Must never go backwards."""
+        return None
+
+    def take_side_output(self) -> list[tuple[str, Any]]:
+        """``(tag id, record)`` pairs for side outputs (records that failed to decode), emptied."""
+        return []
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[tuple[str, Any]]) -> None:  # noqa: B027
+        """Checkpoint ``checkpoint_id``, which recorded ``positions``, is complete (Kafka commits
+        them to its consumer group here, for monitoring)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called once, also after a failure."""
+
+
 class Source(ABC):
     """A picklable description of where records come from."""
 
@@ -64,6 +124,16 @@ class Source(ABC):
 
         Errors here (a missing file, a bad pattern) surface at submit time, before Spark runs.
         """
+
+    def create_reader(self, splits: list[SourceSplit], restored: dict[str, Any],
+                      context: ReaderContext) -> SplitReader | None:
+        """A reader of all of ``splits`` together, on the worker, or None (the default): the
+        runtime then reads the splits one after the other. ``restored`` maps split ids to the
+        positions of the restored checkpoint (every split of the source, not only these)."""
+        return None
+
+    def validate(self, settings: JobSettings) -> None:  # noqa: B027 - optional hook
+        """Check the job's settings at submit time; raise a ``PlanError`` naming what to change."""
 
 
 @dataclass
@@ -80,6 +150,12 @@ class SinkContext:
     #: Whether the job takes checkpoints: transactional writers then commit once per checkpoint,
     #: otherwise once when their input ends.
     checkpointing: bool = False
+    #: The id of this job run (new for every ``execute``, the same across its restarts).
+    job_id: str = ""
+    #: Whether this attempt restored a checkpoint.
+    restored: bool = False
+    #: The sink's parallelism in the restored checkpoint (None: not restored, or not recorded).
+    restored_parallelism: int | None = None
 
 
 class SinkWriter(ABC):
@@ -124,6 +200,14 @@ class TransactionalSinkWriter(SinkWriter):
     def commit(self, committables: list[Any]) -> None:
         """Make pre-committed output visible (idempotent)."""
 
+    def restore_committables(self, committables: list[Any]) -> None:
+        """Called once when a restored attempt opens, with the committables of the restored
+        checkpoint that this subtask was given (all of them, whichever subtask made them, when
+        the parallelism changed). The default commits them again. A writer whose earlier attempts
+        can leave open transactions behind also aborts those here."""
+        if committables:
+            self.commit(committables)
+
 
 #: Values of :attr:`Sink.guarantee`.
 EXACTLY_ONCE = "exactly_once"
@@ -153,6 +237,9 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, context: SinkContext) -> SinkWriter:
         """Create the writer of one sink subtask, on its worker."""
+
+    def validate(self, settings: JobSettings) -> None:  # noqa: B027 - optional hook
+        """Check the job's settings at submit time; raise a ``PlanError`` naming what to change."""
 
 
 def assign_splits(splits: list[SourceSplit], subtask_index: int, parallelism: int) -> list[SourceSplit]:

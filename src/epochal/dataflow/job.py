@@ -15,6 +15,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from epochal.connectors.base import JobSettings, Sink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
@@ -35,6 +36,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     """Plan, ship and start ``env``'s job as a ``dataflow`` job; returns at once (see
     :meth:`~epochal.api.environment.Environment.execute_async` for the arguments)."""
     job = env.plan()
+    _validate_connectors(env, job)
     job_id = uuid.uuid4().hex[:12]
     operators = {n.uid: {"name": n.name, "operation": n.operation} for n in job.nodes.values()}
     restore = None if restore_from is None else _checked_restore(env, restore_from, operators,
@@ -68,6 +70,23 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     return JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
                             num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
                             kind=coordination))
+
+
+def _validate_connectors(env: Environment, job: Any) -> None:
+    """Let every source and sink check the job's settings (a Kafka sink's transaction timeout
+    against the checkpoint interval and restart delay) before anything ships."""
+    strategy = env.restart_strategy
+    delay = getattr(strategy, "max_delay", None)
+    delay = getattr(strategy, "delay", 0.0) if delay is None else delay
+    checkpoint = env.checkpoint_config
+    settings = JobSettings(checkpoint.interval if checkpoint.enabled else None, float(delay or 0.0), env.parallelism)
+    for vertex in job.vertices:
+        if vertex.source is not None:
+            vertex.source.validate(settings)
+    for node in job.nodes.values():
+        sink = getattr(node.operator, "sink", None)
+        if isinstance(sink, Sink):
+            sink.validate(settings)
 
 
 def _checked_restore(env: Environment, restore_from: str, operators: dict[str, dict[str, str]],

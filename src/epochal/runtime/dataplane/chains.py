@@ -172,10 +172,16 @@ class ChainRunner:
         """Hand the operator's side output records to the consumers of their tags."""
         side = self.operator.side
         assert side is not None
-        by_tag: dict[str, list[Any]] = {}
-        for tag, record in side:
-            by_tag.setdefault(tag, []).append(record)
+        pairs = list(side)
         side.clear()
+        self.push_side(pairs)
+
+    def push_side(self, pairs: list[tuple[str, Any]]) -> None:
+        """Hand ``(tag id, record)`` pairs to the consumers of their tags (a source's records
+        that failed to decode arrive here from its reader)."""
+        by_tag: dict[str, list[Any]] = {}
+        for tag, record in pairs:
+            by_tag.setdefault(tag, []).append(record)
         for tag, records in by_tag.items():
             if self.side_sink is not None:
                 self.side_sink(tag, records)

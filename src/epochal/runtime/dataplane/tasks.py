@@ -86,6 +86,10 @@ class Subtask:
         self.timed: list[ChainRunner] = []
         #: The processing-time clock the operators' contexts read (a test harness sets its own).
         self.clock: Callable[[], float] = time.time
+        #: Whether this subtask was opened from a restored checkpoint.
+        self.restored = False
+        #: Source subtasks: the last watermark their split reader reported.
+        self.source_watermark: Any = NO_WATERMARK
 
     @property
     def backlogged(self) -> bool:
@@ -98,11 +102,12 @@ class Subtask:
     def open(self, nodes: dict[int, ChainedNode], node_ids: list[int], max_parallelism: int,
              send_to_driver: Callable[[str | None, Any], None], attempt: int = 0,
              checkpointing: bool = False, restore: RestoreSource | None = None,
-             state_backend: StateBackendConfig | None = None) -> None:
+             state_backend: StateBackendConfig | None = None, job_id: str = "") -> None:
         """Restore each operator's state (if restoring), then open the operators in chain order
         (user ``open`` hooks run here and see their restored state). Keyed operators get the
         backend ``state_backend`` names (default: heap, full snapshots)."""
         backend = state_backend or StateBackendConfig()
+        self.restored = restore is not None
         runners = {}
         key_groups = key_group_range(self.index, self.parallelism, max_parallelism)
         for node_id in node_ids:
@@ -117,7 +122,8 @@ class Subtask:
                 parallelism=self.parallelism, max_parallelism=max_parallelism,
                 key_groups=key_groups if node.operator.keyed else range(0),
                 keyed_state=runner.keyed_state, operator_state=runner.operator_state,
-                attempt=attempt, checkpointing=checkpointing, clock=self.clock)
+                attempt=attempt, checkpointing=checkpointing, clock=self.clock, job_id=job_id,
+                restored=restore is not None)
             try:
                 node.operator.open(context, functools.partial(send_to_driver, node.collect_id))
             except Exception as error:
@@ -201,7 +207,7 @@ class Subtask:
         the source positions into operator state, the operators' ``prepare_snapshot``."""
         if self.reader is not None:
             positions = self.runners[0].operator_state.get_list_state(SourceReader.POSITIONS, "union")
-            positions[:] = self.reader.positions()
+            positions[:] = self.reader.snapshot(checkpoint_id)
         for runner in self.runners:
             try:
                 runner.operator.prepare_snapshot(checkpoint_id)
@@ -229,6 +235,11 @@ class Subtask:
                 runner.keyed_state.snapshot_written(checkpoint_id, keyed)
 
     def notify_complete(self, checkpoint_id: int) -> None:
+        if self.reader is not None:
+            try:
+                self.reader.notify_checkpoint_complete(checkpoint_id)
+            except Exception as error:
+                raise UserFunctionError(self.runners[0].name, error) from error
         for runner in self.runners:
             if runner.keyed_state is not None:
                 runner.keyed_state.checkpoint_completed(checkpoint_id)
@@ -305,7 +316,20 @@ class Subtask:
         if records:
             self.records_read += len(records)
             self.head.push(records)  # type: ignore[union-attr]
+        reader = self.reader
+        if reader.split_reader is not None:  # type: ignore[union-attr]
+            self._poll_split_reader(reader)  # type: ignore[arg-type]
         return len(records)
+
+    def _poll_split_reader(self, reader: SourceReader) -> None:
+        """A split reader's side output records, and its watermark when it advanced."""
+        side = reader.take_side_output()
+        if side:
+            self.head.push_side(side)  # type: ignore[union-attr]
+        watermark = reader.watermark()
+        if watermark is not None and watermark > self.source_watermark:
+            self.source_watermark = watermark
+            self.head.on_watermark(watermark)  # type: ignore[union-attr]
 
     def flush(self) -> None:
         for output in self.outputs:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from epochal.config import EXACTLY_ONCE, NONE, SYNCHRONOUS
-from epochal.connectors.base import assign_splits
+from epochal.connectors.base import ReaderContext, assign_splits
 from epochal.errors import RestoreError
 from epochal.plan.execution import Deployment
 from epochal.runtime.checkpointing.alignment import AlignmentBuffer, AlignmentSpill
@@ -91,7 +91,7 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
         try:
             subtask.open(job.nodes, vertex.nodes, job.max_parallelism, callbacks.send_to_driver,
                          attempt=job_attempt, checkpointing=mode != NONE, restore=restore,
-                         state_backend=deployment.state_backend)
+                         state_backend=deployment.state_backend, job_id=deployment.job_id)
         except CheckpointError as error:
             raise RestoreError(str(error), error.path, restore.checkpoint_id if restore else None) from error
         loop = loop_of_vertex.get(vertex_id)
@@ -121,7 +121,9 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
             wired.in_channels[channel_id] = input_channel
             subtask.inputs.append(input_channel)
         if vertex.source is not None:
-            subtask.attach_source(SourceReader(assign_splits(graph.splits[vertex_id], index, vertex.parallelism)))
+            context = ReaderContext(vertex.name, index, vertex.parallelism, restored=restore is not None)
+            splits = assign_splits(graph.splits[vertex_id], index, vertex.parallelism)
+            subtask.attach_source(SourceReader(splits, vertex.source, context))
             wired.sources.append(subtask)
         elif mode != NONE:
             subtask.barriers = SubtaskBarriers(

@@ -262,6 +262,8 @@ class SinkOperator(Operator):
     """
 
     PENDING = "pending-commits"
+    #: union list: the parallelism of the sink that took the checkpoint (what a restore tells its writer)
+    PARALLELISM = "sink-parallelism"
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
@@ -271,15 +273,24 @@ class SinkOperator(Operator):
         self.checkpointing = False
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
+        parallelism = context.get_list_state(self.PARALLELISM, "union")
         sink_context = SinkContext(operator_name=context.operator_name, subtask_index=context.subtask_index,
                                    parallelism=context.parallelism, send_to_driver=send_to_driver,
-                                   attempt=context.attempt, checkpointing=context.checkpointing)
+                                   attempt=context.attempt, checkpointing=context.checkpointing,
+                                   job_id=context.job_id, restored=context.restored,
+                                   restored_parallelism=max(parallelism, default=None))
+        parallelism[:] = [context.parallelism] if context.subtask_index == 0 else []
         self.writer = self.sink.create_writer(sink_context)
         self.transactional = hasattr(self.writer, "pre_commit")
         self.checkpointing = context.checkpointing
         self.pending = context.get_list_state(self.PENDING)
-        if self.transactional and self.pending:
-            self.writer.commit([c for _, c in self.pending])  # type: ignore[attr-defined]
+        if self.transactional and (self.pending or context.restored):
+            restored = [c for _, c in self.pending]
+            restore = getattr(self.writer, "restore_committables", None)
+            if restore is not None:
+                restore(restored)
+            elif restored:
+                self.writer.commit(restored)  # type: ignore[attr-defined]
             self.pending.clear()
 
     def process_batch(self, batch: list[Any]) -> list[Any]:

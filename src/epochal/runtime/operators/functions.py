@@ -38,6 +38,10 @@ class RuntimeContext:
     attempt: int = 0
     #: Whether the job takes checkpoints (transactional sinks then commit per checkpoint).
     checkpointing: bool = False
+    #: The id of the job run (the same across its restarts); sinks name their transactions by it.
+    job_id: str = ""
+    #: Whether this attempt restored a checkpoint.
+    restored: bool = False
     #: The processing-time clock (seconds since the epoch); a test harness may set its own.
     clock: Callable[[], float] = time.time
 

@@ -1,0 +1,223 @@
+"""The worker side of :class:`~epochal.connectors.kafka_source.KafkaSource`: one consumer per
+source subtask reads all the partitions it is assigned, tracks the offset of the next record of
+each (the checkpointed position), keeps event time per partition, and looks for partitions
+created while the job runs."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from epochal.connectors.base import ReaderContext, SplitReader
+from epochal.connectors.kafka_common import KafkaError, KafkaRecord, UndecodableRecord
+from epochal.connectors.kafka_source import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
+
+if TYPE_CHECKING:
+    from epochal.connectors.kafka_source import KafkaSource
+
+#: How long the consumer may go without reaching any broker before the job fails (and restarts
+#: from its latest checkpoint): librdkafka reconnects by itself within this time.
+BROKER_DOWN_LIMIT = 60.0
+
+
+class _Partition:
+    __slots__ = ("topic", "partition", "next", "stop", "max_time", "last_seen", "done")
+
+    def __init__(self, topic: str, partition: int, next_offset: int, stop: int | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.next = next_offset
+        self.stop = stop
+        self.max_time: Any = None
+        self.last_seen = time.monotonic()
+        self.done = stop is not None and 0 <= stop <= next_offset
+
+
+class KafkaPartitionReader(SplitReader):
+    """Reads one source subtask's partitions with one ``confluent_kafka.Consumer``."""
+
+    def __init__(self, source: KafkaSource, splits: list[KafkaPartitionSplit], restored: dict[str, Any],
+                 context: ReaderContext) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.source = source
+        self.context = context
+        self.side: list[tuple[str, Any]] = []
+        self.partitions: dict[str, _Partition] = {}
+        self.watermark_value: Any = None
+        self.next_discovery = time.monotonic() + (source.discovery_interval or 0)
+        self.down_since: float | None = None
+        group = source.group_id or f"epochal-{context.operator_name}"
+        self.consumer = Consumer(source._consumer_config(group, **{"enable.partition.eof": True}))
+        assignment = []
+        for split in splits:
+            start = restored.get(split.split_id, OFFSET_BEGINNING if context.restored else split.start)
+            self.partitions[split.split_id] = _Partition(split.topic, split.partition, start, split.stop)
+            assignment.append(TopicPartition(split.topic, split.partition, start))
+        # partitions created after the restored checkpoint, whose positions it recorded, that are
+        # this subtask's now (a restore redistributes them like the rest)
+        for sid, position in restored.items():
+            if sid in self.partitions or sid in source.known_splits:
+                continue
+            topic, _, partition = sid.rpartition("-")
+            if owner_of_new_split(sid, context.parallelism) == context.subtask_index:
+                self.partitions[sid] = _Partition(topic, int(partition), position, None)
+                assignment.append(TopicPartition(topic, int(partition), position))
+        self.consumer.assign(assignment)
+
+    # ------------------------------------------------------------------ reading
+    def read_batch(self, max_records: int) -> list[Any] | None:
+        if self.source.discovery_interval is not None and time.monotonic() >= self.next_discovery:
+            self._discover()
+        if self.partitions and all(p.done for p in self.partitions.values()):
+            return None
+        if not self.partitions and self.source.bounded:
+            return None
+        messages: list[Any] = self.consumer.consume(max_records, 0)
+        out: list[Any] = []
+        append = out.append
+        source = self.source
+        key_of, value_of = source.key_deserializer, source.value_deserializer
+        timestamp = source.timestamp
+        watermarks = source.watermarks
+        partitions = self.partitions
+        now = time.monotonic()
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_error(message, error)
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            state = partitions.get(f"{topic}-{partition}")
+            if state is None or state.done:  # (a record past a bounded split's end)
+                continue
+            state.next = offset + 1
+            if state.stop is not None and state.next >= state.stop:
+                state.done = True
+            raw_key, raw_value = message.key(), message.value()
+            try:
+                key = key_of(raw_key)
+                value = value_of(raw_value)
+            except Exception as decode_error:
+                self._undecodable(topic, partition, offset, raw_key, raw_value, decode_error)
+                continue
+            headers = message.headers()
+            record = KafkaRecord(key, value, topic, partition, offset, message.timestamp()[1],
+                                 list(headers) if headers else None)
+            if watermarks:
+                event_time = timestamp(record) if timestamp is not None else record.timestamp
+                if state.max_time is None or event_time > state.max_time:
+                    state.max_time = event_time
+                state.last_seen = now
+            append(record)
+        if messages:
+            self.down_since = None
+        return out
+
+    def _undecodable(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                     error: Exception) -> None:
+        message = f"{type(error).__name__}: {error}"
+        if self.source.errors_tag is None:
+            raise KafkaError(f"the record at topic '{topic}' partition {partition} offset {offset} does not "
+                             f"deserialise ({message}); pass errors=OutputTag(...) to KafkaSource to route such "
+                             "records to a side output instead")
+        self.side.append((self.source.errors_tag, UndecodableRecord(topic, partition, offset, key, value, message)))
+
+    def _on_error(self, message: Any, error: Any) -> None:
+        from confluent_kafka import KafkaError as Codes
+
+        code = error.code()
+        if code == Codes._PARTITION_EOF:
+            state = self.partitions.get(split_id(message.topic(), message.partition()))
+            if state is not None:
+                state.next = max(state.next, message.offset())
+                if state.stop is not None and state.next >= state.stop:
+                    state.done = True
+            return
+        if code in (Codes.UNKNOWN_TOPIC_OR_PART, Codes._UNKNOWN_PARTITION, Codes._UNKNOWN_TOPIC,
+                    Codes.TOPIC_AUTHORIZATION_FAILED) or error.fatal():
+            raise KafkaError(f"KafkaSource cannot read topic '{message.topic()}' partition {message.partition()}: "
+                             f"{error.str()}")
+        # transport errors: librdkafka reconnects; fail (and restart from the checkpoint) only
+        # when no broker came back within BROKER_DOWN_LIMIT
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+        elif now - self.down_since > BROKER_DOWN_LIMIT:
+            raise KafkaError(f"KafkaSource: no broker of {self.source.bootstrap_servers} reachable for "
+                             f"{BROKER_DOWN_LIMIT:g} s ({error.str()})")
+
+    # ------------------------------------------------------------------ new partitions
+    def _discover(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.next_discovery = time.monotonic() + (self.source.discovery_interval or 0)
+        try:
+            metadata = self.consumer.list_topics(timeout=1.0)
+        except Exception:
+            return  # the broker is away: look again next time
+        source, context = self.source, self.context
+        added = []
+        for topic in source.matching_topics(metadata):
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                continue
+            for partition in info.partitions:
+                sid = split_id(topic, partition)
+                if sid in self.partitions or sid in source.known_splits:
+                    continue
+                if owner_of_new_split(sid, context.parallelism) != context.subtask_index:
+                    continue
+                self.partitions[sid] = _Partition(topic, partition, OFFSET_BEGINNING, None)
+                added.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
+        if added:
+            self.consumer.incremental_assign(added)
+
+    # ------------------------------------------------------------------ checkpoints and time
+    def positions(self) -> list[tuple[str, Any]]:
+        return [(sid, state.next) for sid, state in self.partitions.items()]
+
+    def take_side_output(self) -> list[tuple[str, Any]]:
+        side, self.side = self.side, []
+        return side
+
+    def watermark(self) -> Any:
+        source = self.source
+        if not source.watermarks or not self.partitions:
+            return None
+        idle = source.idle_timeout
+        now = time.monotonic()
+        active = [p for p in self.partitions.values()
+                  if not p.done and (idle is None or now - p.last_seen < idle)]
+        if not active:  # every partition idle: nothing holds event time back but what was seen
+            seen = [p.max_time for p in self.partitions.values() if p.max_time is not None]
+            if not seen:
+                return self.watermark_value
+            latest = max(seen)
+        elif any(p.max_time is None for p in active):
+            return self.watermark_value
+        else:
+            latest = min(p.max_time for p in active)
+        candidate = latest - source.max_out_of_orderness - 1
+        if self.watermark_value is None or candidate > self.watermark_value:
+            self.watermark_value = candidate
+        return self.watermark_value
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[tuple[str, Any]]) -> None:
+        if self.source.group_id is None:
+            return
+        from confluent_kafka import TopicPartition
+
+        offsets = [TopicPartition(self.partitions[sid].topic, self.partitions[sid].partition, offset)
+                   for sid, offset in positions if sid in self.partitions and offset >= 0]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            except Exception:
+                pass  # monitoring only: the checkpoint holds the offsets that count
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception:
+            pass

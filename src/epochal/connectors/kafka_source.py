@@ -1,0 +1,229 @@
+"""Reading Kafka topics: :class:`KafkaSource`.
+
+Every partition is a split (``"<topic>-<partition>"``) whose position, the offset of the next
+record, is operator state in checkpoints: a restore seeks every partition back to it, at any
+parallelism (the positions of all partitions go to every subtask; each takes the partitions it
+is assigned now). On the worker one consumer per source subtask reads all its partitions
+(:class:`~epochal.connectors.kafka_reader.KafkaPartitionReader`). Offsets are committed to the
+consumer group when a checkpoint completes, for monitoring only (Flink does the same): the
+checkpoint, not the group, is what a restore reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from epochal.connectors.base import JobSettings, ReaderContext, Source, SourceSplit, SplitReader
+from epochal.connectors.kafka_common import (
+    DESERIALIZERS,
+    Serde,
+    check_bootstrap,
+    cluster_metadata,
+    missing_topics,
+    resolve_serde,
+)
+from epochal.errors import PlanError
+
+#: Where a partition without a restored position starts (``starting_offsets``).
+EARLIEST, LATEST, COMMITTED = "earliest", "latest", "committed"
+#: librdkafka's logical offset "the beginning of the partition".
+OFFSET_BEGINNING = -2
+
+
+class KafkaPartitionSplit(SourceSplit):
+    """One partition of a topic; ``start`` is the offset to read first, ``stop`` (bounded mode)
+    the offset found at the end of the partition when the job started."""
+
+    def __init__(self, topic: str, partition: int, start: int, stop: int | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.stop = stop
+        self.split_id = split_id(topic, partition)
+
+    def read_batch(self, max_records: int) -> list[Any] | None:
+        raise NotImplementedError("Kafka partitions are read together, by KafkaSource.create_reader")
+
+    def position(self) -> Any:
+        return self.start
+
+    def seek(self, position: Any) -> None:
+        self.start = position
+
+    def __repr__(self) -> str:
+        return f"KafkaPartitionSplit({self.split_id}, start={self.start}, stop={self.stop})"
+
+
+def split_id(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class KafkaSource(Source):
+    """Records of Kafka topics, as :class:`~epochal.connectors.kafka_common.KafkaRecord` objects.
+
+    Args:
+        bootstrap_servers: ``host:port[,host:port]`` of the cluster.
+        topics: the topics to read (a list or one name), or ``pattern``: a regular expression
+            that whole topic names match. Topics that match later are picked up too.
+        group_id: the consumer group offsets are committed to on checkpoint completion (for
+            monitoring; and what ``starting_offsets="committed"`` reads). None: nothing is committed.
+        starting_offsets: where partitions start when no checkpoint is restored: ``"earliest"``,
+            ``"latest"``, ``"committed"`` (the group's offsets, earliest where it has none) or an
+            int, a timestamp in ms (the first record at or after it). Resolved on the driver at
+            submit, so every attempt of the job starts from the same offsets. Partitions created
+            while the job runs start at their beginning.
+        bounded: stop at the end offsets found at submit (backfills, tests): the job then ends.
+        key_deserializer, value_deserializer: ``"bytes"``, ``"str"``, ``"json"`` or a function of
+            the raw bytes (or None).
+        errors: an ``OutputTag``: records that fail to deserialise go to this side output as
+            :class:`~epochal.connectors.kafka_common.UndecodableRecord` instead of failing the job
+            (``stream.side_output(tag)`` reads them). None: such a record fails the job with an
+            error naming its topic, partition and offset.
+        watermarks: make event-time watermarks per partition; a subtask's watermark is the minimum
+            over its partitions that are not idle. ``timestamp(record)`` is a record's event time
+            (default: its Kafka timestamp, in ms); ``max_out_of_orderness`` is in the same unit.
+        idle_timeout: seconds without records after which a partition no longer holds the
+            watermark back (None: never). When every partition of a subtask is idle, its
+            watermark is the latest event time it read (less ``max_out_of_orderness``), so a quiet
+            subtask does not hold back the event time of the operators downstream.
+        discovery_interval: seconds between looks for new partitions and topics (None: never;
+            bounded sources never look).
+        isolation_level: ``"read_committed"`` (the default: records of aborted or open
+            transactions are never read) or ``"read_uncommitted"``.
+        config: further librdkafka consumer settings.
+        metadata_timeout: seconds to wait for the broker at submit.
+    """
+
+    def __init__(self, bootstrap_servers: str, topics: list[str] | str | None = None, *, pattern: str | None = None,
+                 group_id: str | None = None, starting_offsets: str | int = EARLIEST, bounded: bool = False,
+                 key_deserializer: Serde = "bytes", value_deserializer: Serde = "bytes", errors: Any = None,
+                 watermarks: bool = False, timestamp: Callable[[Any], Any] | None = None,
+                 max_out_of_orderness: float = 0, idle_timeout: float | None = None,
+                 discovery_interval: float | None = 10.0, isolation_level: str = "read_committed",
+                 config: dict[str, Any] | None = None, metadata_timeout: float = 10.0) -> None:
+        check_bootstrap(bootstrap_servers, "KafkaSource")
+        if (topics is None) == (pattern is None):
+            raise PlanError("KafkaSource takes either topics=[...] or pattern='regex', not both and not neither")
+        self.topics = [topics] if isinstance(topics, str) else list(topics or [])
+        self.pattern = pattern
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise PlanError(f"KafkaSource pattern {pattern!r} is not a regular expression: {error}") from None
+        if not (starting_offsets in (EARLIEST, LATEST, COMMITTED) or
+                (isinstance(starting_offsets, int) and not isinstance(starting_offsets, bool))):
+            raise PlanError("KafkaSource starting_offsets must be 'earliest', 'latest', 'committed' or a "
+                            f"timestamp in ms, got {starting_offsets!r}")
+        if starting_offsets == COMMITTED and group_id is None:
+            raise PlanError("KafkaSource starting_offsets='committed' needs a group_id")
+        if isolation_level not in ("read_committed", "read_uncommitted"):
+            raise PlanError(f"KafkaSource isolation_level must be 'read_committed' or 'read_uncommitted', "
+                            f"got {isolation_level!r}")
+        self.bootstrap_servers = bootstrap_servers
+        self.group_id = group_id
+        self.starting_offsets = starting_offsets
+        self.bounded = bounded
+        self.key_deserializer = resolve_serde(key_deserializer, DESERIALIZERS, "key_deserializer")
+        self.value_deserializer = resolve_serde(value_deserializer, DESERIALIZERS, "value_deserializer")
+        self.errors_tag = None if errors is None else _tag_id(errors)
+        self.watermarks = watermarks
+        self.timestamp = timestamp
+        self.max_out_of_orderness = max_out_of_orderness
+        self.idle_timeout = idle_timeout
+        self.discovery_interval = None if bounded else discovery_interval
+        self.isolation_level = isolation_level
+        self.config = dict(config or {})
+        self.metadata_timeout = metadata_timeout
+        #: split ids known when the job was planned (set by create_splits, shipped with the source):
+        #: a partition not among them was created while the job ran.
+        self.known_splits: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:
+        what = self.topics if self.pattern is None else f"pattern={self.pattern!r}"
+        return f"KafkaSource({self.bootstrap_servers}, {what})"
+
+    def validate(self, settings: JobSettings) -> None:
+        if self.watermarks and self.idle_timeout is not None and self.idle_timeout <= 0:
+            raise PlanError(f"KafkaSource idle_timeout must be positive seconds, got {self.idle_timeout}")
+
+    # ------------------------------------------------------------------ on the driver
+    def matching_topics(self, metadata: Any) -> list[str]:
+        """The topics this source reads, among those in ``metadata``."""
+        if self.pattern is None:
+            return list(self.topics)
+        regex = re.compile(self.pattern)
+        return sorted(t for t in metadata.topics if regex.fullmatch(t) and not t.startswith("__"))
+
+    def create_splits(self, parallelism: int) -> list[SourceSplit]:
+        """One split per partition, its start resolved to an offset now (at submit)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        metadata = cluster_metadata(self.bootstrap_servers, self.config, self.metadata_timeout, "KafkaSource")
+        topics = self.matching_topics(metadata)
+        missing = missing_topics(metadata, topics)
+        if missing:
+            raise PlanError(f"KafkaSource: topic(s) {', '.join(missing)} do not exist at {self.bootstrap_servers}")
+        partitions = [TopicPartition(t, p) for t in topics for p in sorted(metadata.topics[t].partitions)]
+        consumer = Consumer(self._consumer_config(group=self.group_id or "epochal-plan"))
+        try:
+            starts = self._resolve_starts(consumer, partitions)
+            stops = [self._high(consumer, tp) for tp in partitions] if self.bounded else [None] * len(partitions)
+        finally:
+            consumer.close()
+        splits: list[SourceSplit] = [KafkaPartitionSplit(tp.topic, tp.partition, start, stop)
+                                     for tp, start, stop in zip(partitions, starts, stops, strict=True)]
+        self.known_splits = frozenset(s.split_id for s in splits)
+        return splits
+
+    def _high(self, consumer: Any, tp: Any) -> int:
+        return int(consumer.get_watermark_offsets(tp, timeout=self.metadata_timeout)[1])
+
+    def _resolve_starts(self, consumer: Any, partitions: list[Any]) -> list[int]:
+        from confluent_kafka import TopicPartition
+
+        if not partitions:
+            return []
+        timeout = self.metadata_timeout
+        lows = [int(consumer.get_watermark_offsets(tp, timeout=timeout)[0]) for tp in partitions]
+        if self.starting_offsets == EARLIEST:
+            return lows
+        if self.starting_offsets == LATEST:
+            return [self._high(consumer, tp) for tp in partitions]
+        if self.starting_offsets == COMMITTED:
+            committed = consumer.committed(partitions, timeout=timeout)
+            return [tp.offset if tp.offset >= 0 else low for tp, low in zip(committed, lows, strict=True)]
+        wanted = [TopicPartition(tp.topic, tp.partition, int(self.starting_offsets)) for tp in partitions]
+        found = consumer.offsets_for_times(wanted, timeout=timeout)
+        return [tp.offset if tp.offset >= 0 else self._high(consumer, tp) for tp in found]
+
+    def _consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
+        from epochal.connectors.kafka_common import client_config
+
+        return client_config(self.bootstrap_servers, self.config, **{
+            "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest", "isolation.level": self.isolation_level, **settings})
+
+    # ------------------------------------------------------------------ on the worker
+    def create_reader(self, splits: list[SourceSplit], restored: dict[str, Any],
+                      context: ReaderContext) -> SplitReader | None:
+        from epochal.connectors.kafka_reader import KafkaPartitionReader
+
+        return KafkaPartitionReader(self, [s for s in splits if isinstance(s, KafkaPartitionSplit)], restored,
+                                    context)
+
+
+def _tag_id(tag: Any) -> str:
+    tag_id = getattr(tag, "id", None)
+    if not isinstance(tag_id, str):
+        raise PlanError(f"KafkaSource errors= takes an OutputTag, got {tag!r}")
+    return tag_id
+
+
+def owner_of_new_split(split: str, parallelism: int) -> int:
+    """The subtask that reads a partition created while the job runs: a stable hash of its id."""
+    import zlib
+
+    return zlib.crc32(split.encode("utf-8")) % parallelism

@@ -1,0 +1,292 @@
+"""The writers of :class:`~epochal.connectors.kafka_sink.KafkaSink`.
+
+:class:`KafkaAtLeastOnceWriter` is an idempotent producer flushed at every barrier.
+:class:`KafkaTransactionalWriter` runs two-phase commit with Kafka transactions and commit
+markers; the module docstring of :mod:`epochal.connectors.kafka_sink` explains the protocol.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from epochal.connectors.base import SinkContext, SinkWriter, TransactionalSinkWriter
+from epochal.connectors.kafka_common import KafkaError, client_config
+
+if TYPE_CHECKING:
+    from epochal.connectors.kafka_sink import KafkaSink, Serialized
+
+#: Seconds a flush, an init or a commit may take before the job fails (and restarts).
+OPERATION_TIMEOUT = 60.0
+
+
+class Committable(NamedTuple):
+    """One epoch's transaction: its id, the job and checkpoint it belongs to, the topic whose
+    partition 0 holds its marker, and its records (the write-ahead log a restore may need)."""
+
+    transactional_id: str
+    job_id: str
+    checkpoint_id: int
+    marker_topic: str
+    records: list[Serialized]
+
+
+class _Producer:
+    """A ``confluent_kafka.Producer`` whose failed deliveries are collected and raised at flush."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from confluent_kafka import Producer
+
+        self.failures: list[str] = []
+        self.producer = Producer({**config, "delivery.report.only.error": True, "on_delivery": self._delivered})
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.failures.append(f"topic '{message.topic()}' partition {message.partition()}: {error.str()}")
+
+    def send(self, records: list[Serialized]) -> None:
+        produce, poll = self.producer.produce, self.producer.poll
+        for topic, key, value, partition, headers in records:
+            kwargs: dict[str, Any] = {}
+            if partition is not None:
+                kwargs["partition"] = partition
+            if headers:
+                kwargs["headers"] = headers
+            while True:
+                try:
+                    produce(topic, value, key, **kwargs)
+                    break
+                except BufferError:  # librdkafka's queue is full: let it drain
+                    poll(0.05)
+        poll(0)
+
+    def flush(self, what: str) -> None:
+        deadline = time.monotonic() + OPERATION_TIMEOUT
+        while self.producer.flush(1.0) > 0:
+            if time.monotonic() > deadline:
+                raise KafkaError(f"{what}: records not delivered within {OPERATION_TIMEOUT:g} s (broker unreachable?)")
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise KafkaError(f"{what}: {len(failures)} record(s) not delivered, first: {failures[0]}")
+
+
+class KafkaAtLeastOnceWriter(SinkWriter):
+    """Produces as records arrive; ``flush`` (at every barrier) waits until all are acknowledged."""
+
+    def __init__(self, sink: KafkaSink, context: SinkContext) -> None:
+        self.sink = sink
+        self.producer = _Producer(client_config(sink.bootstrap_servers, sink.config, **{
+            "enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000}))
+
+    def write_batch(self, records: list[Any]) -> None:
+        serialize = self.sink.serialize
+        self.producer.send([serialize(r) for r in records])
+
+    def flush(self) -> None:
+        self.producer.flush("KafkaSink")
+
+
+class KafkaTransactionalWriter(TransactionalSinkWriter):
+    """Two-phase commit with one Kafka transaction per subtask and checkpoint.
+
+    Records go into the open transaction as they arrive and are kept as the epoch's write-ahead
+    log. ``pre_commit`` flushes them and adds the commit marker; the transaction stays open
+    until ``commit``. Records that arrive in between wait in memory and open the next
+    transaction once the previous one committed (a producer has one transaction at a time).
+    """
+
+    def __init__(self, sink: KafkaSink, context: SinkContext) -> None:
+        self.sink = sink
+        self.context = context
+        self.transactional_id = f"{sink.transactional_id_prefix}-{context.subtask_index}"
+        self.producer: _Producer | None = None
+        self.in_transaction = False
+        #: the records of the open transaction
+        self.epoch: list[Serialized] = []
+        #: the open transaction's committable once pre-committed (awaiting commit)
+        self.live: Committable | None = None
+        #: records that arrived after ``live`` was pre-committed
+        self.waiting: list[Serialized] = []
+        self.markers: Any = None  # the consumer whose group metadata commits markers
+
+    # ------------------------------------------------------------------ producers
+    def _config(self, transactional_id: str) -> dict[str, Any]:
+        sink = self.sink
+        return client_config(sink.bootstrap_servers, sink.config, **{
+            "transactional.id": transactional_id, "transaction.timeout.ms": int(sink.transaction_timeout * 1000),
+            "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+
+    def _init(self, transactional_id: str) -> _Producer:
+        """A producer of ``transactional_id``, initialised: the broker fences every earlier
+        producer of the id and aborts the transaction it left open."""
+        producer = _Producer(self._config(transactional_id))
+        self._call(lambda: producer.producer.init_transactions(OPERATION_TIMEOUT), transactional_id, "initialising")
+        return producer
+
+    def _own(self) -> _Producer:
+        if self.producer is None:
+            self.producer = self._init(self.transactional_id)
+        return self.producer
+
+    def _call(self, action: Any, transactional_id: str, doing: str) -> Any:
+        from confluent_kafka import KafkaException
+
+        try:
+            return action()
+        except KafkaException as exception:
+            error = exception.args[0]
+            codes = type(error)
+            if error.code() in (codes._FENCED, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH):
+                raise KafkaError(
+                    f"KafkaSink: the producer of transactional id '{transactional_id}' was fenced while {doing} a "
+                    "transaction: a newer attempt of this job, or another job using transactional_id_prefix "
+                    f"'{self.sink.transactional_id_prefix}', took it over") from None
+            failure = KafkaError(f"KafkaSink: {doing} the transaction of '{transactional_id}' failed: {error.str()}")
+            failure.abortable = bool(error.txn_requires_abort())
+            raise failure from None
+
+    def _marker_consumer(self, transactional_id: str) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer(client_config(self.sink.bootstrap_servers, self.sink.config, **{
+            "group.id": transactional_id, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+
+    def _commit_with_marker(self, producer: _Producer, committable: Committable, markers: Any) -> None:
+        """Add the marker to the open transaction and commit it."""
+        from confluent_kafka import TopicPartition
+
+        tid = committable.transactional_id
+        marker = TopicPartition(committable.marker_topic, 0, committable.checkpoint_id,
+                                f"{committable.job_id}:{committable.checkpoint_id}")
+        self._call(lambda: producer.producer.send_offsets_to_transaction(
+            [marker], markers.consumer_group_metadata(), OPERATION_TIMEOUT), tid, "marking")
+        self._call(lambda: producer.producer.commit_transaction(OPERATION_TIMEOUT), tid, "committing")
+
+    def _write_again(self, producer: _Producer, committable: Committable, markers: Any) -> None:
+        """Write an epoch's records in a new transaction and commit it with its marker."""
+        tid = committable.transactional_id
+        self._call(producer.producer.begin_transaction, tid, "beginning")
+        producer.send(committable.records)
+        producer.flush(f"KafkaSink ({tid})")
+        self._commit_with_marker(producer, committable, markers)
+
+    # ------------------------------------------------------------------ the epoch
+    def write_batch(self, records: list[Any]) -> None:
+        serialize = self.sink.serialize
+        serialized = [serialize(r) for r in records]
+        if self.live is not None:
+            self.waiting.extend(serialized)
+            return
+        self._send(serialized)
+
+    def _send(self, serialized: list[Serialized]) -> None:
+        if not serialized:
+            return
+        producer = self._own()
+        if not self.in_transaction:
+            self._call(producer.producer.begin_transaction, self.transactional_id, "beginning")
+            self.in_transaction = True
+        producer.send(serialized)
+        self.epoch.extend(serialized)
+
+    def pre_commit(self, checkpoint_id: int) -> Any:
+        job = self.context.job_id
+        if self.live is None:
+            if not self.epoch:
+                return None
+            self._own().flush(f"KafkaSink ({self.transactional_id})")
+            self.live = Committable(self.transactional_id, job, checkpoint_id, self.epoch[0][0], self.epoch)
+            self.epoch = []
+            return self.live
+        if not self.waiting:  # the previous epoch still awaits its commit; this one wrote nothing
+            return None
+        committable = Committable(self.transactional_id, job, checkpoint_id, self.waiting[0][0], self.waiting)
+        self.waiting = []
+        return committable
+
+    def commit(self, committables: list[Any]) -> None:
+        markers = self._markers()
+        for committable in sorted(committables, key=lambda c: c.checkpoint_id):
+            if self.live is not None and committable.checkpoint_id == self.live.checkpoint_id:
+                self._commit_live(markers)
+            else:  # an epoch pre-committed while an earlier one awaited its commit
+                self._write_again(self._own(), committable, markers)
+        if self.live is None and self.waiting:
+            waiting, self.waiting = self.waiting, []
+            self._send(waiting)
+
+    def _commit_live(self, markers: Any) -> None:
+        live, producer = self.live, self._own()
+        assert live is not None
+        try:
+            self._commit_with_marker(producer, live, markers)
+        except KafkaError as error:
+            if not getattr(error, "abortable", False):
+                raise
+            # the broker aborted the transaction (it timed out, or lost it in a restart): abort
+            # here too and write the epoch again from its records
+            self._call(lambda: producer.producer.abort_transaction(OPERATION_TIMEOUT), self.transactional_id,
+                       "aborting")
+            self._write_again(producer, live, markers)
+        self.live = None
+        self.in_transaction = False
+
+    def _markers(self) -> Any:
+        if self.markers is None:
+            self.markers = self._marker_consumer(self.transactional_id)
+        return self.markers
+
+    # ------------------------------------------------------------------ after a restore
+    def restore_committables(self, committables: list[Any]) -> None:
+        """Commit the restored checkpoint's transactions that did not commit (from their records),
+        and abort every transaction an earlier attempt left open under this subtask's id or the
+        ids of subtasks a downscale removed."""
+        by_id: dict[str, list[Committable]] = {}
+        for committable in committables:
+            by_id.setdefault(committable.transactional_id, []).append(committable)
+        context = self.context
+        prefix = self.sink.transactional_id_prefix
+        old = context.restored_parallelism or 0
+        for index in range(context.parallelism, old):  # subtasks removed by a downscale
+            if index % context.parallelism == context.subtask_index:
+                by_id.setdefault(f"{prefix}-{index}", [])
+        by_id.setdefault(self.transactional_id, [])
+        for transactional_id, mine in sorted(by_id.items()):
+            own = transactional_id == self.transactional_id
+            producer = self._own() if own else self._init(transactional_id)  # fences, aborts the open one
+            if not mine:
+                continue
+            markers = self._markers() if own else self._marker_consumer(transactional_id)
+            try:
+                for committable in sorted(mine, key=lambda c: c.checkpoint_id):
+                    if not self._committed(markers, committable):
+                        self._write_again(producer, committable, markers)
+            finally:
+                if not own:
+                    markers.close()
+
+    def _committed(self, markers: Any, committable: Committable) -> bool:
+        """Whether the marker shows ``committable``'s transaction (or a later one of its job) committed."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            found = markers.committed([TopicPartition(committable.marker_topic, 0)], timeout=OPERATION_TIMEOUT)[0]
+        except KafkaException as exception:
+            raise KafkaError(f"KafkaSink: reading the commit marker of '{committable.transactional_id}' failed: "
+                             f"{exception.args[0].str()}") from None
+        job, _, checkpoint = (found.metadata or "").partition(":")
+        return job == committable.job_id and checkpoint.isdigit() and int(checkpoint) >= committable.checkpoint_id
+
+    def close(self) -> None:
+        """Abort the open transaction (a failure, or the end without a commit); best effort."""
+        if self.producer is not None and self.in_transaction:
+            try:
+                self.producer.producer.abort_transaction(5.0)
+            except Exception:
+                pass
+        if self.markers is not None:
+            try:
+                self.markers.close()
+            except Exception:
+                pass
