@@ -263,17 +263,35 @@ class Start(ToWorker):
 
 
 @dataclass(frozen=True, slots=True)
+class SavepointTarget:
+    """A checkpoint that is a savepoint (papers/001 §3.3.1): its state goes to ``location`` (the
+    savepoint's own directory) in ``format`` (``canonical``: one layout every state backend reads;
+    ``native``: the backend's own, where it has one), whole (nothing shared with a checkpoint).
+    ``stop``: the job stops at it: sources read nothing after its barrier, and once it completes
+    the sinks commit and the job ends."""
+
+    location: str
+    format: str = "canonical"
+    stop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TriggerCheckpoint(ToWorker):
-    """Start checkpoint ``checkpoint_id``: sources snapshot and emit its barrier."""
+    """Start checkpoint ``checkpoint_id`` (a savepoint when ``savepoint`` is set): sources
+    snapshot and emit its barrier."""
 
     checkpoint_id: int
+    savepoint: SavepointTarget | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointComplete(ToWorker):
-    """Checkpoint ``checkpoint_id`` is complete (its metadata is written): sinks may commit."""
+    """Checkpoint ``checkpoint_id`` is complete (its metadata is written): sinks may commit.
+    ``savepoint``: it is a savepoint the job stops at (the state backends keep no base of it;
+    workers confirm the commit with ``Committed``)."""
 
     checkpoint_id: int
+    savepoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +299,12 @@ class CheckpointAbort(ToWorker):
     """Checkpoint ``checkpoint_id`` was aborted: release its alignment, forget its snapshot."""
 
     checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndSources(ToWorker):
+    """Stop with drain: every source subtask ends its input now (end of input flows: the maximum
+    watermark, windows and timers fire), as if its splits were exhausted."""
 
 
 @dataclass(frozen=True, slots=True)

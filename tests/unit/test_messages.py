@@ -32,6 +32,7 @@ from epochal.messages import (
     Deploy,
     Dispatch,
     EndLoop,
+    EndSources,
     Failed,
     Finished,
     Heartbeat,
@@ -44,6 +45,7 @@ from epochal.messages import (
     Register,
     Reject,
     RestorePoint,
+    SavepointTarget,
     Shutdown,
     Start,
     StartLoopProbe,
@@ -87,8 +89,10 @@ SAMPLES: dict[type, object] = {
     Deploy: Deploy(b"\x80\x05deployment", {0: ("127.0.0.1", 5000), 1: ("127.0.0.1", 5001)},
                    RestorePoint("file:///tmp/chk", 2, {"operators": {}})),
     Start: Start(),
-    TriggerCheckpoint: TriggerCheckpoint(3),
-    CheckpointComplete: CheckpointComplete(3),
+    TriggerCheckpoint: TriggerCheckpoint(3, SavepointTarget("/tmp/savepoints/savepoint-1", "canonical", stop=True)),
+    CheckpointComplete: CheckpointComplete(3, savepoint=True),
+    EndSources: EndSources(),
+    SavepointTarget: SavepointTarget("s3://bucket/savepoints/savepoint-2", "native"),
     CheckpointAbort: CheckpointAbort(3),
     StartLoopProbe: StartLoopProbe(loop=0, round=2),
     EndLoop: EndLoop(loop=0),
@@ -178,7 +182,7 @@ def test_directions_are_disjoint_and_complete():
     to_worker, to_jobmaster = set(message_types(ToWorker)), set(message_types(ToJobMaster))
     assert not to_worker & to_jobmaster
     assert to_worker == {Deploy, Start, TriggerCheckpoint, CheckpointComplete, CheckpointAbort, StartLoopProbe,
-                         EndLoop, KindCommand, Cancel, Shutdown, Reject}
+                         EndLoop, EndSources, KindCommand, Cancel, Shutdown, Reject}
     assert to_jobmaster == {Register, Ready, Heartbeat, Processing, Finished, Ack, Decline, Committed, LoopReady,
                             LoopVote, Collect, Failed, KindReport}
 

@@ -55,5 +55,10 @@ class StartProcessing:
     """The job started: start the heartbeat and upload threads and the mailbox loop."""
 
 
+@dataclass(frozen=True)
+class FinishSources:
+    """Stop with drain: end every source subtask's input now (its end of input flows on)."""
+
+
 #: Everything the dataflow worker machine returns.
-Instruction = CheckpointingInstruction | ConnectAndBuild | StartProcessing | StopWorker | FailPeerLost
+Instruction = CheckpointingInstruction | ConnectAndBuild | StartProcessing | StopWorker | FailPeerLost | FinishSources

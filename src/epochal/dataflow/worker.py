@@ -29,7 +29,15 @@ from typing import Any, cast
 import cloudpickle
 
 from epochal.config import FORK, HEAP, NONE, SYNCHRONOUS
-from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing, WorkerDrained
+from epochal.dataflow.protocol import (
+    Built,
+    ConnectAndBuild,
+    FinishSources,
+    FirstRecord,
+    Instruction,
+    StartProcessing,
+    WorkerDrained,
+)
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.errors import RestoreError
 from epochal.messages import Collect, CollectPayload, Dispatch
@@ -46,6 +54,7 @@ from epochal.runtime.checkpointing.events import (
     SendProbe,
     SnapshotHeld,
     StartAlignment,
+    SubtaskFinished,
     SubtaskKey,
     UploadWithLog,
 )
@@ -60,7 +69,7 @@ from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
 from epochal.state.snapshot import RestoreSource
-from epochal.state.storage import CheckpointStorage
+from epochal.state.storage import CheckpointStorage, SavepointStorage, storage_of
 
 __all__ = ["Bootstrap", "PeerLost", "RestoreError", "Worker", "WorkerStopped"]
 
@@ -129,7 +138,8 @@ class Worker(WorkerShell):
             self.storage = CheckpointStorage(deployment.storage_uri)
         if message.restore is not None:
             point = message.restore
-            self.restore = RestoreSource(CheckpointStorage(point.storage), point.checkpoint_id, point.metadata)
+            self.restore = RestoreSource(storage_of(point.storage, point.metadata), point.checkpoint_id,
+                                         point.metadata)
         self._use_hook(deployment.hook)
         self._connect_mesh(message.peers, config.connect_timeout)
         callbacks = WorkerCallbacks(self.data.deliver_local, self._send_to_driver, self._on_aligned,
@@ -206,7 +216,15 @@ class Worker(WorkerShell):
     @_DO.on(NotifyComplete)
     def _do_complete(self, instruction: NotifyComplete) -> None:
         for subtask in self.data.subtasks:
-            subtask.notify_complete(instruction.checkpoint_id)
+            subtask.notify_complete(instruction.checkpoint_id, instruction.savepoint)
+
+    @_DO.on(FinishSources)
+    def _do_finish_sources(self, instruction: FinishSources) -> None:
+        """Stop with drain: every source ends its input now, as if its splits were exhausted."""
+        for subtask in self.data.sources:
+            if not subtask.finished:
+                subtask.finish()
+                self._feed(SubtaskFinished(key_of(subtask)))
 
     @_DO.on(NotifyAborted)
     def _do_aborted(self, instruction: NotifyAborted) -> None:
@@ -224,8 +242,12 @@ class Worker(WorkerShell):
     def _do_capture(self, instruction: Capture) -> None:
         """The synchronous part of a snapshot, then its upload (or a hold at a loop head)."""
         subtask = self.by_key[instruction.key]
+        storage = self.storage
+        if instruction.savepoint is not None:  # written whole to the savepoint's own directory
+            storage = self.uploader.savepoints.setdefault(  # type: ignore[union-attr]
+                instruction.checkpoint_id, SavepointStorage(instruction.savepoint.location))
         if self.forked_snapshots and not instruction.hold:  # (a loop head holds its copy for its log)
-            forked = capture_forked(subtask, instruction, self.storage,  # type: ignore[arg-type]
+            forked = capture_forked(subtask, instruction, storage,  # type: ignore[arg-type]
                                     lambda point: self._reach(point, instruction.checkpoint_id))
             self._reach("after_sync", instruction.checkpoint_id)
             self.uploader.submit(forked)  # type: ignore[union-attr]

@@ -23,13 +23,22 @@ import enum
 from typing import Any
 
 from epochal.config import NONE
-from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, Instruction, StartProcessing, WorkerDrained
+from epochal.dataflow.protocol import (
+    Built,
+    ConnectAndBuild,
+    FinishSources,
+    FirstRecord,
+    Instruction,
+    StartProcessing,
+    WorkerDrained,
+)
 from epochal.messages import (
     CheckpointAbort,
     CheckpointComplete,
     Deploy,
     Dispatch,
     EndLoop,
+    EndSources,
     Finished,
     KindCommand,
     Processing,
@@ -171,11 +180,15 @@ class WorkerMachine(WorkerLifecycle):
 
     @_HANDLERS.on(TriggerCheckpoint)
     def _trigger(self, message: TriggerCheckpoint) -> list[CheckpointingInstruction]:
-        return self.snapshots.on_trigger(message.checkpoint_id) if self._when_running() else []
+        return self.snapshots.on_trigger(message.checkpoint_id, message.savepoint) if self._when_running() else []
+
+    @_HANDLERS.on(EndSources)
+    def _end_sources(self, message: EndSources) -> list[Instruction]:
+        return [FinishSources()] if self._when_running() else []
 
     @_HANDLERS.on(CheckpointComplete)
     def _complete(self, message: CheckpointComplete) -> list[CheckpointingInstruction]:
-        return self.snapshots.on_complete(message.checkpoint_id) if self._when_running() else []
+        return self.snapshots.on_complete(message.checkpoint_id, message.savepoint) if self._when_running() else []
 
     @_HANDLERS.on(CheckpointAbort)
     def _abort(self, message: CheckpointAbort) -> list[CheckpointingInstruction]:

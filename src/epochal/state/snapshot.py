@@ -69,6 +69,8 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
         if operator:
             handle["operator"] = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.operator",
                                                     serialization.dumps(operator))
+        if handle and parts.get("states"):  # name -> state type of its keyed state (savepoint info)
+            handle["states"] = dict(parts["states"])
         if handle:
             handles[uid] = handle
     return handles

@@ -275,6 +275,41 @@ class CheckpointStorage:
             pass
 
 
+class SavepointStorage(CheckpointStorage):
+    """One savepoint: a directory holding its ``_metadata`` and every file its state needs
+    (papers/001 §3.3.1). Unlike a job's checkpoints it shares nothing: its "shared" files (a
+    native RocksDB savepoint's SST files) are under its own directory, and every handle names its
+    file relative to the directory, so a savepoint can be moved or copied and restored from the
+    new place. The user owns it: retention never deletes one."""
+
+    def checkpoint_path(self, checkpoint_id: int) -> str:
+        return self.root
+
+    def location(self, checkpoint_id: int) -> str:
+        return self.uri.rstrip("/") if "://" in self.uri else self.root
+
+    def completed(self) -> list[int]:
+        try:
+            return [int(self.read_metadata(0)["checkpoint_id"])]
+        except (CheckpointError, KeyError, TypeError, ValueError):
+            return []
+
+    def earlier_checkpoints_hint(self, checkpoint_id: int) -> str:
+        return (f"Savepoint {self.location(checkpoint_id)} is damaged; restore from another savepoint or from a "
+                "checkpoint of the job it was taken from")
+
+
+def is_savepoint(metadata: dict[str, Any]) -> bool:
+    """Whether ``metadata`` is a savepoint's (its files are all in its own directory)."""
+    return bool(metadata.get("savepoint"))
+
+
+def storage_of(uri: str, metadata: dict[str, Any]) -> CheckpointStorage:
+    """The storage to read the snapshot whose ``metadata`` is at ``uri`` (its savepoint directory,
+    or its job's checkpoint root) from."""
+    return SavepointStorage(uri) if is_savepoint(metadata) else CheckpointStorage(uri)
+
+
 def state_files(handle: dict[str, Any]) -> list[dict[str, Any]]:
     """The files one ``keyed`` or ``operator`` handle references: one file, an incremental
     chain's files, or a RocksDB checkpoint's shared and private files."""
@@ -307,8 +342,15 @@ def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
 
 
 def resolve_restore_path(uri: str) -> tuple[CheckpointStorage, int]:
-    """A user-given restore path: a ``chk-<n>`` directory, or a job's checkpoint root (latest)."""
+    """A user-given restore path: a savepoint directory, a ``chk-<n>`` directory, or a job's
+    checkpoint root (its latest completed checkpoint)."""
     stripped = uri.rstrip("/")
+    fs, root = open_filesystem(stripped or "/")
+    if fs.get_file_info(f"{root}/{METADATA}").type == pafs.FileType.File:
+        savepoint = SavepointStorage(stripped)
+        metadata = savepoint.read_metadata(0)  # fails clearly if corrupt
+        if is_savepoint(metadata):
+            return savepoint, int(metadata["checkpoint_id"])
     match = _CHK.search(stripped)
     if match:
         storage = CheckpointStorage(stripped[: match.start()].rstrip("/") or "/")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.messages import SavepointTarget
 from epochal.runtime.host.events import ReachPoint, Send
 
 #: ``(vertex id, subtask index)``: one subtask of the job graph.
@@ -128,13 +129,15 @@ class EmitBarrier:
 @dataclass(frozen=True)
 class Capture:
     """Take the synchronous part of ``key``'s snapshot for ``checkpoint_id``; upload it, or, when
-    ``hold``, feed it back as :class:`SnapshotHeld` (a loop head waits for its back-edge log)."""
+    ``hold``, feed it back as :class:`SnapshotHeld` (a loop head waits for its back-edge log).
+    ``savepoint``: it is a savepoint's, written whole to its own location."""
 
     key: SubtaskKey
     checkpoint_id: int
     alignment_s: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
     hold: bool = False
+    savepoint: SavepointTarget | None = None
 
 
 @dataclass(frozen=True)
@@ -181,9 +184,11 @@ class FinishSubtask:
 
 @dataclass(frozen=True)
 class NotifyComplete:
-    """Tell every subtask that ``checkpoint_id`` completed (transactional sinks commit)."""
+    """Tell every subtask that ``checkpoint_id`` completed (transactional sinks commit);
+    ``savepoint``: a savepoint the job stops at (state backends keep no base of it)."""
 
     checkpoint_id: int
+    savepoint: bool = False
 
 
 @dataclass(frozen=True)

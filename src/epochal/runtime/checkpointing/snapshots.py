@@ -23,7 +23,7 @@ No sockets, threads or clocks here.
 from __future__ import annotations
 
 from epochal.config import SYNCHRONOUS
-from epochal.messages import Committed, Decline
+from epochal.messages import Committed, Decline, SavepointTarget
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
     Aligned,
@@ -67,11 +67,13 @@ class SnapshotPipeline:
         #: (it travels from another worker; the abort from the JobMaster): its alignment is dropped.
         self.completed = 0
         self.aborted: set[int] = set()
+        #: the savepoints among the expected checkpoints: where and how each is written
+        self.savepoints: dict[int, SavepointTarget] = {}
 
     def _capture(self, key: SubtaskKey, checkpoint_id: int, alignment_s: float = 0.0,
                  stats: dict[str, int] | None = None, hold: bool = False) -> Capture:
         self.last[key] = max(self.last[key], checkpoint_id)
-        return Capture(key, checkpoint_id, alignment_s, stats or {}, hold)
+        return Capture(key, checkpoint_id, alignment_s, stats or {}, hold, self.savepoints.get(checkpoint_id))
 
     def owed(self, key: SubtaskKey) -> list[int]:
         """Expected checkpoints that subtask ``key`` has not snapshotted yet."""
@@ -79,9 +81,14 @@ class SnapshotPipeline:
         return [c for c in self.expected if c > last]
 
     # ---------------------------------------------------------------- events
-    def on_trigger(self, checkpoint_id: int) -> list[CheckpointingInstruction]:
+    def on_trigger(self, checkpoint_id: int,
+                   savepoint: SavepointTarget | None = None) -> list[CheckpointingInstruction]:
+        """Checkpoint ``checkpoint_id`` was triggered. A savepoint the job stops at halts the
+        sources after their barrier, until it completes (then the job ends) or is aborted."""
         self.expected.append(checkpoint_id)
-        if self.mode == SYNCHRONOUS:
+        if savepoint is not None:
+            self.savepoints[checkpoint_id] = savepoint
+        if self.mode == SYNCHRONOUS or (savepoint is not None and savepoint.stop):
             self.halted.add(checkpoint_id)
         out: list[CheckpointingInstruction] = []
         for key, info in self.subtasks.items():
@@ -121,20 +128,26 @@ class SnapshotPipeline:
         return [AbortAlignment(event.key, event.checkpoint_id, event.reason),
                 Send(Decline(event.checkpoint_id, self.worker, event.reason))]
 
-    def on_complete(self, checkpoint_id: int) -> list[CheckpointingInstruction]:
+    def on_complete(self, checkpoint_id: int, savepoint: bool = False) -> list[CheckpointingInstruction]:
+        """Checkpoint ``checkpoint_id`` completed: the subtasks commit. The commit is confirmed
+        to the JobMaster once the worker finished (the final checkpoint), or at once for a
+        savepoint the job stops at (``savepoint``; the sources stay halted: the job ends)."""
         self.completed = max(self.completed, checkpoint_id)
         self.aborted = {c for c in self.aborted if c > self.completed}
         self.expected = [c for c in self.expected if c > checkpoint_id]
-        self.halted = {c for c in self.halted if c > checkpoint_id}
+        if not savepoint:
+            self.halted = {c for c in self.halted if c > checkpoint_id}
+        self.savepoints = {c: s for c, s in self.savepoints.items() if c > checkpoint_id}
         out: list[CheckpointingInstruction] = [ReachPoint("before_commit", checkpoint_id),
-                                               NotifyComplete(checkpoint_id)]
-        if self.reported_finished:
+                                               NotifyComplete(checkpoint_id, savepoint)]
+        if self.reported_finished or savepoint:
             out.append(Send(Committed(checkpoint_id, self.worker)))
         return out
 
     def on_abort(self, checkpoint_id: int) -> list[CheckpointingInstruction]:
         if checkpoint_id > self.completed:
             self.aborted.add(checkpoint_id)
+        self.savepoints.pop(checkpoint_id, None)
         self.expected = [c for c in self.expected if c != checkpoint_id]
         self.halted.discard(checkpoint_id)
         return [NotifyAborted(checkpoint_id)]

@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 
 
 def capture(subtask: Subtask, instruction: Capture) -> SnapshotUpload:
-    """The synchronous part of ``subtask``'s snapshot, as an upload job with its statistics."""
+    """The synchronous part of ``subtask``'s snapshot, as an upload job with its statistics (a
+    savepoint's in the canonical layout: all of the keyed state, whatever the backend)."""
     started = time.monotonic()
-    captured = subtask.capture(instruction.checkpoint_id)
+    captured = subtask.capture(instruction.checkpoint_id, whole=instruction.savepoint is not None)
     stats: dict[str, float] = {"alignment_s": instruction.alignment_s, "sync_s": time.monotonic() - started,
                                **instruction.stats}
     if subtask.reader is not None:
@@ -46,14 +47,14 @@ def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointSt
     hooks, then the fork; the child reads the state as it was and writes it (see
     :mod:`epochal.runtime.checkpointing.fork_snapshots`)."""
     started = time.monotonic()
-    checkpoint_id, index, uri = instruction.checkpoint_id, subtask.index, storage.uri
-    subtask.prepare_capture(checkpoint_id)
+    checkpoint_id, index = instruction.checkpoint_id, subtask.index
+    subtask.prepare_capture(checkpoint_id, whole=instruction.savepoint is not None)
     stats: dict[str, float] = {"alignment_s": instruction.alignment_s, **instruction.stats}
     if subtask.reader is not None:
         stats["source_records"] = subtask.records_read
 
     def write() -> dict[str, Any]:  # in the child
-        return materialize(CheckpointStorage(uri), checkpoint_id, index, subtask.capture_state())
+        return materialize(storage, checkpoint_id, index, subtask.capture_state())
 
     snapshot = fork_snapshot(checkpoint_id, subtask.vertex_id, index, stats, write, reach)
     snapshot.stats["sync_s"] = time.monotonic() - started
@@ -90,6 +91,8 @@ class Uploader:
         self.synchronous = synchronous
         #: ``written(vertex, subtask, checkpoint_id, handles)``: files written, before the Ack
         self.written = written
+        #: savepoints being written: each to its own location, and no backend builds on it
+        self.savepoints: dict[int, CheckpointStorage] = {}
         self.jobs: queue.SimpleQueue[SnapshotUpload | ForkedSnapshot | None] = queue.SimpleQueue()
 
     def start(self) -> None:
@@ -126,7 +129,8 @@ class Uploader:
             self.send(Decline(snapshot.checkpoint_id, self.worker, why))
             return
         stats = {**snapshot.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
-        self.written(snapshot.vertex, snapshot.subtask, snapshot.checkpoint_id, handles)
+        if snapshot.checkpoint_id not in self.savepoints:
+            self.written(snapshot.vertex, snapshot.subtask, snapshot.checkpoint_id, handles)
         self.send(Ack(snapshot.checkpoint_id, snapshot.vertex, snapshot.subtask, self.worker, handles, stats))
         self.fault("after_ack", snapshot.checkpoint_id)
 
@@ -134,16 +138,18 @@ class Uploader:
         """Serialise and write the captured state, then acknowledge (or decline)."""
         checkpoint_id = upload.checkpoint_id
         started = time.monotonic()
+        storage = self.savepoints.get(checkpoint_id, self.storage)
         try:
             if "during_upload" in self.hook_points:  # write part of the snapshot, then crash
-                self.storage.write_file(  # type: ignore[union-attr]
+                storage.write_file(  # type: ignore[union-attr]
                     checkpoint_id, f"partial-{self.worker}-{upload.subtask}", b"partial")
                 self.fault("during_upload", checkpoint_id)
-            handles = materialize(self.storage, checkpoint_id, upload.subtask, upload.captured)  # type: ignore[arg-type]
+            handles = materialize(storage, checkpoint_id, upload.subtask, upload.captured)  # type: ignore[arg-type]
         except Exception as error:
             self.send(Decline(checkpoint_id, self.worker, f"{type(error).__name__}: {error}"))
             return
         stats = {**upload.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
-        self.written(upload.vertex, upload.subtask, checkpoint_id, handles)
+        if checkpoint_id not in self.savepoints:
+            self.written(upload.vertex, upload.subtask, checkpoint_id, handles)
         self.send(Ack(checkpoint_id, upload.vertex, upload.subtask, self.worker, handles, stats))
         self.fault("after_ack", checkpoint_id)

@@ -197,14 +197,17 @@ class Subtask:
         if restored:
             reader.restore(restored)
 
-    def capture(self, checkpoint_id: int) -> dict[str, dict[str, Any]]:
-        """The synchronous part of a snapshot of every operator in the chain: a copy of its state."""
-        self.prepare_capture(checkpoint_id)
+    def capture(self, checkpoint_id: int, whole: bool = False) -> dict[str, dict[str, Any]]:
+        """The synchronous part of a snapshot of every operator in the chain: a copy of its state
+        (``whole``: all of the keyed state, in the canonical layout: a savepoint's)."""
+        self.prepare_capture(checkpoint_id, whole)
         return self.capture_state()
 
-    def prepare_capture(self, checkpoint_id: int) -> None:
+    def prepare_capture(self, checkpoint_id: int, whole: bool = False) -> None:
         """What must happen on the processing thread at the barrier before the state is read:
-        the source positions into operator state, the operators' ``prepare_snapshot``."""
+        the source positions into operator state, the operators' ``prepare_snapshot``. The keyed
+        state backends plan their snapshot (an incremental part, RocksDB's files), unless the
+        snapshot is ``whole`` (a savepoint: a copy of every key group, and no backend builds on it)."""
         if self.reader is not None:
             positions = self.runners[0].operator_state.get_list_state(SourceReader.POSITIONS, "union")
             positions[:] = self.reader.snapshot(checkpoint_id)
@@ -213,8 +216,8 @@ class Subtask:
                 runner.operator.prepare_snapshot(checkpoint_id)
             except Exception as error:
                 raise UserFunctionError(runner.name, error) from error
-        self.plans = {runner.uid: runner.keyed_state.begin_snapshot(checkpoint_id)
-                      for runner in self.runners if runner.keyed_state is not None}
+        self.plans = {} if whole else {runner.uid: runner.keyed_state.begin_snapshot(checkpoint_id)
+                                       for runner in self.runners if runner.keyed_state is not None}
         self.last_snapshot = max(self.last_snapshot, checkpoint_id)
 
     def capture_state(self) -> dict[str, dict[str, Any]]:
@@ -223,7 +226,8 @@ class Subtask:
         plan of :meth:`prepare_capture` says (all of it, or an incremental checkpoint's part)."""
         return {runner.uid: {"keyed": runner.keyed_state.capture_snapshot(self.plans.get(runner.uid))
                              if runner.keyed_state is not None else None,
-                             "operator": runner.operator_state.capture()}
+                             "operator": runner.operator_state.capture(),
+                             "states": dict(runner.keyed_state.state_types) if runner.keyed_state is not None else {}}
                 for runner in self.runners}
 
     def snapshot_written(self, checkpoint_id: int, handles: dict[str, Any]) -> None:
@@ -234,14 +238,16 @@ class Subtask:
             if runner.keyed_state is not None and keyed is not None:
                 runner.keyed_state.snapshot_written(checkpoint_id, keyed)
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, savepoint: bool = False) -> None:
+        """Checkpoint ``checkpoint_id`` completed: sources and operators are told (sinks commit);
+        the keyed state backends build on it, unless it is a ``savepoint``."""
         if self.reader is not None:
             try:
                 self.reader.notify_checkpoint_complete(checkpoint_id)
             except Exception as error:
                 raise UserFunctionError(self.runners[0].name, error) from error
         for runner in self.runners:
-            if runner.keyed_state is not None:
+            if runner.keyed_state is not None and not savepoint:
                 runner.keyed_state.checkpoint_completed(checkpoint_id)
             try:
                 runner.operator.notify_checkpoint_complete(checkpoint_id)
