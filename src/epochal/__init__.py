@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         JobFailedError,
         JobTimeoutError,
         PlanError,
+        SavepointError,
         SourceError,
     )
     from epochal.runtime.operators.async_io import AsyncTimeoutError
@@ -116,7 +117,8 @@ _EXPORTS = {
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
                      "RestartStrategy"), "epochal.control.restart"),
     **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
-                     "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SourceError"),
+                     "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SavepointError",
+                     "SourceError"),
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
@@ -145,7 +147,8 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
-    "JobTimeoutError", "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError", "ProcessContext",
+    "JobTimeoutError", "SavepointError", "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError",
+    "ProcessContext",
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",
     "CoProcessFunction", "ConnectedStreams", "KeyedBroadcastProcessFunction", "KeyedProcessFunction", "OutputTag",

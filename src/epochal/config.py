@@ -177,6 +177,8 @@ class CheckpointConfig:
         retained: completed checkpoints kept; older ones are deleted once a newer one completed.
         storage: root URI of checkpoint storage (a local path, ``file://`` or any pyarrow.fs URI);
             each job writes under ``<storage>/<job name>``.
+        savepoint_dir: where savepoints go when a request names no directory (empty:
+            ``<storage>/<job name>/savepoints``); each savepoint is a directory of its own in it.
     """
 
     interval: float | None = None
@@ -187,6 +189,7 @@ class CheckpointConfig:
     tolerable_failures: int = 0
     retained: int = 1
     storage: str = ""
+    savepoint_dir: str = ""
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError

@@ -46,6 +46,11 @@ class JobFailedError(EpochalError):
         return self.category
 
 
+class SavepointError(EpochalError):
+    """A savepoint could not be taken: the message says why (the job keeps running unless it was
+    being stopped and had already ended)."""
+
+
 class JobCancelledError(EpochalError):
     """The job was cancelled before it finished; results of a cancelled job are incomplete."""
 

@@ -13,6 +13,7 @@ import pytest
 from epochal import messages
 from epochal.control import inbox
 from epochal.control.jobmaster import _INBOX, _ON
+from epochal.control.jobmaster_events import SavepointRequest
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.dataflow.protocol import Instruction
 from epochal.dataflow.worker import _DATA, _DO, Bootstrap, PeerLost, Worker, WorkerStopped
@@ -121,8 +122,10 @@ SAMPLES: dict[type, object] = {
     inbox.Disconnected: inbox.Disconnected(1, _SOCK_A),
     inbox.SparkEnded: inbox.SparkEnded(None, RuntimeError("boom")),
     inbox.CancelAsked: inbox.CancelAsked("cancelled by the user"),
+    inbox.SavepointAsked: inbox.SavepointAsked(SavepointRequest("r1", "/tmp/sp/savepoint-1", stop=True)),
 }
-_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelAsked, PeerJoined}
+_IN_PROCESS_ONLY = {inbox.Received, inbox.Disconnected, inbox.SparkEnded, inbox.CancelAsked, inbox.SavepointAsked,
+                    PeerJoined}
 
 
 def _dataclasses_of(module: object) -> set[type]:

@@ -68,17 +68,21 @@ class Environment:
     # ---------------------------------------------------------------- fault tolerance
     def enable_checkpointing(self, interval: float, mode: str = "exactly_once", *, storage: str | None = None,
                              timeout: float = 60.0, min_pause: float = 0.0, max_concurrent: int = 1,
-                             tolerable_failures: int = 0, retained: int = 1) -> Environment:
+                             tolerable_failures: int = 0, retained: int = 1,
+                             savepoint_dir: str | None = None) -> Environment:
         """Take a checkpoint every ``interval`` seconds (see :class:`~epochal.config.CheckpointConfig`).
 
         Checkpoints go to ``<storage>/<job name>/<job id>/chk-<n>``; ``storage`` is a local path
-        or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``).
+        or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``). Savepoints the
+        user asks for without a directory go to ``savepoint_dir`` (default:
+        ``<storage>/<job name>/savepoints``).
         """
         check_number(interval, "checkpoint interval (seconds)")
         self.checkpoint_config = CheckpointConfig(
             interval=interval, mode=mode, timeout=timeout, min_pause=min_pause, max_concurrent=max_concurrent,
             tolerable_failures=tolerable_failures, retained=retained,
-            storage=storage or os.path.join(tempfile.gettempdir(), "epochal-checkpoints"))
+            storage=storage or os.path.join(tempfile.gettempdir(), "epochal-checkpoints"),
+            savepoint_dir=savepoint_dir or "")
         if isinstance(self.restart_strategy, NoRestart) and self.checkpoint_config.enabled:
             self.restart_strategy = FixedDelayRestart(attempts=3, delay=1.0)
         return self

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from epochal.cec.protocol import FinishJob, Rejoined, Resumed, StageDone
 from epochal.cec.worker import CecWorker
+from epochal.control.jobmaster_events import SavepointDone, SavepointRequest
 from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, TaskLocalRecovery
 from epochal.messages import KindCommand, KindReport, ToJobMaster
 
@@ -25,6 +26,7 @@ class CecCoordination(KindCoordinator):
     """The coordinator of a ``cec`` job of ``num_workers`` workers."""
 
     worker_body: ClassVar[type] = CecWorker
+    kind_name: ClassVar[str] = "CEC"
     #: a survivor's ``Finished`` stands across a recovery (its output went to its sinks); the
     #: replacement reports ``StageDone`` and ``Finished`` of its own, and ``FinishJob`` is sent again
     recovering = False
@@ -44,6 +46,11 @@ class CecCoordination(KindCoordinator):
     # (nothing to restore: a CEC job rebuilds from its workers' own queues)
     def new_attempt(self, attempt: int) -> None:
         self.done.clear()
+
+    def request_savepoint(self, request: SavepointRequest, now: float, wall: float) -> list[KindOutput]:
+        return [SavepointDone(request.request_id, None, (
+            "CEC and CRB jobs take no savepoints: their window state is rebuilt from each worker's output "
+            "queue, which no other job can read; run the job with enable_checkpointing(...) to take savepoints"))]
 
     def on_message(self, worker: int, message: ToJobMaster, now: float, wall: float,
                    running: bool) -> list[KindOutput]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.kinds import KindCoordinator
-from epochal.errors import EpochalError, JobTimeoutError
+from epochal.errors import EpochalError, JobTimeoutError, SavepointError
 
 
 @dataclass
@@ -171,6 +171,50 @@ class JobClient:
         return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, collected, jm.snapshot_metrics(),
                          self.checkpoint_stats(), jm.restart_history(), path, records_base,
                          non_restored_state=skipped)
+
+    # ------------------------------------------------------------------ savepoints
+    def trigger_savepoint(self, target_dir: str | None = None, format: str = "canonical",
+                          timeout: float | None = None) -> str:
+        """Take a savepoint of the running job, which keeps running; returns its path (a directory
+        of its own under ``target_dir``, default ``CheckpointConfig.savepoint_dir``), to pass as
+        ``execute(restore_from=...)``. ``format``: ``canonical`` (every state backend restores
+        it) or ``native``.
+
+        Raises :class:`~epochal.errors.SavepointError` if it cannot be taken (the job is not
+        running, another savepoint is in progress, the directory is not writable, a worker failed
+        while writing it), and :class:`~epochal.errors.JobTimeoutError` after ``timeout`` seconds
+        (the savepoint may still complete).
+        """
+        return self._savepoint(target_dir, format, stop=False, drain=False, timeout=timeout)
+
+    def stop_with_savepoint(self, target_dir: str | None = None, drain: bool = False,
+                            timeout: float | None = None) -> str:
+        """Take a savepoint and stop the job at it; returns the savepoint's path once the job ended.
+
+        Without ``drain`` the sources read nothing after the savepoint's barrier, so nothing after
+        it reaches a sink: a job restored from it continues exactly where this one stopped. With
+        ``drain=True`` the sources end first: the maximum watermark flows and every event-time
+        window and timer fires, then the savepoint is taken (Flink's ``stop --drain``). Raises as
+        :meth:`trigger_savepoint`; a failed savepoint leaves the job running."""
+        path = self._savepoint(target_dir, "canonical", stop=True, drain=drain, timeout=timeout)
+        if not self._jobmaster.done.wait(timeout):
+            raise JobTimeoutError(f"job '{self._jobmaster.job_name}' took savepoint {path} but did not stop within "
+                                  f"{timeout:g} s (status {self.status.value})")
+        return path
+
+    def _savepoint(self, target_dir: str | None, format: str, stop: bool, drain: bool,
+                   timeout: float | None) -> str:
+        directory = target_dir or self._jobmaster.query(lambda kind: kind.default_savepoint_dir)
+        if not directory:
+            raise SavepointError(f"job '{self._jobmaster.job_name}' has no default savepoint directory: "
+                                 "pass target_dir")
+        status = self._jobmaster.request_savepoint(directory, format, stop=stop, drain=drain)
+        if not status.wait(timeout):
+            raise JobTimeoutError(f"savepoint {status.location} of job '{self._jobmaster.job_name}' did not "
+                                  f"complete within {timeout:g} s; it may still complete")
+        if status.error is not None:
+            raise SavepointError(status.error)
+        return status.location
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""

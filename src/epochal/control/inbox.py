@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from epochal.control.jobmaster_events import SavepointRequest
 from epochal.messages import ToJobMaster
 
 
@@ -48,5 +49,12 @@ class CancelAsked:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class SavepointAsked:
+    """The user asks for the savepoint ``request`` describes."""
+
+    request: SavepointRequest
+
+
 #: Every event of the inbox (``typing.get_args`` lists the types).
-InboxEvent = Received | Disconnected | SparkEnded | CancelAsked
+InboxEvent = Received | Disconnected | SparkEnded | CancelAsked | SavepointAsked

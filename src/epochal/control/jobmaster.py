@@ -35,7 +35,7 @@ from epochal.control.checkpointing.files import (
     RecordStats,
     WriteCheckpoint,
 )
-from epochal.control.inbox import CancelAsked, Disconnected, InboxEvent, Received, SparkEnded
+from epochal.control.inbox import CancelAsked, Disconnected, InboxEvent, Received, SavepointAsked, SparkEnded
 from epochal.control.jobmaster_events import (
     Broadcast,
     CancelRequested,
@@ -47,6 +47,9 @@ from epochal.control.jobmaster_events import (
     ResolveRestore,
     RestoreFailed,
     RestoreResolved,
+    SavepointDone,
+    SavepointRequest,
+    SavepointRequested,
     SendTo,
     SparkJobEnded,
     SubmitSparkJob,
@@ -59,6 +62,7 @@ from epochal.control.jobmaster_machine import DEFAULT_RESTORE_HINT, MESSAGES, Jo
 from epochal.control.kinds import KindCoordinator
 from epochal.control.lifecycle import JobStatus
 from epochal.control.restart import RestartStrategy
+from epochal.control.savepoints import IN_PROGRESS, SavepointStatus, check_writable, new_request
 from epochal.control.server import ControlServer
 from epochal.errors import EpochalError
 from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker
@@ -95,6 +99,8 @@ class JobMaster:
         #: Every decision, and the state it is taken on; changed only under ``_lock``.
         self.machine = JobMasterMachine(job_name, deployment, num_workers, config, kind, slots_hint, restart)
         self.files = CheckpointFiles()
+        #: the savepoint requests of this job, by request id
+        self.savepoints: dict[str, SavepointStatus] = {}
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
         self.server = ControlServer(bind_host, token, self.events.put)
         self.address = self.server.address
@@ -115,6 +121,25 @@ class JobMaster:
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Ask every worker to stop; the job ends as CANCELLED."""
         self.events.put(CancelAsked(reason))
+
+    def request_savepoint(self, target_dir: str, format: str = "canonical", stop: bool = False,
+                          drain: bool = False) -> SavepointStatus:
+        """Ask for a savepoint in a directory of its own under ``target_dir`` (created and
+        checked writable here, so a bad target fails at once); returns its status, which the
+        machine's ``SavepointDone`` ends (``SavepointStatus.wait``)."""
+        status = new_request(self.job_id, target_dir, format, stop, drain)
+        with self._lock:
+            self.savepoints[status.request_id] = status
+        error = check_writable(status.location)
+        if error is not None:
+            status.end(None, error)
+            return status
+        self.events.put(SavepointAsked(SavepointRequest(status.request_id, status.location, format, stop, drain)))
+        return status
+
+    def savepoint_status(self, request_id: str) -> SavepointStatus | None:
+        with self._lock:
+            return self.savepoints.get(request_id)
 
     def spark_finished(self, results: list[Any] | None, error: BaseException | None) -> None:
         """Called by the Spark launcher thread when the Spark job returns or fails."""
@@ -195,7 +220,10 @@ class JobMaster:
         self.ended_at = time.monotonic()
         with self._lock:
             cleanup = self.kind.job_ended()  # e.g. files of checkpoints that can never complete
+            unfinished = [s for s in self.savepoints.values() if s.status == IN_PROGRESS]
         self._carry_out(cleanup)
+        for status in unfinished:
+            status.end(None, f"the job ended ({self.machine.status.value}) before the savepoint completed")
         self.server.close_all()
         self.done.set()
 
@@ -223,6 +251,10 @@ class JobMaster:
     @_INBOX.on(Disconnected)
     def _disconnected(self, event: Disconnected) -> Event:
         return WorkerDisconnected(event.worker, event.connection, time.monotonic())
+
+    @_INBOX.on(SavepointAsked)
+    def _savepoint_asked(self, event: SavepointAsked) -> Event:
+        return SavepointRequested(event.request, time.monotonic(), time.time())
 
     @_INBOX.on(SparkEnded)
     def _spark_ended(self, event: SparkEnded) -> Event:
@@ -263,6 +295,13 @@ class JobMaster:
     @_DO.on(ResolveRestore)
     def _resolve_restore(self, instruction: ResolveRestore) -> None:
         self._carry_out(self._handle(resolve_restore(instruction)))
+
+    @_DO.on(SavepointDone)
+    def _savepoint_done(self, instruction: SavepointDone) -> None:
+        with self._lock:
+            status = self.savepoints.get(instruction.request_id)
+        if status is not None:
+            status.end(instruction.location, instruction.error)
 
     @_DO.on(WriteCheckpoint)
     def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:

@@ -27,8 +27,9 @@ from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
 __all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
-           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo",
-           "SparkJobEnded", "SubmitSparkJob", "TimePassed", "WorkerDisconnected", "WorkerMessage"]
+           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SavepointDone",
+           "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded", "SubmitSparkJob", "TimePassed",
+           "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -103,8 +104,30 @@ class RestoreFailed:
     now: float
 
 
+@dataclass(frozen=True, slots=True)
+class SavepointRequest:
+    """A user's savepoint request (``JobClient.trigger_savepoint`` / ``stop_with_savepoint``, the
+    REST API): ``request_id`` names it, ``location`` is the savepoint's own directory (checked
+    writable by the driver), ``stop``: the job stops at it, ``drain``: its sources end first."""
+
+    request_id: str
+    location: str
+    format: str = "canonical"
+    stop: bool = False
+    drain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointRequested:
+    """The driver asks the machine to take the savepoint ``request`` describes."""
+
+    request: SavepointRequest
+    now: float
+    wall: float
+
+
 Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | TimePassed
-         | RestoreResolved | RestoreFailed | CheckpointWritten)
+         | RestoreResolved | RestoreFailed | CheckpointWritten | SavepointRequested)
 
 
 # ---------------------------------------------------------------------- instructions
@@ -157,5 +180,15 @@ class CloseConnections:
     connections: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class SavepointDone:
+    """Savepoint request ``request_id`` ended: completed at ``location``, or failed with ``error``
+    (the job keeps running unless it was stopping at it)."""
+
+    request_id: str
+    location: str | None
+    error: str | None = None
+
+
 Instruction = (SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections
-               | CheckpointIO)
+               | CheckpointIO | SavepointDone)

@@ -47,6 +47,8 @@ from epochal.control.jobmaster_events import (
     KillSparkJob,
     RestoreFailed,
     RestoreResolved,
+    SavepointDone,
+    SavepointRequested,
     SparkJobEnded,
     SubmitSparkJob,
     SubmitWorker,
@@ -234,6 +236,16 @@ class JobMasterMachine:
         self.resolving = False
         self.error = event.error
         self._stop(lifecycle.RestoreUnreadable(), event.now)
+
+    @EVENTS.on(SavepointRequested)
+    def _on_savepoint(self, event: SavepointRequested) -> None:
+        request = event.request
+        if self.status != JobStatus.RUNNING or not self.started_running:
+            state = "restarting" if self.status in (JobStatus.FAILING, JobStatus.RESTARTING) else self.status.value
+            self.emit(SavepointDone(request.request_id, None, f"job '{self.job_name}' is {state}: a savepoint "
+                                    "is taken only while every worker runs; try again once it runs"))
+            return
+        self.kind_outputs(self.kind.request_savepoint(request, event.now, event.wall), event.now)
 
     @EVENTS.on(CheckpointWritten)
     def _on_checkpoint_written(self, event: CheckpointWritten) -> None:

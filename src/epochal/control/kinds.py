@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from epochal.control.jobmaster_events import Instruction, ResolveRestore
+from epochal.control.jobmaster_events import Instruction, ResolveRestore, SavepointDone, SavepointRequest
 from epochal.messages import Failed, ToJobMaster, ToWorker
 
 
@@ -127,6 +127,14 @@ class KindCoordinator:
     def new_attempt(self, attempt: int) -> None:
         """The failed attempt is gone; attempt ``attempt`` will register, restore and start."""
 
+    def request_savepoint(self, request: SavepointRequest, now: float, wall: float) -> list[KindOutput]:
+        """The user asked for a savepoint while the job runs (``SavepointDone`` answers it, now or
+        when it ends). The default: this kind takes none."""
+        return [SavepointDone(request.request_id, None, f"{self.kind_name} jobs do not take savepoints")]
+
+    #: how errors name this kind's jobs
+    kind_name: ClassVar[str] = "these"
+
     def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
         """The driver carried out a :class:`~epochal.control.checkpointing.files.WriteCheckpoint`
         this coordinator returned: the metadata is written (``error`` None) or could not be."""
@@ -148,6 +156,11 @@ class KindCoordinator:
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (safe from any thread)."""
         return []
+
+    @property
+    def default_savepoint_dir(self) -> str:
+        """Where savepoints go when the user names no directory (empty: the user must name one)."""
+        return ""
 
     @property
     def checkpoint_path(self) -> str:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from epochal.connectors.filesystems import join
 from epochal.control import job_failures
 from epochal.control.checkpointing import CheckpointCoordinator
-from epochal.control.jobmaster_events import ResolveRestore
+from epochal.control.jobmaster_events import ResolveRestore, SavepointRequest
 from epochal.control.kinds import EndJob, KindCoordinator, KindOutput
 from epochal.dataflow.collect import CollectLedger
 from epochal.dataflow.loops import LoopTermination
+from epochal.dataflow.savepoints import SavepointRequests
 from epochal.dataflow.worker import Worker
 from epochal.messages import Ack, CheckpointAbort, Collect, Committed, Decline, LoopReady, LoopVote, ToJobMaster
 
@@ -51,6 +53,8 @@ class DataflowCoordination(KindCoordinator):
         #: the checkpoint taken once every worker finished, and the workers that committed it
         self.final_checkpoint: int | None = None
         self.committed: set[int] = set()
+        #: the user's savepoint request in progress
+        self.savepoints = SavepointRequests()
 
     # ---------------------------------------------------------------- KindCoordinator
     def restore_request(self, attempt: int) -> ResolveRestore:
@@ -74,7 +78,7 @@ class DataflowCoordination(KindCoordinator):
             return list(coordinator.on_ack(message, now)[1])
         elif isinstance(message, Decline) and coordinator is not None:
             tolerable, aborts = coordinator.on_decline(message, now)
-            out: list[KindOutput] = list(aborts)
+            out: list[KindOutput] = [*aborts, *self._savepoint_aborted()]
             if not tolerable:
                 out.append(job_failures.checkpoint_declined(message.checkpoint_id, message.reason,
                                                             coordinator.config.tolerable_failures))
@@ -94,7 +98,7 @@ class DataflowCoordination(KindCoordinator):
             return []
         out: list[KindOutput] = list(coordinator.maybe_trigger(now, wall))
         tolerable, aborts = coordinator.check_timeouts(now)
-        out += aborts
+        out += [*aborts, *self._savepoint_aborted()]
         if not tolerable:
             return [*out, job_failures.checkpoints_failing(coordinator.config.tolerable_failures)]
         return out + self._retry_final_checkpoint(aborts, now, wall)
@@ -108,15 +112,30 @@ class DataflowCoordination(KindCoordinator):
         if self.final_checkpoint is not None:
             return []
         coordinator.paused = True
+        if self.savepoints.draining:  # stop with drain: the final checkpoint is the savepoint
+            self.final_checkpoint, drained = self.savepoints.final(coordinator, now, wall)
+            return drained
         self.final_checkpoint, messages = coordinator.trigger(now, wall)
         return list(messages)
 
+    def request_savepoint(self, request: SavepointRequest, now: float, wall: float) -> list[KindOutput]:
+        """Take a savepoint (see :mod:`epochal.dataflow.savepoints`); stopping at it, the job
+        ends once every worker confirmed the commit of its sinks, as after a final checkpoint."""
+        out = self.savepoints.start(request, self.coordinator, self.final_checkpoint is not None, now, wall)
+        if request.stop and not request.drain and self.savepoints.checkpoint_id is not None:
+            self.final_checkpoint = self.savepoints.checkpoint_id
+        return out
+
     def attempt_failed(self, reason: str, now: float) -> list[KindOutput]:
-        return list(self.coordinator.abort_all(reason, now)) if self.coordinator is not None else []
+        if self.coordinator is None:
+            return []
+        out: list[KindOutput] = [*self.coordinator.abort_all(reason, now), *self._savepoint_aborted()]
+        return out + self.savepoints.fail(reason)
 
     def new_attempt(self, attempt: int) -> None:
         self.committed = set()
         self.final_checkpoint = None
+        self.savepoints.reset()
         self.loops.reset()
         coordinator = self.coordinator
         if coordinator is not None:
@@ -133,16 +152,28 @@ class DataflowCoordination(KindCoordinator):
         if coordinator is None:
             return []
         if error is None:
-            return list(coordinator.on_written(checkpoint_id, now))
-        tolerable, out = coordinator.on_write_failed(checkpoint_id, error, now)
+            return [*coordinator.on_written(checkpoint_id, now), *self.savepoints.written(checkpoint_id)]
+        tolerable, aborts = coordinator.on_write_failed(checkpoint_id, error, now)
+        out: list[KindOutput] = [*aborts, *self._savepoint_aborted()]
         if not tolerable:
-            return [*out, job_failures.checkpoint_declined(checkpoint_id, f"its metadata could not be written: "
-                                                           f"{error}", coordinator.config.tolerable_failures)]
-        return list(out)
+            out.append(job_failures.checkpoint_declined(checkpoint_id, f"its metadata could not be written: {error}",
+                                                        coordinator.config.tolerable_failures))
+        return out
 
     def job_ended(self) -> list[Any]:
         """Checkpoints still pending can never complete (the workers are gone): their files go."""
         return self.coordinator.discard_pending() if self.coordinator is not None else []
+
+    def _savepoint_aborted(self) -> list[KindOutput]:
+        """The user's savepoint, if one of the aborts was it: failed. A job that was to stop at it
+        goes on; a drained one (its sources ended) still finishes, with a plain final checkpoint."""
+        if self.coordinator is None:
+            return []
+        was_stop = self.savepoints.stopping and not self.savepoints.draining
+        failed = self.savepoints.aborted(self.coordinator)
+        if failed and was_stop:
+            self.final_checkpoint = None
+        return failed
 
     def _retry_final_checkpoint(self, aborts: list[Any], now: float, wall: float) -> list[KindOutput]:
         """Every worker finished and the final checkpoint was aborted within the tolerated
@@ -164,6 +195,17 @@ class DataflowCoordination(KindCoordinator):
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         return self.coordinator.stats_snapshot() if self.coordinator is not None else []
+
+    @property
+    def default_savepoint_dir(self) -> str:
+        """``CheckpointConfig.savepoint_dir``, else ``savepoints`` beside the job's checkpoint runs
+        (``<storage>/<job name>/savepoints``)."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return ""
+        if coordinator.config.savepoint_dir:
+            return coordinator.config.savepoint_dir
+        return join(coordinator.storage.uri.rstrip("/").rsplit("/", 1)[0], "savepoints")
 
     @property
     def checkpoint_path(self) -> str:

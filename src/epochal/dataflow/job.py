@@ -64,6 +64,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
             max_parallelism=env.max_parallelism, split_layout=graph.split_layout,
             first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators,
             completed=storage.completed())
+        coordinator.job_id = job_id
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])

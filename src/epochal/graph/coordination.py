@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from epochal.control import job_failures
 from epochal.control.checkpointing.files import WriteCheckpoint
-from epochal.control.jobmaster_events import ResolveRestore
+from epochal.control.jobmaster_events import ResolveRestore, SavepointDone, SavepointRequest
 from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, RetireWorker, TaskLocalRecovery
 from epochal.graph import checkpoints
 from epochal.graph.program import VectorProgram, VertexProgram
@@ -41,6 +41,7 @@ class GraphCoordination(KindCoordinator):
     ``replication`` it recovers lost workers from replicas: its ``local_recovery`` is itself."""
 
     worker_body: ClassVar[type] = GraphWorker
+    kind_name: ClassVar[str] = "graph"
 
     def __init__(self, job_name: str, program: VectorProgram | VertexProgram, num_workers: int,
                  storage: CheckpointStorage | None = None, checkpoint_interval: int = 0, full_every: int = 8,
@@ -94,6 +95,11 @@ class GraphCoordination(KindCoordinator):
 
     def new_attempt(self, attempt: int) -> None:
         self.pending = {}
+
+    def request_savepoint(self, request: SavepointRequest, now: float, wall: float) -> list[KindOutput]:
+        return [SavepointDone(request.request_id, None, (
+            "graph jobs take no savepoints: a vertex program runs to its end from its input graph; "
+            "restart it, or run it with fault_tolerance='checkpoint' to survive failures"))]
 
     def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
         """The metadata of ``checkpoint_id`` is written: the next attempt may restore it. If it could

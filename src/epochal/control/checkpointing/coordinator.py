@@ -35,8 +35,8 @@ from epochal.control.checkpointing.files import (
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
-from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
-from epochal.state.storage import CheckpointStorage
+from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, SavepointTarget, TriggerCheckpoint
+from epochal.state.storage import CheckpointStorage, SavepointStorage
 
 #: What a coordinator call asks for, in order: messages to broadcast to every worker, and I/O.
 Outbox = list[TriggerCheckpoint | CheckpointComplete | CheckpointAbort | CheckpointIO]
@@ -71,6 +71,10 @@ class CheckpointCoordinator:
         self.last_end = 0.0
         self.last_trigger = 0.0
         self.paused = False
+        #: the job's id (recorded in its savepoints' metadata)
+        self.job_id = ""
+        #: savepoints aborted and why (read and cleared by the job kind's coordination)
+        self.aborted_savepoints: dict[int, str] = {}
 
     # ---------------------------------------------------------------- views of the parts
     @property
@@ -111,20 +115,26 @@ class CheckpointCoordinator:
         its ``TriggerCheckpoint`` (nothing when none is due)."""
         if self.paused or self.config.interval is None:
             return []
-        if len(self.pending) + len(self.writing) >= self.config.max_concurrent:
+        running = [p for p in (*self.pending.values(), *self.writing.values()) if p.savepoint is None]
+        if len(running) >= self.config.max_concurrent:  # a savepoint in progress does not hold them up
             return []
         if now - self.last_trigger < self.config.interval or now - self.last_end < self.config.min_pause:
             return []
         return self.trigger(now, wall)[1]
 
-    def trigger(self, now: float, wall: float) -> tuple[int, Outbox]:
-        """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time); returns
-        its id and the ``TriggerCheckpoint`` to broadcast."""
+    def trigger(self, now: float, wall: float, savepoint: SavepointTarget | None = None) -> tuple[int, Outbox]:
+        """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time), a
+        savepoint when ``savepoint`` says where; returns its id and the ``TriggerCheckpoint``."""
         checkpoint_id = self.next_id
         self.next_id += 1
         self.last_trigger = now
-        self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall, now, set(self.subtasks))
-        return checkpoint_id, [TriggerCheckpoint(checkpoint_id)]
+        self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall, now, set(self.subtasks),
+                                                        savepoint=savepoint)
+        return checkpoint_id, [TriggerCheckpoint(checkpoint_id, savepoint)]
+
+    def storage_of(self, pending: PendingCheckpoint) -> CheckpointStorage:
+        """Where ``pending``'s files and metadata go: the job's checkpoint storage, or its savepoint's directory."""
+        return SavepointStorage(pending.savepoint.location) if pending.savepoint is not None else self.storage
 
     # ---------------------------------------------------------------- acknowledgements
     def on_ack(self, message: Ack, now: float) -> tuple[AckResult, Outbox]:
@@ -140,7 +150,10 @@ class CheckpointCoordinator:
             self.writing[checkpoint_id] = self.pending.pop(checkpoint_id)
             metadata = pending.metadata(self.job_name, self.max_parallelism, self.vertex_parallelism,
                                         self.split_layout, self.operators)
-            return result, [WriteCheckpoint(self.storage, checkpoint_id, metadata)]
+            if pending.savepoint is not None:
+                metadata["savepoint"] = {"format": pending.savepoint.format, "job_id": self.job_id,
+                                         "stop": pending.savepoint.stop}
+            return result, [WriteCheckpoint(self.storage_of(pending), checkpoint_id, metadata)]
         return result, []
 
     def on_written(self, checkpoint_id: int, now: float) -> Outbox:
@@ -150,9 +163,11 @@ class CheckpointCoordinator:
         pending = self.writing.pop(checkpoint_id, None)
         if pending is None:
             return []
+        if pending.savepoint is not None:
+            return self._savepoint_written(pending, now)
         outbox: Outbox = []
         # older pending checkpoints can no longer be useful
-        for older in [c for c in self.pending if c < checkpoint_id]:
+        for older in [c for c, p in self.pending.items() if c < checkpoint_id and p.savepoint is None]:
             outbox += self.abort(older, AbortReason.SUPERSEDED, "a newer checkpoint completed", now)[1]
         self.store.add(checkpoint_id, pending.source_records())
         self.failures.on_completed()
@@ -163,6 +178,19 @@ class CheckpointCoordinator:
         if deleted:
             outbox.append(DeleteCheckpoints(self.storage, tuple(deleted), tuple(self.store.completed)))
         return outbox
+
+    def _savepoint_written(self, pending: PendingCheckpoint, now: float) -> Outbox:
+        """A savepoint is complete. It is the user's: not retained, not restored after a failure,
+        and it supersedes no checkpoint. Its sinks' transactions commit with the next checkpoint
+        (or when a job restored from it re-commits them), unless the job stops at it: then they
+        commit now (``CheckpointComplete(savepoint=True)``) and the job ends."""
+        assert pending.savepoint is not None
+        self.last_end = now
+        entry = {**self.tracker.completed(pending, now), "savepoint": pending.savepoint.location}
+        out: Outbox = [RecordStats(self.storage, entry)]
+        if pending.savepoint.stop:
+            out.insert(0, CheckpointComplete(pending.checkpoint_id, savepoint=True))
+        return out
 
     def on_write_failed(self, checkpoint_id: int, error: str, now: float) -> tuple[bool, Outbox]:
         """The metadata of ``checkpoint_id`` could not be written: abort it (a counted failure)."""
@@ -202,15 +230,21 @@ class CheckpointCoordinator:
         pending.discard()
         self.last_end = now
         stats = self.tracker.aborted(pending, reason, now)
-        return self.failures.on_aborted(why), [
+        # a failed savepoint is the user's failure to see, not one of the job's checkpoints
+        tolerable = self.failures.tolerable if pending.savepoint is not None else self.failures.on_aborted(why)
+        if pending.savepoint is not None:
+            stats = {**stats, "savepoint": pending.savepoint.location}
+            self.aborted_savepoints[checkpoint_id] = reason
+        return tolerable, [
             CheckpointAbort(checkpoint_id), RecordStats(self.storage, stats),
-            DiscardCheckpoint(self.storage, checkpoint_id, tuple(self.store.completed))]
+            DiscardCheckpoint(self.storage_of(pending), checkpoint_id, tuple(self.store.completed))]
 
     def discard_pending(self) -> list[DiscardCheckpoint]:
         """The job ended (its workers and their snapshot processes are gone): delete what the
         checkpoints still pending had written; they can never complete."""
         kept = tuple(self.store.completed)
-        return [DiscardCheckpoint(self.storage, checkpoint_id, kept) for checkpoint_id in self.pending]
+        return [DiscardCheckpoint(self.storage_of(pending), checkpoint_id, kept)
+                for checkpoint_id, pending in self.pending.items()]
 
     def abort_all(self, reason: str, now: float) -> Outbox:
         """On a job failure: forget pending checkpoints (they can never complete); returns their aborts."""

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.messages import Ack
+from epochal.messages import Ack, SavepointTarget
 
 
 class AckResult(enum.Enum):
@@ -39,6 +39,8 @@ class PendingCheckpoint:
     expected: set[tuple[int, int]]
     acks: dict[tuple[int, int], Ack] = field(default_factory=dict)
     discarded: bool = False
+    #: set when the checkpoint is a savepoint: where and how it is written
+    savepoint: SavepointTarget | None = None
 
     def acknowledge(self, message: Ack) -> AckResult:
         """Record ``message`` if its subtask is expected and has not acknowledged yet."""

@@ -1,0 +1,79 @@
+"""The driver's side of savepoint requests: where a savepoint goes, whether it can go there, and
+what became of it.
+
+A request (``JobClient.trigger_savepoint``, ``stop_with_savepoint``, the REST API) gets a
+:class:`SavepointStatus` at once: its id and the savepoint's own directory
+(``<target dir>/savepoint-<job id>-<request id>``, under the job kind's default directory when
+none is given). The directory is created and written to before the request goes to the JobMaster's
+machine (:func:`check_writable`), so an unwritable target fails the request at once; otherwise
+the status ends ``COMPLETED`` or ``FAILED`` when the machine's ``SavepointDone`` arrives. Statuses
+are read from any thread (:meth:`SavepointStatus.wait`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from epochal.connectors.filesystems import join, resolve
+
+IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
+
+
+@dataclass
+class SavepointStatus:
+    """One savepoint request: ``status`` is ``IN_PROGRESS``, ``COMPLETED`` (at ``location``) or
+    ``FAILED`` (``error`` says why); ``stop``/``drain``: what was asked."""
+
+    request_id: str
+    location: str
+    format: str
+    stop: bool
+    drain: bool
+    status: str = IN_PROGRESS
+    error: str | None = None
+    requested_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def end(self, location: str | None, error: str | None) -> None:
+        """The request ended: completed at ``location`` or failed with ``error``."""
+        self.status = FAILED if error is not None else COMPLETED
+        self.error = error
+        self.location = location or self.location
+        self.ended_at = time.time()
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the request ended; False if ``timeout`` passed first."""
+        return self._done.wait(timeout)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"request_id": self.request_id, "status": self.status, "location": self.location,
+                "format": self.format, "stop": self.stop, "drain": self.drain, "error": self.error,
+                "requested_at": self.requested_at, "ended_at": self.ended_at}
+
+
+def new_request(job_id: str, target_dir: str, format: str, stop: bool, drain: bool) -> SavepointStatus:
+    """A request for a savepoint of job ``job_id`` in a directory of its own under ``target_dir``."""
+    request_id = uuid.uuid4().hex[:12]
+    location = join(target_dir, f"savepoint-{job_id[:8]}-{request_id[:6]}")
+    return SavepointStatus(request_id, location, format, stop, drain)
+
+
+def check_writable(location: str) -> str | None:
+    """Create the savepoint's directory and prove it writable; None, or what is wrong."""
+    try:
+        fs, path = resolve(location)
+        if fs.get_file_info(path).type.name != "NotFound":
+            return f"{location} exists already: a savepoint needs a directory of its own"
+        fs.create_dir(path, recursive=True)
+        probe = f"{path}/.writable"
+        with fs.open_output_stream(probe) as out:
+            out.write(b"ok")
+        fs.delete_file(probe)
+    except Exception as error:  # noqa: BLE001 - any storage error is the user's to fix
+        return f"cannot write the savepoint to {location}: {type(error).__name__}: {error}"
+    return None
