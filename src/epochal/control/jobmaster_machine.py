@@ -306,7 +306,10 @@ class JobMasterMachine:
     def _decide(self, now: float) -> None:
         """The grace period is over: restart, or fail for good with the best-ranked failure."""
         error = self.failure_error()
-        delay = self.restarting.decide(error.category, now)
+        refusal = self.kind.restart_refusal()
+        delay = self.restarting.decide(error.category, now) if refusal is None else None
+        if refusal is not None:
+            error.args = (f"{error.args[0]}\n({refusal})",)
         if delay is None:
             if self.restarting.restarts:
                 error.args = (f"{error.args[0]}{self.restarting.give_up_note()}",)

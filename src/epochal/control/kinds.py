@@ -124,6 +124,12 @@ class KindCoordinator:
         """The attempt failed for good and another one will start (its workers are cancelled next)."""
         return []
 
+    def restart_refusal(self) -> str | None:
+        """Why the failed attempt must not be restarted, whatever the restart strategy allows
+        (None: it may be). A dataflow job that stopped at a savepoint refuses: its output up to
+        the savepoint is committed, and a restart from an older checkpoint would repeat it."""
+        return None
+
     def new_attempt(self, attempt: int) -> None:
         """The failed attempt is gone; attempt ``attempt`` will register, restore and start."""
 

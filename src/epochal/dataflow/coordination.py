@@ -132,6 +132,13 @@ class DataflowCoordination(KindCoordinator):
         out: list[KindOutput] = [*self.coordinator.abort_all(reason, now), *self._savepoint_aborted()]
         return out + self.savepoints.fail(reason)
 
+    def restart_refusal(self) -> str | None:
+        location = self.savepoints.stopped_at
+        if location is None:
+            return None
+        return (f"the job had stopped at savepoint {location} and its sinks were committing it: it is not "
+                f"restarted from an older checkpoint, which would repeat output; restore from {location} to go on")
+
     def new_attempt(self, attempt: int) -> None:
         self.committed = set()
         self.final_checkpoint = None

@@ -35,6 +35,8 @@ class SavepointRequests:
         self.checkpoint_id: int | None = None
         #: a drained stop: sources were told to end; the final checkpoint will be the savepoint
         self.draining = False
+        #: the savepoint the job stopped at, once written (its output is being committed)
+        self.stopped_at: str | None = None
 
     @property
     def stopping(self) -> bool:
@@ -71,7 +73,9 @@ class SavepointRequests:
         if self.request is None or checkpoint_id != self.checkpoint_id:
             return []
         done = SavepointDone(self.request.request_id, self.request.location)
-        if not self.request.stop:
+        if self.request.stop:
+            self.stopped_at = self.request.location
+        else:
             self.reset()
         return [done]
 

@@ -63,7 +63,7 @@ from epochal.runtime.checkpointing.events import (
 )
 from epochal.runtime.checkpointing.loop_heads import LoopHeads
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
-from epochal.runtime.host.events import FailPeerLost, Send
+from epochal.runtime.host.events import FailPeerLost, Send, StopWorker
 from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle
 from epochal.runtime.host.mailbox import PeerClosed, PeerJoined
 
@@ -153,6 +153,9 @@ class WorkerMachine(WorkerLifecycle):
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
         if self.phase is WorkerPhase.RUNNING and self.all_finished:
             return []  # a finished peer closing is expected
+        if self.snapshots.stopped_at is not None:  # the job stopped at a savepoint: peers are shutting down
+            self.phase = WorkerPhase.STOPPED
+            return [StopWorker(f"the job stopped at savepoint {self.snapshots.stopped_at}")]
         self.phase = WorkerPhase.STOPPED
         return [FailPeerLost(event.peer, event.reason)]
 

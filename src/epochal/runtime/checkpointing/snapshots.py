@@ -69,6 +69,8 @@ class SnapshotPipeline:
         self.aborted: set[int] = set()
         #: the savepoints among the expected checkpoints: where and how each is written
         self.savepoints: dict[int, SavepointTarget] = {}
+        #: the savepoint the job stopped at, once it completed (the worker then only shuts down)
+        self.stopped_at: int | None = None
 
     def _capture(self, key: SubtaskKey, checkpoint_id: int, alignment_s: float = 0.0,
                  stats: dict[str, int] | None = None, hold: bool = False) -> Capture:
@@ -140,6 +142,8 @@ class SnapshotPipeline:
         self.savepoints = {c: s for c, s in self.savepoints.items() if c > checkpoint_id}
         out: list[CheckpointingInstruction] = [ReachPoint("before_commit", checkpoint_id),
                                                NotifyComplete(checkpoint_id, savepoint)]
+        if savepoint:
+            self.stopped_at = checkpoint_id
         if self.reported_finished or savepoint:
             out.append(Send(Committed(checkpoint_id, self.worker)))
         return out
