@@ -116,6 +116,13 @@ class KeyedStateBackend(ABC):
         will write (a plan), or None: a copy of all of it."""
         return None if self.snapshots is None else self.snapshots.begin(checkpoint_id)
 
+    def begin_savepoint(self, checkpoint_id: int, native: bool) -> Any:
+        """At a savepoint's barrier: None, a copy of every key group (the canonical layout every
+        backend restores), or, for ``native`` where the backend has a format of its own (RocksDB's
+        SST files), a plan that writes all of its files, sharing none with a checkpoint. Nothing
+        of a savepoint becomes the base of a later snapshot."""
+        return self.snapshots.begin(checkpoint_id, whole=True) if native and self.snapshots is not None else None
+
     def capture_snapshot(self, plan: Any) -> Any:
         """What to hand to the writer for ``plan`` (from :meth:`begin_snapshot`): :meth:`capture`
         without a plan; else the plan, which writes itself (``plan.upload``)."""

@@ -84,13 +84,14 @@ class RocksDBSnapshots:
         self.written_files: dict[int, dict[str, dict[str, Any]]] = {}
         self.confirmed: dict[str, dict[str, Any]] = {}
 
-    def begin(self, checkpoint_id: int) -> RocksDBPlan:
-        """The synchronous part: flush and hard-link a local checkpoint beside the database."""
+    def begin(self, checkpoint_id: int, whole: bool = False) -> RocksDBPlan:
+        """The synchronous part: flush and hard-link a local checkpoint beside the database.
+        ``whole``: every SST file is written again (a native savepoint shares nothing)."""
         directory = f"{self.backend.directory}.chk-{checkpoint_id}"
         shutil.rmtree(directory, ignore_errors=True)
         files = self.backend.local_checkpoint(directory)
         return RocksDBPlan(checkpoint_id, directory, files, self.backend.key_groups, self.db_id,
-                           dict(self.confirmed))
+                           {} if whole else dict(self.confirmed))
 
     def written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
         self.written_files[checkpoint_id] = {file["name"]: file for file in handle.get("shared", ())}

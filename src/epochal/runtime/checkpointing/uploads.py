@@ -33,7 +33,7 @@ def capture(subtask: Subtask, instruction: Capture) -> SnapshotUpload:
     """The synchronous part of ``subtask``'s snapshot, as an upload job with its statistics (a
     savepoint's in the canonical layout: all of the keyed state, whatever the backend)."""
     started = time.monotonic()
-    captured = subtask.capture(instruction.checkpoint_id, whole=instruction.savepoint is not None)
+    captured = subtask.capture(instruction.checkpoint_id, _format(instruction))
     stats: dict[str, float] = {"alignment_s": instruction.alignment_s, "sync_s": time.monotonic() - started,
                                **instruction.stats}
     if subtask.reader is not None:
@@ -48,7 +48,7 @@ def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointSt
     :mod:`epochal.runtime.checkpointing.fork_snapshots`)."""
     started = time.monotonic()
     checkpoint_id, index = instruction.checkpoint_id, subtask.index
-    subtask.prepare_capture(checkpoint_id, whole=instruction.savepoint is not None)
+    subtask.prepare_capture(checkpoint_id, _format(instruction))
     stats: dict[str, float] = {"alignment_s": instruction.alignment_s, **instruction.stats}
     if subtask.reader is not None:
         stats["source_records"] = subtask.records_read
@@ -59,6 +59,10 @@ def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointSt
     snapshot = fork_snapshot(checkpoint_id, subtask.vertex_id, index, stats, write, reach)
     snapshot.stats["sync_s"] = time.monotonic() - started
     return snapshot
+
+
+def _format(instruction: Capture) -> str | None:
+    return instruction.savepoint.format if instruction.savepoint is not None else None
 
 
 def add_back_edge_log(upload: SnapshotUpload, head: IterationHead, log: list[Any], max_parallelism: int) -> None:

@@ -197,17 +197,18 @@ class Subtask:
         if restored:
             reader.restore(restored)
 
-    def capture(self, checkpoint_id: int, whole: bool = False) -> dict[str, dict[str, Any]]:
+    def capture(self, checkpoint_id: int, savepoint: str | None = None) -> dict[str, dict[str, Any]]:
         """The synchronous part of a snapshot of every operator in the chain: a copy of its state
-        (``whole``: all of the keyed state, in the canonical layout: a savepoint's)."""
-        self.prepare_capture(checkpoint_id, whole)
+        (``savepoint``: the savepoint format, ``canonical`` or ``native``)."""
+        self.prepare_capture(checkpoint_id, savepoint)
         return self.capture_state()
 
-    def prepare_capture(self, checkpoint_id: int, whole: bool = False) -> None:
+    def prepare_capture(self, checkpoint_id: int, savepoint: str | None = None) -> None:
         """What must happen on the processing thread at the barrier before the state is read:
         the source positions into operator state, the operators' ``prepare_snapshot``. The keyed
-        state backends plan their snapshot (an incremental part, RocksDB's files), unless the
-        snapshot is ``whole`` (a savepoint: a copy of every key group, and no backend builds on it)."""
+        state backends plan their snapshot (an incremental part, RocksDB's files); a savepoint's
+        (``savepoint``: its format) is whole: a copy of every key group (``canonical``) or the
+        backend's own files, all of them (``native``), and no backend builds on it."""
         if self.reader is not None:
             positions = self.runners[0].operator_state.get_list_state(SourceReader.POSITIONS, "union")
             positions[:] = self.reader.snapshot(checkpoint_id)
@@ -216,8 +217,12 @@ class Subtask:
                 runner.operator.prepare_snapshot(checkpoint_id)
             except Exception as error:
                 raise UserFunctionError(runner.name, error) from error
-        self.plans = {} if whole else {runner.uid: runner.keyed_state.begin_snapshot(checkpoint_id)
-                                       for runner in self.runners if runner.keyed_state is not None}
+        self.plans = {}
+        for runner in self.runners:
+            backend = runner.keyed_state
+            if backend is not None:
+                self.plans[runner.uid] = backend.begin_snapshot(checkpoint_id) if savepoint is None \
+                    else backend.begin_savepoint(checkpoint_id, savepoint == "native")
         self.last_snapshot = max(self.last_snapshot, checkpoint_id)
 
     def capture_state(self) -> dict[str, dict[str, Any]]:
