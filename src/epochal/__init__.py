@@ -123,6 +123,7 @@ _EXPORTS = {
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
     "StateTtlConfig": "epochal.state.ttl",
+    **dict.fromkeys(("dispose_savepoint", "savepoint_info"), "epochal.state.inspect"),
 }
 
 
@@ -147,7 +148,8 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
-    "JobTimeoutError", "SavepointError", "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError",
+    "JobTimeoutError", "SavepointError", "dispose_savepoint", "savepoint_info", "JobResult", "JobStatus",
+    "KeyedStream", "WindowedStream", "PlanError",
     "ProcessContext",
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",

@@ -15,6 +15,7 @@ import pytest
 
 import epochal
 from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.state.inspect import format_savepoint_info
 from epochal.state.storage import METADATA, state_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -76,6 +77,12 @@ def test_savepoint_stop_and_restore_across_parallelism_backend_edits_and_moves(m
     running = client.trigger_savepoint(savepoints, timeout=60)
     assert os.path.isdir(running) and not client.status.is_terminal
     self_contained(running)
+    info = epochal.savepoint_info(running)
+    assert (info["type"], info["job"], info["format"]) == ("savepoint", "savepoints-1", "canonical")
+    summed = info["operators"]["sum"]
+    assert summed["parallelism"] == 2 and summed["states"] and summed["bytes"] > 0
+    assert 0 < summed["key_groups_with_state"] <= KEYS
+    assert "uid 'sum'" in format_savepoint_info(info)
     time.sleep(1.0)
     stopped = client.stop_with_savepoint(savepoints, timeout=90)
     assert client.status is epochal.JobStatus.FINISHED
@@ -101,7 +108,11 @@ def test_savepoint_stop_and_restore_across_parallelism_backend_edits_and_moves(m
     keyed_job(env, out, extra_map=True)
     client = env.execute_async("savepoints-3", restore_from=moved)
     wait_for_output(out, sum(map(len, committed_sums(out).values())) + 300)
+    assert epochal.savepoint_info(client.checkpoint_path)["type"] == "checkpoint"
+    with pytest.raises(epochal.PlanError, match="not a savepoint"):  # a checkpoint is the job's
+        epochal.dispose_savepoint(client.checkpoint_path)
     client.stop_with_savepoint(savepoints, drain=True, timeout=90)
+    assert epochal.dispose_savepoint(running) and not os.path.exists(running)
 
     sums = committed_sums(out)
     assert sorted(sums) == [f"k{k}" for k in range(KEYS)]
