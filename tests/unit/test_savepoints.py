@@ -199,3 +199,25 @@ def test_a_savepoint_in_progress_fails_when_its_checkpoint_times_out_or_the_atte
         handled(machine, WorkerMessage(0, conn(0), Failed("internal", "boom", 0), 3.2, 3.2))
         out = handled(machine, TimePassed(4.0, 4.0))  # the grace period is over: the attempt restarts
         assert any(isinstance(o, SavepointDone) and "job attempt 0 failed" in o.error for o in out)
+
+
+def test_a_request_status_says_whether_it_was_taken_up_or_who_refused_it(tmp_path):
+    from epochal.control.savepoints import check_writable, new_request
+
+    taken = new_request("job", str(tmp_path), "canonical", stop=False, drain=False)
+    assert not taken.wait_decided(0) and taken.refused_by is None
+    taken.decide()
+    assert taken.wait_decided(0) and taken.refused_by == ""  # in progress
+    taken.end(taken.location, None)
+    taken.decide("job")  # a later decision changes nothing
+    assert taken.refused_by == "" and taken.as_dict()["status"] == "COMPLETED"
+
+    refused = new_request("job", str(tmp_path), "canonical", stop=False, drain=False)
+    refused.end(None, "a savepoint is in progress")
+    refused.decide()
+    assert refused.refused_by == "job" and refused.status == "FAILED"
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    bad = new_request("job", str(blocked), "canonical", stop=False, drain=False)
+    assert "cannot write the savepoint" in check_writable(bad.location)

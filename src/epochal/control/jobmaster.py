@@ -133,6 +133,7 @@ class JobMaster:
         error = check_writable(status.location)
         if error is not None:
             status.end(None, error)
+            status.decide("target")
             return status
         self.events.put(SavepointAsked(SavepointRequest(status.request_id, status.location, format, stop, drain)))
         return status
@@ -224,12 +225,17 @@ class JobMaster:
         self._carry_out(cleanup)
         for status in unfinished:
             status.end(None, f"the job ended ({self.machine.status.value}) before the savepoint completed")
+            status.decide()
         self.server.close_all()
         self.done.set()
 
     def _process(self, event: InboxEvent) -> None:
         """Hand one inbox event, stamped with the time, to the machine; carry out what it says."""
         self._carry_out(self._handle(_INBOX.handlers[type(event)](self, event)))
+        if isinstance(event, SavepointAsked):  # the machine took the request up, or refused it
+            status = self.savepoint_status(event.request.request_id)
+            if status is not None:
+                status.decide()
 
     def _tick(self, now: float) -> None:
         """Let the machine check its timers at ``now``; carry out what it says."""

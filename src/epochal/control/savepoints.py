@@ -36,7 +36,12 @@ class SavepointStatus:
     error: str | None = None
     requested_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+    #: None until the job took the request up or refused it; then ``"target"`` (the directory is
+    #: not writable: the caller's to fix), ``"job"`` (the job cannot take it now: another savepoint
+    #: is in progress, the job is restarting or finishing, or its kind takes none) or ``""`` (taken)
+    refused_by: str | None = None
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _decided: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def end(self, location: str | None, error: str | None) -> None:
         """The request ended: completed at ``location`` or failed with ``error``."""
@@ -46,14 +51,26 @@ class SavepointStatus:
         self.ended_at = time.time()
         self._done.set()
 
+    def decide(self, refused_by: str = "job") -> None:
+        """The request was taken up (it is still in progress) or refused (it ended already):
+        ``refused_by`` names who refused it in the second case."""
+        if self.refused_by is None:
+            self.refused_by = refused_by if self._done.is_set() else ""
+        self._decided.set()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the request ended; False if ``timeout`` passed first."""
         return self._done.wait(timeout)
 
+    def wait_decided(self, timeout: float | None = None) -> bool:
+        """Wait until the job took the request up or refused it (``refused_by``); False if
+        ``timeout`` passed first (it is still queued)."""
+        return self._decided.wait(timeout)
+
     def as_dict(self) -> dict[str, object]:
         return {"request_id": self.request_id, "status": self.status, "location": self.location,
                 "format": self.format, "stop": self.stop, "drain": self.drain, "error": self.error,
-                "requested_at": self.requested_at, "ended_at": self.ended_at}
+                "requested_at": self.requested_at, "ended_at": self.ended_at, "refused_by": self.refused_by}
 
 
 def new_request(job_id: str, target_dir: str, format: str, stop: bool, drain: bool) -> SavepointStatus:
