@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         JobTimeoutError,
         PlanError,
         SavepointError,
+        SinkInUseError,
         SourceError,
     )
     from epochal.runtime.operators.async_io import AsyncTimeoutError
@@ -118,7 +119,7 @@ _EXPORTS = {
                      "RestartStrategy"), "epochal.control.restart"),
     **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
                      "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SavepointError",
-                     "SourceError"),
+                     "SinkInUseError", "SourceError"),
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
@@ -148,8 +149,8 @@ __all__ = [
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
-    "JobTimeoutError", "SavepointError", "dispose_savepoint", "savepoint_info", "JobResult", "JobStatus",
-    "KeyedStream", "WindowedStream", "PlanError",
+    "JobTimeoutError", "SavepointError", "SinkInUseError", "dispose_savepoint", "savepoint_info",
+    "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError",
     "ProcessContext",
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
     "BroadcastConnectedStream", "BroadcastProcessFunction", "BroadcastState", "BroadcastStream",

@@ -51,6 +51,17 @@ class SavepointError(EpochalError):
     being stopped and had already ended)."""
 
 
+class SinkInUseError(EpochalError):
+    """A job's exactly-once sink is being written by another running job (two writers would repeat
+    its output, e.g. a fork restored from a savepoint of a job that still runs); the job was not
+    submitted. ``location``: the sink's directory; ``holder``: the other job's id, if known."""
+
+    def __init__(self, message: str, *, location: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.location = location
+        self.holder = holder
+
+
 class JobCancelledError(EpochalError):
     """The job was cancelled before it finished; results of a cancelled job are incomplete."""
 

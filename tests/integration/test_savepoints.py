@@ -152,3 +152,51 @@ def test_graph_and_cec_jobs_refuse_savepoints_with_one_clear_error(make_env, tmp
             client.trigger_savepoint(str(tmp_path / "sp"), timeout=30)
     finally:
         client.cancel(timeout=60)
+
+
+def test_a_fork_restored_from_a_running_jobs_savepoint_may_not_write_its_sink(make_env, tmp_path, monkeypatch):
+    """Forking (papers/001 §3.3): a second job restored from the savepoint of a job that still runs
+    is refused its exactly-once sink directory, with nothing written; given a directory of its own it
+    runs. Without the claim, the fork repeats the first job's output."""
+    out = tmp_path / "out"
+    env = make_env(2)
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+    keyed_job(env, out, rate=1000)
+    origin = env.execute_async("origin")
+    try:
+        wait_for_output(out, 100)
+        savepoint = origin.trigger_savepoint(str(tmp_path / "savepoints"), timeout=60)
+
+        fork_env = make_env(2)
+        fork_env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+        keyed_job(fork_env, out)
+        started = time.monotonic()
+        with pytest.raises(epochal.SinkInUseError, match="being written by job 'origin'"):
+            fork_env.execute_async("fork", restore_from=savepoint)
+        assert time.monotonic() - started < 30 and not origin.status.is_terminal
+
+        apart = make_env(2)  # a fork of its own output goes ahead
+        apart.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+        keyed_job(apart, tmp_path / "fork-out")
+        fork = apart.execute_async("fork-apart", restore_from=savepoint)
+        wait_for_output(tmp_path / "fork-out", 50)
+        fork.cancel(timeout=60)
+        assert not repeated(committed_sums(out))  # the origin's output: each running sum once
+
+        # the claim is what keeps them apart: without it the fork writes the origin's sink again
+        monkeypatch.setattr("epochal.control.sink_claims.SinkClaims.acquire", lambda self: None)
+        unguarded = make_env(2)
+        unguarded.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+        keyed_job(unguarded, out)
+        fork = unguarded.execute_async("fork-unguarded", restore_from=savepoint)
+        deadline = time.monotonic() + 60
+        while not repeated(committed_sums(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        fork.cancel(timeout=60)
+    finally:
+        origin.cancel(timeout=60)
+    assert repeated(committed_sums(out)), "the unguarded fork repeated nothing"
+
+
+def repeated(sums: dict[str, list[int]]) -> bool:
+    return any(len(totals) != len(set(totals)) for totals in sums.values())

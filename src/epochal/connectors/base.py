@@ -241,6 +241,15 @@ class Sink(ABC):
     def validate(self, settings: JobSettings) -> None:  # noqa: B027 - optional hook
         """Check the job's settings at submit time; raise a ``PlanError`` naming what to change."""
 
+    def claim_location(self) -> str | None:
+        """A directory (path or URI) no other job may write while this job runs, or None.
+
+        An exactly-once sink whose output a second writer would repeat (a job forked from a
+        savepoint of a running job) names where its output goes; the driver claims it before
+        the job is submitted (:mod:`epochal.control.sink_claims`) and refuses the job if another
+        running job holds it."""
+        return None
+
 
 def assign_splits(splits: list[SourceSplit], subtask_index: int, parallelism: int) -> list[SourceSplit]:
     """The splits subtask ``subtask_index`` of ``parallelism`` reads: round robin by split order."""

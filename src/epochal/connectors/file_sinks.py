@@ -222,6 +222,9 @@ class TextFileSink(Sink):
     def create_writer(self, context: SinkContext) -> TransactionalSinkWriter:
         return _TextFileWriter(self.directory, context, self.format, self.encoding)
 
+    def claim_location(self) -> str:
+        return self.directory
+
 
 class _ParquetFileWriter(_TwoPhaseFileWriter):
     extension = ".parquet"
@@ -297,3 +300,6 @@ class ParquetFileSink(Sink):
 
     def create_writer(self, context: SinkContext) -> TransactionalSinkWriter:
         return _ParquetFileWriter(self.directory, context, self.schema)
+
+    def claim_location(self) -> str:
+        return self.directory

@@ -19,6 +19,7 @@ from epochal.connectors.base import JobSettings, Sink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
+from epochal.control.sink_claims import SinkClaims
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
@@ -68,9 +69,31 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
-    return JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
-                            num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
-                            kind=coordination))
+    claims = SinkClaims(job_id, job_name, _sink_locations(job))
+    claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
+    try:
+        jobmaster = launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
+                           num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
+                           kind=coordination)
+    except BaseException:
+        claims.release()
+        raise
+    claims.hold_until(jobmaster.done)
+    return JobClient(jobmaster)
+
+
+def _sink_locations(job: Any) -> dict[str, str]:
+    """Directory -> sink name, of every sink that claims one (see :mod:`epochal.control.sink_claims`)."""
+    locations: dict[str, str] = {}
+    for sink in _sinks(job):
+        location = sink.claim_location()
+        if location is not None:
+            locations[location] = type(sink).__name__
+    return locations
+
+
+def _sinks(job: Any) -> list[Sink]:
+    return [sink for node in job.nodes.values() if isinstance(sink := getattr(node.operator, "sink", None), Sink)]
 
 
 def _validate_connectors(env: Environment, job: Any) -> None:
@@ -84,10 +107,8 @@ def _validate_connectors(env: Environment, job: Any) -> None:
     for vertex in job.vertices:
         if vertex.source is not None:
             vertex.source.validate(settings)
-    for node in job.nodes.values():
-        sink = getattr(node.operator, "sink", None)
-        if isinstance(sink, Sink):
-            sink.validate(settings)
+    for sink in _sinks(job):
+        sink.validate(settings)
 
 
 def _checked_restore(env: Environment, restore_from: str, operators: dict[str, dict[str, str]],
