@@ -20,6 +20,7 @@ to the machine at once, and its instructions are carried out before the rest.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -70,6 +71,8 @@ from epochal.state.storage import CheckpointStorage
 
 __all__ = ["JobMaster", "JobStatus", "WorkerInfo", "summarize_spark_error"]
 
+_log = logging.getLogger("epochal")
+
 #: The driver's tables: inbox event type -> the machine event it becomes, and instruction type ->
 #: how it is carried out. ``_ON`` is the machine's message table (tests/unit/test_messages.py).
 _INBOX = Dispatch("JobMaster inbox")
@@ -107,6 +110,9 @@ class JobMaster:
         self.started_at = 0.0
         self.ended_at = 0.0
         self.done = threading.Event()
+        #: called once the job ended, before ``done`` is set (e.g. giving up its sinks' claims,
+        #: so a job started right after this one ended finds them free)
+        self.on_end: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
@@ -227,6 +233,11 @@ class JobMaster:
             status.end(None, f"the job ended ({self.machine.status.value}) before the savepoint completed")
             status.decide()
         self.server.close_all()
+        for hook in self.on_end:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - one failing hook must not keep the job from ending
+                _log.exception("job %s: an end-of-job hook failed", self.job_name)
         self.done.set()
 
     def _process(self, event: InboxEvent) -> None:

@@ -11,6 +11,7 @@ blocking call does is :func:`epochal.api.running.wait`.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from epochal.config import EngineConfig
@@ -27,9 +28,11 @@ if TYPE_CHECKING:
 
 
 def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: str, deployment: bytes,
-           num_workers: int, restart: RestartStrategy, kind: KindCoordinator) -> JobMaster:
+           num_workers: int, restart: RestartStrategy, kind: KindCoordinator,
+           on_end: Callable[[], None] | None = None) -> JobMaster:
     """Start the job's JobMaster, coordinated by the job kind's ``kind``, and submit its Spark
-    job; returns the running JobMaster at once (a kind's job module wraps it in its client)."""
+    job; returns the running JobMaster at once (a kind's job module wraps it in its client).
+    ``on_end`` is called once the job ended, before the JobMaster's ``done`` is set."""
     slots_hint = slots.check_slots(spark, num_workers, job_name)
     executor_python.check_worker_python(spark, config.registration_timeout)  # once per SparkContext
     token = secrets.token_bytes(TOKEN_BYTES)
@@ -58,6 +61,8 @@ def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: 
     jobmaster = JobMaster(job_name, job_id, deployment, num_workers, config, token, bind_host, kind, submit,
                           cancel_spark, slots_hint, restart=restart,
                           submit_worker=submit_worker if independent else None)
+    if on_end is not None:
+        jobmaster.on_end.append(on_end)
     jobmaster.start()
     slots.track_job(spark, job_id, job_name, num_workers, jobmaster.done)
     return jobmaster

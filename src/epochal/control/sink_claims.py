@@ -21,7 +21,7 @@ holder's job id and name, host, pid, and when it claimed and last renewed.
   stores offer no exclusive create through pyarrow).
 
 Restarts of a job happen inside its JobMaster and keep its claims; a claim ends when the job
-ends (its JobMaster's ``done``).
+ends, before its JobMaster's ``done`` is set.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class SinkClaims:
         self.job_name = job_name
         self._locks: dict[str, IO[bytes]] = {}
         self._held: list[str] = []
-        self._stop = threading.Event()
+        self._released = threading.Event()
+        self._lock = threading.Lock()
 
     def acquire(self) -> None:
         """Claim every directory, or raise :class:`SinkInUseError` (releasing those taken)."""
@@ -78,22 +79,34 @@ class SinkClaims:
             for location, sink in sorted(self.locations.items()):
                 self._claim(location, sink)
         except BaseException:
-            self.release()
+            with self._lock:
+                self._give_up()
             raise
 
-    def hold_until(self, done: threading.Event) -> None:
-        """Keep the claims (renewing remote leases) until ``done`` is set, then release them;
-        returns at once (a daemon thread does it)."""
-        def hold() -> None:
-            remote = [location for location in self._held if location not in self._locks]
-            while not done.wait(LEASE_S / 3):
-                for location in remote:
-                    self._write(location, renew=True)
-            self.release()
-        threading.Thread(target=hold, name=f"epochal-sink-claims-{self.job_id}", daemon=True).start()
+    def renew_while_held(self) -> None:
+        """Renew the remote leases every ``LEASE_S / 3`` seconds until :meth:`release`; returns at
+        once (a daemon thread renews; none without remote claims). Local claims need no renewal."""
+        remote = [location for location in self._held if location not in self._locks]
+        if not remote:
+            return
+
+        def renew() -> None:
+            while not self._released.wait(LEASE_S / 3):
+                with self._lock:
+                    if self._released.is_set():
+                        return
+                    for location in remote:
+                        self._write(location, renew=True)
+        threading.Thread(target=renew, name=f"epochal-sink-claims-{self.job_id}", daemon=True).start()
 
     def release(self) -> None:
-        """Give up every claim this job holds (a claim another job took over is left alone)."""
+        """Give up every claim this job holds (a claim another job took over is left alone);
+        called when the job ends. Idempotent."""
+        with self._lock:
+            self._released.set()
+            self._give_up()
+
+    def _give_up(self) -> None:
         for location in reversed(self._held):
             holder = read_holder(location)
             if holder is not None and holder.job_id == self.job_id:

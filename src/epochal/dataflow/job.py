@@ -74,11 +74,11 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     try:
         jobmaster = launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
                            num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
-                           kind=coordination)
+                           kind=coordination, on_end=claims.release)
     except BaseException:
         claims.release()
         raise
-    claims.hold_until(jobmaster.done)
+    claims.renew_while_held()
     return JobClient(jobmaster)
 
 
