@@ -241,7 +241,9 @@ class JobMasterMachine:
     def _on_savepoint(self, event: SavepointRequested) -> None:
         request = event.request
         if self.status != JobStatus.RUNNING or not self.started_running:
-            state = "restarting" if self.status in (JobStatus.FAILING, JobStatus.RESTARTING) else self.status.value
+            state = ("restarting" if self.status in (JobStatus.FAILING, JobStatus.RESTARTING)
+                     else "starting (its workers are restoring their state)" if self.status == JobStatus.RUNNING
+                     else self.status.value)
             self.emit(SavepointDone(request.request_id, None, f"job '{self.job_name}' is {state}: a savepoint "
                                     "is taken only while every worker runs; try again once it runs"))
             return
