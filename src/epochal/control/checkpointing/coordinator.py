@@ -186,8 +186,7 @@ class CheckpointCoordinator:
         commit now (``CheckpointComplete(savepoint=True)``) and the job ends."""
         assert pending.savepoint is not None
         self.last_end = now
-        entry = {**self.tracker.completed(pending, now), "savepoint": pending.savepoint.location}
-        out: Outbox = [RecordStats(self.storage, entry)]
+        out: Outbox = [RecordStats(self.storage, self.tracker.completed(pending, now))]
         if pending.savepoint.stop:
             out.insert(0, CheckpointComplete(pending.checkpoint_id, savepoint=True))
         return out
@@ -233,7 +232,6 @@ class CheckpointCoordinator:
         # a failed savepoint is the user's failure to see, not one of the job's checkpoints
         tolerable = self.failures.tolerable if pending.savepoint is not None else self.failures.on_aborted(why)
         if pending.savepoint is not None:
-            stats = {**stats, "savepoint": pending.savepoint.location}
             self.aborted_savepoints[checkpoint_id] = reason
         return tolerable, [
             CheckpointAbort(checkpoint_id), RecordStats(self.storage, stats),

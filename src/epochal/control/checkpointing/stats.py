@@ -1,9 +1,10 @@
 """Statistics of every checkpoint: kept in memory (and appended to ``checkpoint_stats.jsonl`` by the driver).
 
-Owns the list of entries (one per completed or aborted checkpoint, in the order they ended) and
-their fields. Entries are appended on the JobMaster's coordinator thread and read from any
-thread through :meth:`CheckpointStatsTracker.snapshot`, under a lock. Each method returns the
-entry it added; the coordinator has the driver append it to the JSON lines file
+Owns the list of entries (one per completed or aborted checkpoint or savepoint, in the order they
+ended) and their fields; a savepoint's entry has ``savepoint`` (its location) and ``format``.
+Entries are appended on the JobMaster's coordinator thread and read from any thread through
+:meth:`CheckpointStatsTracker.snapshot`, under a lock. Each method returns the entry it added;
+the coordinator has the driver append it to the JSON lines file
 (:class:`~epochal.control.checkpointing.files.RecordStats`, best effort: statistics never fail a
 checkpoint).
 """
@@ -36,11 +37,13 @@ class CheckpointStatsTracker:
             "alignment_spilled_bytes": sum(a.stats.get("spilled_bytes", 0) for a in acks),
             "loop_log_records": sum(a.stats.get("loop_log_records", 0) for a in acks),
             "subtasks": {f"{v}/{s}": a.stats for (v, s), a in pending.acks.items()},
+            **_savepoint(pending),
         })
 
     def aborted(self, pending: PendingCheckpoint, reason: str, now: float) -> dict[str, Any]:
         return self._record({"checkpoint_id": pending.checkpoint_id, "status": "aborted", "reason": reason,
-                             "trigger_time": pending.triggered_at, "duration_s": now - pending.started})
+                             "trigger_time": pending.triggered_at, "duration_s": now - pending.started,
+                             **_savepoint(pending)})
 
     def snapshot(self) -> list[dict[str, Any]]:
         """A copy of the statistics so far (safe from any thread)."""
@@ -51,3 +54,9 @@ class CheckpointStatsTracker:
         with self._lock:
             self.entries.append(entry)
         return entry
+
+
+def _savepoint(pending: PendingCheckpoint) -> dict[str, Any]:
+    """A savepoint's entry says where it went (``savepoint``) and its ``format``."""
+    target = pending.savepoint
+    return {} if target is None else {"savepoint": target.location, "format": target.format}
