@@ -155,3 +155,38 @@ def test_without_the_restart_refusal_a_stop_savepoint_killed_before_its_commit_r
     run_until_records(client, 3000)  # the restarted attempt, from checkpoint 1
     until_taken(lambda: client.stop_with_savepoint(savepoints, timeout=90), client)  # publishes it
     assert repeated(committed_sums(out)), "the restarted job repeated nothing"
+
+
+@pytest.mark.parametrize("backend,fmt", [("rocksdb", "native"), ("heap-incremental", "canonical")])
+def test_a_job_restored_from_a_savepoint_needs_none_of_its_files_after_its_first_checkpoint(
+        make_env, tmp_path, backend, fmt):
+    """The first checkpoint after a restore references none of the savepoint's files: the savepoint
+    is disposed of, a worker is killed, and the job recovers from its own checkpoint, exactly."""
+    out, savepoints = tmp_path / "out", str(tmp_path / "savepoints")
+    options = {"rocksdb": {"kind": "rocksdb", "local_dir": str(tmp_path / "rocksdb")},
+               "heap-incremental": {"incremental": True}}[backend]
+    env = make_env(2)
+    env.set_state_backend(**options)
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+    keyed_job(env, out, rate=3000)
+    client = env.execute_async("savepoint-files-1")
+    run_until_records(client, 1500)
+    taken = client.stop_with_savepoint(savepoints, format=fmt, timeout=90)
+    assert epochal.savepoint_info(taken)["format"] == fmt
+
+    env = make_env(2)
+    env.set_state_backend(**options)
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints-2"))
+    env.set_restart_strategy(FixedDelayRestart(attempts=1, delay=0.2))
+    keyed_job(env, out, rate=3000)
+    client = env.execute_async("savepoint-files-2", restore_from=taken)
+    deadline = time.monotonic() + 60
+    while not any(c["status"] == "completed" and "savepoint" not in c for c in client.checkpoint_stats()):
+        assert time.monotonic() < deadline, "no checkpoint completed after the restore"
+        time.sleep(0.1)
+    epochal.dispose_savepoint(taken)
+    kill_worker(client, 1)
+    run_until_records(client, 1000)  # the new attempt, restored from the job's own checkpoint
+    assert len(client.restarts()) == 1
+    client.stop_with_savepoint(savepoints, timeout=90)
+    assert_exactly_once(out)

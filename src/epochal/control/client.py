@@ -188,15 +188,16 @@ class JobClient:
         return self._savepoint(target_dir, format, stop=False, drain=False, timeout=timeout)
 
     def stop_with_savepoint(self, target_dir: str | None = None, drain: bool = False,
-                            timeout: float | None = None) -> str:
+                            timeout: float | None = None, format: str = "canonical") -> str:
         """Take a savepoint and stop the job at it; returns the savepoint's path once the job ended.
 
         Without ``drain`` the sources read nothing after the savepoint's barrier, so nothing after
         it reaches a sink: a job restored from it continues exactly where this one stopped. With
         ``drain=True`` the sources end first: the maximum watermark flows and every event-time
-        window and timer fires, then the savepoint is taken (Flink's ``stop --drain``). Raises as
-        :meth:`trigger_savepoint`; a failed savepoint leaves the job running."""
-        path = self._savepoint(target_dir, "canonical", stop=True, drain=drain, timeout=timeout)
+        window and timer fires, then the savepoint is taken (Flink's ``stop --drain``). ``format``
+        as for :meth:`trigger_savepoint`. Raises as :meth:`trigger_savepoint`; a failed savepoint
+        leaves the job running."""
+        path = self._savepoint(target_dir, format, stop=True, drain=drain, timeout=timeout)
         if not self._jobmaster.done.wait(timeout):
             raise JobTimeoutError(f"job '{self._jobmaster.job_name}' took savepoint {path} but did not stop within "
                                   f"{timeout:g} s (status {self.status.value})")
