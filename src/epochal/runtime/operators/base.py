@@ -273,7 +273,10 @@ class SinkOperator(Operator):
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         sink_context = SinkContext(operator_name=context.operator_name, subtask_index=context.subtask_index,
                                    parallelism=context.parallelism, send_to_driver=send_to_driver,
-                                   attempt=context.attempt, checkpointing=context.checkpointing)
+                                   attempt=context.attempt, checkpointing=context.checkpointing,
+                                   job_name=context.job_name, job_id=context.job_id,
+                                   operator_uid=context.operator_uid,
+                                   restored_checkpoint=context.restored_checkpoint)
         self.writer = self.sink.create_writer(sink_context)
         self.transactional = hasattr(self.writer, "pre_commit")
         self.checkpointing = context.checkpointing

@@ -38,6 +38,11 @@ class RuntimeContext:
     attempt: int = 0
     #: Whether the job takes checkpoints (transactional sinks then commit per checkpoint).
     checkpointing: bool = False
+    #: The job's name and id (see :class:`~epochal.connectors.base.SinkContext`).
+    job_name: str = ""
+    job_id: str = ""
+    #: The checkpoint this attempt restored, None when it started from scratch.
+    restored_checkpoint: int | None = None
     #: The processing-time clock (seconds since the epoch); a test harness may set its own.
     clock: Callable[[], float] = time.time
 
