@@ -60,3 +60,14 @@ def make_rocksdb(tmp_path):
     yield make
     for backend in made:
         backend.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL server (tests/postgres_server.py) for the whole test session, with
+    prepared transactions enabled; stopped and removed at the end."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    yield server
+    server.destroy()
