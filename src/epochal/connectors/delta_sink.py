@@ -166,8 +166,7 @@ class _DeltaWriter(TransactionalSinkWriter):
         name = f"part-{self.subtask:05d}-{self.instance}-{self.sequence:06d}.epochal.snappy.parquet"
         relative = f"{directory}/{name}" if directory else name
         path = join(self.root, relative)
-        if directory:
-            self.fs.create_dir(join(self.root, directory), recursive=True)
+        self.fs.create_dir(join(self.root, directory) if directory else self.root, recursive=True)
         stream = self.fs.open_output_stream(path)
         writer = pq.ParquetWriter(stream, schema, compression="snappy", coerce_timestamps="us",
                                   allow_truncated_timestamps=True)
