@@ -90,19 +90,24 @@ def read_with_spark(table: str) -> list[tuple]:
                 raise
             log = spark.read.json(table + "/_delta_log/*.json")
             live = {{}}
-            for row in log.select(F.input_file_name().alias("f"), "add", "remove").collect():
-                version = int(row.f.rsplit("/", 1)[-1].split(".")[0])
-                if row.add is not None:
-                    live[row.add.path] = (version, row.add.partitionValues.asDict())
-                if row.remove is not None:
-                    live.pop(row.remove.path, None)
+            kinds = [k for k in ("add", "remove") if k in log.columns]
+            versions = sorted(log.select(F.input_file_name().alias("f"), *kinds).collect(),
+                              key=lambda row: int(row.f.rsplit("/", 1)[-1].split(".")[0]))
+            for row in versions:  # replayed in version order: the latest action of a path wins
+                add, remove = row["add"] if "add" in kinds else None, row["remove"] if "remove" in kinds else None
+                if add is not None:
+                    live[add.path] = add.partitionValues.asDict()
+                if remove is not None:
+                    live.pop(remove.path, None)
             rows = []
-            for path, (_, parts) in live.items():
-                frame = spark.read.parquet(table + "/" + path)
+            from urllib.parse import unquote
+            for path, parts in live.items():
+                frame = spark.read.parquet(table + "/" + unquote(path))
                 for name, value in parts.items():
                     frame = frame.withColumn(name, F.lit(value).cast("long"))
                 rows.extend(frame.select("n", "bucket").collect())
-            reader = "spark-parquet-via-delta-log (delta-spark incompatible: " + str(exc).splitlines()[0][:200] + ")"
+            why = next(line for line in str(exc).splitlines() if "NoSuchMethod" in line or "ClassNotFound" in line)
+            reader = "spark-parquet-via-delta-log (delta-spark 4.4.0 fails on this Spark: " + why.strip()[:200] + ")"
         print(json.dumps({{"reader": reader, "rows": sorted([list(r) for r in rows])}}))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
