@@ -155,15 +155,19 @@ def run_spark(args: argparse.Namespace) -> dict[str, Any]:
     target = os.path.join(args.work_dir, "out")
     rows_per_batch = min(ROWS_PER_BATCH, args.records)
     batches = -(-args.records // rows_per_batch)
-    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+    source = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
               .option("numPartitions", args.parallelism).load()
-              .where(F.col("value") < args.records)
-              .select(F.col("value").alias("id"), (F.col("value") % KEYS).alias("key"),
-                      (F.col("value") * 2).alias("value")))
+              .where(F.col("value") < args.records))
+    if args.sink == "delta-python":  # the job's per-record map in Python, as epochal runs it
+        make_row = F.udf(row, "struct<id:bigint,key:bigint,value:bigint>")
+        stream = source.select(make_row("value").alias("r")).select("r.*")
+    else:  # the same map as SQL expressions, run in the JVM
+        stream = source.select(F.col("value").alias("id"), (F.col("value") % KEYS).alias("key"),
+                               (F.col("value") * 2).alias("value"))
     writer = stream.writeStream.option("checkpointLocation", os.path.join(args.work_dir, "checkpoint"))
     if args.sink == "parquet":
         writer = writer.format("parquet").option("path", target)
-    elif args.sink == "delta-foreachbatch":
+    elif args.sink in ("delta-foreachbatch", "delta-python"):
         writer = writer.foreachBatch(_delta_batch_writer(target))
     else:
         jdbc_url, props = _jdbc(args.dsn)
@@ -212,6 +216,20 @@ def _jdbc(dsn: str) -> tuple[str, dict[str, str]]:
     return url, {"user": parts["user"], "driver": "org.postgresql.Driver", "reWriteBatchedInserts": "true"}
 
 
+def rows_written(sink: str, target: str) -> int | None:
+    """Rows in the Delta table or Parquet directory the run wrote (None for PostgreSQL)."""
+    if sink.startswith("delta"):
+        from deltalake import DeltaTable
+
+        return DeltaTable(target).to_pyarrow_dataset().count_rows()
+    if sink == "parquet":
+        import pyarrow.dataset as ds
+
+        return ds.dataset(target, format="parquet", exclude_invalid_files=True,
+                          ignore_prefixes=["_", "."]).count_rows()
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--system", choices=["epochal", "spark"], required=True)
@@ -224,6 +242,7 @@ def main() -> None:
     parser.add_argument("--result", required=True)
     args = parser.parse_args()
     result = run_epochal(args) if args.system == "epochal" else run_spark(args)
+    result["rows_out"] = rows_written(args.sink, os.path.join(args.work_dir, "out"))
     with open(args.result, "w") as out:
         json.dump(result, out)
 

@@ -57,6 +57,21 @@ def test_append_is_invisible_until_the_checkpoint_completes_and_a_repeated_commi
     restored.close()
 
 
+def test_the_next_epoch_may_be_open_when_the_checkpoint_completes(postgres, table):
+    """Records after the barrier of checkpoint 1 open the next epoch's transaction before 1
+    completes: COMMIT PREPARED runs on a connection of its own (it cannot run inside a
+    transaction block)."""
+    writer = PostgresSink(postgres.dsn, table, batch_size=1).create_writer(context())
+    writer.write_batch([{"id": 1, "name": "a", "n": 1}])
+    committable = writer.pre_commit(1)
+    writer.write_batch([{"id": 2, "name": "b", "n": 2}])  # batch_size 1: copied at once, in a new transaction
+    writer.commit([committable])
+    assert query(postgres, f"SELECT id FROM {table}") == [(1,)]
+    writer.commit([writer.pre_commit(2)])
+    assert query(postgres, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]
+    writer.close()
+
+
 def test_a_restored_subtask_rolls_back_what_no_restore_commits_and_commits_the_restored(postgres, table):
     sink = PostgresSink(postgres.dsn, table)
     old = [sink.create_writer(context(s, 3)) for s in range(3)]  # parallelism 3 before the restore
@@ -67,6 +82,7 @@ def test_a_restored_subtask_rolls_back_what_no_restore_commits_and_commits_the_r
             pending[(s, checkpoint)] = writer.pre_commit(checkpoint)
     for writer in old:
         writer.conn.close()  # the workers die with everything prepared
+        writer.control.close()
     # restored from checkpoint 1 at parallelism 2: subtask 0 stands for old 0 and 2, subtask 1 for old 1
     new = [sink.create_writer(context(s, 2, attempt=1, restored=1)) for s in range(2)]
     assert prepared(postgres) == sorted(pending[(s, 1)][0] for s in range(3))  # checkpoint 2's rolled back
@@ -84,6 +100,7 @@ def test_a_fresh_run_rolls_back_an_old_runs_prepared_transactions_and_a_lost_com
     writer.write_batch([{"id": 1, "name": "x", "n": 1}])
     committable = writer.pre_commit(5)
     writer.conn.close()
+    writer.control.close()
     fresh = sink.create_writer(context(job_id="new"))  # not restored: nothing of this sink is due
     assert prepared(postgres) == []
     with pytest.raises(SinkError, match="was rolled back by someone else"):

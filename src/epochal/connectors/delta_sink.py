@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from epochal.connectors import delta_tables as dt
@@ -56,38 +55,65 @@ class DeltaCommittable(NamedTuple):
     schema: bytes
 
 
+#: Rows a data file's row groups hold (batches are gathered up to this before they are written).
+ROW_GROUP_ROWS = 128 * 1024
+
+
 class _OpenFile:
-    """One data file being written in the current epoch: its writer, path and statistics."""
+    """One data file being written in the current epoch: its writer, path, row count, and the
+    batches not yet written (gathered into row groups of :data:`ROW_GROUP_ROWS` rows)."""
 
     def __init__(self, writer: pq.ParquetWriter, relative: str, partition: tuple[tuple[str, str | None], ...]) -> None:
         self.writer = writer
         self.relative = relative
         self.partition = partition
         self.rows = 0
-        self.nulls: dict[str, int] = {}
-        self.minimum: dict[str, Any] = {}
-        self.maximum: dict[str, Any] = {}
+        self.waiting: list[pa.Table] = []
+        self.waiting_rows = 0
 
-    def add_stats(self, table: pa.Table) -> None:
+    def append(self, table: pa.Table) -> None:
+        self.waiting.append(table)
+        self.waiting_rows += table.num_rows
         self.rows += table.num_rows
-        for name, column in zip(table.column_names, table.columns, strict=True):
-            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
-            kind = column.type
-            if not (pa.types.is_integer(kind) or pa.types.is_date(kind)
-                    or (pa.types.is_floating(kind) and not pc.any(pc.is_nan(column)).as_py())):
-                continue  # Delta's min/max rules for strings and timestamps are subtle: no stats there
-            bounds = pc.min_max(column).as_py()
-            if bounds["min"] is None:
-                continue
-            low, high = bounds["min"], bounds["max"]
-            self.minimum[name] = low if name not in self.minimum else min(self.minimum[name], low)
-            self.maximum[name] = high if name not in self.maximum else max(self.maximum[name], high)
+        if self.waiting_rows >= ROW_GROUP_ROWS:
+            self.write_waiting()
 
-    def stats(self) -> str:
-        def plain(values: dict[str, Any]) -> dict[str, Any]:
-            return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in values.items()}
-        return json.dumps({"numRecords": self.rows, "minValues": plain(self.minimum),
-                           "maxValues": plain(self.maximum), "nullCount": self.nulls})
+    def write_waiting(self) -> None:
+        if self.waiting:
+            self.writer.write_table(pa.concat_tables(self.waiting), row_group_size=max(ROW_GROUP_ROWS,
+                                                                                        self.waiting_rows))
+            self.waiting, self.waiting_rows = [], 0
+
+    def close_with_stats(self) -> str:
+        """Write the footer; the file's Delta statistics (JSON) from its row groups' statistics:
+        the record count, null counts, and min/max of integer and date columns (whose order
+        readers agree on; strings, floats with NaN and timestamps have subtler Delta rules)."""
+        self.write_waiting()
+        self.writer.close()
+        stats: dict[str, Any] = {"numRecords": self.rows}
+        metadata = getattr(getattr(self.writer, "writer", None), "metadata", None)
+        if metadata is None:
+            return json.dumps(stats)
+        nulls: dict[str, int] = {}
+        low: dict[str, Any] = {}
+        high: dict[str, Any] = {}
+        kinds = {f.name: f.type for f in self.writer.schema}
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            for index in range(row_group.num_columns):
+                column = row_group.column(index)
+                name, statistics = column.path_in_schema, column.statistics
+                if name not in kinds or statistics is None:
+                    continue
+                if statistics.has_null_count:
+                    nulls[name] = nulls.get(name, 0) + statistics.null_count
+                kind = kinds[name]
+                if statistics.has_min_max and (pa.types.is_integer(kind) or pa.types.is_date(kind)):
+                    low[name] = statistics.min if name not in low else min(low[name], statistics.min)
+                    high[name] = statistics.max if name not in high else max(high[name], statistics.max)
+        plain = lambda values: {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in values.items()}  # noqa: E731
+        stats.update(minValues=plain(low), maxValues=plain(high), nullCount=nulls)
+        return json.dumps(stats)
 
 
 class _DeltaWriter(TransactionalSinkWriter):
@@ -153,8 +179,7 @@ class _DeltaWriter(TransactionalSinkWriter):
         open_file = self.files.get(key)
         if open_file is None:
             open_file = self.files[key] = self._open(key, data.schema)
-        open_file.writer.write_table(data)
-        open_file.add_stats(data)
+        open_file.append(data)
 
     def _open(self, key: tuple[Any, ...], schema: pa.Schema) -> _OpenFile:
         try:
@@ -179,9 +204,9 @@ class _DeltaWriter(TransactionalSinkWriter):
         adds = []
         now = int(time.time() * 1000)
         for open_file in self.files.values():
-            open_file.writer.close()  # writes the footer and closes the stream
+            stats = open_file.close_with_stats()  # writes the footer and closes the stream
             size = self.fs.get_file_info(join(self.root, open_file.relative)).size
-            adds.append((open_file.relative, size, open_file.partition, now, open_file.stats()))
+            adds.append((open_file.relative, size, open_file.partition, now, stats))
         self.files = {}
         assert self.schema is not None
         return DeltaCommittable(self.app_id, checkpoint_id, tuple(adds), self.schema.serialize().to_pybytes())

@@ -115,6 +115,12 @@ def records_to_arrow(records: list[Any], schema: pa.Schema | None, where: str) -
                 return pa.Table.from_pylist(records)
             except (pa.ArrowException, TypeError, ValueError) as exc:
                 raise ValueError(f"cannot infer a schema for {where} from records such as {first!r}: {exc}") from exc
+        if (all(type(r) is dict for r in records) and set(map(len, records)) == {len(schema)}
+                and set().union(*records) == set(schema.names)):
+            try:  # the common case, in C++: every record has exactly the schema's fields
+                return _checked_nulls(pa.Table.from_pylist(records, schema=schema), records, where)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                pass  # a value does not fit: the slow path below names the field and the record
         names = set(schema.names)
         for record in records:
             if not isinstance(record, dict):
@@ -142,12 +148,18 @@ def records_to_arrow(records: list[Any], schema: pa.Schema | None, where: str) -
             bad = _first_bad(values, field.type)
             record = records[bad] if bad is not None else "?"
             raise ValueError(f"field {field.name!r} ({field.type}) of record {record!r} for {where}: {exc}") from exc
-        if not field.nullable and array.null_count:
-            bad = next(i for i, v in enumerate(values) if v is None)
+        arrays.append(array)
+    return _checked_nulls(pa.Table.from_arrays(arrays, schema=schema), records, where)
+
+
+def _checked_nulls(table: pa.Table, records: list[Any], where: str) -> pa.Table:
+    """``table``, or a ValueError naming the first record with a null where the schema forbids one."""
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if not field.nullable and column.null_count:
+            bad = column.is_null().to_pylist().index(True)
             raise ValueError(f"field {field.name!r} of record {records[bad]!r} for {where} is None; the schema "
                              "does not allow nulls there")
-        arrays.append(array)
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return table
 
 
 def _first_bad(values: list[Any], type_: pa.DataType) -> int | None:

@@ -117,11 +117,11 @@ class _Writer:
             raise pg.rejected(exc, self.sink.table, self.records, self.what) from exc
         self.buffer, self.records = [], []
 
-    def _execute(self, statement: Any, params: Any = None) -> None:
+    def _execute(self, statement: Any, params: Any = None, conn: Any = None) -> None:
         import psycopg
 
         try:
-            with self.conn.cursor() as cur:
+            with (conn or self.conn).cursor() as cur:
                 cur.execute(statement, params)
         except psycopg.OperationalError as exc:
             raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {pg.first_line(exc)}") from exc
@@ -143,19 +143,23 @@ class _TwoPhaseAppendWriter(_Writer, TransactionalSinkWriter):
         self.attempt = context.attempt
         self.subtask = context.subtask_index
         self.in_transaction = False
+        #: COMMIT/ROLLBACK PREPARED cannot run inside a transaction block, and the next epoch's
+        #: transaction may be open on ``conn`` when a checkpoint completes: they run on their own
+        #: autocommit connection.
+        self.control = pg.connect(sink.conninfo, sink.connect_timeout, self.what)
         self._roll_back_leftovers(context)
 
     def _roll_back_leftovers(self, context: SinkContext) -> None:
         """Roll back this sink's prepared transactions that no restore will commit: those of the
         subtasks this one stands for (``s % parallelism``), of checkpoints after the restored one."""
-        for gid in pg.prepared_gids(self.conn, self.prefix):
+        for gid in pg.prepared_gids(self.control, self.prefix):
             if gid.subtask % context.parallelism != context.subtask_index:
                 continue
             if context.restored_checkpoint is not None and gid.checkpoint <= context.restored_checkpoint:
                 continue  # the restored checkpoint's: committed by whoever restores its committable
             _log.info("%s: rolling back prepared transaction %s (not in the restored checkpoint %s)",
                       self.what, gid, context.restored_checkpoint)
-            self._execute(_sql("ROLLBACK PREPARED {}", str(gid)))
+            self._execute(_sql("ROLLBACK PREPARED {}", str(gid)), conn=self.control)
 
     def _flush_buffer(self) -> None:
         if not self.in_transaction:
@@ -181,9 +185,9 @@ class _TwoPhaseAppendWriter(_Writer, TransactionalSinkWriter):
 
         for gid, xid in committables:
             try:
-                self._execute(_sql("COMMIT PREPARED {}", gid))
+                self._execute(_sql("COMMIT PREPARED {}", gid), conn=self.control)
             except psycopg.errors.UndefinedObject:
-                status = pg.transaction_status(self.conn, xid)
+                status = pg.transaction_status(self.control, xid)
                 if status == "aborted":
                     raise SinkError(f"{self.what}: prepared transaction {gid} of a completed checkpoint was rolled "
                                     "back by someone else: its records are lost (did another job with the same "
@@ -200,6 +204,10 @@ class _TwoPhaseAppendWriter(_Writer, TransactionalSinkWriter):
                 self._execute("ROLLBACK")
             except Exception:  # the connection is gone: so is the transaction
                 pass
+        try:
+            self.control.close()
+        except Exception:  # closing after a lost connection
+            pass
         super().close()
 
 
