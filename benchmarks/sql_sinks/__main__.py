@@ -179,7 +179,7 @@ def plot(path: Path, rows: list[dict]) -> None:
     right.set_ylabel("ms")
     right.set_title("Commit latency per checkpoint / micro-batch (median)")
     for axis in (left, right):
-        axis.tick_params(axis="x", labelsize=7)
+        axis.tick_params(axis="x", labelsize=7, labelrotation=35)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

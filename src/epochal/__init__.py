@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     )
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
+    from epochal.connectors.delta_sink import DeltaSink
+    from epochal.connectors.delta_source import DeltaSource
     from epochal.connectors.file_sinks import ParquetFileSink, TextFileSink
+    from epochal.connectors.postgres_sink import PostgresSink
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
         JobFailedError,
         JobTimeoutError,
         PlanError,
+        SinkError,
         SourceError,
     )
     from epochal.runtime.operators.async_io import AsyncTimeoutError
@@ -109,12 +113,15 @@ _EXPORTS = {
     "ExactlyOnceFileSink": "epochal.connectors.transactional",
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
     **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.file_sinks"),
+    "DeltaSink": "epochal.connectors.delta_sink",
+    "DeltaSource": "epochal.connectors.delta_source",
+    "PostgresSink": "epochal.connectors.postgres_sink",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
                      "RestartStrategy"), "epochal.control.restart"),
     **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
-                     "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SourceError"),
+                     "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SinkError", "SourceError"),
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
@@ -153,4 +160,5 @@ __all__ = [
     "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "WindowResult",
     "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
+    "DeltaSink", "DeltaSource", "PostgresSink", "SinkError",
 ]

@@ -11,7 +11,6 @@ append repeats rows.
 from __future__ import annotations
 
 import collections
-import itertools
 import json
 
 import pyarrow as pa
@@ -28,7 +27,6 @@ from epochal.testing import Fault, random_faults
 RECORDS = 6000
 KEYS = 37
 RATE = 2000  # records/s over all source subtasks: ~3 s and about ten checkpoints a run
-_tables = itertools.count()
 
 
 def key_of(i: int) -> str:
@@ -49,14 +47,10 @@ ROWS, FINAL = oracle()
 
 
 @pytest.fixture
-def tables(postgres):
+def tables(make_pg_table):
     """Fresh PostgreSQL tables for append (no key: duplicates would show) and upsert."""
-    n = next(_tables)
-    names = {"append": f"counts_{n}", "upsert": f"latest_{n}"}
-    with postgres.connect() as conn:
-        conn.execute(f"CREATE TABLE {names['append']} (key text NOT NULL, count bigint NOT NULL)")
-        conn.execute(f"CREATE TABLE {names['upsert']} (key text PRIMARY KEY, count bigint NOT NULL)")
-    return names
+    return {"append": make_pg_table("key text NOT NULL, count bigint NOT NULL", "counts"),
+            "upsert": make_pg_table("key text PRIMARY KEY, count bigint NOT NULL", "latest")}
 
 
 def run(make_env, tmp_path, parallelism, faults, name, add_sinks):
@@ -148,13 +142,11 @@ def test_without_the_transaction_check_a_restore_commits_again(make_env, tmp_pat
         assert set(changes) == set(ROWS)
 
 
-def test_without_two_phase_commit_postgres_append_repeats_rows(make_env, tmp_path, postgres, tables):
+def test_without_two_phase_commit_postgres_append_repeats_rows(make_env, tmp_path, postgres, tables, make_pg_table):
     """Both sinks see the same stream and the same kill, during checkpoint 3's upload: the job
     restores checkpoint 2, and the at-least-once sink, which committed the epoch before
     checkpoint 3 at its barrier, writes it again; the two-phase-commit sink rolled it back."""
-    plain = tables["upsert"].replace("latest", "plain")
-    with postgres.connect() as conn:
-        conn.execute(f"CREATE TABLE {plain} (key text NOT NULL, count bigint NOT NULL)")
+    plain = make_pg_table("key text NOT NULL, count bigint NOT NULL", "plain")
 
     def add_sinks(counts):
         counts.sink_to(PostgresSink(postgres.dsn, plain, columns=["key", "count"], exactly_once=False), name="plain")

@@ -5,24 +5,17 @@ test_sql_connectors_jobs.py and tests/chaos/test_sql_sinks.py."""
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from epochal.connectors.base import AT_LEAST_ONCE, EXACTLY_ONCE, SinkContext
 from epochal.connectors.postgres_sink import PostgresSink
 from epochal.errors import PlanError, SinkError
 
-_names = itertools.count()
-
 
 @pytest.fixture
-def table(postgres):
+def table(make_pg_table):
     """A fresh table ``items(id int primary key, name text not null, n int check (n >= 0))``."""
-    name = f"items_{next(_names)}"
-    with postgres.connect() as conn:
-        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, name text NOT NULL, n int CHECK (n >= 0))")
-    return name
+    return make_pg_table("id int PRIMARY KEY, name text NOT NULL, n int CHECK (n >= 0)", "items")
 
 
 def context(subtask=0, parallelism=1, attempt=0, restored=None, job_id="run1"):

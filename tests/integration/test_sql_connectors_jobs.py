@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import itertools
 import json
 import os
 import subprocess
@@ -23,8 +22,6 @@ from epochal.connectors.delta_source import DeltaSource
 from epochal.connectors.postgres_sink import PostgresSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.errors import JobFailedError, PlanError
-
-_tables = itertools.count()
 
 
 def test_from_dataframe_gives_what_collect_gives_split_by_partition(make_env, spark, tmp_path):
@@ -51,6 +48,7 @@ def test_from_dataframe_refuses_what_is_not_a_dataframe(make_env):
         make_env(2).from_dataframe([1, 2])
 
 
+@pytest.mark.slow  # a Spark process of its own, which fetches Delta's Spark package
 def test_a_bounded_job_reads_a_delta_table_and_appends_to_another_partitioned(make_env, tmp_path):
     source_table, target = str(tmp_path / "in"), str(tmp_path / "out")
     for part in range(4):
@@ -123,11 +121,8 @@ def read_with_spark(table: str) -> list[tuple]:
 
 
 @pytest.fixture
-def pg_table(postgres):
-    name = f"jobs_{next(_tables)}"
-    with postgres.connect() as conn:
-        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, n int CHECK (n >= 0))")
-    return name
+def pg_table(make_pg_table):
+    return make_pg_table("id int PRIMARY KEY, n int CHECK (n >= 0)", "jobs")
 
 
 def test_a_constraint_violation_fails_the_job_naming_record_and_constraint(make_env, postgres, pg_table):
