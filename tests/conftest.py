@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 
@@ -71,3 +72,31 @@ def kafka_broker():
     broker = KafkaBroker().start()
     yield broker
     broker.close()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL server (tests/postgres_server.py) for the whole test session, with
+    prepared transactions enabled; stopped and removed at the end."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    yield server
+    server.destroy()
+
+
+_PG_TABLES = itertools.count()
+
+
+@pytest.fixture
+def make_pg_table(postgres):
+    """Creates a table on the session's PostgreSQL server: ``make_pg_table("id int, n int", "items")``
+    returns its name, unique in the test session."""
+
+    def make(columns: str, prefix: str = "t") -> str:
+        name = f"{prefix}_{next(_PG_TABLES)}"
+        with postgres.connect() as conn:
+            conn.execute(f"CREATE TABLE {name} ({columns})")
+        return name
+
+    return make

@@ -39,8 +39,11 @@ if TYPE_CHECKING:
     )
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
+    from epochal.connectors.delta_sink import DeltaSink
+    from epochal.connectors.delta_source import DeltaSource
     from epochal.connectors.file_sinks import ParquetFileSink, TextFileSink
     from epochal.connectors.kafka import KafkaRecord, KafkaSink, KafkaSource
+    from epochal.connectors.postgres_sink import PostgresSink
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
@@ -61,6 +64,7 @@ if TYPE_CHECKING:
         JobTimeoutError,
         PlanError,
         SavepointError,
+        SinkError,
         SinkInUseError,
         SourceError,
     )
@@ -113,12 +117,16 @@ _EXPORTS = {
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
     **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.file_sinks"),
     **dict.fromkeys(("KafkaRecord", "KafkaSink", "KafkaSource"), "epochal.connectors.kafka"),
+    "DeltaSink": "epochal.connectors.delta_sink",
+    "DeltaSource": "epochal.connectors.delta_source",
+    "PostgresSink": "epochal.connectors.postgres_sink",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",
                      "RestartStrategy"), "epochal.control.restart"),
     **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
                      "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SavepointError",
+                     "SinkError",
                      "SinkInUseError", "SourceError"),
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
@@ -162,4 +170,5 @@ __all__ = [
     "TumblingProcessingTimeWindows", "WindowResult",
     "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
     "KafkaRecord", "KafkaSink", "KafkaSource",
+    "DeltaSink", "DeltaSource", "PostgresSink", "SinkError",
 ]

@@ -82,6 +82,12 @@ class SourceError(EpochalError):
     """A source cannot be read (missing file, malformed record, bad position)."""
 
 
+class SinkError(EpochalError):
+    """A sink cannot write or commit: the external system is unreachable or refused the output (a
+    missing table or column, a constraint violation, a schema that does not match, a conflicting
+    commit). The message names the sink's target and, where one is to blame, the record."""
+
+
 class UserFunctionError(Exception):
     """A user function raised; ``operator`` names the operator it ran in.
 

@@ -92,3 +92,23 @@ def test_without_checkpointing_commits_once_at_the_end_even_without_records(tmp_
     operator.end_input()
     operator.close()
     assert read_committed_lines(str(out)) == ["1", "2"]
+
+
+def test_a_writer_learns_the_job_its_uid_and_the_checkpoint_its_attempt_restored():
+    """What transactional sinks name external transactions by (Delta app ids, PostgreSQL gids)
+    and what tells them which of an earlier attempt's transactions no restore will commit."""
+    seen: list[SinkContext] = []
+
+    class Remembering(Sink):
+        def create_writer(self, context: SinkContext) -> SinkWriter:
+            seen.append(context)
+            return Recording([])
+
+    state = OperatorStateStore()
+    context = RuntimeContext("sink", "sink-uid", 1, 3, 128, operator_state=state, attempt=2, checkpointing=True,
+                             job_name="orders", job_id="abc123", restored_checkpoint=7)
+    SinkOperator(Remembering()).open(context, lambda payload: None)
+    (made,) = seen
+    assert (made.job_name, made.job_id, made.operator_uid, made.restored_checkpoint) == ("orders", "abc123",
+                                                                                          "sink-uid", 7)
+    assert (made.subtask_index, made.parallelism, made.attempt) == (1, 3, 2)

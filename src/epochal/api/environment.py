@@ -206,6 +206,50 @@ class Environment:
 
         return self._from_source(ParquetFileSource(path, **options), None, f"Source: parquet {path}")
 
+    def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None) -> DataStream:
+        """The rows of the Spark DataFrame ``df`` (of this environment's session), as
+        ``pyspark.sql.Row`` objects with the values ``df.collect()`` gives: bounded, replayable,
+        one split per Spark partition.
+
+        Spark's executors write ``df`` once, now, as Parquet under ``snapshot_dir`` (a new
+        directory in it; nothing is collected onto the driver) and the job's workers read that
+        snapshot, so a restarted job reads the same rows. Without ``snapshot_dir`` a temporary
+        local directory is used, which only works where driver and executors share a machine
+        (``local[N]``); on a cluster give a path every executor can read (HDFS, S3, ...). The
+        snapshot is left in place for restores from the job's checkpoints: remove it when done.
+        """
+        import uuid
+
+        from epochal.connectors.dataframe_source import DataFrameSource
+
+        try:
+            from pyspark.sql import DataFrame
+        except ImportError as exc:  # pragma: no cover - pyspark is a dependency
+            raise PlanError("from_dataframe() needs pyspark") from exc
+        if not isinstance(df, DataFrame):
+            raise PlanError(f"from_dataframe() takes a pyspark.sql.DataFrame, got {type(df).__name__}")
+        if snapshot_dir is None:
+            if not str(df.sparkSession.sparkContext.master).startswith("local"):
+                raise PlanError("from_dataframe() on a cluster needs snapshot_dir=, a directory every executor "
+                                "and epochal worker can read (HDFS, S3, a shared mount)")
+            snapshot_dir = tempfile.mkdtemp(prefix="epochal-dataframe-")
+        path = f"{snapshot_dir.rstrip('/')}/snapshot-{uuid.uuid4().hex[:12]}"
+        conf = df.sparkSession.conf
+        previous = conf.get("spark.sql.parquet.outputTimestampType")
+        conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")  # pyarrow reads INT96 lossily
+        try:
+            with interrupts.deferred_interrupts():
+                df.write.mode("errorifexists").parquet(path)
+        except Exception as exc:
+            raise PlanError(f"from_dataframe(): Spark could not write the DataFrame's snapshot to {path}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}") from exc
+        finally:
+            if previous is None:
+                conf.unset("spark.sql.parquet.outputTimestampType")
+            else:
+                conf.set("spark.sql.parquet.outputTimestampType", previous)
+        return self._from_source(DataFrameSource(path, df.schema.json()), name, "Source: DataFrame")
+
     # ---------------------------------------------------------------- planning and execution
     def plan(self) -> JobGraph:
         """The chained job graph the current streams would run as (see ``JobGraph.describe``)."""

@@ -150,12 +150,23 @@ class SinkContext:
     #: Whether the job takes checkpoints: transactional writers then commit once per checkpoint,
     #: otherwise once when their input ends.
     checkpointing: bool = False
-    #: The id of this job run (new for every ``execute``, the same across its restarts).
+    #: The job's name (as given to ``execute``) and id (new for every ``execute``, the same for
+    #: all attempts of one run): with :attr:`operator_uid` they name this sink in external
+    #: systems (Delta transaction ids, PostgreSQL global transaction ids).
+    job_name: str = ""
     job_id: str = ""
+    #: The sink operator's uid: stable across runs of the same job (unlike ``operator_name``'s
+    #: subtask-independent display name, it is what checkpoints key the operator's state by).
+    operator_uid: str = ""
     #: Whether this attempt restored a checkpoint.
     restored: bool = False
     #: The sink's parallelism in the restored checkpoint (None: not restored, or not recorded).
     restored_parallelism: int | None = None
+    #: The checkpoint this attempt restored (None: the attempt started from scratch). A
+    #: transactional writer may abort here what earlier attempts pre-committed after it (their
+    #: committables are in no checkpoint it will ever restore); the committables of the restored
+    #: checkpoint itself are committed again by the sink operator after the writer is created.
+    restored_checkpoint: int | None = None
 
 
 class SinkWriter(ABC):

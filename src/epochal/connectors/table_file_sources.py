@@ -180,7 +180,7 @@ class CsvFileSource(Source):
 class _ParquetSplit(FileSplit):
     """The rows of one Parquet file; the position is ``(row_group, row_within_group)``."""
 
-    _TRANSIENT = ("_parquet", "_file", "_table")
+    _TRANSIENT: tuple[str, ...] = ("_parquet", "_file", "_table")
 
     def __init__(self, file: FileRef, columns: list[str] | None, as_dicts: bool) -> None:
         self.file = file

@@ -102,10 +102,11 @@ class Subtask:
     def open(self, nodes: dict[int, ChainedNode], node_ids: list[int], max_parallelism: int,
              send_to_driver: Callable[[str | None, Any], None], attempt: int = 0,
              checkpointing: bool = False, restore: RestoreSource | None = None,
-             state_backend: StateBackendConfig | None = None, job_id: str = "") -> None:
+             state_backend: StateBackendConfig | None = None, job: tuple[str, str] = ("", "")) -> None:
         """Restore each operator's state (if restoring), then open the operators in chain order
         (user ``open`` hooks run here and see their restored state). Keyed operators get the
-        backend ``state_backend`` names (default: heap, full snapshots)."""
+        backend ``state_backend`` names (default: heap, full snapshots); ``job`` is the job's
+        ``(name, id)``, which sinks use to name their transactions."""
         backend = state_backend or StateBackendConfig()
         self.restored = restore is not None
         runners = {}
@@ -122,8 +123,9 @@ class Subtask:
                 parallelism=self.parallelism, max_parallelism=max_parallelism,
                 key_groups=key_groups if node.operator.keyed else range(0),
                 keyed_state=runner.keyed_state, operator_state=runner.operator_state,
-                attempt=attempt, checkpointing=checkpointing, clock=self.clock, job_id=job_id,
-                restored=restore is not None)
+                attempt=attempt, checkpointing=checkpointing, clock=self.clock, job_name=job[0], job_id=job[1],
+                restored=restore is not None,
+                restored_checkpoint=restore.checkpoint_id if restore is not None else None)
             try:
                 node.operator.open(context, functools.partial(send_to_driver, node.collect_id))
             except Exception as error:

@@ -91,7 +91,7 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
         try:
             subtask.open(job.nodes, vertex.nodes, job.max_parallelism, callbacks.send_to_driver,
                          attempt=job_attempt, checkpointing=mode != NONE, restore=restore,
-                         state_backend=deployment.state_backend, job_id=deployment.job_id)
+                         state_backend=deployment.state_backend, job=(deployment.job_name, deployment.job_id))
         except CheckpointError as error:
             raise RestoreError(str(error), error.path, restore.checkpoint_id if restore else None) from error
         loop = loop_of_vertex.get(vertex_id)

@@ -277,8 +277,10 @@ class SinkOperator(Operator):
         sink_context = SinkContext(operator_name=context.operator_name, subtask_index=context.subtask_index,
                                    parallelism=context.parallelism, send_to_driver=send_to_driver,
                                    attempt=context.attempt, checkpointing=context.checkpointing,
-                                   job_id=context.job_id, restored=context.restored,
-                                   restored_parallelism=max(parallelism, default=None))
+                                   job_name=context.job_name, job_id=context.job_id,
+                                   operator_uid=context.operator_uid, restored=context.restored,
+                                   restored_parallelism=max(parallelism, default=None),
+                                   restored_checkpoint=context.restored_checkpoint)
         parallelism[:] = [context.parallelism] if context.subtask_index == 0 else []
         self.writer = self.sink.create_writer(sink_context)
         self.transactional = hasattr(self.writer, "pre_commit")

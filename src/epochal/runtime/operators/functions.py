@@ -38,10 +38,13 @@ class RuntimeContext:
     attempt: int = 0
     #: Whether the job takes checkpoints (transactional sinks then commit per checkpoint).
     checkpointing: bool = False
-    #: The id of the job run (the same across its restarts); sinks name their transactions by it.
+    #: The job's name and id (the same across its restarts; see
+    #: :class:`~epochal.connectors.base.SinkContext`): sinks name their transactions by them.
+    job_name: str = ""
     job_id: str = ""
-    #: Whether this attempt restored a checkpoint.
+    #: Whether this attempt restored a checkpoint, and which (None when it started from scratch).
     restored: bool = False
+    restored_checkpoint: int | None = None
     #: The processing-time clock (seconds since the epoch); a test harness may set its own.
     clock: Callable[[], float] = time.time
 

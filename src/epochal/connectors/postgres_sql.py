@@ -1,0 +1,149 @@
+"""PostgreSQL plumbing of :mod:`epochal.connectors.postgres_sink`, through psycopg 3: connecting
+with one readable error, the table's columns and keys, global transaction ids, and errors that
+name the record and the constraint.
+
+``psycopg`` is imported on first use, so jobs without PostgreSQL never load it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from epochal.errors import SinkError
+
+#: Separates the parts of a global transaction id; never inside a part.
+SEP = "|"
+
+
+def connect(conninfo: str, connect_timeout: float, what: str) -> Any:
+    """An autocommit connection, or a :class:`SinkError` that says the server cannot be reached."""
+    import psycopg
+
+    try:
+        return psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
+    except psycopg.Error as exc:
+        raise SinkError(f"{what}: cannot connect to PostgreSQL ({describe_target(conninfo)}): "
+                        f"{first_line(exc)}") from exc
+
+
+def describe_target(conninfo: str) -> str:
+    """Host, port and database of ``conninfo``, without the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(conninfo)
+    except Exception:  # an unparsable conninfo: the connect error says why
+        return "conninfo unreadable"
+    return ", ".join(f"{k}={parts[k]}" for k in ("host", "port", "dbname", "user") if parts.get(k))
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def table_identifier(table: str) -> Any:
+    """``schema.table`` or ``table`` as a quoted SQL identifier."""
+    from psycopg import sql
+
+    return sql.Identifier(*table.split(".", 1))
+
+
+class TableInfo(NamedTuple):
+    """What the sink checks of its table: its columns in order, and the column sets of its
+    primary key and unique constraints/indexes (any of which ``ON CONFLICT`` can use)."""
+
+    columns: list[str]
+    unique_keys: list[set[str]]
+
+
+def table_info(conn: Any, table: str) -> TableInfo | None:
+    """The columns and unique keys of ``table``, or None if there is no such table."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)::oid", (table,))
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return None
+        oid = row[0]
+        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
+                    "ORDER BY attnum", (oid,))
+        columns = [r[0] for r in cur.fetchall()]
+        cur.execute("SELECT array_agg(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                    "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
+                    (oid,))
+        keys = [set(r[0]) for r in cur.fetchall()]
+    return TableInfo(columns, keys)
+
+
+def max_prepared_transactions(conn: Any) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SHOW max_prepared_transactions")
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+# ---------------------------------------------------------------------------------- transaction ids
+
+
+class Gid(NamedTuple):
+    """A global transaction id, ``<prefix>|<job id>|a<attempt>|s<subtask>|c<checkpoint>``."""
+
+    prefix: str
+    job_id: str
+    attempt: int
+    subtask: int
+    checkpoint: int
+
+    def __str__(self) -> str:
+        return SEP.join((self.prefix, self.job_id, f"a{self.attempt}", f"s{self.subtask}", f"c{self.checkpoint}"))
+
+
+def clean_part(text: str, limit: int) -> str:
+    """``text`` usable inside a global transaction id: no separator, no quote, bounded length."""
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "-", text)[:limit] or "-"
+
+
+def parse_gid(gid: str, prefix: str) -> Gid | None:
+    """``gid`` parsed if it is one of this prefix's, else None."""
+    if not gid.startswith(prefix + SEP):
+        return None
+    parts = gid[len(prefix) + 1:].split(SEP)
+    if len(parts) != 4 or not parts[1][1:].isdigit() or not parts[2][1:].isdigit() or not parts[3][1:].isdigit():
+        return None
+    return Gid(prefix, parts[0], int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]))
+
+
+def prepared_gids(conn: Any, prefix: str) -> list[Gid]:
+    """The prepared transactions of this sink in the connection's database."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
+                    (prefix + SEP,))
+        found = [parse_gid(r[0], prefix) for r in cur.fetchall()]
+    return [g for g in found if g is not None]
+
+
+def transaction_status(conn: Any, xid: str) -> str | None:
+    """``committed``, ``aborted`` or ``in progress`` for a transaction id; None once forgotten."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_xact_status(%s::xid8)", (xid,))
+        row = cur.fetchone()
+    return row[0] if row else None
+
+
+# ---------------------------------------------------------------------------------- errors
+
+
+def rejected(exc: Any, table: str, records: Sequence[Any] | None, what: str) -> SinkError:
+    """A :class:`SinkError` for a statement PostgreSQL refused, naming the constraint and, where
+    the server says which (COPY's line number, a key or failing row), the record."""
+    diag = exc.diag
+    parts = [f"{what}: PostgreSQL rejected a record for table {table}: {first_line(exc)}"]
+    if diag.constraint_name:
+        parts.append(f"constraint {diag.constraint_name!r}")
+    if diag.message_detail:
+        parts.append(diag.message_detail)
+    line = re.search(r"COPY [^,]+, line (\d+)", diag.context or "")
+    if line and records is not None and 0 < int(line.group(1)) <= len(records):
+        parts.append(f"record {records[int(line.group(1)) - 1]!r}")
+    return SinkError("; ".join(parts))
