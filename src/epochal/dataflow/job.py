@@ -22,6 +22,9 @@ from epochal.control.launch import launch
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
+from epochal.plan.jobgraph import JobGraph
+from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline
+from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage, resolve_restore_path
 
@@ -68,9 +71,17 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
-    return JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
-                            num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
-                            kind=coordination))
+    return JobClient(serve(env.config, outline(job, env.parallelism), lambda: launch(
+        env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
+        restart=copy.deepcopy(env.restart_strategy), kind=coordination)))
+
+
+def outline(job: JobGraph, parallelism: int) -> JobOutline:
+    """The job's vertices and their chained operators, as the REST API shows them."""
+    return JobOutline("dataflow", parallelism, tuple(
+        VertexOutline(v.id, v.name, v.parallelism,
+                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes))
+        for v in job.vertices))
 
 
 def _validate_connectors(env: Environment, job: Any) -> None:
