@@ -97,9 +97,9 @@ class EngineConfig:
     iteration_log: bool = True
     spare_worker: bool = True
     worker_memory_limit_bytes: int | None = None
-    rest_enabled: bool = field(default_factory=lambda: _env_flag(REST_ENV, True))
+    rest_enabled: bool = field(default_factory=lambda: env_flag(REST_ENV, True))
     rest_host: str = field(default_factory=lambda: os.environ.get(REST_HOST_ENV) or "127.0.0.1")
-    rest_port: int = field(default_factory=lambda: _env_int(REST_PORT_ENV, 0))
+    rest_port: int = field(default_factory=lambda: env_int(REST_PORT_ENV, 0))
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
@@ -125,8 +125,9 @@ class EngineConfig:
             raise PlanError(f"rest_host must be a host name or address, got {self.rest_host!r}")
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    """A yes/no environment variable: ``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``."""
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no environment variable: ``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``
+    (``default`` when unset or empty); anything else is a :class:`~epochal.errors.PlanError`."""
     from epochal.errors import PlanError
 
     value = os.environ.get(name, "").strip().lower()
@@ -139,8 +140,9 @@ def _env_flag(name: str, default: bool) -> bool:
     raise PlanError(f"environment variable {name}={value!r}: use 1/on/true/yes or 0/off/false/no")
 
 
-def _env_int(name: str, default: int) -> int:
-    """An integer environment variable (``default`` when unset or empty)."""
+def env_int(name: str, default: int) -> int:
+    """An integer environment variable (``default`` when unset or empty); anything else is a
+    :class:`~epochal.errors.PlanError`."""
     from epochal.errors import PlanError
 
     value = os.environ.get(name, "").strip()

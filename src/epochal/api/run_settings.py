@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from epochal.errors import PlanError
+from epochal.config import env_flag, env_int
 
 PARALLELISM_ENV = "EPOCHAL_PARALLELISM"
 MASTER_ENV = "EPOCHAL_MASTER"
@@ -28,13 +28,7 @@ DEFAULT_PARALLELISM = 2
 
 def parallelism() -> int:
     """``EPOCHAL_PARALLELISM``, else :data:`DEFAULT_PARALLELISM`."""
-    value = os.environ.get(PARALLELISM_ENV, "").strip()
-    if not value:
-        return DEFAULT_PARALLELISM
-    try:
-        return int(value)
-    except ValueError:
-        raise PlanError(f"environment variable {PARALLELISM_ENV}={value!r} is not a whole number") from None
+    return env_int(PARALLELISM_ENV, DEFAULT_PARALLELISM)
 
 
 def master() -> str | None:
@@ -49,5 +43,4 @@ def restore(restore_from: str | None, allow_non_restored_state: bool) -> tuple[s
     given = os.environ.get(RESTORE_FROM_ENV) or None
     if given is None:
         return None, allow_non_restored_state
-    allow = os.environ.get(ALLOW_NON_RESTORED_STATE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return given, allow_non_restored_state or allow
+    return given, allow_non_restored_state or env_flag(ALLOW_NON_RESTORED_STATE_ENV, False)

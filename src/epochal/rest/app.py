@@ -4,9 +4,11 @@
 and token. Every request, whatever its path (``/openapi.json`` included), must carry
 ``Authorization: Bearer <token>``; one without it, or with another token, gets 401 and the same
 body either way (compared with :func:`hmac.compare_digest`), before any route is looked up, so
-nothing about the jobs or even the paths is revealed. Handlers are plain functions, which
-FastAPI runs on its thread pool, off the server's event loop: a savepoint request waits there
-(:data:`DECIDE_TIMEOUT` at most) until the job took it up or refused it.
+nothing about the jobs or even the paths is revealed. Reads and cancel run on the server's
+event loop (they only copy under the JobMaster's lock, and a thread hop would cost more than
+they do); savepoint and stop requests are plain functions, which FastAPI runs on its thread pool,
+off the loop: they wait there (:data:`DECIDE_TIMEOUT` at most) until the job took the request up
+or refused it.
 
 Errors are :class:`~epochal.rest.models.Error` bodies: 400 (a savepoint target that cannot be
 written, no target and no default), 404 (no such job or savepoint request), 409 (a name that
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import metadata
 from typing import Any, Literal
@@ -97,6 +100,29 @@ class BearerToken:
         return same and scheme.lower() == b"bearer"
 
 
+class ServerTiming:
+    """ASGI middleware: every answer says how long the server took to start it, from the request's
+    arrival at the application (``Server-Timing: app;dur=<ms>``): what a client's own latency
+    adds on top is the network and the wait for a CPU."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                took = (time.perf_counter() - started) * 1000
+                message["headers"] = [*message.get("headers", ()), (b"server-timing", f"app;dur={took:.2f}".encode())]
+            await send(message)
+
+        await self.app(scope, receive, timed)
+
+
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": Error, "description": "no such job (by id, unique id prefix or name)"},
     409: {"model": Error, "description": "the name matches several jobs (see candidates)"},
@@ -117,6 +143,7 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
         responses={401: {"model": Error, "description": "missing or wrong bearer token"}},
         dependencies=[Security(HTTPBearer(auto_error=False, description="the driver's token"))])
     app.add_middleware(BearerToken, token=token)
+    app.add_middleware(ServerTiming)  # added last: the outermost, so a 401 is timed too
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
@@ -131,21 +158,21 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
             raise ApiError(409, str(error), error.candidates) from None
 
     @app.get("/jobs", response_model=JobList, summary="Every job of this driver and its status")
-    def list_jobs() -> JobList:
+    async def list_jobs() -> JobList:
         return JobList(jobs=[JobSummary(id=j.job_id, status=j.jobmaster.status) for j in directory.jobs()])
 
     @app.get("/jobs/overview", response_model=JobsOverview, summary="Every job of this driver, in short")
-    def jobs_overview() -> JobsOverview:
+    async def jobs_overview() -> JobsOverview:
         return JobsOverview(jobs=[views.overview(j) for j in directory.jobs()])
 
     @app.get("/jobs/{job_id}", response_model=JobDetails, responses=_ERRORS, summary="One job")
-    def job_details(job_id: str) -> JobDetails:
+    async def job_details(job_id: str) -> JobDetails:
         return views.details(find(job_id))
 
     @app.patch("/jobs/{job_id}", response_model=JobAccepted, status_code=202,
                responses={**_ERRORS, 409: {"model": Error, "description": "ambiguous name, or the job has ended"}},
                summary="Cancel a job (mode=cancel): its workers stop, nothing is saved")
-    def cancel_job(job_id: str, mode: Literal["cancel"] = Query("cancel")) -> JobAccepted:
+    async def cancel_job(job_id: str, mode: Literal["cancel"] = Query("cancel")) -> JobAccepted:
         served = find(job_id)
         jm = served.jobmaster
         if jm.done.is_set():
@@ -155,12 +182,12 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
 
     @app.get("/jobs/{job_id}/vertices", response_model=VertexList, responses=_ERRORS,
              summary="A job's vertices: records in and out, watermarks, backpressure, per operator and subtask")
-    def job_vertices(job_id: str) -> VertexList:
+    async def job_vertices(job_id: str) -> VertexList:
         return views.vertices(find(job_id))
 
     @app.get("/jobs/{job_id}/checkpoints", response_model=CheckpointList, responses=_ERRORS,
              summary="A job's checkpoints and savepoints: counts, summary, latest, history")
-    def job_checkpoints(job_id: str, history: int = Query(100, ge=0, le=10_000,
+    async def job_checkpoints(job_id: str, history: int = Query(100, ge=0, le=10_000,
                                                           description="at most this many entries, newest first")
                         ) -> CheckpointList:
         return views.checkpoints(find(job_id), history)
@@ -182,7 +209,7 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
              responses={404: {"model": Error, "description": "no such job or savepoint request"},
                         409: _ERRORS[409]},
              summary="Where a savepoint request stands")
-    def savepoint_status(job_id: str, request_id: str) -> SavepointReport:
+    async def savepoint_status(job_id: str, request_id: str) -> SavepointReport:
         served = find(job_id)
         status = served.jobmaster.savepoint_status(request_id)
         if status is None:

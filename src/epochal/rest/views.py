@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
 from typing import Any, Literal
 
 from epochal.control.savepoints import SavepointStatus
@@ -111,25 +110,28 @@ def _backpressure(subtasks: list[SubtaskMetrics], parallelism: int) -> Backpress
 
 # ---------------------------------------------------------------------- checkpoints
 def checkpoints(served: ServedJob, history: int) -> CheckpointList:
+    """Counts and the summary over every checkpoint that ended (read from the plain entries, so a
+    long history costs little); models are built only for the latest ones and the ``history``
+    newest."""
     jm = served.jobmaster
     stats, path = jm.query(lambda kind: (kind.checkpoint_stats(), kind.checkpoint_path))
-    entries = [_checkpoint(entry) for entry in stats]
-    completed = [e for e in entries if e.status == "completed"]
+    completed = [e for e in stats if e["status"] == "completed"]
+    savepoints = [e for e in completed if e.get("savepoint")]
 
-    def latest(found: Iterable[Checkpoint]) -> Checkpoint | None:
-        return max(found, key=lambda e: e.id, default=None)
+    def latest(found: list[dict[str, Any]]) -> Checkpoint | None:
+        newest = max(found, key=lambda e: e["checkpoint_id"], default=None)
+        return None if newest is None else _checkpoint(newest)
 
     return CheckpointList(
         job_id=served.job_id, checkpoint_path=path or None,
-        counts=CheckpointCounts(total=len(entries), completed=len(completed), failed=len(entries) - len(completed),
-                                savepoints=sum(1 for e in completed if e.savepoint)),
-        summary=CheckpointSummary(duration_s=_spread([e.duration_s for e in completed]),
-                                  bytes=_spread([e.bytes for e in completed]),
-                                  alignment_s_max=_spread([e.alignment_s_max for e in completed])),
-        latest_completed=latest(e for e in completed if not e.savepoint),
-        latest_failed=latest(e for e in entries if e.status == "aborted"),
-        latest_savepoint=latest(e for e in completed if e.savepoint),
-        history=entries[::-1][:history])
+        counts=CheckpointCounts(total=len(stats), completed=len(completed), failed=len(stats) - len(completed),
+                                savepoints=len(savepoints)),
+        summary=CheckpointSummary(**{name: _spread([_finite(e.get(name)) for e in completed])
+                                     for name in ("duration_s", "bytes", "alignment_s_max")}),
+        latest_completed=latest([e for e in completed if not e.get("savepoint")]),
+        latest_failed=latest([e for e in stats if e["status"] != "completed"]),
+        latest_savepoint=latest(savepoints),
+        history=[_checkpoint(e) for e in stats[::-1][:history]])
 
 
 def _checkpoint(entry: dict[str, Any]) -> Checkpoint:
