@@ -77,6 +77,9 @@ def test_every_request_needs_the_token_and_a_refusal_reveals_nothing(jobs):
     assert len(answers) == 1 and b"secret-job" not in answers.pop()
     status, body = raw(f"http://{entry.address}/jobs", {"Authorization": f"bearer {entry.token}"})
     assert status == 200 and json.loads(body)["jobs"][0]["id"] == job.job_id
+    request = urllib.request.Request(f"http://{entry.address}/jobs", headers={"Authorization": f"Bearer {entry.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:  # the time spent in the server, in ms
+        assert float(response.headers["server-timing"].split("app;dur=")[1]) >= 0
 
 
 def test_a_job_is_registered_served_by_id_name_or_prefix_and_unregistered_when_it_ends(jobs):

@@ -12,6 +12,7 @@ from epochal.control.jobmaster import JobMaster
 from epochal.control.savepoints import IN_PROGRESS
 from epochal.rest import names
 from epochal.rest.outline import JobOutline
+from epochal.rest.registry import Registry
 
 #: Ended jobs a server keeps listing (with their final status) while it serves others.
 KEEP_ENDED = 100
@@ -25,6 +26,8 @@ class ServedJob:
         self.jobmaster = jobmaster
         self.outline = outline
         self.unread: set[str] = set()
+        #: the registry its entry is in (None: not registered, or removed already)
+        self.registry: Registry | None = None
 
     @property
     def job_id(self) -> str:

@@ -146,11 +146,11 @@ def serve(config: EngineConfig, outline: JobOutline, start: Callable[[], JobMast
     try:
         jobmaster = start()
         served = ServedJob(jobmaster, outline)
+        registered = _register(server, served)  # before its server's job thread can see it end
         server.directory.add(served)
     finally:
         with _lock:
             server.pending -= 1
-    registered = _register(server, served)
     _log.info("job '%s' (id %s) is served at %s%s", jobmaster.job_name, jobmaster.job_id, server.url,
               f" (token in {registered})" if registered else "")
     return jobmaster
@@ -176,8 +176,9 @@ def _acquire(host: str, port: int) -> RestServer:
 
 
 def _register(server: RestServer, served: ServedJob) -> str:
-    """Write ``served``'s registry entry; the registry's path, or "" if it could not be written
-    (the job runs and is served all the same; the command line will not find it by name)."""
+    """Write ``served``'s registry entry (and remember which registry: the one removing it must be
+    the same, whatever ``EPOCHAL_HOME`` says by then); the registry's path, or "" if it could not
+    be written (the job runs and is served all the same; the command line will not find it)."""
     registry = Registry()
     jm = served.jobmaster
     try:
@@ -188,29 +189,29 @@ def _register(server: RestServer, served: ServedJob) -> str:
                      "epochal command line will not find it", jm.job_name, jm.job_id, server.url,
                      registry.path, error)
         return ""
+    served.registry = registry
     return str(registry.path)
 
 
-def _unregister(job_ids: list[str]) -> None:
-    if not job_ids:
-        return
-    try:
-        Registry().remove(*job_ids)
-    except OSError as error:  # entries of a dead process are dropped by the next change anyway
-        _log.warning("cannot remove jobs %s from the job registry: %s", ", ".join(job_ids), error)
+def _unregister(jobs: list[ServedJob]) -> None:
+    for served in jobs:
+        registry, served.registry = served.registry, None
+        if registry is None:
+            continue
+        try:
+            registry.remove(served.job_id)
+        except OSError as error:  # entries of a dead process are dropped by the next change anyway
+            _log.warning("cannot remove job %s from the job registry %s: %s", served.job_id, registry.path, error)
 
 
 def _watch(server: RestServer, key: tuple[str, int]) -> None:
     """The server's job thread: unregister jobs that ended; stop the server once none runs (see
     the module docstring)."""
-    unregistered: set[str] = set()
     idle_since: float | None = None
     while not server.stopped:
         time.sleep(POLL_S)
         jobs = server.directory.jobs()
-        ended = [j.job_id for j in jobs if not j.running and j.job_id not in unregistered]
-        _unregister(ended)
-        unregistered.update(ended)
+        _unregister([j for j in jobs if not j.running])
         if any(j.running for j in jobs) or server.pending:
             idle_since = None
             continue
@@ -235,7 +236,7 @@ def _at_exit() -> None:
     deadline = time.monotonic() + LINGER_S
     while any(s.directory.unread_outcomes() for s in servers) and time.monotonic() < deadline:
         time.sleep(POLL_S)
-    _unregister([j.job_id for s in servers for j in s.directory.jobs()])
+    _unregister([j for s in servers for j in s.directory.jobs()])
     for server in servers:
         server.stop(timeout=1.0)
 
