@@ -107,7 +107,6 @@ def test_the_schema_fuzz_finds_no_server_error_and_no_response_outside_the_schem
     writes (savepoint, stop, cancel) to a job id that does not exist, so that fuzzed targets
     create no directory and the shared job keeps running."""
     import schemathesis
-    from hypothesis import HealthCheck, given, settings
     from schemathesis import GenerationMode
 
     headers = {"Authorization": f"Bearer {live.entry.token}"}
@@ -121,14 +120,20 @@ def test_the_schema_fuzz_finds_no_server_error_and_no_response_outside_the_schem
             # negative cases may add query parameters the API ignores, as most do: no 5xx and
             # schema-conformant answers are asked of them; bodies it must reject: test_rest_api (unit)
             excluded = [schemathesis.checks.negative_data_rejection] if mode is GenerationMode.NEGATIVE else []
-
-            @given(case=operation.as_strategy(mode, path_parameters=path))
-            @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-            def conforms(case, excluded=excluded):
-                case.call_and_validate(base_url=live.entry.url, headers=headers, excluded_checks=excluded)
-
-            conforms()
+            fuzz(operation.as_strategy(mode, path_parameters=path), live.entry.url, headers, excluded)
     assert live.client.status is epochal.JobStatus.RUNNING
+
+
+def fuzz(cases, url: str, headers: dict[str, str], excluded: list) -> None:
+    """Call and validate up to 15 of ``cases`` (hypothesis shrinks a failing one)."""
+    from hypothesis import HealthCheck, given, settings
+
+    @given(case=cases)
+    @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def conforms(case):
+        case.call_and_validate(base_url=url, headers=headers, excluded_checks=excluded)
+
+    conforms()
 
 
 def test_requests_the_job_cannot_take_now_are_answered_at_once_and_the_job_goes_on(live):

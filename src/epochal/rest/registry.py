@@ -135,10 +135,9 @@ class Registry:
     def _write(self, entries: list[RegistryEntry]) -> None:
         descriptor, temporary = tempfile.mkstemp(prefix=".jobs-", suffix=".tmp", dir=self.directory)  # mode 0600
         try:
+            # no fsync: the file describes running processes, and after a crash of the machine none runs
             with os.fdopen(descriptor, "w", encoding="utf-8") as out:
                 json.dump({"version": VERSION, "jobs": [asdict(e) for e in entries]}, out, indent=1)
-                out.flush()
-                os.fsync(out.fileno())
             os.replace(temporary, self.path)
         except BaseException:
             with contextlib.suppress(OSError):
