@@ -23,6 +23,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def job_registry(tmp_path_factory):
+    """Every job a test starts is served over REST and written to a job registry
+    (epochal.rest.registry): the session's own, never the user's. Tests that look at the
+    registry set EPOCHAL_HOME to a directory of their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EPOCHAL_HOME", str(tmp_path_factory.mktemp("epochal-home")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The one SparkSession all integration tests share (4 task slots, enough for parallelism 4)."""

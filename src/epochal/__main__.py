@@ -1,38 +1,10 @@
-"""``python -m epochal check``: is this machine ready to run epochal (Python, Java, PySpark)?"""
+"""``python -m epochal ...``: the ``epochal`` command line (:mod:`epochal.cli`)."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-
-def check() -> int:
-    """Print what epochal will run with; exit non-zero with a readable message if it cannot."""
-    from epochal.control.spark import check_java, find_java
-    from epochal.errors import JavaNotFoundError
-
-    try:
-        java = check_java()
-    except JavaNotFoundError as error:
-        print(f"epochal: {error}", file=sys.stderr)
-        return 1
-    try:
-        import pyspark
-    except ImportError:
-        print("epochal: PySpark is not installed; run 'pip install epochal' or 'make setup'", file=sys.stderr)
-        return 1
-    print(f"epochal ready: Python {sys.version.split()[0]}, Java {java} ({find_java()}), "
-          f"PySpark {pyspark.__version__}, {os.cpu_count()} cores")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m epochal", description=__doc__)
-    parser.add_argument("command", choices=["check"], help="check: verify Java and PySpark")
-    parser.parse_args(argv)
-    return check()
-
+from epochal.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

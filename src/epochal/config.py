@@ -7,7 +7,7 @@ driver and all workers always agree on batch sizes, credits and timeouts.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from epochal.validation import check_number
 
@@ -17,6 +17,11 @@ AT_LEAST_ONCE = "at_least_once"
 SYNCHRONOUS = "synchronous"
 NONE = "none"
 MODES = (EXACTLY_ONCE, AT_LEAST_ONCE, SYNCHRONOUS, NONE)
+
+
+#: The environment variables that give :class:`EngineConfig`'s REST settings their defaults
+#: (a setting given in code wins).
+REST_ENV, REST_HOST_ENV, REST_PORT_ENV = "EPOCHAL_REST", "EPOCHAL_REST_HOST", "EPOCHAL_REST_PORT"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,16 @@ class EngineConfig:
             memtables and cache); an allocation that fails inside RocksDB's own code ends the
             worker process instead (the job fails with the worker lost). See
             docs/state_backends.md, "Memory".
+        rest_enabled: serve the job over HTTP from its driver (the REST API of
+            :mod:`epochal.rest`; ``epochal list``, ``info``, ``savepoint``, ``stop`` reach it).
+            Default: True, or the environment variable ``EPOCHAL_REST`` (``0``/``off``/``false``
+            turn it off).
+        rest_host: the address the REST server binds. Default ``127.0.0.1`` (this machine only),
+            or ``EPOCHAL_REST_HOST``.
+        rest_port: its port; 0 (the default, or ``EPOCHAL_REST_PORT``) picks a free one. Every
+            job of one driver process that asks for the same host and port shares one server
+            (and its token); the address and token are in the per-user job registry
+            (:mod:`epochal.rest.registry`).
     """
 
     batch_size: int = 1024
@@ -82,6 +97,9 @@ class EngineConfig:
     iteration_log: bool = True
     spare_worker: bool = True
     worker_memory_limit_bytes: int | None = None
+    rest_enabled: bool = field(default_factory=lambda: env_flag(REST_ENV, True))
+    rest_host: str = field(default_factory=lambda: os.environ.get(REST_HOST_ENV) or "127.0.0.1")
+    rest_port: int = field(default_factory=lambda: env_int(REST_PORT_ENV, 0))
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
@@ -100,6 +118,40 @@ class EngineConfig:
         for name in ("buffer_timeout", "registration_timeout", "heartbeat_interval",
                      "heartbeat_timeout", "cancel_timeout", "connect_timeout"):
             check_number(getattr(self, name), name)
+        check_number(self.rest_port, "rest_port", minimum=0, strict=False, integer=True)
+        if self.rest_port > 65535:
+            raise PlanError(f"rest_port must be in 0..65535, got {self.rest_port}")
+        if not isinstance(self.rest_host, str) or not self.rest_host:
+            raise PlanError(f"rest_host must be a host name or address, got {self.rest_host!r}")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no environment variable: ``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``
+    (``default`` when unset or empty); anything else is a :class:`~epochal.errors.PlanError`."""
+    from epochal.errors import PlanError
+
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "on", "true", "yes"):
+        return True
+    if value in ("0", "off", "false", "no"):
+        return False
+    raise PlanError(f"environment variable {name}={value!r}: use 1/on/true/yes or 0/off/false/no")
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer environment variable (``default`` when unset or empty); anything else is a
+    :class:`~epochal.errors.PlanError`."""
+    from epochal.errors import PlanError
+
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise PlanError(f"environment variable {name}={value!r} is not an integer") from None
 
 
 #: Keyed-state backends (papers/001 §4.1): Python dicts per key group; RocksDB (out of core).

@@ -36,16 +36,18 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("worker checkpointing", {"runtime.checkpointing"}),
     ("data plane", {"runtime.dataplane"}),
     ("driver", {"control"}),
+    ("REST API", {"rest"}),
     ("job kinds", {"dataflow", "cec"}),
     ("user API", {"api"}),
     ("graph jobs (a kind with its own user API)", {"graph"}),
+    ("command line", {"cli"}),
     ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
 RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane"}
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "serialization", "tracebacks", "messages", "validation", "config", "connectors", "plan",
                "state", *RUNTIME}
-DRIVER_SIDE = {"control", "api", "testing"}
+DRIVER_SIDE = {"control", "rest", "api", "cli", "testing"}
 #: The modules every job kind has (docs/architecture.md, "Job kinds").
 KIND_MODULES = ("protocol", "worker_machine", "worker", "coordination", "job")
 

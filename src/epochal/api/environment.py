@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from epochal.api import run_settings
 from epochal.api.datastream import DataStream
 from epochal.api.running import wait
 from epochal.cec import job as cec_job
@@ -37,15 +38,20 @@ class Environment:
     """Builds a dataflow and runs it as long-lived workers on Spark.
 
     Args:
-        parallelism: default parallelism of every operator (each may set its own).
+        parallelism: default parallelism of every operator (each may set its own); default
+            ``EPOCHAL_PARALLELISM`` or 2 (``epochal run --parallelism N`` sets it,
+            :mod:`epochal.api.run_settings`).
         spark: an existing SparkSession to run on; by default one is started (or the active one
             reused) with master ``local[N]``.
-        master: Spark master URL used when epochal starts the session itself.
+        master: Spark master URL used when epochal starts the session itself (default
+            ``EPOCHAL_MASTER``, else ``local[N]``).
         config: runtime tuning (batch size, credits, timeouts); keyword overrides are applied on top.
     """
 
-    def __init__(self, parallelism: int = 2, *, spark: SparkSession | None = None, master: str | None = None,
-                 config: EngineConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, parallelism: int | None = None, *, spark: SparkSession | None = None,
+                 master: str | None = None, config: EngineConfig | None = None, **overrides: Any) -> None:
+        if parallelism is None:
+            parallelism = run_settings.parallelism()
         if not isinstance(parallelism, int) or parallelism < 1:
             raise PlanError(f"parallelism must be a positive int, got {parallelism!r}")
         self.parallelism = parallelism
@@ -56,7 +62,7 @@ class Environment:
         if parallelism > self.config.max_parallelism:
             raise PlanError(f"parallelism {parallelism} exceeds max_parallelism {self.config.max_parallelism}")
         self._spark = spark
-        self.master = master
+        self.master = master if master is not None or spark is not None else run_settings.master()
         self.graph = LogicalGraph()
         self.last_result: JobResult | None = None
         self.checkpoint_config = CheckpointConfig()
@@ -263,17 +269,23 @@ class Environment:
         directory (its latest completed checkpoint). Its state is matched to this job's operators
         by uid; state that no operator claims fails the restore with a :class:`PlanError` naming
         it, unless ``allow_non_restored_state=True``, which skips it (listed in
-        ``JobResult.non_restored_state`` and logged). ``faults`` (epochal.testing.Fault) crash
-        chosen workers at chosen moments, for chaos tests.
+        ``JobResult.non_restored_state`` and logged). Without ``restore_from`` the job restores
+        what ``EPOCHAL_RESTORE_FROM`` names, if set (``epochal run --restore``,
+        :mod:`epochal.api.run_settings`). ``faults`` (epochal.testing.Fault) crash chosen workers
+        at chosen moments, for chaos tests.
+
+        The job is served over REST by this process unless ``EngineConfig.rest_enabled`` is off
+        (:mod:`epochal.rest`): ``epochal list`` shows it.
         """
         if self.cec_config is not None:
             if self.checkpoint_config.enabled:
                 raise PlanError("a job recovers either by checkpoints (enable_checkpointing) or by "
                                 f"{self.cec_config.mode.upper()} (enable_{self.cec_config.mode}), not both")
-            if restore_from is not None:
+            if restore_from is not None:  # EPOCHAL_RESTORE_FROM is not for it
                 raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
                                 "it cannot restore_from a checkpoint")
             return cec_job.execute_async(self, job_name, faults)
+        restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
         return dataflow_job.execute_async(self, job_name, restore_from=restore_from,
                                           allow_non_restored_state=allow_non_restored_state, faults=faults)
 

@@ -108,6 +108,8 @@ class JobMaster:
         self.server = ControlServer(bind_host, token, self.events.put)
         self.address = self.server.address
         self.started_at = 0.0
+        #: the wall-clock time (``time.time()``) of ``start``; ``started_at``/``ended_at`` are monotonic
+        self.start_time = 0.0
         self.ended_at = 0.0
         self.done = threading.Event()
         #: called once the job ended, before ``done`` is set (e.g. giving up its sinks' claims,
@@ -119,6 +121,7 @@ class JobMaster:
     def start(self) -> None:
         """Open for registrations, submit the Spark job, and coordinate on a background thread."""
         self.started_at = time.monotonic()
+        self.start_time = time.time()
         instructions = self._handle(JobStarted(self.started_at))
         self.server.start()
         threading.Thread(target=self._coordinate, name="epochal-jm", daemon=True).start()

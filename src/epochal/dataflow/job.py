@@ -23,6 +23,9 @@ from epochal.control.sink_claims import SinkClaims
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
+from epochal.plan.jobgraph import JobGraph
+from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline
+from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage, resolve_restore_path
 
@@ -72,14 +75,22 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     claims = SinkClaims(job_id, job_name, _sink_locations(job))
     claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
     try:
-        jobmaster = launch(env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
-                           num_workers=graph.num_workers, restart=copy.deepcopy(env.restart_strategy),
-                           kind=coordination, on_end=claims.release)
+        jobmaster = serve(env.config, outline(job, env.parallelism), lambda: launch(
+            env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
+            restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=claims.release))
     except BaseException:
         claims.release()
         raise
     claims.renew_while_held()
     return JobClient(jobmaster)
+
+
+def outline(job: JobGraph, parallelism: int) -> JobOutline:
+    """The job's vertices and their chained operators, as the REST API shows them."""
+    return JobOutline("dataflow", parallelism, tuple(
+        VertexOutline(v.id, v.name, v.parallelism,
+                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes))
+        for v in job.vertices))
 
 
 def _sink_locations(job: Any) -> dict[str, str]:

@@ -38,6 +38,8 @@ from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.recovery import RECOVERY_MODES, ReplicationSettings
 from epochal.graph.replica_plan import replicated_partitions
 from epochal.graph.replica_recovery import ReplicaRecovery
+from epochal.rest.outline import JobOutline
+from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.storage import CheckpointStorage
 from epochal.validation import check_number
@@ -144,9 +146,9 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
         strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
     blob = serialize(deployment)
     started = time.monotonic()
-    client, _ = wait(lambda: JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id,
-                                              deployment=blob, num_workers=parallelism, restart=strategy,
-                                              kind=coordination)), job_name, timeout)
+    client, _ = wait(lambda: JobClient(serve(env.config, JobOutline("graph", parallelism), lambda: launch(
+        env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=parallelism,
+        restart=strategy, kind=coordination))), job_name, timeout)
     duration = time.monotonic() - started
     results = [read_result(work_uri, w) for w in coordination.live_workers()]
     ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)

@@ -92,8 +92,8 @@ class ChainRunner:
     tag in ``side_children`` and ``side_outputs``. Side output records of a tag nobody reads
     are dropped. Watermarks, end of input and events reach every consumer, side ones included."""
 
-    __slots__ = ("name", "uid", "operator", "children", "outputs", "records_in", "keyed_state", "operator_state",
-                 "side_children", "side_outputs", "side_sink")
+    __slots__ = ("name", "uid", "operator", "children", "outputs", "records_in", "records_out", "keyed_state",
+                 "operator_state", "side_children", "side_outputs", "side_sink")
 
     def __init__(self, name: str, uid: str, operator: Operator) -> None:
         self.name = name
@@ -108,6 +108,8 @@ class ChainRunner:
         #: Test harnesses: gets ``(tag, records)`` of every side output, read or not.
         self.side_sink: Callable[[str, list[Any]], None] | None = None
         self.records_in = 0
+        #: records of the main output (side outputs not counted)
+        self.records_out = 0
 
     def push(self, batch: list[Any]) -> None:
         self.records_in += len(batch)
@@ -163,6 +165,7 @@ class ChainRunner:
                 output.send_event(event)
 
     def _forward(self, out: list[Any]) -> None:
+        self.records_out += len(out)
         for child in self.children:
             child.push(out)
         for output in self.outputs:

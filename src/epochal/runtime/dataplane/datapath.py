@@ -27,12 +27,23 @@ from epochal.runtime.checkpointing.events import (
 from epochal.runtime.dataplane.channels import InputChannel, OutputChannel
 from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.dataplane.wiring import WiredWorker
-from epochal.runtime.operators.inband import EndOfPartition, LoopProbe
+from epochal.runtime.operators.inband import NO_WATERMARK, EndOfPartition, LoopProbe
 
 
 def key_of(subtask: Subtask) -> SubtaskKey:
     """The worker machine's name of ``subtask``."""
     return (subtask.vertex_id, subtask.index)
+
+
+def subtask_metrics(subtask: Subtask) -> dict[str, Any]:
+    """What the REST API's vertex view shows of ``subtask`` (sent with heartbeats): its event time
+    (the input watermark; a source's its reader's; None before any), whether output waits for
+    credit now (backpressure, sampled at each heartbeat), the records a source read, and each
+    operator's records in and out of its main output, by uid."""
+    watermark = subtask.watermark if subtask.source_watermark == NO_WATERMARK else subtask.source_watermark
+    return {"watermark": None if watermark == NO_WATERMARK else watermark, "backpressured": subtask.backlogged,
+            "records_read": subtask.records_read,
+            "operators": {runner.uid: (runner.records_in, runner.records_out) for runner in subtask.runners}}
 
 
 def alignment_stats(subtask: Subtask) -> dict[str, int]:
@@ -220,4 +231,6 @@ class DataPath:
             "queued_batches": sum(len(c.queue) for c in list(self.in_channels.values())),
             "alignment_buffered_bytes": spill.buffered_total if spill is not None else 0,
             "alignment_spilled_bytes": spill.spilled_total if spill is not None else 0,
+            "subtasks": {f"{subtask.vertex_id}/{subtask.index}": subtask_metrics(subtask)
+                         for subtask in list(self.subtasks)},
         }

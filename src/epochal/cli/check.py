@@ -1,0 +1,27 @@
+"""``epochal check``: is this machine ready to run epochal (Python, Java, PySpark)?"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def check(args: argparse.Namespace | None = None) -> int:
+    """Print what epochal will run with; exit 1 with a readable message if it cannot."""
+    from epochal.control.spark import check_java, find_java
+    from epochal.errors import JavaNotFoundError
+
+    try:
+        java = check_java()
+    except JavaNotFoundError as error:
+        print(f"epochal: {error}", file=sys.stderr)
+        return 1
+    try:
+        import pyspark
+    except ImportError:
+        print("epochal: PySpark is not installed; run 'pip install epochal' or 'make setup'", file=sys.stderr)
+        return 1
+    print(f"epochal ready: Python {sys.version.split()[0]}, Java {java} ({find_java()}), "
+          f"PySpark {pyspark.__version__}, {os.cpu_count()} cores")
+    return 0

@@ -1,0 +1,240 @@
+"""The REST API's typed contract: every request body and response is one of these models.
+
+FastAPI derives the OpenAPI description (``/openapi.json``) from them, and the schema fuzz test
+(tests/integration/test_rest_api.py) checks every response against it. Field names are
+snake_case; paths follow Flink's REST API where they fit (``/jobs``, ``/jobs/overview``,
+``/jobs/{job_id}``, ``.../vertices``, ``.../checkpoints``, ``.../savepoints``, ``.../stop``).
+Times are seconds: ``*_time``/``*_at`` since the epoch, ``*_s`` durations. Every float is finite.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from epochal.control.lifecycle import JobStatus
+
+
+class Error(BaseModel):
+    """An error: what is wrong, in words; ``candidates``: the jobs an ambiguous name matches."""
+
+    detail: str
+    candidates: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- jobs
+class JobSummary(BaseModel):
+    """One job in ``GET /jobs``."""
+
+    id: str
+    status: JobStatus
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+
+
+class JobOverview(BaseModel):
+    """One job in ``GET /jobs/overview``, and the head of ``GET /jobs/{job_id}``.
+
+    ``attempt``: the job attempt (0 until the first restart); ``parallelism``: the job's default
+    parallelism; ``workers``: its long-lived Spark tasks; ``end_time``: None while it runs."""
+
+    id: str
+    name: str
+    kind: str
+    status: JobStatus
+    attempt: int
+    parallelism: int
+    workers: int
+    start_time: float
+    end_time: float | None
+    duration_s: float
+    restarts: int
+
+
+class JobsOverview(BaseModel):
+    jobs: list[JobOverview]
+
+
+class Restart(BaseModel):
+    """A restart: the attempt that failed, why, and (once back) seconds from the failure until
+    every worker was restored (``recovered_s``) and until the first record (``resumed_s``)."""
+
+    attempt: int
+    cause: str
+    recovered_s: float | None = None
+    resumed_s: float | None = None
+
+
+class JobDetails(JobOverview):
+    """``GET /jobs/{job_id}``: the overview, plus why it failed (``error``, its first line),
+    where its checkpoints and savepoints go, records its sources read, and its restarts."""
+
+    error: str | None
+    checkpoint_path: str | None
+    savepoint_directory: str | None
+    records_read: int
+    restart_history: list[Restart]
+
+
+class JobAccepted(BaseModel):
+    """A cancel was accepted: the job's status when it was asked to stop."""
+
+    id: str
+    status: JobStatus
+
+
+# ---------------------------------------------------------------------- vertices
+class OperatorMetrics(BaseModel):
+    """One operator of a vertex's chain, over all its subtasks: records in, and records out of
+    its main output (side outputs not counted)."""
+
+    uid: str
+    name: str
+    records_in: int
+    records_out: int
+
+
+class SubtaskMetrics(BaseModel):
+    """One subtask as its worker last reported it (with its heartbeat): records into the chain,
+    out of it, its event time (the input watermark; None before any) and whether its output was
+    waiting for credit (backpressured) at that moment."""
+
+    index: int
+    worker: int
+    records_in: int
+    records_out: int
+    watermark: float | None
+    backpressured: bool
+
+
+class Backpressure(BaseModel):
+    """The share of a vertex's subtasks whose output waited for credit at their last report, and
+    its level as Flink names it (``ok`` <= 0.1 < ``low`` <= 0.5 < ``high``); ``unknown`` before any report."""
+
+    level: Literal["ok", "low", "high", "unknown"]
+    ratio: float | None
+
+
+class Vertex(BaseModel):
+    """A vertex (a chain of operators; a CEC job's stage): records into its first operator and
+    out of its last, the lowest watermark of its subtasks, its backpressure, its operators and
+    subtasks. Counts are of the current attempt (a restart starts them again)."""
+
+    id: int
+    name: str
+    parallelism: int
+    records_in: int
+    records_out: int
+    watermark: float | None
+    backpressure: Backpressure
+    operators: list[OperatorMetrics]
+    subtasks: list[SubtaskMetrics]
+
+
+class VertexList(BaseModel):
+    job_id: str
+    vertices: list[Vertex]
+
+
+# ---------------------------------------------------------------------- checkpoints
+class Checkpoint(BaseModel):
+    """One checkpoint or savepoint (``savepoint``: its directory) that completed or was aborted
+    (``reason``). Sizes and the slowest subtask's alignment, synchronous and asynchronous parts
+    are known for completed ones."""
+
+    id: int
+    status: Literal["completed", "aborted"]
+    savepoint: str | None
+    trigger_time: float
+    duration_s: float
+    bytes: int | None
+    alignment_s_max: float | None
+    sync_s_max: float | None
+    async_s_max: float | None
+    alignment_buffered_bytes: int | None
+    alignment_spilled_bytes: int | None
+    reason: str | None
+
+
+class CheckpointCounts(BaseModel):
+    """Checkpoints and savepoints that ended, as Flink counts them (``failed`` = aborted)."""
+
+    total: int
+    completed: int
+    failed: int
+    savepoints: int
+
+
+class Spread(BaseModel):
+    """Minimum, average and maximum of a value over completed checkpoints (None: none yet)."""
+
+    min: float | None
+    avg: float | None
+    max: float | None
+
+
+class CheckpointSummary(BaseModel):
+    duration_s: Spread
+    bytes: Spread
+    alignment_s_max: Spread
+
+
+class CheckpointList(BaseModel):
+    """``GET /jobs/{job_id}/checkpoints``: counts, a summary of completed checkpoints, the latest
+    of each outcome, and the history, newest first (at most ``history`` entries)."""
+
+    job_id: str
+    checkpoint_path: str | None
+    counts: CheckpointCounts
+    summary: CheckpointSummary
+    latest_completed: Checkpoint | None
+    latest_failed: Checkpoint | None
+    latest_savepoint: Checkpoint | None
+    history: list[Checkpoint]
+
+
+# ---------------------------------------------------------------------- savepoints
+class SavepointTrigger(BaseModel):
+    """``POST /jobs/{job_id}/savepoints``: where (a directory; the savepoint gets a directory of
+    its own inside it; None: the job's default) and in which format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_directory: str | None = None
+    format: Literal["canonical", "native"] = "canonical"
+
+
+class StopTrigger(BaseModel):
+    """``POST /jobs/{job_id}/stop``: take a savepoint (canonical) there and stop the job at it;
+    ``drain``: end the sources first, so every event-time window and timer fires."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target_directory: str | None = None
+    drain: bool = False
+
+
+class TriggerAccepted(BaseModel):
+    """The savepoint request was taken up: poll ``/jobs/{job_id}/savepoints/{request_id}``;
+    ``location`` is where the savepoint will be."""
+
+    request_id: str
+    location: str
+
+
+class SavepointReport(BaseModel):
+    """A savepoint request: ``IN_PROGRESS``, ``COMPLETED`` (at ``location``) or ``FAILED``
+    (``error`` says why); ``stop``/``drain``: what was asked."""
+
+    request_id: str
+    status: Literal["IN_PROGRESS", "COMPLETED", "FAILED"]
+    location: str
+    format: str
+    stop: bool
+    drain: bool
+    error: str | None
+    requested_at: float
+    ended_at: float | None

@@ -1,0 +1,38 @@
+"""A job's shape as the REST API shows it: vertices, their parallelism and their operators.
+
+A job kind's ``job`` module builds the :class:`JobOutline` from its plan when it starts the job
+(:func:`epochal.rest.server.serve`); what the workers report (records, watermarks,
+backpressure) is matched to it by vertex id and operator uid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OperatorOutline:
+    """One operator of a vertex's chain: its uid (the key of its state) and its name."""
+
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class VertexOutline:
+    """A vertex: a chain of operators run as ``parallelism`` subtasks (a CEC job's stage; a graph
+    job has none)."""
+
+    id: int
+    name: str
+    parallelism: int
+    operators: tuple[OperatorOutline, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobOutline:
+    """The job kind (``dataflow``, ``cec``, ``graph``), its default parallelism and its vertices."""
+
+    kind: str
+    parallelism: int
+    vertices: tuple[VertexOutline, ...] = ()
