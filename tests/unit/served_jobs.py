@@ -29,6 +29,7 @@ def served_jobs(tmp_path) -> Iterator[Callable[..., JobMaster]]:
     yet (the caller sets EPOCHAL_HOME). Every job is cancelled at the end, and the server waited
     for until it stopped."""
     started: list[JobMaster] = []
+    idle, rest_server.IDLE_S = rest_server.IDLE_S, 0.0  # the server stops as its last job ends
 
     def start(name: str, checkpoints: bool = False) -> JobMaster:
         coordinator = None
@@ -52,6 +53,9 @@ def served_jobs(tmp_path) -> Iterator[Callable[..., JobMaster]]:
         jm.cancel()
         assert jm.done.wait(10)
     deadline = time.monotonic() + 10
-    while rest_server.running_servers():  # no job left: the server stops (the next test starts its own)
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    try:
+        while rest_server.running_servers():  # no job left: the server stops (the next test starts its own)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        rest_server.IDLE_S = idle

@@ -10,9 +10,10 @@ shares one server, and its token (32 random bytes from :mod:`secrets`).
 The server is uvicorn running the FastAPI application of :mod:`epochal.rest.app` on an event loop
 in a daemon thread (``epochal-rest``); it touches a JobMaster only through its query methods. A
 second thread (``epochal-rest-jobs``) notices jobs that ended, removes their registry entries,
-and stops the server once it serves no running job, after lingering up to :data:`LINGER_S`
-while a savepoint or stop requested through the API has ended and no client has read how
-(the ``epochal stop`` that is polling for it). At interpreter exit the same linger applies, then
+and stops the server once it served no running job for :data:`IDLE_S` (so a script or test
+session running jobs one after another keeps one server), and longer, up to :data:`LINGER_S`,
+while a savepoint or stop requested through the API has ended and no client has read how (the
+``epochal stop`` that is polling for it). At interpreter exit the same linger applies, then
 every entry of this process is removed and every server stopped.
 """
 
@@ -40,6 +41,8 @@ _log = logging.getLogger("epochal.rest")
 #: Seconds a server (or the exiting process) keeps serving, once no job runs, while a client has
 #: not yet read the outcome of a savepoint or stop it requested.
 LINGER_S = 5.0
+#: Seconds a server without running jobs keeps serving, for the next job of the process.
+IDLE_S = 30.0
 #: Seconds between the job thread's looks at the jobs.
 POLL_S = 0.2
 
@@ -217,7 +220,7 @@ def _watch(server: RestServer, key: tuple[str, int]) -> None:
             continue
         now = time.monotonic()
         idle_since = idle_since if idle_since is not None else now
-        if server.directory.unread_outcomes() and now - idle_since < LINGER_S:
+        if now - idle_since < max(IDLE_S, LINGER_S if server.directory.unread_outcomes() else 0.0):
             continue
         with _lock:
             if server.pending or any(j.running for j in server.directory.jobs()):
