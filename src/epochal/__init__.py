@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.datastream import CollectedStream, DataStream
     from epochal.api.environment import Environment
+    from epochal.api.event_time import WatermarkStrategy
     from epochal.api.keyed import KeyedStream
     from epochal.api.windowed import (
         CountTrigger,
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
         ReducingStateDescriptor,
         ValueStateDescriptor,
     )
+    from epochal.state.storage import latest_checkpoint
     from epochal.state.ttl import StateTtlConfig
 
 #: Exported name -> the module defining it.
@@ -98,6 +100,8 @@ _EXPORTS = {
                      "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
                      "WindowResult", "WindowedStream"), "epochal.api.windowed"),
     "Environment": "epochal.api.environment",
+    "WatermarkStrategy": "epochal.api.event_time",
+    "latest_checkpoint": "epochal.state.storage",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
                      "TimerService"), "epochal.runtime.operators.functions"),
     **dict.fromkeys(("BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"), "epochal.api.connected"),
@@ -155,5 +159,5 @@ __all__ = [
     "SlidingProcessingTimeWindows", "TimeWindow", "Trigger", "TriggerResult", "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows", "WindowResult",
     "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
-    "KafkaRecord", "KafkaSink", "KafkaSource",
+    "KafkaRecord", "KafkaSink", "KafkaSource", "WatermarkStrategy", "latest_checkpoint",
 ]

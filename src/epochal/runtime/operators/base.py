@@ -43,6 +43,9 @@ class Operator:
     keyed: bool = False
     #: Watermark generators replace upstream watermarks with their own (see ``take_watermark``).
     emits_watermarks: bool = False
+    #: Operators that fire on event time (windows, joins): planning checks that watermarks reach
+    #: them (:mod:`epochal.plan.event_time`).
+    event_time: bool = False
     #: Two-input operators (``connect``, joins) take 2: their second input's batches arrive in
     #: :meth:`process_batch2`; every other operator takes one (a union merges into one input).
     input_count: int = 1

@@ -33,15 +33,18 @@ from epochal.runtime.windows.shapes import TimeWindows
 
 
 class WatermarkGenerator(Operator):
-    """Passes records through and emits watermarks from their event times (``with_watermarks``)."""
+    """Passes records through and emits watermarks from their event times (``with_watermarks``,
+    or an event-time window's ``timestamp=`` when its input has none). ``origin`` says which, in
+    words, for ``JobGraph.describe``."""
 
     emits_watermarks = True
 
     def __init__(self, timestamp: Callable[[Any], Any], max_out_of_orderness: float = 0,
-                 interval: float = 0.2) -> None:
+                 interval: float = 0.2, origin: str = "") -> None:
         self.timestamp = timestamp
         self.max_out_of_orderness = max_out_of_orderness
         self.interval = interval
+        self.origin = origin or f"with_watermarks, max_out_of_orderness={max_out_of_orderness:g}"
         self.max_seen: Any = NO_WATERMARK
         self.emitted: Any = NO_WATERMARK
         self.next_emit = 0.0
@@ -135,6 +138,7 @@ class TimeWindowOperator(WindowFolding, Operator):
     """
 
     keyed = True
+    event_time = True
     STATE = "window-contents"
 
     def __init__(self, key_selector: Callable[[Any], Any], timestamp: Callable[[Any], Any], windows: Any,
