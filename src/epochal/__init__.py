@@ -87,7 +87,7 @@ if TYPE_CHECKING:
         ReducingStateDescriptor,
         ValueStateDescriptor,
     )
-    from epochal.state.storage import latest_checkpoint
+    from epochal.state.checkpoint_dirs import latest_checkpoint
     from epochal.state.ttl import StateTtlConfig
 
 #: Exported name -> the module defining it.
@@ -101,7 +101,7 @@ _EXPORTS = {
                      "WindowResult", "WindowedStream"), "epochal.api.windowed"),
     "Environment": "epochal.api.environment",
     "WatermarkStrategy": "epochal.api.event_time",
-    "latest_checkpoint": "epochal.state.storage",
+    "latest_checkpoint": "epochal.state.checkpoint_dirs",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
                      "TimerService"), "epochal.runtime.operators.functions"),
     **dict.fromkeys(("BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"), "epochal.api.connected"),

@@ -1,4 +1,9 @@
-"""``python -m epochal check``: is this machine ready to run epochal (Python, Java, PySpark)?"""
+"""epochal's command line.
+
+``python -m epochal check``: is this machine ready to run epochal (Python, Java, PySpark)?
+``python -m epochal latest-checkpoint STORAGE JOB_NAME``: the path of job JOB_NAME's latest
+completed checkpoint under the checkpoint storage STORAGE, to pass as ``restore_from``.
+"""
 
 from __future__ import annotations
 
@@ -27,10 +32,31 @@ def check() -> int:
     return 0
 
 
+def latest_checkpoint(storage: str, job_name: str) -> int:
+    """Print the latest completed checkpoint of ``job_name`` under ``storage``, or say what was found."""
+    from epochal.state.checkpoint_dirs import latest_checkpoint as find
+    from epochal.state.storage import CheckpointError
+
+    try:
+        print(find(storage, job_name))
+    except CheckpointError as error:
+        print(f"epochal: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m epochal", description=__doc__)
-    parser.add_argument("command", choices=["check"], help="check: verify Java and PySpark")
-    parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m epochal", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("check", help="verify Java and PySpark")
+    latest = commands.add_parser("latest-checkpoint", help="print a job's latest completed checkpoint (for "
+                                                           "restore_from)")
+    latest.add_argument("storage", help="the checkpoint storage (enable_checkpointing(storage=...))")
+    latest.add_argument("job_name", help="the job's name, as given to execute()")
+    args = parser.parse_args(argv)
+    if args.command == "latest-checkpoint":
+        return latest_checkpoint(args.storage, args.job_name)
     return check()
 
 

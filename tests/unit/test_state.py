@@ -14,7 +14,8 @@ from epochal.state.descriptors import (
 )
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore, redistribute
-from epochal.state.storage import CheckpointError, CheckpointStorage, resolve_restore_path
+from epochal.state.checkpoint_dirs import resolve_restore_path
+from epochal.state.storage import CheckpointError, CheckpointStorage
 
 
 class Average:

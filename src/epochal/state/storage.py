@@ -304,19 +304,3 @@ def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint metadata {path} is corrupt ({error}); "
                               "restore from another checkpoint", path=path) from error
-
-
-def resolve_restore_path(uri: str) -> tuple[CheckpointStorage, int]:
-    """A user-given restore path: a ``chk-<n>`` directory, or a job's checkpoint root (latest)."""
-    stripped = uri.rstrip("/")
-    match = _CHK.search(stripped)
-    if match:
-        storage = CheckpointStorage(stripped[: match.start()].rstrip("/") or "/")
-        checkpoint_id = int(match.group(1))
-        storage.read_metadata(checkpoint_id)  # fails clearly if missing or corrupt
-        return storage, checkpoint_id
-    storage = CheckpointStorage(stripped)
-    latest = storage.latest()
-    if latest is None:
-        raise CheckpointError(f"no completed checkpoint under {uri} (no chk-<n>/_metadata found)")
-    return storage, latest
