@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     )
     from epochal.runtime.operators.timers import TimeDomain
     from epochal.runtime.windows.joins import JoinContext, ProcessJoinFunction
+    from epochal.state.checkpoint_dirs import latest_checkpoint
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -87,7 +88,6 @@ if TYPE_CHECKING:
         ReducingStateDescriptor,
         ValueStateDescriptor,
     )
-    from epochal.state.checkpoint_dirs import latest_checkpoint
     from epochal.state.ttl import StateTtlConfig
 
 #: Exported name -> the module defining it.

@@ -27,7 +27,7 @@ from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
 __all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
-           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SendTo",
+           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "Restarting", "SendTo",
            "SparkJobEnded", "SubmitSparkJob", "TimePassed", "WorkerDisconnected", "WorkerMessage"]
 
 
@@ -151,6 +151,19 @@ class ResolveRestore:
 
 
 @dataclass(frozen=True, slots=True)
+class Restarting:
+    """Attempt ``attempt`` failed with ``cause`` (the first line of its error) and the job restarts
+    after ``delay`` seconds: restart ``number`` under ``strategy`` (described). The driver logs it,
+    one line, so a restart is not silent until the strategy gives up."""
+
+    attempt: int
+    cause: str
+    delay: float
+    number: int
+    strategy: str
+
+
+@dataclass(frozen=True, slots=True)
 class CloseConnections:
     """Close these connections: the previous attempt's workers', or one no registered worker uses."""
 
@@ -158,4 +171,4 @@ class CloseConnections:
 
 
 Instruction = (SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections
-               | CheckpointIO)
+               | Restarting | CheckpointIO)

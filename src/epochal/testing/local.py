@@ -250,8 +250,9 @@ class LocalRunner:
         where = f" (subtask {subtask.index} of '{subtask.name}')" if subtask is not None else ""
         cause = error.error
         shown = UserTraceback.of(cause).format()
+        on = f" on record {error.record}" if error.record else ""
         return JobFailedError(f"job '{self.job_name}' failed: {error.where}{where} raised "
-                              f"{type(cause).__name__}: {cause}\n{shown}".rstrip(), operator=error.operator,
+                              f"{type(cause).__name__}: {cause}{on}\n{shown}".rstrip(), operator=error.operator,
                               worker=worker, category="user")
 
     def _metrics(self, workers: int) -> dict[int, dict[str, Any]]:

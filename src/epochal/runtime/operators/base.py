@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
-from epochal.errors import UserFunctionError
+from epochal.errors import UserFunctionError, note_record
 from epochal.plan.keygroups import key_groups_of
 from epochal.runtime.operators.aggregates import MISSING, CountAggregate, ReduceAggregate, emit_key_value, emit_value
 from epochal.runtime.operators.functions import RuntimeContext
@@ -23,12 +23,26 @@ def key_selector_error(consumer: str, error: BaseException) -> UserFunctionError
     return UserFunctionError(consumer, error, where=f"the key selector of key_by (into '{consumer}')")
 
 
+def note_failed(error: BaseException, batch: list[Any], records: Any) -> None:
+    """``map``/``filter`` over ``records`` (``iter(batch)``) raised ``error``: note the record
+    it raised on (the one the iterator handed out last) for the error message."""
+    state = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
+    index = state[2] if len(state) > 2 else len(batch)
+    if 0 < index <= len(batch):
+        note_record(error, batch[index - 1])
+
+
 def keys_of(selector: Callable[[Any], Any], batch: list[Any], max_parallelism: int,
             consumer: str) -> tuple[list[Any], list[int]]:
     """Keys and key groups of every record of ``batch``; a failing selector or an unusable key
     (unhashable, no stable encoding) is reported as the ``key_by``'s error."""
+    records = iter(batch)
     try:
-        keys = list(map(selector, batch))
+        keys = list(map(selector, records))
+    except Exception as error:
+        note_failed(error, batch, records)
+        raise key_selector_error(consumer, error) from error
+    try:
         return keys, key_groups_of(keys, max_parallelism)
     except Exception as error:
         raise key_selector_error(consumer, error) from error
@@ -113,7 +127,12 @@ class MapOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        return list(map(self.fn, batch))
+        records = iter(batch)
+        try:
+            return list(map(self.fn, records))
+        except Exception as error:
+            note_failed(error, batch, records)
+            raise
 
 
 class FilterOperator(Operator):
@@ -121,7 +140,12 @@ class FilterOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        return list(filter(self.fn, batch))
+        records = iter(batch)
+        try:
+            return list(filter(self.fn, records))
+        except Exception as error:
+            note_failed(error, batch, records)
+            raise
 
 
 class FlatMapOperator(Operator):
@@ -132,10 +156,15 @@ class FlatMapOperator(Operator):
         out: list[Any] = []
         extend = out.extend
         fn = self.fn
-        for record in batch:
-            produced = fn(record)
-            if produced is not None:
-                extend(produced)
+        record = None
+        try:
+            for record in batch:
+                produced = fn(record)
+                if produced is not None:
+                    extend(produced)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
 
@@ -196,9 +225,14 @@ class KeyedReduceOperator(Operator):
         """Final results only: the state changes, nothing is emitted until the end of the input."""
         aggregate = self.aggregate
         missing = self.MISSING
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            values[key] = aggregate(values.get(key, missing), record)
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                values[key] = aggregate(values.get(key, missing), record)
+        except Exception as error:
+            note_record(error, record)
+            raise
 
     def end_input(self) -> list[Any]:
         """Final results only: each key's final value, key group by key group."""
@@ -215,11 +249,16 @@ class KeyedReduceOperator(Operator):
         missing = self.MISSING
         out: list[Any] = []
         append = out.append
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            value = aggregate(values.get(key, missing), record)
-            values[key] = value
-            append(emit(key, value))
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                value = aggregate(values.get(key, missing), record)
+                values[key] = value
+                append(emit(key, value))
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
     def _count_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
@@ -239,12 +278,17 @@ class KeyedReduceOperator(Operator):
         fn = cast(ReduceAggregate, self.aggregate).fn
         out: list[Any] = []
         append = out.append
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            previous = values.get(key, values)  # the dict itself stands for "no value yet"
-            value = record if previous is values else fn(previous, record)
-            values[key] = value
-            append(value)
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                previous = values.get(key, values)  # the dict itself stands for "no value yet"
+                value = record if previous is values else fn(previous, record)
+                values[key] = value
+                append(value)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
 
