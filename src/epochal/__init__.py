@@ -14,8 +14,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from epochal.api.collected import CollectedStream
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
-    from epochal.api.datastream import CollectedStream, DataStream
+    from epochal.api.datastream import DataStream
     from epochal.api.environment import Environment
     from epochal.api.event_time import WatermarkStrategy
     from epochal.api.keyed import KeyedStream
@@ -92,7 +93,8 @@ if TYPE_CHECKING:
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
-    **dict.fromkeys(("CollectedStream", "DataStream"), "epochal.api.datastream"),
+    "CollectedStream": "epochal.api.collected",
+    "DataStream": "epochal.api.datastream",
     "KeyedStream": "epochal.api.keyed",
     **dict.fromkeys(("CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindows",
                      "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",

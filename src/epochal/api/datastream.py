@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from epochal.api.collected import CollectedStream
 from epochal.api.event_time import WatermarkStrategy
 from epochal.api.fields import Field, check_callable
 from epochal.api.functions import ProcessFunction, as_process_function
@@ -44,24 +45,6 @@ if TYPE_CHECKING:
     from epochal.api.iterative import IterativeStream
     from epochal.api.joins import IntervalJoin, JoinedStreams
     from epochal.api.keyed import KeyedStream
-
-
-class CollectedStream:
-    """Handle of a ``collect()`` sink: its records, once the job has run."""
-
-    def __init__(self, env: Environment, collect_id: str) -> None:
-        self._env = env
-        self.collect_id = collect_id
-
-    def get(self) -> list[Any]:
-        """The records the sink received in the last execution of the environment."""
-        result = self._env.last_result
-        if result is None:
-            raise PlanError("the job has not been executed yet: call env.execute() first")
-        return result.collected.get(self.collect_id, [])
-
-    def __iter__(self):
-        return iter(self.get())
 
 
 class DataStream:
@@ -404,7 +387,8 @@ class DataStream:
         return self._sink(DiscardSink(), None, "Sink: discard")
 
     def collect(self, name: str | None = None) -> CollectedStream:
-        """Send every record to the driver; ``.get()`` on the handle returns them after execute."""
+        """Send every record to the driver; ``.get()`` on the handle returns them: every one after
+        ``env.execute``, those collected so far while a job started by ``env.execute_async`` runs."""
         stream = self._sink(CollectSink(), name, "Sink: collect")
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id

@@ -58,7 +58,10 @@ class Environment:
         self._spark = spark
         self.master = master
         self.graph = LogicalGraph()
+        #: The result of the environment's latest job that finished (``execute``, ``run_locally``).
         self.last_result: JobResult | None = None
+        #: The client of the environment's latest job started on Spark (``execute_async``, ``execute``).
+        self.last_client: JobClient | None = None
         self.checkpoint_config = CheckpointConfig()
         self.state_backend = StateBackendConfig()
         self.restart_strategy: RestartStrategy = NoRestart()
@@ -225,9 +228,12 @@ class Environment:
             if restore_from is not None:
                 raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
                                 "it cannot restore_from a checkpoint")
-            return cec_job.execute_async(self, job_name, faults)
-        return dataflow_job.execute_async(self, job_name, restore_from=restore_from,
-                                          allow_non_restored_state=allow_non_restored_state, faults=faults)
+            client = cec_job.execute_async(self, job_name, faults)
+        else:
+            client = dataflow_job.execute_async(self, job_name, restore_from=restore_from,
+                                                allow_non_restored_state=allow_non_restored_state, faults=faults)
+        self.last_client, self.last_result = client, None
+        return client
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,
