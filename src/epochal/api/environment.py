@@ -42,10 +42,16 @@ class Environment:
             reused) with master ``local[N]``.
         master: Spark master URL used when epochal starts the session itself.
         config: runtime tuning (batch size, credits, timeouts); keyword overrides are applied on top.
+        quiet_spark: keep Spark's console noise out of the job's output. A session epochal starts
+            is quiet unless this is False: its driver logs errors only (no log4j banner, no WARN
+            lines), it shows no ``[Stage n:>`` progress bars, and the JVM's ``WARNING: Using
+            incubator modules`` line is dropped. A session you pass as ``spark`` is left as it is
+            unless this is True: its log level is set to ERROR and its progress bar is stopped
+            (for the whole session: other Spark jobs of your program too).
     """
 
     def __init__(self, parallelism: int = 2, *, spark: SparkSession | None = None, master: str | None = None,
-                 config: EngineConfig | None = None, **overrides: Any) -> None:
+                 config: EngineConfig | None = None, quiet_spark: bool | None = None, **overrides: Any) -> None:
         if not isinstance(parallelism, int) or parallelism < 1:
             raise PlanError(f"parallelism must be a positive int, got {parallelism!r}")
         self.parallelism = parallelism
@@ -57,6 +63,10 @@ class Environment:
             raise PlanError(f"parallelism {parallelism} exceeds max_parallelism {self.config.max_parallelism}")
         self._spark = spark
         self.master = master
+        #: Spark's console noise kept out (see the class docstring); None: only for a session epochal starts
+        self.quiet_spark = quiet_spark
+        if spark is not None and quiet_spark:
+            spark_support.console.quiet_session(spark)
         self.graph = LogicalGraph()
         #: The result of the environment's latest job that finished (``execute``, ``run_locally``).
         self.last_result: JobResult | None = None
@@ -156,7 +166,8 @@ class Environment:
         """The SparkSession jobs run on (started on first use)."""
         if self._spark is None:
             with interrupts.deferred_interrupts():  # a Ctrl-C inside a Py4J call prints tracebacks
-                self._spark = spark_support.create_session(self.master, self.parallelism)
+                self._spark = spark_support.create_session(self.master, self.parallelism,
+                                                           quiet=self.quiet_spark is not False)
         return self._spark
 
     # ---------------------------------------------------------------- sources
