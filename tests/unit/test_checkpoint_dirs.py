@@ -88,3 +88,12 @@ def test_the_storage_root_names_the_jobs_it_holds(job):
         find_restore_point(str(storage / "empty"))
     with pytest.raises(CheckpointError, match="empty or does not exist"):
         find_restore_point(str(storage / "nowhere"))
+
+
+def test_relative_paths_are_the_drivers_since_the_workers_have_another_working_directory(job, monkeypatch):
+    storage, job_dir = job
+    monkeypatch.chdir(storage)
+    assert find_restore_point("my-job").location == f"{job_dir}/bbbb/chk-5"
+    env = epochal.Environment(1).enable_checkpointing(1.0, storage="checkpoints")
+    assert env.checkpoint_config.storage == str(storage / "checkpoints")
+    assert epochal.Environment(1).enable_checkpointing(1.0, storage="s3://b/c").checkpoint_config.storage == "s3://b/c"

@@ -85,9 +85,12 @@ class Environment:
         """Take a checkpoint every ``interval`` seconds (see :class:`~epochal.config.CheckpointConfig`).
 
         Checkpoints go to ``<storage>/<job name>/<job id>/chk-<n>``; ``storage`` is a local path
-        or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``).
+        (a relative one is taken from the driver's working directory, which executors do not
+        share) or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``).
         """
         check_number(interval, "checkpoint interval (seconds)")
+        if storage is not None and "://" not in storage:
+            storage = os.path.abspath(storage)
         self.checkpoint_config = CheckpointConfig(
             interval=interval, mode=mode, timeout=timeout, min_pause=min_pause, max_concurrent=max_concurrent,
             tolerable_failures=tolerable_failures, retained=retained,

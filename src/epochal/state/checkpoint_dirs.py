@@ -18,6 +18,7 @@ latest-checkpoint``).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -111,8 +112,10 @@ def list_runs(job_dir: str) -> list[RunCheckpoints]:
 
 def find_restore_point(uri: str) -> RestorePoint:
     """The checkpoint ``restore_from=uri`` names (see the module docstring); a
-    :class:`CheckpointError` that lists what was found when there is none."""
-    stripped = uri.rstrip("/")
+    :class:`CheckpointError` that lists what was found when there is none. A relative local path
+    is taken from the driver's working directory (the workers that read the checkpoint have
+    another one)."""
+    stripped = (uri if "://" in uri else os.path.abspath(uri)).rstrip("/")
     match = _CHK.search(stripped)
     if match:
         storage = CheckpointStorage(stripped[: match.start()].rstrip("/") or "/")
