@@ -180,7 +180,8 @@ class DataStream:
         if isinstance(timestamp, WatermarkStrategy):
             if max_out_of_orderness is not None:
                 raise PlanError("with_watermarks(strategy) takes its max_out_of_orderness from the strategy")
-            timestamp, max_out_of_orderness = timestamp.assigner("with_watermarks()"), timestamp.max_out_of_orderness
+            strategy = timestamp
+            timestamp, max_out_of_orderness = strategy.assigner("with_watermarks()"), strategy.max_out_of_orderness
         check_callable(timestamp, "with_watermarks")
         max_out_of_orderness = max_out_of_orderness or 0
         check_number(max_out_of_orderness, "max_out_of_orderness", strict=False)

@@ -79,7 +79,11 @@ def event_time_input(keyed: KeyedStream, timestamp: Callable[[Any], Any] | Water
     ``WatermarkStrategy`` was given), the same ``key_by`` behind a watermark generator made from
     ``timestamp``. ``method`` names the call in errors."""
     strategy = timestamp if isinstance(timestamp, WatermarkStrategy) else None
-    function = strategy.assigner(method) if strategy is not None else timestamp or keyed._event_time()
+    function: Callable[[Any], Any] | None
+    if isinstance(timestamp, WatermarkStrategy):
+        function = timestamp.assigner(method)
+    else:
+        function = timestamp or keyed._event_time()
     if function is None:
         raise PlanError(f"{method} is in event time: pass timestamp=fn(record), the record's event time "
                         "(or put with_watermarks(fn) right before the key_by)")

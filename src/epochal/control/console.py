@@ -130,7 +130,7 @@ def quiet_session(session: SparkSession) -> None:
     context.setLogLevel("ERROR")
     silence_task_failure_logs(session)
     try:
-        bar = context._jsc.sc().progressBar()  # type: ignore[union-attr]
+        bar = context._jsc.sc().progressBar()
         if bar.isDefined():
             bar.get().stop()
     except Exception:

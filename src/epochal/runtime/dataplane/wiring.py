@@ -123,7 +123,8 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
                     subtask.loop.external_inputs.add(channel_id)
             wired.in_channels[channel_id] = input_channel
             subtask.inputs.append(input_channel)
-        if timed:  # a source's read holds batch_time of its chain's work; a channel's credits' worth, of its consumer's
+        if config.batch_time is not None:  # a source's read: batch_time of its chain's work; a channel's
+            # credits' worth of batches: batch_time of its consumer's
             target = config.batch_time if vertex.source is not None else config.batch_time / config.channel_credits
             subtask.sizer = BatchSizer(config.batch_size, target)
         if vertex.source is not None:
