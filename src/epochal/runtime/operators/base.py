@@ -23,24 +23,28 @@ def key_selector_error(consumer: str, error: BaseException) -> UserFunctionError
     return UserFunctionError(consumer, error, where=f"the key selector of key_by (into '{consumer}')")
 
 
-def note_failed(error: BaseException, batch: list[Any], records: Any) -> None:
-    """``map``/``filter`` over ``records`` (``iter(batch)``) raised ``error``: note the record
-    it raised on (the one the iterator handed out last) for the error message."""
-    state = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
-    index = state[2] if len(state) > 2 else len(batch)
-    if 0 < index <= len(batch):
-        note_record(error, batch[index - 1])
+def each(fn: Callable[[Any], Any], batch: list[Any], over: Callable[..., Any] = map) -> list[Any]:
+    """``list(over(fn, batch))`` (``over``: ``map`` or ``filter``); when ``fn`` raises, the record
+    it raised on is noted on the error for its message (:func:`~epochal.errors.note_record`), at no
+    cost when it does not."""
+    records = iter(batch)
+    try:
+        return list(over(fn, records))
+    except Exception as error:
+        state = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
+        index = state[2] if len(state) > 2 else len(batch)
+        if 0 < index <= len(batch):  # the record the iterator handed out last
+            note_record(error, batch[index - 1])
+        raise
 
 
 def keys_of(selector: Callable[[Any], Any], batch: list[Any], max_parallelism: int,
             consumer: str) -> tuple[list[Any], list[int]]:
     """Keys and key groups of every record of ``batch``; a failing selector or an unusable key
     (unhashable, no stable encoding) is reported as the ``key_by``'s error."""
-    records = iter(batch)
     try:
-        keys = list(map(selector, records))
+        keys = each(selector, batch)
     except Exception as error:
-        note_failed(error, batch, records)
         raise key_selector_error(consumer, error) from error
     try:
         return keys, key_groups_of(keys, max_parallelism)
@@ -127,12 +131,7 @@ class MapOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        records = iter(batch)
-        try:
-            return list(map(self.fn, records))
-        except Exception as error:
-            note_failed(error, batch, records)
-            raise
+        return each(self.fn, batch)
 
 
 class FilterOperator(Operator):
@@ -140,12 +139,7 @@ class FilterOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        records = iter(batch)
-        try:
-            return list(filter(self.fn, records))
-        except Exception as error:
-            note_failed(error, batch, records)
-            raise
+        return each(self.fn, batch, filter)
 
 
 class FlatMapOperator(Operator):

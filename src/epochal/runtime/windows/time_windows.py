@@ -26,7 +26,7 @@ from typing import Any
 
 from epochal.errors import note_record
 from epochal.runtime.operators.aggregates import BUILTIN_FUNCTIONS, MISSING, CountAggregate
-from epochal.runtime.operators.base import Operator, keys_of, note_failed
+from epochal.runtime.operators.base import Operator, each, keys_of
 from epochal.runtime.operators.functions import RuntimeContext
 from epochal.runtime.operators.inband import NO_WATERMARK
 from epochal.runtime.windows.assigners import TimeWindow, WindowResult
@@ -52,12 +52,7 @@ class WatermarkGenerator(Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         if batch:
-            records = iter(batch)
-            try:
-                latest = max(map(self.timestamp, records))
-            except Exception as error:
-                note_failed(error, batch, records)
-                raise
+            latest = max(each(self.timestamp, batch))
             if latest > self.max_seen:
                 self.max_seen = latest
         return batch
@@ -179,13 +174,7 @@ class TimeWindowOperator(WindowFolding, Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
-        records = iter(batch)
-        try:
-            times = list(map(self.timestamp, records))
-        except Exception as error:
-            note_failed(error, batch, records)
-            raise
-        self._loop(batch, keys, key_groups, times)
+        self._loop(batch, keys, key_groups, each(self.timestamp, batch))
         return []
 
     def _tumbling_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int], times: list[Any]) -> None:
