@@ -151,3 +151,15 @@ def test_a_consumer_announces_its_size_with_every_credit_capped_by_its_own_outpu
     path.deliver_local(7, True, [1])
     path.run_inputs(1)
     assert returned[-1] == (1, 0) and GROWTH == 4
+
+
+def test_a_source_reads_its_timed_size_but_no_more_than_its_outputs_take():
+    source = Subtask(0, 0, 1, "source")
+    assert source.read_size(1024) == 1024  # count only
+    source.sizer = BatchSizer(1024, 0.1)
+    feed(source.sizer, 0.002, 6)  # its chain costs 2 ms a record
+    assert source.read_size(1024) == 50
+    _, two = channels(2, size=10)  # a rebalance into two consumers that want 10 each
+    source.outputs = [EdgeOutput(RebalancePartitioner(), two, 1024)]
+    assert source.read_size(1024) == 20
+    assert source.read_size(8) == 8  # and never more than the caller's limit
