@@ -6,6 +6,9 @@ Users catch :class:`EpochalError` to handle any of them; the subclasses say whic
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class EpochalError(Exception):
     """Base class of every error epochal raises deliberately."""
@@ -90,6 +93,20 @@ def note_record(error: BaseException, record: object) -> None:
             setattr(error, _RECORD, record_text(record))
         except (AttributeError, TypeError):
             pass  # an exception type without a __dict__: the message goes without the record
+
+
+def each(fn: Callable[[Any], Any], batch: list[Any], over: Callable[..., Any] = map) -> list[Any]:
+    """``list(over(fn, batch))`` (``over``: ``map`` or ``filter``); when ``fn`` raises, the record
+    it raised on is noted on the error (:func:`note_record`), at no cost when it does not."""
+    records = iter(batch)
+    try:
+        return list(over(fn, records))
+    except Exception as error:
+        state: Any = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
+        index = state[2] if len(state) > 2 else len(batch)
+        if 0 < index <= len(batch):  # the record the iterator handed out last
+            note_record(error, batch[index - 1])
+        raise
 
 
 def record_named(error: BaseException) -> BaseException:

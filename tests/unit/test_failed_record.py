@@ -10,6 +10,7 @@ import epochal
 from epochal import JobFailedError, ProcessFunction
 from epochal.control.job_failures import failure_error
 from epochal.errors import RECORD_TEXT_LIMIT, UserFunctionError, note_record, record_text
+from epochal.plan.partitioners import CustomPartitioner, KeyGroupPartitioner
 from epochal.runtime.host.reports import failure_report
 from epochal.testing import run_locally
 
@@ -86,3 +87,11 @@ def test_record_text_survives_a_repr_that_raises():
             raise RuntimeError("no")
 
     assert record_text(Broken()) == "<Broken whose repr() raised RuntimeError>"
+
+
+@pytest.mark.parametrize("partitioner", [KeyGroupPartitioner(bad, 128), CustomPartitioner(lambda key, n: 0, bad)],
+                         ids=["key_by across workers", "partition_custom"])
+def test_a_partitioner_notes_the_record_its_key_selector_raised_on(partitioner):
+    with pytest.raises(ValueError) as raised:
+        partitioner.split([("k", i) for i in range(12)], 2)
+    assert UserFunctionError("Count", raised.value).record == "('k', 7)"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
-from epochal.errors import UserFunctionError, note_record
+from epochal.errors import UserFunctionError, each, note_record
 from epochal.plan.keygroups import key_groups_of
 from epochal.runtime.operators.aggregates import MISSING, CountAggregate, ReduceAggregate, emit_key_value, emit_value
 from epochal.runtime.operators.functions import RuntimeContext
@@ -21,21 +21,6 @@ def key_selector_error(consumer: str, error: BaseException) -> UserFunctionError
     """The error for a key selector that raised (or returned an unusable key) on its way into
     the keyed operator ``consumer``: it names the ``key_by``, not the operator behind it."""
     return UserFunctionError(consumer, error, where=f"the key selector of key_by (into '{consumer}')")
-
-
-def each(fn: Callable[[Any], Any], batch: list[Any], over: Callable[..., Any] = map) -> list[Any]:
-    """``list(over(fn, batch))`` (``over``: ``map`` or ``filter``); when ``fn`` raises, the record
-    it raised on is noted on the error for its message (:func:`~epochal.errors.note_record`), at no
-    cost when it does not."""
-    records = iter(batch)
-    try:
-        return list(over(fn, records))
-    except Exception as error:
-        state = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
-        index = state[2] if len(state) > 2 else len(batch)
-        if 0 < index <= len(batch):  # the record the iterator handed out last
-            note_record(error, batch[index - 1])
-        raise
 
 
 def keys_of(selector: Callable[[Any], Any], batch: list[Any], max_parallelism: int,

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal.errors import note_record
+from epochal.errors import each, note_record
 from epochal.runtime.operators.aggregates import BUILTIN_FUNCTIONS, MISSING, CountAggregate
-from epochal.runtime.operators.base import Operator, each, keys_of
+from epochal.runtime.operators.base import Operator, keys_of
 from epochal.runtime.operators.functions import RuntimeContext
 from epochal.runtime.operators.inband import NO_WATERMARK
 from epochal.runtime.windows.assigners import TimeWindow, WindowResult
