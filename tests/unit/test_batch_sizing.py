@@ -141,6 +141,8 @@ def test_a_consumer_announces_its_size_with_every_credit_capped_by_its_own_outpu
         path.deliver_local(7, True, list(range(subtask.wanted_batch_size())))
         path.run_inputs(1)
     assert returned[-1] == (1, 6)  # 0.1 s over 8 credits at 2 ms a record
+    path.subtasks = [subtask]
+    assert path.counters()["batch_sizes"] == {"slow#0": 6}  # (in the worker's metrics)
     # its own consumer wants 2 per batch: it asks for no more than its output takes at once
     _, [out] = channels(1, size=2)
     subtask.outputs = [EdgeOutput(ForwardPartitioner(), [out], 1024)]

@@ -232,4 +232,6 @@ class DataPath:
             "queued_batches": sum(len(c.queue) for c in list(self.in_channels.values())),
             "alignment_buffered_bytes": spill.buffered_total if spill is not None else 0,
             "alignment_spilled_bytes": spill.spilled_total if spill is not None else 0,
+            # per subtask sized by time: the records per batch its measured cost allows now
+            "batch_sizes": {f"{s.name}#{s.index}": s.sizer.size for s in list(self.subtasks) if s.sizer is not None},
         }
