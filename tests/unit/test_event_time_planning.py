@@ -108,3 +108,10 @@ def test_a_source_that_makes_its_own_watermarks_needs_none_added():
     assert generators(env) == []
     assert "watermarks from 'timed' (the source's own)" in env.plan().describe()
     assert Source.emits_watermarks is False
+
+
+def test_a_kafka_source_with_watermarks_says_it_makes_its_own():
+    from epochal.connectors.kafka import KafkaSource
+
+    assert KafkaSource("localhost:1", ["t"], watermarks=True).emits_watermarks
+    assert not KafkaSource("localhost:1", ["t"]).emits_watermarks
