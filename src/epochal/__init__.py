@@ -14,9 +14,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from epochal.api.collected import CollectedStream
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
-    from epochal.api.datastream import CollectedStream, DataStream
+    from epochal.api.datastream import DataStream
     from epochal.api.environment import Environment
+    from epochal.api.event_time import WatermarkStrategy
     from epochal.api.keyed import KeyedStream
     from epochal.api.windowed import (
         CountTrigger,
@@ -85,6 +87,7 @@ if TYPE_CHECKING:
     )
     from epochal.runtime.operators.timers import TimeDomain
     from epochal.runtime.windows.joins import JoinContext, ProcessJoinFunction
+    from epochal.state.checkpoint_dirs import latest_checkpoint
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -96,7 +99,8 @@ if TYPE_CHECKING:
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
-    **dict.fromkeys(("CollectedStream", "DataStream"), "epochal.api.datastream"),
+    "CollectedStream": "epochal.api.collected",
+    "DataStream": "epochal.api.datastream",
     "KeyedStream": "epochal.api.keyed",
     **dict.fromkeys(("CountTrigger", "EventTimeSessionWindows", "EventTimeTrigger", "GlobalWindows",
                      "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger",
@@ -104,6 +108,8 @@ _EXPORTS = {
                      "Trigger", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
                      "WindowResult", "WindowedStream"), "epochal.api.windowed"),
     "Environment": "epochal.api.environment",
+    "WatermarkStrategy": "epochal.api.event_time",
+    "latest_checkpoint": "epochal.state.checkpoint_dirs",
     **dict.fromkeys(("KeyedProcessFunction", "OutputTag", "ProcessContext", "ProcessFunction", "RuntimeContext",
                      "TimerService"), "epochal.runtime.operators.functions"),
     **dict.fromkeys(("BroadcastConnectedStream", "BroadcastStream", "ConnectedStreams"), "epochal.api.connected"),
@@ -171,4 +177,5 @@ __all__ = [
     "ParquetFileSink", "Sink", "SinkWriter", "StateTtlConfig", "TextFileSink", "TransactionalSinkWriter",
     "KafkaRecord", "KafkaSink", "KafkaSource",
     "DeltaSink", "DeltaSource", "PostgresSink", "SinkError",
+    "WatermarkStrategy", "latest_checkpoint",
 ]

@@ -29,7 +29,18 @@ class EngineConfig:
     """Runtime settings of one job.
 
     Attributes:
-        batch_size: records per network batch; a batch is flushed when it is full.
+        batch_size: the most records one batch holds: a source subtask's read (its records go
+            through the chained operators as one batch) and a batch on a channel between
+            subtasks (sent when it is full, or on ``buffer_timeout``). Batches amortise the cost
+            of a Python call per operator and of a network message, so fast jobs want them large.
+        batch_time: seconds of the downstream's work a batch may hold, besides ``batch_size``
+            (None: batches are sized by count only). A source reads at most what its chained
+            operators process in ``batch_time``, and the credits' worth of batches in flight on
+            a channel hold about ``batch_time`` of its consumer's work; each subtask measures
+            its cost per record and adapts (:mod:`epochal.runtime.dataplane.batch_sizing`).
+            So a barrier, and a record, waits about ``batch_time`` per slow operator in front of
+            it instead of ``channel_credits * batch_size`` records of it; fast operators keep
+            batches of ``batch_size``.
         buffer_timeout: seconds a partly filled batch may wait before it is flushed anyway
             (bounds latency when input is slow).
         channel_credits: batches a consumer lets one producer have in flight on one channel;
@@ -83,6 +94,7 @@ class EngineConfig:
     """
 
     batch_size: int = 1024
+    batch_time: float | None = 0.1
     buffer_timeout: float = 0.02
     channel_credits: int = 8
     max_parallelism: int = 128
@@ -105,6 +117,7 @@ class EngineConfig:
         from epochal.errors import PlanError
 
         check_number(self.batch_size, "batch_size", minimum=1, strict=False, integer=True)
+        check_number(self.batch_time, "batch_time", optional=True)
         check_number(self.channel_credits, "channel_credits", minimum=1, strict=False, integer=True)
         check_number(self.max_parallelism, "max_parallelism", minimum=1, strict=False, integer=True)
         if self.max_parallelism > 32768:

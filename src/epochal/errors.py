@@ -6,6 +6,9 @@ Users catch :class:`EpochalError` to handle any of them; the subclasses say whic
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class EpochalError(Exception):
     """Base class of every error epochal raises deliberately."""
@@ -88,17 +91,70 @@ class SinkError(EpochalError):
     commit). The message names the sink's target and, where one is to blame, the record."""
 
 
+#: The most characters of a record an error message shows.
+RECORD_TEXT_LIMIT = 120
+#: The attribute :func:`note_record` sets on a user's exception.
+_RECORD = "__epochal_record__"
+
+
+def record_text(record: object, limit: int = RECORD_TEXT_LIMIT) -> str:
+    """``repr(record)``, cut to ``limit`` characters (``...`` marks a cut)."""
+    try:
+        text = repr(record)
+    except Exception as error:  # a user's __repr__ may raise too
+        text = f"<{type(record).__name__} whose repr() raised {type(error).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def note_record(error: BaseException, record: object) -> None:
+    """Remember on ``error`` (a user function's exception) the record it raised on, as text, so
+    that the :class:`UserFunctionError` wrapping it names the record. The first note stays (the
+    innermost caller knows best)."""
+    if not hasattr(error, _RECORD):
+        try:
+            setattr(error, _RECORD, record_text(record))
+        except (AttributeError, TypeError):
+            pass  # an exception type without a __dict__: the message goes without the record
+
+
+def each(fn: Callable[[Any], Any], batch: list[Any], over: Callable[..., Any] = map) -> list[Any]:
+    """``list(over(fn, batch))`` (``over``: ``map`` or ``filter``); when ``fn`` raises, the record
+    it raised on is noted on the error (:func:`note_record`), at no cost when it does not."""
+    records = iter(batch)
+    try:
+        return list(over(fn, records))
+    except Exception as error:
+        state: Any = records.__reduce__()  # a list iterator pickles as (iter, (list,), next index)
+        index = state[2] if len(state) > 2 else len(batch)
+        if 0 < index <= len(batch):  # the record the iterator handed out last
+            note_record(error, batch[index - 1])
+        raise
+
+
+def record_named(error: BaseException) -> BaseException:
+    """Mark ``error`` as naming its record in its own message (no second mention); returns it."""
+    try:
+        setattr(error, _RECORD, "")
+    except (AttributeError, TypeError):
+        pass
+    return error
+
+
 class UserFunctionError(Exception):
     """A user function raised; ``operator`` names the operator it ran in.
 
     ``where`` is how the error names the failing code to the user: ``operator 'Map'`` by
     default, or a more precise phrase such as ``the key selector of key_by into 'Count'`` when
-    the function that raised is not the operator's own (key selectors, partitioners).
+    the function that raised is not the operator's own (key selectors, partitioners). ``record``
+    is the record it raised on, as text cut to :data:`RECORD_TEXT_LIMIT` characters, where the
+    operator knows it (:func:`note_record`), else None.
     """
 
     def __init__(self, operator: str, error: BaseException, where: str | None = None) -> None:
         self.where = where or f"operator '{operator}'"
-        super().__init__(f"{self.where}: {type(error).__name__}: {error}")
+        self.record: str | None = getattr(error, _RECORD, None) or None
+        on = f" (on record {self.record})" if self.record else ""
+        super().__init__(f"{self.where}: {type(error).__name__}: {error}{on}")
         self.operator = operator
         self.error = error
 

@@ -209,8 +209,9 @@ class Failed(ToJobMaster):
 
     ``error`` is the one-line cause; the other fields are set where they apply: ``operator``
     and ``where`` for user errors, ``user_traceback`` (the user's frames, formatted on the driver)
-    for user errors, ``traceback`` for internal ones, ``file`` and ``checkpoint_id`` for a damaged
-    checkpoint, ``peer`` for a lost data connection."""
+    and ``record`` (the record it raised on, cut to a readable length) for user errors,
+    ``traceback`` for internal ones, ``file`` and ``checkpoint_id`` for a damaged checkpoint,
+    ``peer`` for a lost data connection."""
 
     category: FailureCategory
     error: str
@@ -222,6 +223,7 @@ class Failed(ToJobMaster):
     checkpoint_id: int | None = None
     peer: int | None = None
     user_traceback: UserTraceback | None = None
+    record: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ def test_failing_key_selector_names_the_key_by(make_env, parallelism):
     error = failure_of(env, "key-error")
     first = assert_user_facing(error)
     assert re.fullmatch(r"job 'key-error' failed: the key selector of key_by \(into 'per-id'\) \(worker \d\) "
-                        r"raised KeyError: 'id'", first), first
+                        r"raised KeyError: 'id' on record \{'name': 'no id'\}", first), first
     message = str(error)
     assert "record_id" in message and "test_user_errors.py" in message  # the user's frame is shown
     assert error.operator == "per-id" and error.category == "user"

@@ -24,6 +24,7 @@ from epochal.control.jobmaster_events import (
     JobStarted,
     KillSparkJob,
     ResolveRestore,
+    Restarting,
     RestoreFailed,
     RestoreResolved,
     SendTo,
@@ -349,7 +350,9 @@ def test_a_failure_during_the_final_checkpoint_restarts_or_fails(tmp_path, resta
         assert out == [Broadcast(Cancel(str(machine.error)), ATTEMPT_0)] and machine.status == S.FAILED
         assert "the Spark job running the workers failed: Python worker exited unexpectedly" in str(machine.error)
         return
-    [cancel] = out
+    [restarting, cancel] = out  # the driver logs the restart and its cause as it happens
+    assert restarting.cause == "the Spark job running the workers failed: Python worker exited unexpectedly"
+    assert (restarting.attempt, restarting.number) == (0, 1)
     assert cancel.message.reason.startswith("restarting: job 'job' failed: the Spark job running the workers failed")
     assert machine.status == S.RESTARTING
     assert handled(machine, TimePassed(4.8, 0.0)) == [CloseConnections(ATTEMPT_0), SubmitSparkJob()]
@@ -414,7 +417,9 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
 
     # the first failure: the pending checkpoint is aborted, the workers cancelled
     assert handled(machine, WorkerDisconnected(0, 10, 5.0)) == []
-    [abort, cancel] = fail_over(machine, 5.0)
+    [restarting, abort, cancel] = fail_over(machine, 5.0)
+    assert restarting == Restarting(0, "worker 0 (Spark task attempt 0, pid 100 on host) died or lost its connection "
+                                       "to the driver", 0.0, 1, "fixed delay (2 attempts, 0 s apart)")
     assert abort == Broadcast(CheckpointAbort(2), ATTEMPT_0)
     assert cancel.message.reason.startswith("restarting: job 'job' failed: worker 0 (Spark task attempt 0")
     assert machine.status == S.RESTARTING and machine.restarting.restarts[0]["attempt"] == 0
@@ -434,7 +439,8 @@ def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(
     assert send(machine, 1, Processing(1), 9.7, attempt=1) == []
     assert machine.restarting.restarts[0]["resumed_s"] == pytest.approx(4.7)
     send(machine, 1, Failed("internal", "boom", 1, traceback="Traceback (internal)"), 10.0, attempt=1)
-    [cancel] = fail_over(machine, 10.0)
+    [restarting, cancel] = fail_over(machine, 10.0)
+    assert (restarting.attempt, restarting.cause, restarting.number) == (1, "boom", 2)
     assert machine.status == S.RESTARTING
     handled(machine, SparkJobEnded([], None, 10.6))
     assert handled(machine, TimePassed(10.7, 0.0)) == [CloseConnections(ATTEMPT_1), SubmitSparkJob()]

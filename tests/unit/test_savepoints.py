@@ -34,7 +34,8 @@ from epochal.messages import (
 from epochal.runtime.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskInfo
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
 from epochal.runtime.host.events import ReachPoint, Send
-from epochal.state.storage import SavepointStorage, resolve_restore_path
+from epochal.state.checkpoint_dirs import resolve_restore_path
+from epochal.state.storage import SavepointStorage
 from tests.unit.test_jobmaster_machine import ATTEMPT_0, ack, conn, coordinator_on, deploy, handled, make, start
 
 SOURCE, SUM = (0, 0), (1, 0)

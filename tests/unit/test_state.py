@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.state.checkpoint_dirs import resolve_restore_path
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -14,7 +15,7 @@ from epochal.state.descriptors import (
 )
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore, redistribute
-from epochal.state.storage import CheckpointError, CheckpointStorage, resolve_restore_path
+from epochal.state.storage import CheckpointError, CheckpointStorage
 
 
 class Average:

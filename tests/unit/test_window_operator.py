@@ -716,7 +716,7 @@ def test_whole_jobs_on_the_local_runner():
 @pytest.mark.parametrize("call,message", [
     (lambda: assigner_window(keyed(), TumblingEventTimeWindows.of(10)), "pass timestamp=fn"),
     (lambda: assigner_window(keyed(), TumblingProcessingTimeWindows.of(10), time_of), "takes no timestamp"),
-    (lambda: keyed_window(keyed(), 10), "window\\(\\) takes a function"),
+    (lambda: keyed_window(keyed(), 10), "is in event time: pass timestamp=fn"),
     (lambda: keyed_window(keyed(), TumblingEventTimeWindows.of(10), time_of, slide=5), "takes no slide"),
     (lambda: assigner_window(keyed(), 10), "takes a size or a WindowAssigner"),
     (lambda: WindowedStream(keyed(), keyed_window(keyed(), 3, time_of).windows).trigger("x"), "takes a Trigger"),

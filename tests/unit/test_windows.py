@@ -90,7 +90,7 @@ class _Recorder:
 def test_subtask_event_time_is_the_minimum_over_live_inputs():
     subtask = Subtask(0, 0, 1, "windows")
     subtask.head = _Recorder()  # type: ignore[assignment]
-    a, b = (InputChannel(i, subtask, lambda n: None) for i in range(2))
+    a, b = (InputChannel(i, subtask, lambda n, size: None) for i in range(2))
     subtask.inputs = [a, b]
     subtask.on_event(a, Watermark(50))
     assert subtask.head.seen == []  # b has said nothing yet

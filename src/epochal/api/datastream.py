@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from epochal.api.collected import CollectedStream
+from epochal.api.event_time import WatermarkStrategy
 from epochal.api.fields import Field, check_callable
 from epochal.api.functions import ProcessFunction, as_process_function
 from epochal.api.windowed import WindowedStream
@@ -43,24 +45,6 @@ if TYPE_CHECKING:
     from epochal.api.iterative import IterativeStream
     from epochal.api.joins import IntervalJoin, JoinedStreams
     from epochal.api.keyed import KeyedStream
-
-
-class CollectedStream:
-    """Handle of a ``collect()`` sink: its records, once the job has run."""
-
-    def __init__(self, env: Environment, collect_id: str) -> None:
-        self._env = env
-        self.collect_id = collect_id
-
-    def get(self) -> list[Any]:
-        """The records the sink received in the last execution of the environment."""
-        result = self._env.last_result
-        if result is None:
-            raise PlanError("the job has not been executed yet: call env.execute() first")
-        return result.collected.get(self.collect_id, [])
-
-    def __iter__(self):
-        return iter(self.get())
 
 
 class DataStream:
@@ -181,15 +165,25 @@ class DataStream:
             raise PlanError(f"connect() takes a DataStream or a broadcast stream, got {type(other).__name__}")
         return ConnectedStreams(self, other)
 
-    def with_watermarks(self, timestamp: Callable[[Any], Any], max_out_of_orderness: float = 0) -> DataStream:
+    def with_watermarks(self, timestamp: Callable[[Any], Any] | WatermarkStrategy,
+                        max_out_of_orderness: float | None = None) -> DataStream:
         """Event time: ``timestamp(record)`` is a record's event time; watermarks follow it.
 
         The stream passes unchanged; every 200 ms (at most) each subtask emits the watermark
         ``max event time seen - max_out_of_orderness - 1``, which event-time windows downstream
-        fire on. ``max_out_of_orderness=0`` suits event times that ascend within each subtask
-        (Flink's ``for_monotonous_timestamps``). Watermarks from further upstream are replaced.
+        fire on (they read the same ``timestamp`` unless given their own). The default
+        ``max_out_of_orderness=0`` suits event times that ascend within each subtask (Flink's
+        ``for_monotonous_timestamps``). ``timestamp`` may be a :class:`WatermarkStrategy`
+        instead (``WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_assigner(fn)``,
+        Flink's ``assignTimestampsAndWatermarks``). Watermarks from further upstream are replaced.
         """
+        if isinstance(timestamp, WatermarkStrategy):
+            if max_out_of_orderness is not None:
+                raise PlanError("with_watermarks(strategy) takes its max_out_of_orderness from the strategy")
+            strategy = timestamp
+            timestamp, max_out_of_orderness = strategy.assigner("with_watermarks()"), strategy.max_out_of_orderness
         check_callable(timestamp, "with_watermarks")
+        max_out_of_orderness = max_out_of_orderness or 0
         check_number(max_out_of_orderness, "max_out_of_orderness", strict=False)
         return self._add("watermarks", "Watermarks", WatermarkGenerator(timestamp, max_out_of_orderness), [timestamp])
 
@@ -363,7 +357,7 @@ class DataStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("max_by")
 
-    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | None = None,
+    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | WatermarkStrategy | None = None,
                slide: float | None = None) -> WindowedStream:
         """Only on keyed streams (see :class:`KeyedStream`); here a clear error."""
         raise self._not_keyed("window")
@@ -394,7 +388,8 @@ class DataStream:
         return self._sink(DiscardSink(), None, "Sink: discard")
 
     def collect(self, name: str | None = None) -> CollectedStream:
-        """Send every record to the driver; ``.get()`` on the handle returns them after execute."""
+        """Send every record to the driver; ``.get()`` on the handle returns them: every one after
+        ``env.execute``, those collected so far while a job started by ``env.execute_async`` runs."""
         stream = self._sink(CollectSink(), name, "Sink: collect")
         collect_id = f"collect-{stream.node.id}"
         stream.node.collect_id = collect_id

@@ -46,10 +46,17 @@ class Environment:
         master: Spark master URL used when epochal starts the session itself (default
             ``EPOCHAL_MASTER``, else ``local[N]``).
         config: runtime tuning (batch size, credits, timeouts); keyword overrides are applied on top.
+        quiet_spark: keep Spark's console noise out of the job's output. A session epochal starts
+            is quiet unless this is False: its driver logs errors only (no log4j banner, no WARN
+            lines), it shows no ``[Stage n:>`` progress bars, and the JVM's ``WARNING: Using
+            incubator modules`` line is dropped. A session you pass as ``spark`` is left as it is
+            unless this is True: its log level is set to ERROR and its progress bar is stopped
+            (for the whole session: other Spark jobs of your program too).
     """
 
     def __init__(self, parallelism: int | None = None, *, spark: SparkSession | None = None,
-                 master: str | None = None, config: EngineConfig | None = None, **overrides: Any) -> None:
+                 master: str | None = None, config: EngineConfig | None = None, quiet_spark: bool | None = None,
+                 **overrides: Any) -> None:
         if parallelism is None:
             parallelism = run_settings.parallelism()
         if not isinstance(parallelism, int) or parallelism < 1:
@@ -63,8 +70,15 @@ class Environment:
             raise PlanError(f"parallelism {parallelism} exceeds max_parallelism {self.config.max_parallelism}")
         self._spark = spark
         self.master = master if master is not None or spark is not None else run_settings.master()
+        #: Spark's console noise kept out (see the class docstring); None: only for a session epochal starts
+        self.quiet_spark = quiet_spark
+        if spark is not None and quiet_spark:
+            spark_support.console.quiet_session(spark)
         self.graph = LogicalGraph()
+        #: The result of the environment's latest job that finished (``execute``, ``run_locally``).
         self.last_result: JobResult | None = None
+        #: The client of the environment's latest job started on Spark (``execute_async``, ``execute``).
+        self.last_client: JobClient | None = None
         self.checkpoint_config = CheckpointConfig()
         self.state_backend = StateBackendConfig()
         self.restart_strategy: RestartStrategy = NoRestart()
@@ -79,11 +93,16 @@ class Environment:
         """Take a checkpoint every ``interval`` seconds (see :class:`~epochal.config.CheckpointConfig`).
 
         Checkpoints go to ``<storage>/<job name>/<job id>/chk-<n>``; ``storage`` is a local path
-        or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``). Savepoints the
-        user asks for without a directory go to ``savepoint_dir`` (default:
+        (a relative one is taken from the driver's working directory, which executors do not
+        share) or any URI pyarrow.fs supports (default: ``<tmp>/epochal-checkpoints``). Savepoints
+        the user asks for without a directory go to ``savepoint_dir`` (default:
         ``<storage>/<job name>/savepoints``).
         """
         check_number(interval, "checkpoint interval (seconds)")
+        if storage is not None and "://" not in storage:
+            storage = os.path.abspath(storage)
+        if savepoint_dir and "://" not in savepoint_dir:
+            savepoint_dir = os.path.abspath(savepoint_dir)
         self.checkpoint_config = CheckpointConfig(
             interval=interval, mode=mode, timeout=timeout, min_pause=min_pause, max_concurrent=max_concurrent,
             tolerable_failures=tolerable_failures, retained=retained,
@@ -163,7 +182,8 @@ class Environment:
         """The SparkSession jobs run on (started on first use)."""
         if self._spark is None:
             with interrupts.deferred_interrupts():  # a Ctrl-C inside a Py4J call prints tracebacks
-                self._spark = spark_support.create_session(self.master, self.parallelism)
+                self._spark = spark_support.create_session(self.master, self.parallelism,
+                                                           quiet=self.quiet_spark is not False)
         return self._spark
 
     # ---------------------------------------------------------------- sources
@@ -284,10 +304,13 @@ class Environment:
             if restore_from is not None:  # EPOCHAL_RESTORE_FROM is not for it
                 raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
                                 "it cannot restore_from a checkpoint")
-            return cec_job.execute_async(self, job_name, faults)
-        restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
-        return dataflow_job.execute_async(self, job_name, restore_from=restore_from,
-                                          allow_non_restored_state=allow_non_restored_state, faults=faults)
+            client = cec_job.execute_async(self, job_name, faults)
+        else:
+            restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
+            client = dataflow_job.execute_async(self, job_name, restore_from=restore_from,
+                                                allow_non_restored_state=allow_non_restored_state, faults=faults)
+        self.last_client, self.last_result = client, None
+        return client
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,

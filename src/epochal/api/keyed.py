@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochal.api.datastream import DataStream
+from epochal.api.event_time import WatermarkStrategy
 from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.api.windowed import WindowedStream, count_windows, keyed_window
 from epochal.plan.logical import Transformation
@@ -89,7 +90,7 @@ class KeyedStream(DataStream):
         return self._aggregate("max_by", "MaxBy", ByFieldAggregate(field_getter(field, "max_by"), largest=True),
                                emit_value, [field] if callable(field) else [])
 
-    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | None = None,
+    def window(self, size_or_assigner: Any, timestamp: Callable[[Any], Any] | WatermarkStrategy | None = None,
                slide: float | None = None) -> WindowedStream:
         """Windows per key: a size (event-time windows, tumbling or sliding) or any window
         assigner (``TumblingEventTimeWindows.of(10)``, ``SlidingProcessingTimeWindows.of(60, 10)``,
@@ -101,8 +102,14 @@ class KeyedStream(DataStream):
         when tumbling); window ``start`` covers ``[start, start + size)``.
 
         ``timestamp(record)`` is the record's event time, needed by event-time windows (records
-        do not carry one, so the window reads it like ``with_watermarks`` upstream, which must
-        exist for windows to fire before the input ends). A window fires once the watermark
+        do not carry one); after ``with_watermarks(ts)`` it may be left out (``ts`` is used).
+        Windows fire on watermarks: when none reach the window (no ``with_watermarks`` upstream)
+        and its input is unbounded, the window makes them from ``timestamp`` with
+        ``max_out_of_orderness=0`` (:data:`~epochal.api.event_time.DEFAULT_OUT_OF_ORDERNESS`), as
+        ``with_watermarks(timestamp)`` before the ``key_by`` would; pass a
+        :class:`~epochal.api.event_time.WatermarkStrategy` as ``timestamp`` for another bound
+        (``WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_assigner(ts)``).
+        ``env.plan().describe()`` says where each window's watermarks come from. A window fires once the watermark
         reaches its last instant (``start + size - 1``) and emits a
         :class:`~epochal.runtime.windows.assigners.WindowResult`, equal to ``(key, start, result)``
         and carrying ``.start``/``.end``; every open window fires at the end of a bounded input.

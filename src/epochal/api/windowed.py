@@ -14,6 +14,7 @@ import operator as _op
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from epochal.api.event_time import WatermarkStrategy, event_time_input
 from epochal.api.fields import Field, check_callable, check_field, field_getter
 from epochal.errors import PlanError
 from epochal.runtime.operators.aggregates import (
@@ -87,31 +88,33 @@ def count_windows(size: Any, slide: Any) -> CountWindows:
 
 
 def assigner_window(keyed: KeyedStream, assigner: WindowAssigner,
-                    timestamp: Callable[[Any], Any] | None = None) -> WindowedStream:
+                    timestamp: Callable[[Any], Any] | WatermarkStrategy | None = None) -> WindowedStream:
     """``keyed`` windowed by ``assigner`` (Flink's ``keyBy(...).window(assigner)``).
 
     Event-time assigners need ``timestamp(record)``, the record's event time (records carry none;
-    ``with_watermarks`` upstream makes the windows fire before the input ends; without
-    ``timestamp``, that of a ``with_watermarks`` whose records reach the window unchanged, through
-    partitioning and filters, is used); processing-time
+    without ``timestamp``, that of a ``with_watermarks`` whose records reach the window unchanged,
+    through partitioning and filters, is used). When no watermarks reach the window and its input
+    is unbounded, it makes them from ``timestamp`` (see :func:`~epochal.api.event_time.event_time_input`;
+    a :class:`WatermarkStrategy` as ``timestamp`` sets their out-of-orderness). Processing-time
     assigners window by the wall clock and take none; global windows may take one (their
     trigger sees it)."""
     if not isinstance(assigner, WindowAssigner):
         raise PlanError(f"window() takes a size or a WindowAssigner (e.g. TumblingEventTimeWindows.of(10)), "
                         f"got {type(assigner).__name__}: {assigner!r}")
-    if timestamp is None and assigner.is_event_time:
-        timestamp = keyed._event_time()
+    if assigner.is_event_time:
+        function, keyed = event_time_input(keyed, timestamp, f"window({assigner!r})")
+        return WindowedStream(keyed, assigner, function)
+    if isinstance(timestamp, WatermarkStrategy):
+        timestamp = timestamp.assigner("window()")
     if timestamp is not None:
         check_callable(timestamp, "window")
-    elif assigner.is_event_time:
-        raise PlanError(f"window({assigner!r}) is in event time: pass timestamp=fn(record), the record's event time "
-                        "(or put with_watermarks(fn) right before the key_by)")
-    if not assigner.is_event_time and not isinstance(assigner, GlobalWindows) and timestamp is not None:
-        raise PlanError(f"window({assigner!r}) follows the wall clock: it takes no timestamp function")
+        if not isinstance(assigner, GlobalWindows):
+            raise PlanError(f"window({assigner!r}) follows the wall clock: it takes no timestamp function")
     return WindowedStream(keyed, assigner, timestamp)
 
 
-def keyed_window(keyed: KeyedStream, size_or_assigner: Any, timestamp: Callable[[Any], Any] | None = None,
+def keyed_window(keyed: KeyedStream, size_or_assigner: Any,
+                 timestamp: Callable[[Any], Any] | WatermarkStrategy | None = None,
                  slide: Any = None) -> WindowedStream:
     """What ``KeyedStream.window`` does: an assigner (:func:`assigner_window`) or event-time
     windows of a size (tumbling, or sliding by ``slide``), which need ``timestamp``."""
@@ -119,9 +122,9 @@ def keyed_window(keyed: KeyedStream, size_or_assigner: Any, timestamp: Callable[
         if slide is not None:
             raise PlanError("window(assigner) takes no slide: the assigner has it (SlidingEventTimeWindows.of(...))")
         return assigner_window(keyed, size_or_assigner, timestamp)
-    check_callable(timestamp or keyed._event_time(), "window")
-    timestamp = timestamp or keyed._event_time()
-    return WindowedStream(keyed, time_windows(size_or_assigner, slide), timestamp)
+    windows = time_windows(size_or_assigner, slide)
+    function, keyed = event_time_input(keyed, timestamp, f"window({size_or_assigner!r})")
+    return WindowedStream(keyed, windows, function)
 
 
 class WindowedStream:

@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     running.add_argument("--master", metavar="URL", help="the Spark master (default: embedded local[N])")
     running.set_defaults(handler=run.run)
 
+    latest = verb("latest-checkpoint", "print a job's latest completed checkpoint under a checkpoint storage "
+                  "(to pass as restore_from or epochal run --restore)")
+    latest.add_argument("storage", metavar="STORAGE", help="the checkpoint storage (enable_checkpointing(storage=...))")
+    latest.add_argument("job_name", metavar="JOB_NAME", help="the job's name, as given to execute()")
+    latest.set_defaults(handler=savepoint_files.latest_checkpoint)
+
     check = verb("check", "check that this machine can run epochal (Python, Java, PySpark)", json=False)
     check.set_defaults(handler=run_check)
     return parser

@@ -1,4 +1,5 @@
-"""``epochal savepoint info PATH`` and ``epochal savepoint dispose PATH``: savepoints on disk."""
+"""Savepoints and checkpoints on disk: ``epochal savepoint info PATH``, ``epochal savepoint dispose
+PATH`` and ``epochal latest-checkpoint STORAGE JOB_NAME``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,22 @@ def dispose(args: argparse.Namespace) -> int:
         emit({"disposed": path})
     else:
         print(f"disposed {path}")
+    return Exit.OK
+
+
+def latest_checkpoint(args: argparse.Namespace) -> int:
+    """The latest completed checkpoint of a job under a checkpoint storage (``epochal.latest_checkpoint``)."""
+    from epochal.state.checkpoint_dirs import latest_checkpoint as find
+    from epochal.state.storage import CheckpointError
+
+    try:
+        path = find(args.storage, args.job_name)
+    except CheckpointError as error:
+        raise CliError(Exit.NOT_FOUND, str(error)) from None
+    if args.json:
+        emit({"checkpoint": path})
+    else:
+        print(path)
     return Exit.OK
 
 

@@ -117,6 +117,9 @@ class Source(ABC):
 
     #: True when every split ends by itself; a job whose sources are all bounded finishes.
     bounded: bool = True
+    #: True when the source's reader reports event time (``SplitReader.watermark``): event-time
+    #: operators downstream then need no ``with_watermarks`` (planning checks that they get some).
+    emits_watermarks: bool = False
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:

@@ -130,6 +130,7 @@ class KafkaSource(Source):
         self.value_deserializer = resolve_serde(value_deserializer, DESERIALIZERS, "value_deserializer")
         self.errors_tag = None if errors is None else _tag_id(errors)
         self.watermarks = watermarks
+        self.emits_watermarks = watermarks
         self.timestamp = timestamp
         self.max_out_of_orderness = max_out_of_orderness
         self.idle_timeout = idle_timeout

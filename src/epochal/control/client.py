@@ -12,9 +12,13 @@ from epochal.control.kinds import KindCoordinator
 from epochal.errors import EpochalError, JobTimeoutError, SavepointError
 
 
-@dataclass
+@dataclass(repr=False)
 class JobResult:
-    """What a finished job produced: collected records and final metrics."""
+    """What a finished job produced: collected records and final metrics.
+
+    ``print(result)`` shows a one-line summary (job, duration, records, checkpoints, restarts,
+    records collected); the details stay in the fields (``metrics`` per worker, ``checkpoints``
+    per checkpoint and subtask, ``restarts``, ``collected``)."""
 
     job_name: str
     job_id: str
@@ -32,6 +36,18 @@ class JobResult:
     #: State of the ``restore_from`` checkpoint that no operator claimed and that was skipped
     #: because of ``allow_non_restored_state=True``: uid, name, operation and what state it held.
     non_restored_state: list[dict[str, Any]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        aborted = len(self.checkpoints) - self.completed_checkpoints
+        checkpoints = f"{self.completed_checkpoints} checkpoint{'s' * (self.completed_checkpoints != 1)}" + (
+            f" ({aborted} aborted)" if aborted else "")
+        restarts = f"{len(self.restarts)} restart{'s' * (len(self.restarts) != 1)}"
+        collected = sum(len(records) for records in self.collected.values())
+        return (f"JobResult(job '{self.job_name}' (id {self.job_id}) finished in {self.duration_s:.1f} s: "
+                f"{self.records_processed:,} records, {checkpoints}, {restarts}"
+                + (f", {collected:,} records collected" if self.collected else "") + ")")
+
+    __str__ = __repr__
 
     @property
     def completed_checkpoints(self) -> int:
@@ -95,10 +111,17 @@ class JobClient:
         """The latest metrics of each worker (sent with its heartbeats)."""
         return self._jobmaster.snapshot_metrics()
 
+    @property
+    def done(self) -> bool:
+        """Whether the job ended (finished, failed or was cancelled)."""
+        return self._jobmaster.done.is_set()
+
     def collected(self, sink: Any) -> list[Any]:
-        """Records a collect sink published so far (the list grows while the job runs). Under
-        checkpointing records appear when the checkpoint covering them completes, each exactly
-        once across restarts; without checkpointing as they arrive."""
+        """``collected(handle)``: the records the ``collect()`` sink whose handle (what
+        ``stream.collect()`` returned; or its ``collect_id``) is ``sink`` published so far, a
+        copy that grows from call to call while the job runs. Under checkpointing records appear
+        when the checkpoint covering them completes, each exactly once across restarts; without
+        checkpointing as they arrive. ``handle.get()`` returns the same."""
         collect_id = getattr(sink, "collect_id", sink)
         return self._jobmaster.query(lambda kind: kind.published(collect_id))
 

@@ -29,7 +29,8 @@ def failure_error(failures: Iterable[Failed], job_name: str, restore_hint: str) 
     if failure.category == "user":
         where = failure.where or f"operator '{failure.operator}'"
         shown = failure.user_traceback.format() if failure.user_traceback else failure.traceback
-        message = f"job '{job_name}' failed: {where} (worker {worker}) raised {failure.error}\n{shown}".rstrip()
+        on = f" on record {failure.record}" if failure.record else ""
+        message = f"job '{job_name}' failed: {where} (worker {worker}) raised {failure.error}{on}\n{shown}".rstrip()
         return JobFailedError(message, operator=failure.operator, worker=worker, category="user")
     text = f"job '{job_name}' failed: {failure.error}"
     if failure.category == "restore":

@@ -46,6 +46,7 @@ from epochal.control.jobmaster_events import (
     JobStarted,
     KillSparkJob,
     ResolveRestore,
+    Restarting,
     RestoreFailed,
     RestoreResolved,
     SavepointDone,
@@ -79,6 +80,7 @@ _INBOX = Dispatch("JobMaster inbox")
 _DO = Dispatch("JobMaster instructions")
 _ON = MESSAGES
 T = TypeVar("T")
+_log = logging.getLogger("epochal")
 
 
 class JobMaster:
@@ -307,6 +309,12 @@ class JobMaster:
     @_DO.on(KillSparkJob)
     def _kill(self, instruction: KillSparkJob) -> None:
         self.cancel_spark_job()
+
+    @_DO.on(Restarting)
+    def _restarting(self, instruction: Restarting) -> None:
+        _log.warning("job '%s' restarts in %gs (restart %d; %s) after attempt %d failed: %s", self.job_name,
+                     instruction.delay, instruction.number, instruction.strategy, instruction.attempt,
+                     instruction.cause)
 
     @_DO.on(CloseConnections)
     def _close(self, instruction: CloseConnections) -> None:

@@ -27,9 +27,9 @@ from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
 __all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
-           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "SavepointDone",
-           "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded", "SubmitSparkJob", "TimePassed",
-           "WorkerDisconnected", "WorkerMessage"]
+           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "Restarting",
+           "SavepointDone", "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded", "SubmitSparkJob",
+           "TimePassed", "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -174,6 +174,19 @@ class ResolveRestore:
 
 
 @dataclass(frozen=True, slots=True)
+class Restarting:
+    """Attempt ``attempt`` failed with ``cause`` (the first line of its error) and the job restarts
+    after ``delay`` seconds: restart ``number`` under ``strategy`` (described). The driver logs it,
+    one line, so a restart is not silent until the strategy gives up."""
+
+    attempt: int
+    cause: str
+    delay: float
+    number: int
+    strategy: str
+
+
+@dataclass(frozen=True, slots=True)
 class CloseConnections:
     """Close these connections: the previous attempt's workers', or one no registered worker uses."""
 
@@ -191,4 +204,4 @@ class SavepointDone:
 
 
 Instruction = (SendTo | Broadcast | SubmitSparkJob | SubmitWorker | KillSparkJob | ResolveRestore | CloseConnections
-               | CheckpointIO | SavepointDone)
+               | Restarting | CheckpointIO | SavepointDone)

@@ -45,6 +45,7 @@ from epochal.control.jobmaster_events import (
     Instruction,
     JobStarted,
     KillSparkJob,
+    Restarting,
     RestoreFailed,
     RestoreResolved,
     SavepointDone,
@@ -319,7 +320,10 @@ class JobMasterMachine:
             self._stop(lifecycle.RestartsExhausted(), now)
             return
         # stop this attempt's workers; the next attempt starts once its Spark job is gone
-        self.restarting.begin(self.attempt, str(error).splitlines()[0], delay, now)
+        cause = str(error).splitlines()[0]
+        self.restarting.begin(self.attempt, cause, delay, now)
+        self.emit(Restarting(self.attempt, cause.removeprefix(f"job '{self.job_name}' failed: "), delay,
+                             len(self.restarting.restarts), self.restarting.strategy.describe()))
         self.kind_outputs(self.kind.attempt_failed(f"job attempt {self.attempt} failed", now), now)
         self._transition(lifecycle.RestartDecided(str(error)))  # broadcasts Cancel
 

@@ -12,12 +12,13 @@ are read from any thread (:meth:`SavepointStatus.wait`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.connectors.filesystems import is_uri, join, resolve
 
 IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
 
@@ -76,6 +77,8 @@ class SavepointStatus:
 def new_request(job_id: str, target_dir: str, format: str, stop: bool, drain: bool) -> SavepointStatus:
     """A request for a savepoint of job ``job_id`` in a directory of its own under ``target_dir``."""
     request_id = uuid.uuid4().hex[:12]
+    if not is_uri(target_dir):  # the workers that write it have another working directory
+        target_dir = os.path.abspath(target_dir)
     location = join(target_dir, f"savepoint-{job_id[:8]}-{request_id[:6]}")
     return SavepointStatus(request_id, location, format, stop, drain)
 

@@ -8,6 +8,7 @@ cancelled as a unit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -17,6 +18,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from epochal.control import console
 from epochal.control.spare import SpareWorker
 from epochal.errors import EnvironmentSetupError, JavaNotFoundError
 
@@ -72,8 +74,12 @@ PRELOADING_DAEMON = "epochal.daemon"
 
 
 def create_session(master: str | None, parallelism: int, app_name: str = "epochal",
-                   conf: dict[str, str] | None = None) -> SparkSession:
+                   conf: dict[str, str] | None = None, quiet: bool = True) -> SparkSession:
     """Get the active SparkSession or start one with settings that suit long-running workers.
+
+    ``quiet`` (the default) keeps Spark's console noise out of the user's output: log4j logs
+    errors only, no progress bars, and the JVM's start-up lines are dropped
+    (:mod:`epochal.control.console`); ``quiet=False`` leaves Spark's console as Spark makes it.
 
     On a local master (the embedded default) Python workers are forked from
     :mod:`epochal.daemon`, which has numpy, pyarrow and epochal's worker modules imported,
@@ -91,7 +97,6 @@ def create_session(master: str | None, parallelism: int, app_name: str = "epocha
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master or default_master(parallelism))
     settings = {
-        "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.python.worker.reuse": "true",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
@@ -104,31 +109,23 @@ def create_session(master: str | None, parallelism: int, app_name: str = "epocha
         settings.pop("spark.driver.bindAddress")
     elif os.environ["PYSPARK_PYTHON"] == sys.executable:  # workers run this very interpreter: fork
         settings.setdefault("spark.python.daemon.module", PRELOADING_DAEMON)  # them with epochal imported
+    if quiet:
+        settings = console.quiet_launch_conf(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    from pyspark import SparkContext
+
+    starts_jvm = quiet and SparkContext._gateway is None  # (else the JVM's stderr is decided already)
     try:
-        session = builder.getOrCreate()
+        with console.filtered_child_stderr() if starts_jvm else contextlib.nullcontext():
+            session = builder.getOrCreate()
     except Exception as error:
         raise EnvironmentSetupError(f"Spark could not start: {error}") from error
-    session.sparkContext.setLogLevel("ERROR")
-    _quiet_task_failure_logs(session)
+    if quiet:
+        console.quiet_session(session)
+    else:  # a killed worker's JVM stacks stay out even so: the JobMaster reports it in one error
+        console.silence_task_failure_logs(session)
     return session
-
-
-def _quiet_task_failure_logs(session: SparkSession) -> None:
-    """A killed worker makes Spark log its JVM stack several times; the JobMaster already reports
-    the failure as one readable error, so these loggers are silenced in sessions epochal starts."""
-    try:
-        jvm = session.sparkContext._jvm
-        assert jvm is not None
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
-                     "org.apache.spark.api.python.PythonRunner", "org.apache.spark.scheduler.DAGScheduler",
-                     "org.apache.spark.util.Utils", "org.apache.spark.scheduler.TaskSchedulerImpl"):
-            configurator.setLevel(name, level)
-    except Exception:
-        pass  # another logging backend: keep Spark's own output
 
 def is_local(spark: SparkSession) -> bool:
     return (spark.sparkContext.master or "").startswith("local")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,8 @@ from epochal.plan.jobgraph import JobGraph
 from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline
 from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
-from epochal.state.storage import CheckpointStorage, resolve_restore_path
+from epochal.state.checkpoint_dirs import find_restore_point, job_directory
+from epochal.state.storage import CheckpointStorage
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
@@ -49,8 +49,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     checkpoint = env.checkpoint_config
     storage_uri = ""
     if checkpoint.enabled:
-        safe_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "job"
-        storage_uri = f"{checkpoint.storage.rstrip('/')}/{safe_name}/{job_id}"
+        storage_uri = f"{job_directory(checkpoint.storage, job_name)}/{job_id}"
     deployment = Deployment(job_name, job_id, graph, env.config, checkpoint, storage_uri,
                             hook=FaultInjector.of(faults or []), state_backend=env.state_backend)
     functions: dict[str, list[Any]] = {}
@@ -125,7 +124,10 @@ def _validate_connectors(env: Environment, job: Any) -> None:
 def _checked_restore(env: Environment, restore_from: str, operators: dict[str, dict[str, str]],
                      allow_non_restored_state: bool) -> dict[str, Any]:
     """Read and check the checkpoint ``restore_from`` names against the job's operators."""
-    restore_storage, checkpoint_id = resolve_restore_path(restore_from)
+    point = find_restore_point(restore_from)
+    restore_storage, checkpoint_id = point.storage, point.checkpoint_id
+    if point.chosen is not None:  # the user named a directory: say which checkpoint it gave
+        _log.warning("restoring %s (%s)", point.location, point.chosen)
     metadata = restore_storage.read_metadata(checkpoint_id)
     if metadata.get("max_parallelism") != env.max_parallelism:
         raise PlanError(f"checkpoint {restore_from} was taken with max_parallelism "

@@ -172,7 +172,7 @@ class Worker(WorkerShell):
 
     @_DATA.on(PeerCredit)
     def _on_credit(self, event: PeerCredit) -> None:
-        self.data.out_channels[event.channel].add_credit(event.credit)
+        self.data.out_channels[event.channel].add_credit(event.credit, event.batch_size)
 
     def _drain_mailbox(self, timeout: float | None) -> bool:
         """Handle queued events; wait up to ``timeout`` for the first one if none is queued."""

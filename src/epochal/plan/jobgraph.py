@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from epochal.connectors.base import Source
 from epochal.errors import PlanError
+from epochal.plan.event_time import check_event_time, describe_origins, is_event_time
 from epochal.plan.logical import LogicalGraph, Transformation
 from epochal.plan.partitioners import ForwardPartitioner, Partitioner, RebalancePartitioner
 
@@ -97,6 +98,8 @@ class JobGraph:
     nodes: dict[int, ChainedNode]
     max_parallelism: int
     loops: list[Loop] = field(default_factory=list)
+    #: One line per event-time operator: where its watermarks come from (``describe``).
+    event_time: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """A readable plan, one vertex per line, like Flink's plan view."""
@@ -107,6 +110,8 @@ class JobGraph:
                 f"#{self.edges[e].source_vertex}" for e in vertex.in_edges)
             lines.append(f"#{vertex.id} {vertex.name} (parallelism {vertex.parallelism})"
                          + (f" <- {inputs}" if inputs else ""))
+        if self.event_time:
+            lines += ["event time:", *(f"  {line}" for line in self.event_time)]
         return "\n".join(lines)
 
 
@@ -145,6 +150,9 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
         if unbounded:
             raise PlanError(f"runtime mode 'batch' needs bounded sources; {', '.join(unbounded)} never ends: give "
                             "it an end (e.g. from_generator(count=...)) or use set_runtime_mode('streaming')")
+    for node in physical:
+        if is_event_time(node):
+            check_event_time(graph, node)
     for node in physical:
         if hasattr(node.operator, "final_only"):
             node.operator.final_only = node.final_results or graph.runtime_mode == "batch"  # type: ignore[union-attr]
@@ -246,7 +254,8 @@ def build_job_graph(graph: LogicalGraph, default_parallelism: int, max_paralleli
         loop_id = head.operator.loop_id  # type: ignore[union-attr]
         members = sorted({vertex_of[n] for n in loop_nodes[loop_id]})
         loops.append(Loop(loop_id, vertex_of[head.id], vertex_of[tail_id], parallelism[head.id], members))
-    return JobGraph(vertices, edges, nodes, max_parallelism, sorted(loops, key=lambda loop: loop.id))
+    event_time = [f"#{vertex_of[n.id]} '{n.name}': {describe_origins(graph, n)}" for n in physical if is_event_time(n)]
+    return JobGraph(vertices, edges, nodes, max_parallelism, sorted(loops, key=lambda loop: loop.id), event_time)
 
 
 def default_uid(node: Transformation, ordinal: int) -> tuple[str, str]:

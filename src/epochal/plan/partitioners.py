@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from epochal.errors import each, note_record
 from epochal.plan.keygroups import key_groups_of
 
 
@@ -81,7 +82,7 @@ class KeyGroupPartitioner(Partitioner):
         targets: list[list[Any]] = [[] for _ in range(n)]
         owners = self._owner_table(n)
         appends = [target.append for target in targets]
-        groups = key_groups_of(list(map(self.key_selector, batch)), self.max_parallelism)
+        groups = key_groups_of(each(self.key_selector, batch), self.max_parallelism)
         for record, group in zip(batch, groups, strict=True):
             appends[owners[group]](record)
         return targets
@@ -100,9 +101,14 @@ class CustomPartitioner(Partitioner):
         targets: list[list[Any]] = [[] for _ in range(n)]
         partition = self.partition
         selector = self.key_selector
-        for record in batch:
-            index = partition(selector(record), n)
-            if not 0 <= index < n:
-                raise ValueError(f"custom partitioner returned {index!r}, expected an index in 0..{n - 1}")
-            targets[index].append(record)
+        record = None
+        try:
+            for record in batch:
+                index = partition(selector(record), n)
+                if not 0 <= index < n:
+                    raise ValueError(f"custom partitioner returned {index!r}, expected an index in 0..{n - 1}")
+                targets[index].append(record)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return targets

@@ -12,7 +12,8 @@ import datetime
 from typing import Any
 
 from epochal.errors import PlanError
-from epochal.state.storage import CheckpointError, is_savepoint, resolve_restore_path, state_files
+from epochal.state.checkpoint_dirs import resolve_restore_path
+from epochal.state.storage import CheckpointError, is_savepoint, state_files
 
 
 def savepoint_info(path: str) -> dict[str, Any]:

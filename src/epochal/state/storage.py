@@ -339,26 +339,3 @@ def read_metadata_at(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint metadata {path} is corrupt ({error}); "
                               "restore from another checkpoint", path=path) from error
-
-
-def resolve_restore_path(uri: str) -> tuple[CheckpointStorage, int]:
-    """A user-given restore path: a savepoint directory, a ``chk-<n>`` directory, or a job's
-    checkpoint root (its latest completed checkpoint)."""
-    stripped = uri.rstrip("/")
-    fs, root = open_filesystem(stripped or "/")
-    if fs.get_file_info(f"{root}/{METADATA}").type == pafs.FileType.File:
-        savepoint = SavepointStorage(stripped)
-        metadata = savepoint.read_metadata(0)  # fails clearly if corrupt
-        if is_savepoint(metadata):
-            return savepoint, int(metadata["checkpoint_id"])
-    match = _CHK.search(stripped)
-    if match:
-        storage = CheckpointStorage(stripped[: match.start()].rstrip("/") or "/")
-        checkpoint_id = int(match.group(1))
-        storage.read_metadata(checkpoint_id)  # fails clearly if missing or corrupt
-        return storage, checkpoint_id
-    storage = CheckpointStorage(stripped)
-    latest = storage.latest()
-    if latest is None:
-        raise CheckpointError(f"no completed checkpoint under {uri} (no chk-<n>/_metadata found)")
-    return storage, latest

@@ -167,12 +167,12 @@ class OperatorHarness:
         self.subtask.outputs.append(output)
         self.subtask.output_channels.append(channel)
         self.runner.side_sink = self._side
-        self.input = InputChannel(0, self.subtask, lambda credit: None)
+        self.input = InputChannel(0, self.subtask, lambda credit, batch_size: None)
         self.subtask.inputs.append(self.input)
         #: A two-input operator's second input.
         self.input2: InputChannel | None = None
         if operator.input_count == 2:
-            self.input2 = InputChannel(1, self.subtask, lambda credit: None)
+            self.input2 = InputChannel(1, self.subtask, lambda credit, batch_size: None)
             self.input2.input_index = 1
             self.subtask.inputs.append(self.input2)
 

@@ -74,8 +74,8 @@ class _InProcessPeer:
     def send_event(self, channel: int, event: Any) -> None:
         self.runner.paths[self.peer].deliver_local(channel, False, event)
 
-    def send_credit(self, channel: int, credit: int) -> None:
-        self.runner.paths[self.peer].out_channels[channel].add_credit(credit)
+    def send_credit(self, channel: int, credit: int, batch_size: int = 0) -> None:
+        self.runner.paths[self.peer].out_channels[channel].add_credit(credit, batch_size)
 
 
 def run_locally(env: Environment, job_name: str = "local job", **options: Any) -> LocalResult:
@@ -90,7 +90,8 @@ class LocalRunner:
     Args:
         env: the environment whose streams to run (as ``env.execute`` would).
         batch_size: records per source read and per channel batch (default: the environment's);
-            small values interleave subtasks more finely.
+            small values interleave subtasks more finely. Batches are sized by count only
+            (``batch_time`` does not apply), so runs are deterministic.
         watermark_interval: seconds between watermarks of ``with_watermarks`` (default 0: after
             every batch, so event time advances deterministically; ``None`` keeps the job's).
         serialize: give each simulated worker a copy of the plan made by the same cloudpickle
@@ -129,7 +130,8 @@ class LocalRunner:
     # ------------------------------------------------------------------ set-up
     def _deployments(self, graph: ExecutionGraph, job_id: str) -> list[Deployment]:
         """One copy of the deployment per simulated worker, as each Spark task gets one."""
-        deployment = Deployment(self.job_name, job_id, graph, replace(self.env.config, batch_size=self.batch_size))
+        config = replace(self.env.config, batch_size=self.batch_size, batch_time=None)  # count only: deterministic
+        deployment = Deployment(self.job_name, job_id, graph, config)
         if not self.serialize:
             return [copy.deepcopy(deployment) for _ in range(graph.num_workers)]
         functions: dict[str, list[Any]] = {}
@@ -250,8 +252,9 @@ class LocalRunner:
         where = f" (subtask {subtask.index} of '{subtask.name}')" if subtask is not None else ""
         cause = error.error
         shown = UserTraceback.of(cause).format()
+        on = f" on record {error.record}" if error.record else ""
         return JobFailedError(f"job '{self.job_name}' failed: {error.where}{where} raised "
-                              f"{type(cause).__name__}: {cause}\n{shown}".rstrip(), operator=error.operator,
+                              f"{type(cause).__name__}: {cause}{on}\n{shown}".rstrip(), operator=error.operator,
                               worker=worker, category="user")
 
     def _metrics(self, workers: int) -> dict[int, dict[str, Any]]:

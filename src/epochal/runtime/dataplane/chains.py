@@ -29,7 +29,11 @@ def edge_names(job: JobGraph, edge_id: int) -> tuple[str, str]:
 
 
 class EdgeOutput:
-    """A producer subtask's side of one job edge: partitioner, channels and their buffers."""
+    """A producer subtask's side of one job edge: partitioner, channels and their buffers.
+
+    A channel's batches hold at most ``batch_size`` records, and no more than its consumer asked
+    for (``OutputChannel.batch_size``, see :mod:`epochal.runtime.dataplane.batch_sizing`): a part
+    of a batch that is larger goes as several batches, the rest waits in the buffer."""
 
     __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single", "edge")
 
@@ -53,18 +57,32 @@ class EdgeOutput:
             except Exception as error:
                 raise self._partition_error(error) from error
         buffers = self.buffers
-        size = self.batch_size
+        limit = self.batch_size
         for index, part in enumerate(parts):
             if not part:
                 continue
+            channel = self.channels[index]
+            size = channel.batch_size
+            if size > limit:
+                size = limit
             buffer = buffers[index]
-            if not buffer and len(part) >= size:
-                self.channels[index].send_batch(part)
-                continue
-            buffer.extend(part)
-            if len(buffer) >= size:
-                self.channels[index].send_batch(buffer)
+            if buffer:
+                buffer.extend(part)
+                if len(buffer) < size:
+                    continue
+                part = buffer
                 buffers[index] = []
+            elif len(part) < size:
+                buffer.extend(part)
+                continue
+            if len(part) == size:
+                channel.send_batch(part)
+                continue
+            whole = len(part) - len(part) % size  # full batches go now, the rest waits
+            for start in range(0, whole, size):
+                channel.send_batch(part[start:start + size])
+            if whole < len(part):
+                buffers[index] = part[whole:]
 
     def _partition_error(self, error: Exception) -> UserFunctionError:
         producer, consumer = self.edge

@@ -30,15 +30,22 @@ class Transport(Protocol):
     def send_event(self, channel: int, event: Any) -> None: ...
 
 
-class OutputChannel:
-    """The producer's end of one channel: credit, and batches waiting for credit."""
+#: A channel's batch size before its consumer announced one: no bound but the edge's own.
+UNANNOUNCED = 1 << 62
 
-    __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent", "edge")
+
+class OutputChannel:
+    """The producer's end of one channel: credit, batches waiting for credit, and the batch size
+    its consumer last asked for (:mod:`epochal.runtime.dataplane.batch_sizing`)."""
+
+    __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent", "edge", "batch_size")
 
     def __init__(self, channel_id: int, credit: int, transport: Transport,
-                 edge: tuple[str, str] = ("", "")) -> None:
+                 edge: tuple[str, str] = ("", ""), batch_size: int = UNANNOUNCED) -> None:
         self.id = channel_id
         self.credit = credit
+        #: records per batch the consumer wants (announced with its credit)
+        self.batch_size = batch_size
         self.pending: deque[tuple[bool, Any]] = deque()
         self.transport = transport
         self.batches_sent = 0
@@ -60,8 +67,11 @@ class OutputChannel:
         else:
             self.transport.send_event(self.id, event)
 
-    def add_credit(self, credit: int) -> None:
-        """The consumer processed batches: send what was waiting for credit."""
+    def add_credit(self, credit: int, batch_size: int = 0) -> None:
+        """The consumer processed batches (and, ``batch_size`` > 0, wants batches of that many
+        records from now on): send what was waiting for credit."""
+        if batch_size:
+            self.batch_size = batch_size
         self.credit += credit
         pending = self.pending
         while pending and (self.credit > 0 or not pending[0][0]):
@@ -95,14 +105,16 @@ class InputChannel:
     __slots__ = ("id", "subtask", "queue", "blocked", "ended", "return_credit", "scheduled", "buffered",
                  "back_edge", "watermark", "input_index")
 
-    def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int], None],
+    def __init__(self, channel_id: int, subtask: Any, return_credit: Callable[[int, int], None],
                  buffered: Any = None) -> None:
         self.id = channel_id
         self.subtask = subtask
+        #: ``return_credit(batches, batch_size)``: to the producer, with the batch size this
+        #: consumer wants (0: no change)
+        self.return_credit = return_credit
         self.queue: deque[tuple[bool, Any]] = deque()
         self.blocked = False
         self.ended = False
-        self.return_credit = return_credit
         self.scheduled = False
         #: The :class:`~epochal.runtime.checkpointing.alignment.AlignmentBuffer` of aligned modes, else None:
         #: what arrived while blocked, credit already returned, replayed before ``queue``.

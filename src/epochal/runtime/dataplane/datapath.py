@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from epochal.runtime.checkpointing.alignment import AlignmentSpill
@@ -130,9 +131,16 @@ class DataPath:
                 self.records_processed += len(item)
                 if channel.back_edge:
                     feed(Feedback(key_of(subtask), item))
-                subtask.on_batch(item, channel.input_index)
-                if credit:
-                    channel.return_credit(1)
+                if subtask.sizer is None:
+                    subtask.on_batch(item, channel.input_index)
+                    if credit:
+                        channel.return_credit(1, 0)
+                else:  # timed: the batch size it wants goes back with the credit
+                    started = perf_counter()
+                    subtask.on_batch(item, channel.input_index)
+                    wanted = subtask.observe(len(item), perf_counter() - started)
+                    if credit:
+                        channel.return_credit(1, wanted)
                 budget -= 1
             elif type(item) is LoopProbe:
                 feed(ProbeArrived(key_of(subtask), channel.id, item.round, channel.back_edge))
@@ -160,7 +168,7 @@ class DataPath:
             batches += is_batch
         channel.scheduled = False
         if batches:
-            channel.return_credit(batches)
+            channel.return_credit(batches, channel.subtask.wanted_batch_size())
         spill, subtask = self.spill, channel.subtask
         if spill is not None and spill.over_limit and subtask.barriers is not None \
                 and subtask.barriers.pending is not None:
@@ -177,12 +185,16 @@ class DataPath:
                 self.ready.append(channel)
 
     def run_sources(self, batch_size: int) -> bool:
-        """Poll every source subtask that is not finished or backlogged for one batch."""
+        """Poll every source subtask that is not finished or backlogged for one batch of at most
+        ``batch_size`` records (fewer where its measured cost says so: ``Subtask.read_size``)."""
         worked = False
         for subtask in self.sources:
             if not subtask.finished and not subtask.backlogged:
                 self.current = subtask
-                count = subtask.poll_source(batch_size)
+                started = perf_counter()
+                count = subtask.poll_source(subtask.read_size(batch_size))
+                if count and subtask.sizer is not None:
+                    subtask.sizer.observe(count, perf_counter() - started)
                 self.records_processed += count
                 if subtask.finished:
                     self.feed(SubtaskFinished(key_of(subtask)))
@@ -233,4 +245,6 @@ class DataPath:
             "alignment_spilled_bytes": spill.spilled_total if spill is not None else 0,
             "subtasks": {f"{subtask.vertex_id}/{subtask.index}": subtask_metrics(subtask)
                          for subtask in list(self.subtasks)},
+            # per subtask sized by time: the records per batch its measured cost allows now
+            "batch_sizes": {f"{s.name}#{s.index}": s.sizer.size for s in list(self.subtasks) if s.sizer is not None},
         }

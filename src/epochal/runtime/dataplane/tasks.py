@@ -17,6 +17,7 @@ from epochal.config import StateBackendConfig
 from epochal.errors import UserFunctionError
 from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
+from epochal.runtime.dataplane.batch_sizing import BatchSizer, output_capacity
 from epochal.runtime.dataplane.chains import ChainRunner, EdgeOutput, edge_names
 from epochal.runtime.dataplane.channels import InputChannel, OutputChannel
 from epochal.runtime.dataplane.source_reader import SourceReader
@@ -90,6 +91,9 @@ class Subtask:
         self.restored = False
         #: Source subtasks: the last watermark their split reader reported.
         self.source_watermark: Any = NO_WATERMARK
+        #: Sizes this subtask's batches by its measured cost per record (``EngineConfig.batch_time``);
+        #: None: by count only.
+        self.sizer: BatchSizer | None = None
 
     @property
     def backlogged(self) -> bool:
@@ -266,6 +270,24 @@ class Subtask:
             self.barriers.abort(checkpoint_id, "aborted by the coordinator")
         for runner in self.runners:
             runner.operator.notify_checkpoint_aborted(checkpoint_id)
+
+    def observe(self, records: int, seconds: float) -> int:
+        """A batch of ``records`` took this subtask ``seconds``: the batch size it wants next on
+        its inputs, or 0 when it sizes by count only (:mod:`epochal.runtime.dataplane.batch_sizing`)."""
+        sizer = self.sizer
+        if sizer is None:
+            return 0
+        return min(sizer.observe(records, seconds), output_capacity(self.outputs, sizer.limit))
+
+    def wanted_batch_size(self) -> int:
+        """The batch size this subtask wants now on its inputs (0: by count only)."""
+        sizer = self.sizer
+        return 0 if sizer is None else min(sizer.size, output_capacity(self.outputs, sizer.limit))
+
+    def read_size(self, limit: int) -> int:
+        """Source subtasks: how many records to read next (at most ``limit``)."""
+        sizer = self.sizer
+        return limit if sizer is None else min(limit, sizer.size, output_capacity(self.outputs, limit))
 
     def on_batch(self, batch: list[Any], input_index: int = 0) -> None:
         if input_index:

@@ -22,8 +22,9 @@ from epochal.errors import RestoreError
 from epochal.plan.execution import Deployment
 from epochal.runtime.checkpointing.alignment import AlignmentBuffer, AlignmentSpill
 from epochal.runtime.checkpointing.events import LoopShape, SubtaskInfo
+from epochal.runtime.dataplane.batch_sizing import INITIAL_SIZE, BatchSizer
 from epochal.runtime.dataplane.chains import edge_names
-from epochal.runtime.dataplane.channels import InputChannel, LocalTransport, OutputChannel
+from epochal.runtime.dataplane.channels import UNANNOUNCED, InputChannel, LocalTransport, OutputChannel
 from epochal.runtime.dataplane.source_reader import SourceReader
 from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
 from epochal.runtime.dataplane.tasks import LoopRole, Subtask
@@ -76,6 +77,8 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
     if aligned:
         wired.spill = AlignmentSpill(config.alignment_memory_bytes, config.alignment_max_bytes,
                                      config.alignment_spill_dir)
+    timed = config.batch_time is not None  # batches sized by time too (batch_sizing)
+    initial_size = INITIAL_SIZE if timed else UNANNOUNCED
     for channel in graph.channels:
         if graph.worker_of(channel.producer) == worker:
             consumer = graph.worker_of(channel.consumer)
@@ -83,7 +86,7 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
             # a loop's back-edge never runs out of credit: a loop cannot deadlock on itself
             credit = UNBOUNDED_CREDIT if job.edges[channel.edge].back_edge else config.channel_credits
             wired.out_channels[channel.id] = OutputChannel(channel.id, credit, transport,
-                                                           edge_names(job, channel.edge))
+                                                           edge_names(job, channel.edge), initial_size)
     loop_of_vertex = {v: loop for loop in job.loops for v in loop.vertices}
     for vertex_id, index in graph.subtasks_of_worker(worker):
         vertex = job.vertices[vertex_id]
@@ -120,6 +123,10 @@ def wire_worker(worker: int, deployment: Deployment, mode: str, peers: dict[int,
                     subtask.loop.external_inputs.add(channel_id)
             wired.in_channels[channel_id] = input_channel
             subtask.inputs.append(input_channel)
+        if config.batch_time is not None:  # a source's read: batch_time of its chain's work; a channel's
+            # credits' worth of batches: batch_time of its consumer's
+            target = config.batch_time if vertex.source is not None else config.batch_time / config.channel_credits
+            subtask.sizer = BatchSizer(config.batch_size, target)
         if vertex.source is not None:
             context = ReaderContext(vertex.name, index, vertex.parallelism, restored=restore is not None)
             splits = assign_splits(graph.splits[vertex_id], index, vertex.parallelism)

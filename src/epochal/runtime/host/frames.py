@@ -22,10 +22,10 @@ HELLO_INDEX = struct.Struct("!i")
 HELLO = 1  # payload: token bytes + worker index (i32); -1 for the JobMaster
 DATA = 2  # payload: pickled list of records for logical channel ``channel``
 EVENT = 3  # payload: pickled in-band control event (end of partition, barrier, ...)
-CREDIT = 4  # payload: u32 number of batches the consumer grants on ``channel``
+CREDIT = 4  # payload: u32 batches the consumer grants on ``channel``, u32 the batch size it wants (0: same)
 CONTROL = 5  # payload: pickled control message (dict) between a worker and the JobMaster
 
-CREDIT_VALUE = struct.Struct("!I")
+CREDIT_VALUE = struct.Struct("!II")
 TOKEN_BYTES = 32
 
 

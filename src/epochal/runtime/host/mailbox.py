@@ -44,10 +44,12 @@ class PeerEvent:
 
 @dataclass(frozen=True, slots=True)
 class PeerCredit:
-    """The consumer of output ``channel`` processed ``credit`` more batches."""
+    """The consumer of output ``channel`` processed ``credit`` more batches, and wants batches of
+    ``batch_size`` records from now on (0: as before)."""
 
     channel: int
     credit: int
+    batch_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

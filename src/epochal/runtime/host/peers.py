@@ -77,7 +77,7 @@ class PeerConnection:
                 if frame_type == protocol.DATA:
                     deliver(PeerData(channel, loads(payload)))
                 elif frame_type == protocol.CREDIT:
-                    deliver(PeerCredit(channel, credit_value(payload)[0]))
+                    deliver(PeerCredit(channel, *credit_value(payload)))
                 elif frame_type == protocol.EVENT:
                     deliver(PeerEvent(channel, loads(payload)))
                 else:
@@ -98,8 +98,8 @@ class PeerConnection:
     def send_event(self, channel: int, event: Any) -> None:
         protocol.send_frame(self.sock, protocol.EVENT, channel, protocol.dumps(event))
 
-    def send_credit(self, channel: int, credit: int) -> None:
-        protocol.send_frame(self.sock, protocol.CREDIT, channel, protocol.CREDIT_VALUE.pack(credit))
+    def send_credit(self, channel: int, credit: int, batch_size: int = 0) -> None:
+        protocol.send_frame(self.sock, protocol.CREDIT, channel, protocol.CREDIT_VALUE.pack(credit, batch_size))
 
     def close(self) -> None:
         self.closing = True

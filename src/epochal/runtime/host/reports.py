@@ -32,7 +32,7 @@ def failure_report(error: Exception, worker: int) -> Failed:
     """The report of worker ``worker`` failing with ``error`` (call it in the ``except`` block)."""
     if isinstance(error, UserFunctionError):
         return Failed("user", f"{type(error.error).__name__}: {error.error}", worker, operator=error.operator,
-                      where=error.where, user_traceback=UserTraceback.of(error.error))
+                      where=error.where, user_traceback=UserTraceback.of(error.error), record=error.record)
     if isinstance(error, RestoreError):
         return Failed("restore", str(error), worker, file=error.path, checkpoint_id=error.checkpoint_id)
     if isinstance(error, PeerLost):

@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from epochal.errors import record_named
+
 #: The accumulator of a key that has none yet.
 MISSING = object()
 
@@ -58,7 +60,8 @@ def get_field(record: Any, field: str | int) -> Any:
     except (LookupError, AttributeError, TypeError) as error:
         text = repr(record)
         text = text if len(text) <= 80 else text[:77] + "..."
-        raise type(error)(f"record {text} has no field {field!r} ({type(error).__name__}: {error})") from None
+        raise record_named(type(error)(f"record {text} has no field {field!r} ({type(error).__name__}: {error})")) \
+            from None
 
 
 def replace_field(record: Any, field: str | int, value: Any) -> Any:

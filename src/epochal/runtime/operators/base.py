@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
-from epochal.errors import UserFunctionError
+from epochal.errors import UserFunctionError, each, note_record
 from epochal.plan.keygroups import key_groups_of
 from epochal.runtime.operators.aggregates import MISSING, CountAggregate, ReduceAggregate, emit_key_value, emit_value
 from epochal.runtime.operators.functions import RuntimeContext
@@ -28,7 +28,10 @@ def keys_of(selector: Callable[[Any], Any], batch: list[Any], max_parallelism: i
     """Keys and key groups of every record of ``batch``; a failing selector or an unusable key
     (unhashable, no stable encoding) is reported as the ``key_by``'s error."""
     try:
-        keys = list(map(selector, batch))
+        keys = each(selector, batch)
+    except Exception as error:
+        raise key_selector_error(consumer, error) from error
+    try:
         return keys, key_groups_of(keys, max_parallelism)
     except Exception as error:
         raise key_selector_error(consumer, error) from error
@@ -43,6 +46,9 @@ class Operator:
     keyed: bool = False
     #: Watermark generators replace upstream watermarks with their own (see ``take_watermark``).
     emits_watermarks: bool = False
+    #: Operators that fire on event time (windows, joins): planning checks that watermarks reach
+    #: them (:mod:`epochal.plan.event_time`).
+    event_time: bool = False
     #: Two-input operators (``connect``, joins) take 2: their second input's batches arrive in
     #: :meth:`process_batch2`; every other operator takes one (a union merges into one input).
     input_count: int = 1
@@ -110,7 +116,7 @@ class MapOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        return list(map(self.fn, batch))
+        return each(self.fn, batch)
 
 
 class FilterOperator(Operator):
@@ -118,7 +124,7 @@ class FilterOperator(Operator):
         self.fn = fn
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
-        return list(filter(self.fn, batch))
+        return each(self.fn, batch, filter)
 
 
 class FlatMapOperator(Operator):
@@ -129,10 +135,15 @@ class FlatMapOperator(Operator):
         out: list[Any] = []
         extend = out.extend
         fn = self.fn
-        for record in batch:
-            produced = fn(record)
-            if produced is not None:
-                extend(produced)
+        record = None
+        try:
+            for record in batch:
+                produced = fn(record)
+                if produced is not None:
+                    extend(produced)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
 
@@ -193,9 +204,14 @@ class KeyedReduceOperator(Operator):
         """Final results only: the state changes, nothing is emitted until the end of the input."""
         aggregate = self.aggregate
         missing = self.MISSING
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            values[key] = aggregate(values.get(key, missing), record)
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                values[key] = aggregate(values.get(key, missing), record)
+        except Exception as error:
+            note_record(error, record)
+            raise
 
     def end_input(self) -> list[Any]:
         """Final results only: each key's final value, key group by key group."""
@@ -212,11 +228,16 @@ class KeyedReduceOperator(Operator):
         missing = self.MISSING
         out: list[Any] = []
         append = out.append
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            value = aggregate(values.get(key, missing), record)
-            values[key] = value
-            append(emit(key, value))
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                value = aggregate(values.get(key, missing), record)
+                values[key] = value
+                append(emit(key, value))
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
     def _count_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int],
@@ -236,12 +257,17 @@ class KeyedReduceOperator(Operator):
         fn = cast(ReduceAggregate, self.aggregate).fn
         out: list[Any] = []
         append = out.append
-        for record, key, group in zip(batch, keys, key_groups, strict=True):
-            values = groups[group]
-            previous = values.get(key, values)  # the dict itself stands for "no value yet"
-            value = record if previous is values else fn(previous, record)
-            values[key] = value
-            append(value)
+        record = None
+        try:
+            for record, key, group in zip(batch, keys, key_groups, strict=True):
+                values = groups[group]
+                previous = values.get(key, values)  # the dict itself stands for "no value yet"
+                value = record if previous is values else fn(previous, record)
+                values[key] = value
+                append(value)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from epochal.errors import UserFunctionError, note_record
 from epochal.runtime.operators.base import Operator, keys_of
 from epochal.runtime.operators.functions import ProcessContext, ProcessFunction, RuntimeContext
 from epochal.runtime.operators.inband import NO_WATERMARK
@@ -62,25 +63,32 @@ class ProcessOperator(TimerDriven, Operator):
         assert ctx is not None
         timestamp = self.timestamp
         backend = self.backend
-        if key_selector is None or backend is None:
-            for record in batch:
+        record = None
+        try:
+            if key_selector is None or backend is None:
+                for record in batch:
+                    if timestamp is not None:
+                        ctx.event_time = timestamp(record)
+                    produced = process(record, ctx)
+                    if produced is not None:
+                        extend(produced)
+                return out
+            keys, groups = keys_of(key_selector, batch, backend.max_parallelism, self.name)
+            set_key = backend.set_current_key
+            for record, key, group in zip(batch, keys, groups, strict=True):
+                ctx.current_key = key
+                ctx.group = group
+                set_key(key, group)
                 if timestamp is not None:
                     ctx.event_time = timestamp(record)
                 produced = process(record, ctx)
                 if produced is not None:
                     extend(produced)
-            return out
-        keys, groups = keys_of(key_selector, batch, backend.max_parallelism, self.name)
-        set_key = backend.set_current_key
-        for record, key, group in zip(batch, keys, groups, strict=True):
-            ctx.current_key = key
-            ctx.group = group
-            set_key(key, group)
-            if timestamp is not None:
-                ctx.event_time = timestamp(record)
-            produced = process(record, ctx)
-            if produced is not None:
-                extend(produced)
+        except UserFunctionError:
+            raise  # (the key selector's, which names its record)
+        except Exception as error:
+            note_record(error, record)
+            raise
         return out
 
     def _fire(self, domain: TimeDomain, limit: Any) -> list[Any]:

@@ -118,6 +118,7 @@ class IntervalJoinOperator(Operator):
 
     keyed = True
     input_count = 2
+    event_time = True
     LEFT = "interval-join-left"
     RIGHT = "interval-join-right"
 

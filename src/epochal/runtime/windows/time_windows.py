@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from epochal.errors import each, note_record
 from epochal.runtime.operators.aggregates import BUILTIN_FUNCTIONS, MISSING, CountAggregate
 from epochal.runtime.operators.base import Operator, keys_of
 from epochal.runtime.operators.functions import RuntimeContext
@@ -33,22 +34,25 @@ from epochal.runtime.windows.shapes import TimeWindows
 
 
 class WatermarkGenerator(Operator):
-    """Passes records through and emits watermarks from their event times (``with_watermarks``)."""
+    """Passes records through and emits watermarks from their event times (``with_watermarks``,
+    or an event-time window's ``timestamp=`` when its input has none). ``origin`` says which, in
+    words, for ``JobGraph.describe``."""
 
     emits_watermarks = True
 
     def __init__(self, timestamp: Callable[[Any], Any], max_out_of_orderness: float = 0,
-                 interval: float = 0.2) -> None:
+                 interval: float = 0.2, origin: str = "") -> None:
         self.timestamp = timestamp
         self.max_out_of_orderness = max_out_of_orderness
         self.interval = interval
+        self.origin = origin or f"with_watermarks, max_out_of_orderness={max_out_of_orderness:g}"
         self.max_seen: Any = NO_WATERMARK
         self.emitted: Any = NO_WATERMARK
         self.next_emit = 0.0
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         if batch:
-            latest = max(map(self.timestamp, batch))
+            latest = max(each(self.timestamp, batch))
             if latest > self.max_seen:
                 self.max_seen = latest
         return batch
@@ -135,6 +139,7 @@ class TimeWindowOperator(WindowFolding, Operator):
     """
 
     keyed = True
+    event_time = True
     STATE = "window-contents"
 
     def __init__(self, key_selector: Callable[[Any], Any], timestamp: Callable[[Any], Any], windows: Any,
@@ -169,10 +174,10 @@ class TimeWindowOperator(WindowFolding, Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
-        self._loop(batch, keys, key_groups)
+        self._loop(batch, keys, key_groups, each(self.timestamp, batch))
         return []
 
-    def _tumbling_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int]) -> None:
+    def _tumbling_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int], times: list[Any]) -> None:
         """One window per record (``start = t - t % size``); ``count()`` has its own branch."""
         groups = self.groups
         size = self.size
@@ -181,28 +186,33 @@ class TimeWindowOperator(WindowFolding, Operator):
         aggregate = self.aggregate
         counting = type(aggregate) is CountAggregate
         missing = MISSING
-        for record, key, group, event_time in zip(batch, keys, key_groups, map(self.timestamp, batch), strict=True):
-            start = event_time - event_time % size
-            if start <= last_fired:
-                self.late_records += 1
-                continue
-            entries = groups[group]
-            windows = entries.get(key)
-            if windows is None:
-                windows = {}
-            if counting:
-                count = windows.get(start, 0)
-                if not count:
-                    open_windows.setdefault(start, []).append((group, key))
-                windows[start] = count + 1
-            else:
-                accumulator = windows.get(start, missing)
-                if accumulator is missing:
-                    open_windows.setdefault(start, []).append((group, key))
-                windows[start] = aggregate(accumulator, record)
-            entries[key] = windows  # written back (see KeyedStateBackend.owned_table)
+        record = None
+        try:
+            for record, key, group, event_time in zip(batch, keys, key_groups, times, strict=True):
+                start = event_time - event_time % size
+                if start <= last_fired:
+                    self.late_records += 1
+                    continue
+                entries = groups[group]
+                windows = entries.get(key)
+                if windows is None:
+                    windows = {}
+                if counting:
+                    count = windows.get(start, 0)
+                    if not count:
+                        open_windows.setdefault(start, []).append((group, key))
+                    windows[start] = count + 1
+                else:
+                    accumulator = windows.get(start, missing)
+                    if accumulator is missing:
+                        open_windows.setdefault(start, []).append((group, key))
+                    windows[start] = aggregate(accumulator, record)
+                entries[key] = windows  # written back (see KeyedStateBackend.owned_table)
+        except Exception as error:  # (an aggregate of the user's)
+            note_record(error, record)
+            raise
 
-    def _windows_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int]) -> None:
+    def _windows_batch(self, batch: list[Any], keys: list[Any], key_groups: list[int], times: list[Any]) -> None:
         """Any windows (a record in every window of ``starts(t)``), with copy-on-write if needed."""
         groups = self.groups
         last_fired = self.watermark - self.size + 1
@@ -211,25 +221,30 @@ class TimeWindowOperator(WindowFolding, Operator):
         starts_of = self.windows.starts
         private = self.private if self.unshared is not None else None
         missing = MISSING
-        for record, key, group, event_time in zip(batch, keys, key_groups, map(self.timestamp, batch), strict=True):
-            starts = starts_of(event_time)
-            if starts[-1] <= last_fired:  # the newest window of the record has fired: all have
-                self.late_records += 1
-                continue
-            entries = groups[group]
-            windows = entries.get(key)
-            if windows is None:
-                windows = {}
-            for start in starts:
-                if start <= last_fired:
+        record = None
+        try:
+            for record, key, group, event_time in zip(batch, keys, key_groups, times, strict=True):
+                starts = starts_of(event_time)
+                if starts[-1] <= last_fired:  # the newest window of the record has fired: all have
+                    self.late_records += 1
                     continue
-                accumulator = windows.get(start, missing)
-                if accumulator is missing:
-                    open_windows.setdefault(start, []).append((group, key))
-                if private is not None:
-                    accumulator = private((key, start), accumulator)
-                windows[start] = aggregate(accumulator, record)
-            entries[key] = windows  # written back (see KeyedStateBackend.owned_table)
+                entries = groups[group]
+                windows = entries.get(key)
+                if windows is None:
+                    windows = {}
+                for start in starts:
+                    if start <= last_fired:
+                        continue
+                    accumulator = windows.get(start, missing)
+                    if accumulator is missing:
+                        open_windows.setdefault(start, []).append((group, key))
+                    if private is not None:
+                        accumulator = private((key, start), accumulator)
+                    windows[start] = aggregate(accumulator, record)
+                entries[key] = windows  # written back (see KeyedStateBackend.owned_table)
+        except Exception as error:  # (an aggregate of the user's)
+            note_record(error, record)
+            raise
 
     def counters(self) -> dict[str, int]:
         return {"late_records_dropped": self.late_records}

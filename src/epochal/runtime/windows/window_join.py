@@ -51,6 +51,7 @@ class WindowJoinOperator(Operator):
 
     keyed = True
     input_count = 2
+    event_time = True
     STATE = "window-join"
 
     def __init__(self, key_selector: Callable[[Any], Any], key_selector2: Callable[[Any], Any],
