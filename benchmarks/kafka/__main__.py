@@ -429,6 +429,9 @@ def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv
 
     try:
         for system in systems:
+            if system.label in args.sizes:  # N given: no pilot (every startup run checks the output too)
+                sizes[system.label] = args.sizes[system.label]
+                continue
             first = record(throughput_run(system, topics, args.startup_records, 0, "startup", args))
             if first.unsupported or first.error:
                 continue
@@ -652,6 +655,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--records", type=int, default=None, help="N of every timed run (default: sized per system)")
+    parser.add_argument("--sizes", nargs="+", default=[], metavar="SYSTEM=N",
+                        help="N of a system's timed runs (no pilot for it), e.g. bytewax=5000000")
     parser.add_argument("--target-seconds", type=float, default=15.0)
     parser.add_argument("--min-records", type=int, default=300_000)
     parser.add_argument("--max-records", type=int, default=20_000_000)
@@ -674,6 +679,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.keys != job.KEYS:
         parser.error("--keys other than job.KEYS needs the fill and the oracle changed too")
     systems = [SYSTEMS[label] for label in SYSTEMS if label in args.systems]
+    try:
+        args.sizes = {label: int(n) for label, n in (item.split("=", 1) for item in args.sizes)}
+    except ValueError:
+        parser.error("--sizes takes SYSTEM=N pairs")
+    if set(args.sizes) - set(SYSTEMS):
+        parser.error(f"--sizes names unknown systems: {sorted(set(args.sizes) - set(SYSTEMS))}")
     if args.summarise_only:
         runs = load_csv(args.out / "kafka.csv")
         present = {run.system for run in runs}
