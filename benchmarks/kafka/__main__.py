@@ -15,7 +15,9 @@ this machine, with the machinery of ``benchmarks/peers``: each run a fresh proce
   subtracted: ``records/s = (N - n0) / (job_s(N) - median job_s(n0))``; N is sized per system
   from a pilot run (200k records, 8x more until it is busy for 2 s beyond start-up) to about
   ``--target-seconds`` of processing, at least ``--min-records``, rounded to a few sizes so that
-  systems share topics. Repeats are interleaved (repeat 1 of every system, then repeat 2 ...).
+  systems share topics; or given per system with ``--sizes SYSTEM=N`` (on a loaded machine the
+  start-up runs vary by seconds and a short pilot's rate is noise). Repeats are interleaved
+  (repeat 1 of every system, then repeat 2 ...).
 * **Output check.** After every throughput run the driver reads the output topic with
   ``isolation.level=read_committed`` and compares it with the oracle (the final count of every
   key): for exactly-once systems every update 1..n of every key exactly once, for at-least-once
@@ -699,7 +701,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.summarise_only:
         runs = load_csv(args.out / "kafka.csv")
         present = {run.system for run in runs}
-        report(runs, [s for s in systems if s.label in present], args.out, "")
+        load_file = args.out / "kafka-load.txt"
+        report(runs, [s for s in systems if s.label in present], args.out,
+               load_file.read_text() if load_file.exists() else "")
         return
     for venv in sorted({s.venv for s in systems if s.venv}):
         ensure_venv(venv)
@@ -711,7 +715,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         topics = Topics(broker)
         runs = measure(systems, topics, args, args.out / "kafka.csv")
     uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    report(runs, systems, args.out, f"\nLoad: before `{uptime_before}`; after `{uptime_after}`\n")
+    load = f"\nLoad: before `{uptime_before}`; after `{uptime_after}`\n"
+    (args.out / "kafka-load.txt").write_text(load)
+    report(runs, systems, args.out, load)
 
 
 def report(runs: list[Run], systems: list[System], out: Path, load: str) -> None:
