@@ -1,26 +1,44 @@
-"""Kafka benchmark: epochal reading a pre-filled topic and writing a topic, on a local broker.
+"""Kafka in, Kafka out: epochal side by side with Spark Structured Streaming, Bytewax and PyFlink.
 
-Job: KafkaSource -> parse ``key,produced_ms`` -> keyed running count -> KafkaSink, at
-``exactly_once`` and ``at_least_once``, parallelism 2, a checkpoint every second. Each run is a
-fresh process (``benchmarks.kafka.run_epochal``).
+Every system runs the job of :mod:`benchmarks.kafka.job` (parse -> keyed running count,
+parallelism 2, checkpoints every second, the sink exactly-once where the system has one) against
+one local KRaft broker (:class:`epochal.testing.kafka_broker.KafkaBroker`), one run at a time on
+this machine, with the machinery of ``benchmarks/peers``: each run a fresh process tree
+(``python -m benchmarks.kafka.run_<system>``) in the system's own virtualenv under
+``.venv-peers/`` (created from ``benchmarks/peers/requirements/<system>.txt``).
 
-* Throughput: the topic (4 partitions, ``--keys`` keys) holds ``--records`` records before the
-  job starts; the job reads it in bounded mode. ``records/s = (N - n0) / (job_s(N) - job_s(n0))``
-  where ``job_s`` is the job's own duration (``JobResult.duration_s``: Spark's session start-up
-  is outside it) and ``n0`` a small start-up run (task launch, planning), as in benchmarks/peers.
-* Latency: a producer writes ``--rate`` records/s for ``--seconds`` while the job runs
-  unbounded; a read_committed consumer of the output topic notes when each update becomes
-  visible. The producer starts once the job's workers run. Latency = visible - produced (the
-  ``produced_ms`` the record carries end to end): p50 and p99 (the first 5 % left out). With
-  exactly_once an update is visible once the checkpoint after it completes, so it is bounded by
-  about one to two checkpoint intervals.
-* Peak memory: the largest sum of RSS over the run's process tree (driver, JVM, Python
-  workers), sampled every 0.25 s. The broker's JVM is not counted.
+* **Throughput.** Input topics (4 partitions, 1,000 keys) are filled before any job runs and
+  shared: every system whose run needs N records reads the same topic of N records. A run reads
+  its topic in the system's bounded mode and writes a fresh output topic; ``job_s`` is the
+  system's execution call, timed in the runner. As in benchmarks/peers, per-job start-up is
+  measured by the same job over ``--startup-records`` (10k) before every timed run and its median
+  subtracted: ``records/s = (N - n0) / (job_s(N) - median job_s(n0))``; N is sized per system
+  from a pilot run (200k records, 8x more until it is busy for 2 s beyond start-up) to about
+  ``--target-seconds`` of processing, at least ``--min-records``, rounded to a few sizes so that
+  systems share topics; or given per system with ``--sizes SYSTEM=N`` (on a loaded machine the
+  start-up runs vary by seconds and a short pilot's rate is noise). Repeats are interleaved
+  (repeat 1 of every system, then repeat 2 ...).
+* **Output check.** After every throughput run the driver reads the output topic with
+  ``isolation.level=read_committed`` and compares it with the oracle (the final count of every
+  key): for exactly-once systems every update 1..n of every key exactly once, for at-least-once
+  systems every final count right and duplicates counted, for Spark's SQL aggregation (one
+  update per key and micro-batch) the final counts.
+* **Latency** (one run per system and repeat round, after the throughput runs): the job runs
+  unbounded on fresh topics. The driver writes warm-up records until the job's first output is
+  visible to a read_committed consumer, then ``--rate`` records/s for ``--seconds``; a record's
+  latency is from just before it was produced until the first visible output of its key with a
+  count >= the record's index within its key (records of a key are in one partition, in order).
+  This needs nothing from the output but ``key,count``, so it is the same for systems that emit
+  one update per record and Spark's per-micro-batch aggregation. p50/p99 over all timed records.
+* **Peak memory**: the largest sum of RSS over the run's process tree (driver, JVMs, Python
+  workers), sampled every 0.25 s, in the timed throughput runs. The broker is not counted.
+* The machine's 1-minute load average is recorded before every run (other work may run here).
 
-Writes ``kafka.csv``, ``kafka.md`` and ``kafka.png`` into ``--out`` (default
-``benchmarks/results/kafka``)::
+Writes ``kafka.csv`` (every run), ``kafka.md`` (the table) and ``kafka.png`` into ``--out``
+(default ``benchmarks/results/kafka``)::
 
-    python -m benchmarks.kafka --records 300000
+    .venv/bin/python -m benchmarks.kafka                         # everything
+    .venv/bin/python -m benchmarks.kafka --systems epochal-exactly_once bytewax --repeats 1
 """
 
 from __future__ import annotations
@@ -29,185 +47,693 @@ import argparse
 import csv
 import json
 import os
+import platform
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import psutil
 
-from benchmarks.peers.__main__ import _tree_rss
-from epochal.testing.kafka_broker import KafkaBroker
+from benchmarks.kafka import job
+from benchmarks.peers.__main__ import VENVS, _kill_tree, _tree_rss, ensure_venv, percentile
+from epochal.testing.kafka_broker import KAFKA_VERSION, KafkaBroker
 
+ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"log_level": 0}
 
 
-def fill(broker: KafkaBroker, topic: str, records: int, keys: int) -> None:
+@dataclass(frozen=True)
+class System:
+    """One column of the table: a system in one configuration."""
+
+    label: str
+    module: str
+    variant: str
+    venv: str | None  # None: epochal's own interpreter
+    guarantee: str  # what its Kafka output promises
+    check: str  # job.OutputCheck.verdict's check
+
+    def python(self) -> Path:
+        return Path(sys.executable) if self.venv is None else VENVS / self.venv / "bin" / "python"
+
+
+SYSTEMS: dict[str, System] = {s.label: s for s in [
+    System("epochal-exactly_once", "run_epochal", "exactly_once", None, "exactly-once", "exactly_once"),
+    System("epochal-at_least_once", "run_epochal", "at_least_once", None, "at-least-once", "at_least_once"),
+    System("spark-builtin", "run_spark", "builtin", "spark", "at-least-once", "final"),
+    System("spark-python", "run_spark", "python", "spark", "at-least-once", "at_least_once"),
+    System("bytewax", "run_bytewax", "at_least_once", "bytewax", "at-least-once", "at_least_once"),
+    System("pyflink-thread", "run_pyflink", "thread", "pyflink", "exactly-once", "exactly_once"),
+    System("pyflink-process", "run_pyflink", "process", "pyflink", "exactly-once", "exactly_once"),
+]}
+OURS = "epochal-exactly_once"
+#: The sizes N is rounded to (times powers of ten), so that systems share input topics.
+SIZES = (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def round_size(n: float) -> int:
+    """``n`` rounded to the nearest of ``SIZES`` x 10^k."""
+    best = 0
+    power = 10 ** max(0, len(str(int(max(n, 1)))) - 1)
+    for scale in (power // 10 or 1, power, power * 10):
+        for size in SIZES:
+            candidate = int(size * scale)
+            if best == 0 or abs(candidate - n) < abs(best - n):
+                best = candidate
+    return best
+
+
+# ------------------------------------------------------------------ topics
+class Topics:
+    """The broker's input topics, filled on first use and shared by every system."""
+
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+        self.inputs: dict[int, str] = {}
+
+    def input(self, records: int) -> str:
+        if records not in self.inputs:
+            name = f"in-{records}"
+            self.broker.create_topic(name, job.PARTITIONS)
+            started = time.perf_counter()
+            fill(self.broker.bootstrap, name, records)
+            print(f"  filled {name} in {time.perf_counter() - started:.1f} s", flush=True)
+            self.inputs[records] = name
+        return self.inputs[records]
+
+    def output(self) -> str:
+        name = f"out-{uuid.uuid4().hex[:8]}"
+        self.broker.create_topic(name, job.PARTITIONS)
+        return name
+
+    def delete(self, *names: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.broker.bootstrap, **QUIET})
+        for future in admin.delete_topics(list(names), operation_timeout=30).values():
+            try:
+                future.result(60)
+            except Exception:
+                pass
+
+
+def fill(bootstrap: str, topic: str, records: int, keys: int = job.KEYS) -> None:
+    """``records`` input records, record i of key ``k<i % keys>``, value ``k<j>,<now ms>``."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                         "queue.buffering.max.messages": 2_000_000, **QUIET})
-    now = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                         "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
+                         "enable.idempotence": True, **QUIET})
+    names = [b"k%d" % k for k in range(keys)]
+    produce = producer.produce
     for i in range(records):
-        key = b"k%d" % (i % keys)
+        key = names[i % keys]
+        if i % 100_000 == 0:
+            now = b"%d" % int(time.time() * 1000)
         while True:
             try:
-                producer.produce(topic, b"%s,%d" % (key, now), key)
+                produce(topic, key + b"," + now, key)
                 break
             except BufferError:
                 producer.poll(0.05)
-    producer.flush(120)
+    if producer.flush(300) > 0:
+        raise RuntimeError(f"filling {topic}: records not delivered")
 
 
-def peak_rss(process: subprocess.Popen, peak: list[int]) -> None:
+def read_output(bootstrap: str, topic: str, timeout: float = 600.0) -> job.OutputCheck:
+    """Read the whole output topic as a read_committed consumer into an OutputCheck."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import KafkaError as Codes
+
+    check = job.OutputCheck()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True, **QUIET})
     try:
-        root = psutil.Process(process.pid)
-        while process.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(root))
-            time.sleep(0.25)
-    except psutil.Error:
-        pass
+        partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(job.PARTITIONS)]
+        high = {p.partition: consumer.get_watermark_offsets(p, timeout=30)[1] for p in partitions}
+        pending = {p for p, h in high.items() if h > 0}
+        consumer.assign(partitions)
+        deadline = time.monotonic() + timeout
+        add = check.add
+        while pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} not read to their end "
+                                   f"(an open transaction?) within {timeout:.0f} s")
+            for message in consumer.consume(100_000, 1.0):
+                error = message.error()
+                if error is None:
+                    key, count = message.value().split(b",", 2)[:2]
+                    add(key, int(count))
+                elif error.code() == Codes._PARTITION_EOF and message.offset() >= high[message.partition()]:
+                    pending.discard(message.partition())
+    finally:
+        consumer.close()
+    return check
 
 
-def run_job(broker: KafkaBroker, source: str, sink: str, guarantee: str, *extra: str,
-            running: threading.Event | None = None) -> dict:
-    """Run the job in its own process; ``running`` is set once the job's workers run."""
-    command = [sys.executable, "-m", "benchmarks.kafka.run_epochal", "--bootstrap", broker.bootstrap,
-               "--source", source, "--sink", sink, "--guarantee", guarantee, *extra]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    peak = [0]
-    sampler = threading.Thread(target=peak_rss, args=(process, peak), daemon=True)
-    sampler.start()
-    lines = []
-    assert process.stdout is not None
-    for line in process.stdout:
-        lines.append(line)
-        if running is not None and '"running"' in line:
-            running.set()
-    process.wait(timeout=3600)
-    sampler.join()
-    if process.returncode != 0:
-        raise RuntimeError(f"{command} failed with {process.returncode}")
-    result = json.loads(lines[-1])
-    result["peak_rss_mb"] = peak[0] / 2**20
-    return result
+# ------------------------------------------------------------------ runs
+@dataclass
+class Run:
+    system: str
+    kind: str  # "startup", "pilot", "timed" or "latency"
+    repeat: int
+    records: int
+    load: float = float("nan")
+    wall_s: float = float("nan")
+    job_s: float | None = None
+    peak_rss_mb: float = float("nan")
+    ok: bool | None = None
+    check: dict[str, Any] = field(default_factory=dict)
+    latency_ms: list[float] = field(default_factory=list)
+    latency: dict[str, Any] = field(default_factory=dict)
+    unsupported: str | None = None
+    error: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
 
 
-def throughput(broker: KafkaBroker, guarantee: str, records: int, startup_records: int, keys: int) -> dict:
-    small, large = (f"in-{uuid.uuid4().hex[:6]}" for _ in range(2))
-    for topic, n in ((small, startup_records), (large, records)):
-        broker.create_topic(topic, 4)
-        fill(broker, topic, n, keys)
-    outs = [f"out-{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    for topic in outs:
-        broker.create_topic(topic, 4)
-    startup = run_job(broker, small, outs[0], guarantee, "--bounded")
-    timed = run_job(broker, large, outs[1], guarantee, "--bounded")
-    rate = (records - startup_records) / max(1e-9, timed["job_s"] - startup["job_s"])
-    return {"records": records, "job_s": timed["job_s"], "startup_s": startup["job_s"], "records_per_s": rate,
-            "peak_rss_mb": timed["peak_rss_mb"]}
+def start_runner(system: System, bootstrap: str, source: str, sink: str, records: int, scratch: Path,
+                 parallelism: int, latency: bool) -> tuple[subprocess.Popen, Path]:
+    command = [str(system.python()), "-m", f"benchmarks.kafka.{system.module}", "--bootstrap", bootstrap,
+               "--source", source, "--sink", sink, "--variant", system.variant, "--parallelism", str(parallelism),
+               "--records", str(records), "--work-dir", str(scratch / "work"), "--result", str(scratch / "result.json")]
+    if latency:
+        command.append("--latency")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = (scratch / "log.txt").open("wb")
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.PIPE if latency else subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    return child, scratch / "result.json"
 
 
-def latency(broker: KafkaBroker, guarantee: str, rate: int, seconds: float, keys: int) -> dict:
-    from confluent_kafka import Consumer, Producer
+def watch(child: subprocess.Popen, run: Run, timeout: float, until: threading.Event | None = None) -> None:
+    """Sample the tree's memory until the child exits (or ``until`` is set); kill it past ``timeout``."""
+    process = psutil.Process(child.pid)
+    started = time.perf_counter()
+    peak = 0
+    while child.poll() is None and not (until is not None and until.is_set()):
+        peak = max(peak, _tree_rss(process))
+        if time.perf_counter() - started > timeout:
+            _kill_tree(process)
+            run.error = f"timed out after {timeout:.0f} s"
+            break
+        time.sleep(0.25)
+    run.peak_rss_mb = max(run.peak_rss_mb if run.peak_rss_mb == run.peak_rss_mb else 0, peak / 2**20)
 
-    source, sink = f"lin-{uuid.uuid4().hex[:6]}", f"lout-{uuid.uuid4().hex[:6]}"
-    broker.create_topic(source, 4)
-    broker.create_topic(sink, 4)
-    stop, running = threading.Event(), threading.Event()
-    seen: list[float] = []
+
+def finish(child: subprocess.Popen, run: Run, result_path: Path, scratch: Path) -> None:
+    child.wait()
+    if result_path.exists():
+        result = json.loads(result_path.read_text())
+        run.job_s = result.get("job_s")
+        run.unsupported = result.get("unsupported")
+        run.config = result.get("config") or {}
+        run.versions = result.get("versions") or {}
+    elif run.error is None:
+        tail = (scratch / "log.txt").read_text(errors="replace").strip().splitlines()[-15:]
+        run.error = f"exit {child.returncode}: " + " | ".join(tail)
+
+
+def throughput_run(system: System, topics: Topics, records: int, repeat: int, kind: str,
+                   args: argparse.Namespace) -> Run:
+    run = Run(system.label, kind, repeat, records, load=os.getloadavg()[0])
+    source = topics.input(records)
+    sink = topics.output()
+    with tempfile.TemporaryDirectory(prefix=f"kafka-{system.label}-") as directory:
+        scratch = Path(directory)
+        started = time.perf_counter()
+        child, result_path = start_runner(system, topics.broker.bootstrap, source, sink, records, scratch,
+                                          args.parallelism, latency=False)
+        watch(child, run, args.timeout)
+        finish(child, run, result_path, scratch)
+        run.wall_s = time.perf_counter() - started
+    if run.error is None and run.unsupported is None:
+        try:
+            run.ok, run.check = read_output(topics.broker.bootstrap, sink).verdict(job.oracle(records), system.check)
+        except RuntimeError as error:
+            run.ok, run.error = False, str(error)
+    topics.delete(sink)
+    return run
+
+
+def latency_run(system: System, topics: Topics, repeat: int, args: argparse.Namespace) -> Run:
+    """The job unbounded on fresh topics while the driver produces ``--rate`` records/s."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    run = Run(system.label, "latency", repeat, 0, load=os.getloadavg()[0])
+    bootstrap = topics.broker.bootstrap
+    source, sink = f"lin-{uuid.uuid4().hex[:8]}", topics.output()
+    topics.broker.create_topic(source, job.PARTITIONS)
+    names = [b"k%d" % k for k in range(args.keys)]
+    produced: dict[bytes, list[float]] = {name: [] for name in names}
+    visible: dict[bytes, int] = dict.fromkeys(names, 0)
+    samples: list[float] = []
+    ready, stop, exited = threading.Event(), threading.Event(), threading.Event()
+    counters = {"sent": 0}
 
     def consume() -> None:
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"lat-{sink}",
-                             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **QUIET})
-        consumer.subscribe([sink])
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{sink}", "enable.auto.commit": False,
+                             "isolation.level": "read_committed", **QUIET})
+        consumer.assign([TopicPartition(sink, p, OFFSET_BEGINNING) for p in range(job.PARTITIONS)])
         while not stop.is_set():
-            for message in consumer.consume(10000, 0.2):
-                if message.error() is None:
-                    produced = int(message.value().rsplit(b",", 1)[1])
-                    seen.append(time.time() * 1000 - produced)
+            for message in consumer.consume(10_000, 0.05):
+                if message.error() is not None:
+                    continue
+                now = time.time() * 1000
+                key, count = message.value().split(b",", 2)[:2]
+                if key == job.WARMUP_KEY:
+                    ready.set()
+                    continue
+                times = produced.get(key)
+                if times is None:
+                    continue
+                upto = min(int(count), len(times))
+                seen = visible[key]
+                while seen < upto:
+                    samples.append(now - times[seen])
+                    seen += 1
+                visible[key] = seen
         consumer.close()
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1, **QUIET})
-        running.wait(600)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "enable.idempotence": True, **QUIET})
+        deadline = time.monotonic() + args.ready_timeout
+        while not ready.is_set() and not exited.is_set() and time.monotonic() < deadline:
+            producer.produce(source, job.WARMUP_KEY + b",%d" % int(time.time() * 1000), job.WARMUP_KEY)
+            producer.poll(0)
+            ready.wait(0.5)
+        if not ready.is_set():
+            producer.flush(10)
+            return
+        run.latency["ready_after_s"] = round(time.monotonic() - (deadline - args.ready_timeout), 1)
         started, sent = time.monotonic(), 0
-        while not stop.is_set() and time.monotonic() - started < seconds:
-            due = int((time.monotonic() - started) * rate)
+        while not exited.is_set() and time.monotonic() - started < args.seconds:
+            due = int((time.monotonic() - started) * args.rate)
             while sent < due:
-                key = b"k%d" % (sent % keys)
-                producer.produce(source, b"%s,%d" % (key, int(time.time() * 1000)), key)
+                key = names[sent % args.keys]
+                now = time.time() * 1000
+                produced[key].append(now)
+                producer.produce(source, key + b",%d" % now, key)
                 sent += 1
             producer.poll(0)
             time.sleep(0.002)
         producer.flush(30)
+        counters["sent"] = sent
 
-    threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
-    for thread in threads:
-        thread.start()
-    # the job runs past the producer's end so that its last records become visible
-    job = run_job(broker, source, sink, guarantee, "--seconds", str(seconds + 8), running=running)
-    stop.set()
-    for thread in threads:
-        thread.join()
-    warm = sorted(seen[len(seen) // 20:])  # the first 5 %: the job was still warming up
+    consumer_thread = threading.Thread(target=consume, daemon=True)
+    producer_thread = threading.Thread(target=produce, daemon=True)
+    with tempfile.TemporaryDirectory(prefix=f"kafka-lat-{system.label}-") as directory:
+        scratch = Path(directory)
+        started = time.perf_counter()
+        child, result_path = start_runner(system, bootstrap, source, sink, 0, scratch, args.parallelism,
+                                          latency=True)
+        consumer_thread.start()
+        producer_thread.start()
+        done = threading.Event()
 
-    def quantile(q: float) -> float:
-        return warm[min(len(warm) - 1, int(q * len(warm)))] if warm else float("nan")
+        def drive() -> None:  # wait for the producer, then for the last records to be visible
+            producer_thread.join()
+            if ready.is_set():
+                deadline = time.monotonic() + args.drain_s
+                while time.monotonic() < deadline and sum(visible.values()) < counters["sent"] \
+                        and child.poll() is None:
+                    time.sleep(0.1)
+            done.set()
 
-    return {"latency_p50_ms": quantile(0.5), "latency_p99_ms": quantile(0.99), "latency_samples": len(warm),
-            "latency_peak_rss_mb": job["peak_rss_mb"]}
+        threading.Thread(target=drive, daemon=True).start()
+        watch(child, run, args.timeout, until=done)
+        exited.set()
+        done.wait()
+        stop.set()
+        consumer_thread.join()
+        if child.poll() is None:
+            assert child.stdin is not None
+            child.stdin.close()  # the runner stops its job
+            try:
+                child.wait(120)
+            except subprocess.TimeoutExpired:
+                _kill_tree(psutil.Process(child.pid))
+        finish(child, run, result_path, scratch)
+        run.wall_s = time.perf_counter() - started
+    if not ready.is_set() and run.error is None:
+        run.error = f"no output visible within {args.ready_timeout:.0f} s"
+    sent = counters["sent"]
+    run.records = sent
+    run.latency_ms = samples
+    run.latency.update(sent=sent, visible=len(samples), rate=args.rate, seconds=args.seconds)
+    if sent and len(samples) < sent and run.error is None:
+        run.error = f"only {len(samples)} of {sent} records became visible within {args.drain_s:.0f} s of the end"
+    topics.delete(source, sink)
+    return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=300_000)
-    parser.add_argument("--startup-records", type=int, default=10_000)
-    parser.add_argument("--keys", type=int, default=1000)
-    parser.add_argument("--rate", type=int, default=5000)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--guarantees", nargs="+", default=["exactly_once", "at_least_once"])
-    parser.add_argument("--out", default=os.path.join("benchmarks", "results", "kafka"))
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-    with KafkaBroker(heap="1g") as broker:
-        for guarantee in args.guarantees:
-            row = {"system": f"epochal {guarantee}"}
-            row.update(throughput(broker, guarantee, args.records, args.startup_records, args.keys))
-            row.update(latency(broker, guarantee, args.rate, args.seconds, args.keys))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    write(rows, args.out)
+# ------------------------------------------------------------------ the benchmark
+def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv_path: Path) -> list[Run]:
+    runs: list[Run] = []
+    sizes: dict[str, int] = {}
+    handle = csv_path.open("w", newline="")
+    writer = csv.writer(handle)
+    writer.writerow(["system", "kind", "repeat", "records", "load_1min", "wall_s", "job_s", "records_per_s",
+                     "peak_rss_mb", "output_ok", "output_check", "latency_p50_ms", "latency_p99_ms",
+                     "latency_max_ms", "latency", "unsupported", "error", "config", "versions"])
+
+    def record(run: Run) -> Run:
+        runs.append(run)
+        rate = rate_of(run, startup_of(runs, run.system)) if run.kind in ("pilot", "timed") else float("nan")
+        lat = [percentile(run.latency_ms, q) for q in (0.5, 0.99, 1.0)]
+        writer.writerow([run.system, run.kind, run.repeat, run.records, f"{run.load:.2f}", f"{run.wall_s:.2f}",
+                         "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}", f"{run.peak_rss_mb:.0f}",
+                         "" if run.ok is None else run.ok, json.dumps(run.check), *(f"{v:.1f}" for v in lat),
+                         json.dumps(run.latency), run.unsupported or "", run.error or "",
+                         json.dumps(run.config), json.dumps(run.versions)])
+        handle.flush()
+        if run.unsupported:
+            status = f"unsupported: {run.unsupported}"
+        elif run.error:
+            status = f"ERROR {run.error[:600]}"
+        elif run.kind == "latency":
+            status = f"p50 {lat[0]:,.0f} ms, p99 {lat[1]:,.0f} ms, {run.latency}"
+        else:
+            status = (f"job {run.job_s:.2f} s, wall {run.wall_s:.1f} s, peak {run.peak_rss_mb:,.0f} MB"
+                      + (f", {rate:,.0f} rec/s" if rate == rate else "") + f", output {'ok' if run.ok else 'WRONG'}"
+                      + f" {run.check}")
+        print(f"[{run.kind} r{run.repeat}] {run.system:22} n={run.records:,} load {run.load:.1f}: {status}", flush=True)
+        return run
+
+    try:
+        for system in systems:
+            if system.label in args.sizes:  # N given: no pilot (every startup run checks the output too)
+                sizes[system.label] = args.sizes[system.label]
+                continue
+            first = record(throughput_run(system, topics, args.startup_records, 0, "startup", args))
+            if first.unsupported or first.error:
+                continue
+            if args.records:
+                sizes[system.label] = args.records
+                continue
+            pilot_records = args.pilot_records
+            while True:
+                pilot = record(throughput_run(system, topics, pilot_records, 0, "pilot", args))
+                startup = startup_of(runs, system.label)
+                busy = (pilot.job_s or 0.0) - (startup[1] if startup else 0.0)
+                if pilot.error or busy >= 2.0 or pilot_records * 8 > args.max_records:
+                    break
+                pilot_records *= 8
+            rate = rate_of(pilot, startup_of(runs, system.label))
+            wanted = args.min_records if rate != rate else rate * args.target_seconds
+            sizes[system.label] = max(args.min_records, min(args.max_records, round_size(wanted)))
+        for repeat in range(args.repeats):
+            for system in systems:
+                if system.label in sizes:
+                    record(throughput_run(system, topics, args.startup_records, repeat, "startup", args))
+                    record(throughput_run(system, topics, sizes[system.label], repeat, "timed", args))
+            if repeat < args.latency_repeats:
+                for system in systems:
+                    if system.label in sizes:
+                        record(latency_run(system, topics, repeat, args))
+    finally:
+        handle.close()
+    return runs
 
 
-def write(rows: list[dict], out: str) -> None:
-    with open(os.path.join(out, "kafka.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    lines = ["| system | records/s | p50 latency (ms) | p99 latency (ms) | peak memory (MB) |", "|---|---|---|---|---|"]
-    lines += [f"| {r['system']} | {r['records_per_s']:,.0f} | {r['latency_p50_ms']:,.0f} | {r['latency_p99_ms']:,.0f} "
-              f"| {r['peak_rss_mb']:,.0f} |" for r in rows]
-    with open(os.path.join(out, "kafka.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+def load_csv(path: Path) -> list[Run]:
+    """The runs of an earlier ``kafka.csv`` (``--summarise-only``); latency samples are not in
+    it, only each latency run's p50 and p99."""
+    runs = []
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            run = Run(row["system"], row["kind"], int(row["repeat"]), int(row["records"]), load=float(row["load_1min"]),
+                      wall_s=float(row["wall_s"]), job_s=float(row["job_s"]) if row["job_s"] else None,
+                      peak_rss_mb=float(row["peak_rss_mb"]),
+                      ok=None if row["output_ok"] == "" else row["output_ok"] == "True",
+                      check=json.loads(row["output_check"]), latency=json.loads(row["latency"]),
+                      unsupported=row["unsupported"] or None, error=row["error"] or None,
+                      config=json.loads(row["config"]), versions=json.loads(row["versions"]))
+            if run.kind == "latency" and row["latency_p50_ms"] != "nan":
+                run.latency.update(p50=float(row["latency_p50_ms"]), p99=float(row["latency_p99_ms"]))
+            runs.append(run)
+    return runs
+
+
+def startup_of(runs: list[Run], system: str) -> tuple[int, float] | None:
+    tiny = [r for r in runs if r.kind == "startup" and r.system == system and r.job_s is not None and not r.error]
+    return (tiny[0].records, statistics.median(r.job_s for r in tiny)) if tiny else None
+
+
+def rate_of(run: Run, startup: tuple[int, float] | None) -> float:
+    if run.job_s is None or run.error or run.unsupported:
+        return float("nan")
+    if startup is None:
+        return run.records / run.job_s
+    busy = run.job_s - startup[1]
+    return (run.records - startup[0]) / busy if busy > 0 else float("nan")
+
+
+@dataclass
+class Cell:
+    system: System
+    throughput: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    startup_s: float = float("nan")
+    records: int = 0
+    peak_rss_mb: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)
+    #: (p50, p99) of latency runs whose samples are not at hand (a table rebuilt from the CSV)
+    latency_runs: list[tuple[float, float]] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+    checks: list[bool] = field(default_factory=list)
+    duplicates: int = 0
+    note: str = ""
+    #: timed runs that took no longer than the median start-up run: no rate after start-up
+    inseparable: int = 0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.throughput) if self.throughput else float("nan")
+
+    @property
+    def has_latency(self) -> bool:
+        return bool(self.latency_ms or self.latency_runs)
+
+    def latency(self, q: float) -> float:
+        """The q-quantile of the pooled samples; from the CSV: the median over runs of their own."""
+        if self.latency_ms:
+            return percentile(self.latency_ms, q)
+        if self.latency_runs:
+            return statistics.median(run[0] if q == 0.5 else run[1] for run in self.latency_runs)
+        return float("nan")
+
+
+def summarize(runs: list[Run], systems: list[System]) -> dict[str, Cell]:
+    cells = {s.label: Cell(s) for s in systems}
+    for run in runs:
+        cell = cells[run.system]
+        if run.unsupported:
+            cell.note = f"cannot run: {run.unsupported}"
+            continue
+        if run.error:
+            cell.note = run.error[:300]
+        if run.ok is not None:
+            cell.checks.append(run.ok)
+            cell.duplicates += max(0, run.check.get("duplicates", 0))
+        if run.kind == "timed" and not run.error:
+            startup = startup_of(runs, run.system)
+            cell.startup_s = startup[1] if startup else float("nan")
+            cell.records = run.records
+            rate = rate_of(run, startup)
+            if rate == rate:
+                cell.throughput.append(rate)
+            else:
+                cell.inseparable += 1
+            cell.raw.append(run.records / run.job_s if run.job_s else float("nan"))
+            cell.peak_rss_mb.append(run.peak_rss_mb)
+            cell.loads.append(run.load)
+        if run.kind == "latency" and not run.error:
+            if run.latency_ms:
+                cell.latency_ms.extend(run.latency_ms)
+            elif "p50" in run.latency:
+                cell.latency_runs.append((run.latency["p50"], run.latency["p99"]))
+            cell.loads.append(run.load)
+    return cells
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return "-" if value != value else f"{value:,.{digits}f}"
+
+
+def table(cells: dict[str, Cell], interval_s: float) -> str:
+    ours = cells[OURS].median if OURS in cells else float("nan")
+    lines = ["| system | sink guarantee | records/s (median) | min-max | epochal exactly-once / system "
+             "| N / job_s (no subtraction) | latency p50 / p99 ms | peak RSS MB | N | start-up s | load (1 min) "
+             "| output |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for cell in cells.values():
+        latency = f"{_num(cell.latency(0.5))} / {_num(cell.latency(0.99))}" if cell.has_latency else "-"
+        if cell.inseparable:
+            cell.note += (f" {cell.inseparable} timed run(s) not longer than the median start-up: no rate after "
+                          "start-up, left out of records/s")
+        output = ("ok" if cell.checks and all(cell.checks) else "WRONG" if cell.checks else "not run") + \
+            (f" ({cell.duplicates:,} duplicates)" if cell.duplicates else "") + (f" {cell.note}" if cell.note else "")
+        if not cell.throughput:
+            lines.append(f"| {cell.system.label} | {cell.system.guarantee} | n/a | | | | {latency} | | | | "
+                         f"| {output} |")
+            continue
+        spread = f"{_num(min(cell.throughput))}-{_num(max(cell.throughput))}"
+        loads = f"{min(cell.loads):.1f}-{max(cell.loads):.1f}"
+        lines.append(f"| {cell.system.label} | {cell.system.guarantee} | {_num(cell.median)} | {spread} "
+                     f"| {_num(ours / cell.median, 2)}x | {_num(statistics.median(cell.raw))} | {latency} "
+                     f"| {_num(statistics.median(cell.peak_rss_mb))} "
+                     f"| {cell.records / 1e6:g}M | {_num(cell.startup_s, 1)} | {loads} | {output} |")
+    lines.append("")
+    lines += goals(cells, interval_s)
+    return "\n".join(lines) + "\n"
+
+
+def goals(cells: dict[str, Cell], interval_s: float) -> list[str]:
+    """The issue's goals, as measured."""
+    out = []
+    ours = cells.get(OURS)
+    if ours is None or not ours.throughput:
+        return ["Goals: epochal exactly_once not measured."]
+
+    def versus(label: str, factor: float) -> str:
+        other = cells.get(label)
+        if other is None or not other.throughput:
+            return f"{label} not measured"
+        ratio = ours.median / other.median
+        raw = statistics.median(ours.raw) / statistics.median(other.raw)
+        verdict = "met" if ratio >= factor else "NOT met"
+        return (f"{ratio:.2f}x {label} after start-up, {raw:.2f}x by N / job_s (goal >= {factor:g}x): "
+                f"{verdict}")
+
+    out.append(f"- throughput: {versus('spark-python', 2.0)}")
+    out.append(f"- throughput: {versus('bytewax', 1.0)}")
+    p99 = ours.latency(0.99)
+    bound = 2 * interval_s * 1000
+    verdict = "not measured" if p99 != p99 else "met" if p99 <= bound else "NOT met"
+    out.append(f"- latency: epochal exactly_once p99 {_num(p99)} ms (goal <= 2 checkpoint intervals = "
+               f"{bound:,.0f} ms): {verdict}")
+    return out
+
+
+def plot(path: Path, cells: dict[str, Cell]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    names = [r["system"] for r in rows]
-    axes[0].bar(names, [r["records_per_s"] for r in rows])
-    axes[0].set_title("records/s (Kafka -> count -> Kafka)")
-    axes[1].bar(names, [r["latency_p99_ms"] for r in rows], label="p99")
-    axes[1].bar(names, [r["latency_p50_ms"] for r in rows], label="p50")
-    axes[1].set_title("latency, produced -> visible (ms)")
-    axes[1].legend()
+    labels = list(cells)
+    colors = ["#c44e52" if label.startswith("epochal") else "#4c72b0" for label in labels]
+    ours = cells[OURS].median if OURS in cells else float("nan")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    medians = [c.median if c.throughput else 0 for c in cells.values()]
+    lower = [c.median - min(c.throughput) if c.throughput else 0 for c in cells.values()]
+    upper = [max(c.throughput) - c.median if c.throughput else 0 for c in cells.values()]
+    bars = axes[0].bar(range(len(labels)), medians, yerr=[lower, upper], capsize=4, color=colors)
+    axes[0].bar_label(bars, labels=["" if not m else "1.00x" if label == OURS else f"{ours / m:.2f}x"
+                                    for label, m in zip(labels, medians, strict=True)], padding=2, fontsize=8)
+    axes[0].set_title("records/s after start-up (median, min-max)\nlabel: epochal exactly-once / system", fontsize=9)
+    axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e3:,.0f}k"))
+    p50 = [c.latency(0.5) if c.has_latency else 0 for c in cells.values()]
+    p99 = [c.latency(0.99) if c.has_latency else 0 for c in cells.values()]
+    x = list(range(len(labels)))
+    axes[1].bar([i - 0.2 for i in x], p50, width=0.4, label="p50", color="#8172b2")
+    axes[1].bar([i + 0.2 for i in x], p99, width=0.4, label="p99", color="#ccb974")
+    axes[1].set_yscale("log")
+    axes[1].set_title("latency produced -> visible to read_committed (ms, log)", fontsize=9)
+    axes[1].legend(fontsize=8)
+    memory = [statistics.median(c.peak_rss_mb) if c.peak_rss_mb else 0 for c in cells.values()]
+    axes[2].bar(x, memory, color=colors)
+    axes[2].set_title("peak RSS of the run's process tree (MB)", fontsize=9)
+    for ax in axes:
+        ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+        ax.margins(y=0.15)
+    fig.suptitle(f"Kafka -> parse -> keyed running count -> Kafka, parallelism 2, {os.cpu_count()} CPUs", fontsize=10)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "kafka.png"), dpi=100)
-    print("\n".join(lines))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--records", type=int, default=None, help="N of every timed run (default: sized per system)")
+    parser.add_argument("--sizes", nargs="+", default=[], metavar="SYSTEM=N",
+                        help="N of a system's timed runs (no pilot for it), e.g. bytewax=5000000")
+    parser.add_argument("--target-seconds", type=float, default=15.0)
+    parser.add_argument("--min-records", type=int, default=300_000)
+    parser.add_argument("--max-records", type=int, default=20_000_000)
+    parser.add_argument("--pilot-records", type=int, default=200_000)
+    parser.add_argument("--startup-records", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency-repeats", type=int, default=1, help="latency runs per system (one per round)")
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--keys", type=int, default=job.KEYS)
+    parser.add_argument("--rate", type=int, default=3000, help="records/s the latency run produces")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long the latency run produces")
+    parser.add_argument("--ready-timeout", type=float, default=300.0)
+    parser.add_argument("--drain-s", type=float, default=30.0,
+                        help="how long the latency run waits for the last records to become visible")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "kafka")
+    parser.add_argument("--summarise-only", action="store_true",
+                        help="rebuild kafka.md and kafka.png from --out's kafka.csv without running anything")
+    args = parser.parse_args(argv)
+    if args.keys != job.KEYS:
+        parser.error("--keys other than job.KEYS needs the fill and the oracle changed too")
+    systems = [SYSTEMS[label] for label in SYSTEMS if label in args.systems]
+    try:
+        args.sizes = {label: int(n) for label, n in (item.split("=", 1) for item in args.sizes)}
+    except ValueError:
+        parser.error("--sizes takes SYSTEM=N pairs")
+    if set(args.sizes) - set(SYSTEMS):
+        parser.error(f"--sizes names unknown systems: {sorted(set(args.sizes) - set(SYSTEMS))}")
+    if args.summarise_only:
+        runs = load_csv(args.out / "kafka.csv")
+        present = {run.system for run in runs}
+        load_file = args.out / "kafka-load.txt"
+        report(runs, [s for s in systems if s.label in present], args.out,
+               load_file.read_text() if load_file.exists() else "")
+        return
+    for venv in sorted({s.venv for s in systems if s.venv}):
+        ensure_venv(venv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+          f"{uptime_before}", flush=True)
+    with KafkaBroker(heap="1g") as broker:
+        topics = Topics(broker)
+        runs = measure(systems, topics, args, args.out / "kafka.csv")
+    uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    load = f"\nLoad: before `{uptime_before}`; after `{uptime_after}`\n"
+    (args.out / "kafka-load.txt").write_text(load)
+    report(runs, systems, args.out, load)
+
+
+def report(runs: list[Run], systems: list[System], out: Path, load: str) -> None:
+    """kafka.md and kafka.png from the runs."""
+    cells = summarize(runs, systems)
+    versions: dict[str, dict[str, str]] = {}
+    for run in runs:
+        versions.setdefault(run.system, {}).update(run.versions)
+    text = table(cells, job.CHECKPOINT_INTERVAL_S)
+    text += ("\nVersions: " + "; ".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
+                                        for s, vs in versions.items())
+             + f"; broker: Apache Kafka {KAFKA_VERSION} (KRaft, one node)\n" + load)
+    (out / "kafka.md").write_text(text)
+    plot(out / "kafka.png", cells)
+    print("\n" + text)
+    print(f"wrote {out / 'kafka.md'}, {out / 'kafka.png'}")
 
 
 if __name__ == "__main__":

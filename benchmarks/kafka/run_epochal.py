@@ -1,20 +1,27 @@
-"""One epochal run of the Kafka benchmark job, in its own process (``python -m
-benchmarks.kafka.run_epochal``); prints one JSON line: ``{"job_s": ...}``.
+"""epochal's runner of the Kafka benchmark (see :mod:`benchmarks.kafka.job` for the job and the
+protocol); variants ``exactly_once`` and ``at_least_once`` (the KafkaSink's guarantee).
 
-Job: KafkaSource (read_committed) -> parse ``key,produced_ms`` -> keyed running count ->
-KafkaSink writing ``key,count,produced_ms``, ``exactly_once`` or ``at_least_once``.
-``--bounded`` stops at the end offsets found at submit (throughput); otherwise the job runs for
-``--seconds`` and is cancelled (latency, while a producer writes at a fixed rate)."""
+Job: ``KafkaSource`` (read_committed, ``bounded=True`` in throughput runs) -> ``map(parse)`` ->
+``key_by(key)`` -> ``process(RunningCount)`` (a ``KeyedProcessFunction`` with a ``ValueState``
+count, one update per record) -> ``KafkaSink`` writing ``key,count,produced_ms``. Spark
+``local[P]``, the defaults a user gets (batch size 1,024), aligned exactly-once checkpoints every
+second into ``--work-dir``. As in ``benchmarks.peers.run_epochal``, Spark is started before the
+timed region and ``job_s`` is the wall time of ``env.execute`` (planning, shipping the job,
+worker registration, the job, its final checkpoint and the commit of its last transactions).
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-import tempfile
 import time
+from importlib.metadata import version
 
 import epochal
+from benchmarks.kafka import job
 from epochal import KafkaSink, KafkaSource
+
+SYSTEM = "epochal"
+VARIANTS = ("exactly_once", "at_least_once")
+QUIET = {"log_level": 0}
 
 
 def parse(record):
@@ -22,35 +29,8 @@ def parse(record):
     return key, produced
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--sink", required=True)
-    parser.add_argument("--guarantee", default="exactly_once")
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--bounded", action="store_true")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    args = parser.parse_args()
-    quiet = {"log_level": 0}
-    env = epochal.Environment(args.parallelism)
-    env.enable_checkpointing(args.interval, storage=tempfile.mkdtemp(prefix="kafka-bench-"))
-    records = env.from_source(KafkaSource(args.bootstrap, [args.source], bounded=args.bounded, config=quiet))
-    counts = records.map(parse).key_by(lambda r: r[0]).process(RunningCount())
-    counts.sink_to(KafkaSink(args.bootstrap, args.sink, guarantee=args.guarantee, key=lambda c: c[0],
-                             value=lambda c: b"%s,%d,%s" % c, value_serializer="bytes", key_serializer="bytes",
-                             transactional_id_prefix=f"bench-{args.sink}", config=quiet))
-    if args.bounded:  # the job's own duration: Spark's start-up is outside it
-        result = env.execute("kafka-bench", timeout=1800)
-        print(json.dumps({"job_s": result.duration_s, "records": result.records_processed}))
-        return
-    client = env.execute_async("kafka-bench")
-    client.wait_until_running()
-    print(json.dumps({"running": True}), flush=True)  # the benchmark starts producing now
-    time.sleep(args.seconds)
-    client.cancel(timeout=60)
-    print(json.dumps({"job_s": args.seconds}))
+def value(update):
+    return b"%s,%d,%s" % update
 
 
 class RunningCount(epochal.KeyedProcessFunction):
@@ -63,6 +43,38 @@ class RunningCount(epochal.KeyedProcessFunction):
         count = (self.count.value() or 0) + 1
         self.count.update(count)
         yield value[0], count, value[1]
+
+
+def main() -> None:
+    args = job.runner_arguments("epochal Kafka benchmark runner", VARIANTS)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    env = epochal.Environment(args.parallelism)
+    env.enable_checkpointing(args.checkpoint_interval, storage=str(args.work_dir / "checkpoints"))
+    records = env.from_source(KafkaSource(args.bootstrap, [args.source], bounded=not args.latency, config=QUIET))
+    counts = records.map(parse).key_by(lambda r: r[0]).process(RunningCount())
+    counts.sink_to(KafkaSink(args.bootstrap, args.sink, guarantee=args.variant, key=lambda c: c[0], value=value,
+                             value_serializer="bytes", key_serializer="bytes",
+                             transactional_id_prefix=f"bench-{args.sink}", config=QUIET))
+    config = {"parallelism": args.parallelism, "checkpoint_interval_s": args.checkpoint_interval,
+              "sink_guarantee": args.variant, "state": "ValueState in a KeyedProcessFunction (heap)"}
+    versions = {"epochal": version("epochal"), "pyspark": version("pyspark"),
+                "confluent-kafka": version("confluent-kafka")}
+    if args.latency:
+        stop = job.stdin_closed()
+        client = env.execute_async("kafka-bench")
+        client.wait_until_running()
+        stop.wait()
+        client.cancel(timeout=60)
+        job.write_result(args, SYSTEM, config=config, versions=versions)
+        return
+    env.spark  # start Spark before the timed region: its JVM start is process start-up  # noqa: B018
+    started = time.perf_counter()
+    result = env.execute("kafka-bench", timeout=3600)
+    job_s = time.perf_counter() - started
+    config["records_processed"] = result.records_processed
+    config["checkpoint_ms"] = [round(c["duration_s"] * 1000, 1) for c in result.checkpoints
+                               if c["status"] == "completed"]
+    job.write_result(args, SYSTEM, job_s=job_s, config=config, versions=versions)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -328,8 +329,11 @@ def _listening(port: int) -> bool:
     return False
 
 
-def _run_processes(args: Any) -> float:
-    """Start the P dataflow processes, release them in order, and return the wall time until all exited."""
+def _run_processes(args: Any, module: str = "benchmarks.peers.run_bytewax",
+                   stop: threading.Event | None = None) -> float:
+    """Start the P dataflow processes (``python -m <module>`` with this process's arguments),
+    release them in order, and return the wall time until all exited. With ``stop`` (an
+    unbounded dataflow: benchmarks.kafka's latency runs) the processes are killed once it is set."""
     count = args.parallelism
     addresses = ";".join(f"127.0.0.1:{port}" for port in _free_ports(count))
     ports = [int(address.rsplit(":", 1)[1]) for address in addresses.split(";")]
@@ -337,7 +341,7 @@ def _run_processes(args: Any) -> float:
     try:
         for process_id in range(count):
             env = dict(os.environ, **{PROCESS_ENV: str(process_id), ADDRESSES_ENV: addresses})
-            procs.append(subprocess.Popen([sys.executable, "-m", "benchmarks.peers.run_bytewax", *sys.argv[1:]],
+            procs.append(subprocess.Popen([sys.executable, "-m", module, *sys.argv[1:]],
                                           env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         for proc in procs:
             if proc.stdout is None or proc.stdout.readline().strip() != "ready":
@@ -351,6 +355,12 @@ def _run_processes(args: Any) -> float:
                 deadline = time.monotonic() + LISTEN_WAIT_S
                 while not _listening(ports[process_id]) and time.monotonic() < deadline and proc.poll() is None:
                     time.sleep(0.001)
+        if stop is not None:
+            while not stop.wait(0.2):
+                if any(proc.poll() is not None for proc in procs):
+                    break
+            if all(proc.poll() is None for proc in procs):
+                return time.perf_counter() - start  # stopped as asked: the finally kills them
         codes = [proc.wait() for proc in procs]
         elapsed = time.perf_counter() - start
         if any(codes):

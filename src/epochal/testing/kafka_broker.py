@@ -133,7 +133,9 @@ class KafkaBroker:
         config = self.directory / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
         if not self._formatted:
-            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster = "-"
+            while cluster.startswith("-"):  # the tool would take a leading "-" for an option (as Kafka's Uuid avoids)
+                cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             result = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)),
                                     capture_output=True, text=True, timeout=120)
             if result.returncode != 0:
