@@ -279,7 +279,14 @@ class GraphWorker(WorkerShell):
     @_DO.on(WriteOutput)
     def _write_output(self, instruction: WriteOutput) -> None:
         assert self.deployment is not None and self.engine is not None
-        write_result(self.deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
+        deployment = self.deployment
+        if deployment.result_dir is not None:  # a graph loaded on the executors: nothing for the driver
+            from epochal.graph.output import write_worker_result
+
+            write_worker_result(deployment.result_dir, deployment.text_dir, self.index, self.engine.part.ids,
+                                self.engine.output())
+        else:
+            write_result(deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
         self.send_control(Finished(self.metrics()))
 
 
