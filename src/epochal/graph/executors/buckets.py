@@ -12,14 +12,13 @@ positions; an edge whose endpoints share a home is written once). It returns a
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from epochal.connectors.filesystems import join, resolve
-from epochal.graph.executors.sources import Split, SplitColumns, SplitProblem, read_split, table_columns
+from epochal.graph.executors.sources import Split, SplitColumns, SplitProblem, read_split
 from epochal.graph.placement import mix64
 
 
@@ -120,22 +119,3 @@ def bucket_split(split: Split, plan: BucketPlan) -> SplitReport:
     """Stage 1 for a file split (the body of one Spark task)."""
     data = read_split(split, plan.weight_column, plan.property_columns)
     return bucket_columns(data, split.index, split.what, plan)
-
-
-def bucket_batches(batches: Iterator[Any], split: int, what: str, plan: BucketPlan,
-                   columns: Sequence[str]) -> SplitReport:
-    """Stage 1 for one DataFrame partition (Arrow record batches, from ``mapInArrow``)."""
-    import pyarrow as pa
-
-    tables = [pa.Table.from_batches([b]) for b in batches]
-    table = pa.concat_tables(tables) if tables else None
-    if table is None:
-        data = SplitColumns(np.zeros(0, np.int64), {name: np.zeros(0, np.int64) for name in
-                                                     (["id"] if what == "vertex" else ["src", "dst"])})
-        if what == "edge" and plan.weight_column:
-            data.columns["weight"] = np.zeros(0, np.float64)
-        for name in plan.property_columns if what == "vertex" else ():
-            data.columns[f"property:{name}"] = np.zeros(0)
-    else:
-        data = table_columns(table.select(list(columns)), split, what, plan.weight_column, plan.property_columns)
-    return bucket_columns(data, split, what, plan)

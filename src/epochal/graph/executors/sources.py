@@ -36,8 +36,9 @@ from epochal.graph.model import GraphInputError
 
 #: bits of a position that hold the row within its split
 ROW_BITS = 40
-#: the largest byte range one task reads of a text file
+#: the largest and the smallest byte range one task reads of a text file
 SPLIT_BYTES = 64 << 20
+MIN_SPLIT_BYTES = 1 << 20
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4", ".br", ".zstd", ".snappy")
 SOURCE_KINDS = ("graphalytics", "edge_list", "parquet", "csv", "dataframes")
 
@@ -184,8 +185,8 @@ def first_data_line(location: str, what: str, snap: bool) -> tuple[int, bytes] |
     return None
 
 
-def text_splits(location: str, what: str, first_index: int, *, snap: bool, weighted: bool, parallelism: int,
-                split_bytes: int = SPLIT_BYTES) -> list[Split]:
+def text_splits(location: str, what: str, first_index: int, *, snap: bool, weighted: bool, parallelism: int
+                ) -> list[Split]:
     """The splits of text file ``location`` (``what``: "vertex file", "edge file" or "edge list"),
     numbered from ``first_index``. Checks the first data line here (it fixes the delimiter and
     the number of fields), as the driver's loader does; raises :class:`GraphInputError`."""
@@ -207,7 +208,7 @@ def text_splits(location: str, what: str, first_index: int, *, snap: bool, weigh
                   delimiter=delimiter, width=width, kinds=tuple(kinds.items()), meaning=meaning, first_line=first[0])
     if location.endswith(_COMPRESSED) or size == 0:
         return [Split(first_index, start=0, end=None, **common)]  # type: ignore[arg-type]
-    step = max(1 << 20, min(split_bytes, -(-size // max(parallelism, 1))))
+    step = max(MIN_SPLIT_BYTES, min(SPLIT_BYTES, -(-size // max(parallelism, 1))))
     return [Split(first_index + i, start=start, end=min(start + step, size), **common)  # type: ignore[arg-type]
             for i, start in enumerate(range(0, size, step))]
 

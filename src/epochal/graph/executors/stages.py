@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import pickle
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from epochal.connectors.filesystems import join, resolve
-from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_batches, bucket_split, get
+from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split, get
 from epochal.graph.executors.build import BuildPlan, BuildReport, SparkExchange, build_worker
 from epochal.graph.executors.sources import (
     GraphSource,
@@ -127,23 +126,6 @@ def _dataframe_schema(df: Any) -> pa.Schema:
     return to_arrow_schema(df.schema)
 
 
-def _report_rows(rows: Iterator[Any]) -> list[SplitReport]:
-    return [pickle.loads(row[0]) for row in rows]
-
-
-def _dataframe_stage(df: Any, columns: list[str], what: str, base: int, plan: BucketPlan) -> list[SplitReport]:
-    """Stage 1 over a DataFrame's partitions (``mapInArrow``): split ``base + partition id``."""
-    def bucket(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        split = base + (context.partitionId() if context is not None else 0)
-        report = bucket_batches(batches, split, what, plan, columns)
-        yield pa.record_batch({"report": pa.array([pickle.dumps(report, protocol=5)], pa.binary())})
-
-    return _report_rows(df.select(*columns).mapInArrow(bucket, "report binary").collect())
-
-
 def load_on_executors(spark: Any, source: GraphSource, num_workers: int, work_uri: str, *, partitioner: str = "hash",
                       directions: str = "in", adjacency: bool = False,
                       replication: tuple[int, bool, bool] | None = None, lookups: Sequence[int] = ()
@@ -226,30 +208,31 @@ def _stage_one(spark: Any, source: GraphSource, plan: BucketPlan, num_workers: i
     sc = spark.sparkContext
     splits: list[Split] = []
     reports: list[SplitReport] = []
-    if source.kind == "dataframes":
+    names = {"vertex": str(source.vertices or ""), "edge": str(source.edges)}
+    if source.kind == "dataframes":  # Spark writes them as Parquet (on the executors), read as tables below
         names = {"vertex": "the vertex DataFrame", "edge": "the edge DataFrame"}
-        base = 0
+        locations: dict[str, str | None] = {"vertex": None, "edge": None}
         for what, df in (("vertex", source.vertices), ("edge", source.edges)):
-            if df is None:
-                continue
-            columns = _table_column_checks(_dataframe_schema(df), names[what], what, source)
-            reports += _dataframe_stage(df, columns, what, base, plan)
-            base += max(df.rdd.getNumPartitions(), 1)
-        return splits, names, reports
+            if df is not None:
+                columns = _table_column_checks(_dataframe_schema(df), names[what], what, source)
+                locations[what] = join(plan.staging, f"dataframe-{what}")
+                df.select(*columns).write.mode("overwrite").parquet(locations[what])
+        tables = [("vertex", locations["vertex"]), ("edge", locations["edge"])]
+    else:
+        tables = [("vertex", source.vertices), ("edge", source.edges)]
     if source.text:
-        names = {"vertex": str(source.vertices or ""), "edge": str(source.edges)}
         if source.vertices is not None:
             splits += text_splits(source.vertices, "vertex file", 0, snap=False, weighted=False,
                                   parallelism=num_workers)
         splits += text_splits(source.edges, "edge list" if source.kind == "edge_list" else "edge file", len(splits),
                               snap=source.kind == "edge_list", weighted=source.weighted, parallelism=num_workers)
     else:
-        names = {"vertex": str(source.vertices or ""), "edge": str(source.edges)}
-        for what, location in (("vertex", source.vertices), ("edge", source.edges)):
+        for what, location in tables:
             if location is None:
                 continue
-            more, schema = table_splits(location, f"{what} table", len(splits), source.kind, [], source.delimiter)
-            wanted = tuple(_table_column_checks(schema, location, what, source))
+            table_format = "parquet" if source.kind == "dataframes" else source.kind
+            more, schema = table_splits(location, f"{what} table", len(splits), table_format, [], source.delimiter)
+            wanted = tuple(_table_column_checks(schema, names[what], what, source))
             splits += [Split(s.index, s.what, s.location, s.file, row_group=s.row_group, table_format=s.table_format,
                              columns=wanted, delimiter=s.delimiter) for s in more]
     if splits:
