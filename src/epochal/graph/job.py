@@ -197,9 +197,9 @@ def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | Verte
                              settings: ReplicationSettings | None, result_dir: str, output_dir: str | None
                              ) -> GraphResult:
     """:func:`run_graph` of a graph that Spark tasks load: partitions written by the executors,
-    results written by the workers; the driver holds sizes (and, with replication, each vertex's
-    worker and mirror workers for the JobMaster's recovery machine)."""
-    from epochal.graph.executors.stages import check_program, load_on_executors, read_mirrors
+    results written by the workers; the driver holds sizes (and, with replication, how many
+    vertices have each distinct owner and mirror workers, for the JobMaster's recovery machine)."""
+    from epochal.graph.executors.stages import check_program, load_on_executors
     from epochal.graph.output import publish_worker_parts
 
     directions, adjacency = program_layout(program)
@@ -214,8 +214,9 @@ def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | Verte
     check_program(program, stats)
     replication = None
     if settings is not None:
-        vertices, owner, mirrors = read_mirrors(work_uri, stats.mirrors_files)
-        replication = ReplicaRecovery(settings, vertices, owner, mirrors, parallelism)
+        assert stats.patterns is not None and stats.pattern_counts is not None
+        replication = ReplicaRecovery(settings, None, stats.patterns[:, 0], stats.patterns[:, 1:], parallelism,
+                                      stats.pattern_counts)
     storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
     staged_results, staged_text = join(work_uri, "results-staged"), join(work_uri, "text-staged")
     deployment = GraphDeployment(job_name, job_id, program, parallelism, stats.num_vertices, work_uri, env.config,

@@ -130,8 +130,9 @@ class BuildReport:
     partition_bytes: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
-    #: replication: this worker's masters' ids and mirror workers, written for the JobMaster
-    mirrors_file: str | None = None
+    #: replication: the distinct ``(owner, mirror workers)`` rows of this worker's masters and
+    #: how many masters have each (what the JobMaster's recovery machine needs)
+    patterns: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _load(plan: BuildPlan, what: str, splits: tuple[int, ...], worker: int, prefix: str | None = None
@@ -413,10 +414,11 @@ class WorkerBuild:
                 replica.adj_index = layout["out_index"][entries]
             mirrored = None if mirrors is None else records.take(np.flatnonzero((mirrors == q).any(axis=1)))
             put(join(plan.staging, f"ans-{w:05d}-{q:05d}"), {"replicas": replica, "mirror": mirrored})
-        if mirrors is not None:
-            name = f"mirrors-{w:05d}"
-            put(join(plan.work_uri, name), {"ids": ids, "mirrors": mirrors})
-            self.report.mirrors_file = name
+        if mirrors is not None:  # every worker's routing table gets every vertex's mirrors
+            put(join(plan.staging, f"mirrors-{w:05d}"), mirrors.astype(np.int16))
+            patterns, counts = np.unique(np.column_stack([np.full(n, w, dtype=np.int64), mirrors]), axis=0,
+                                         return_counts=True)
+            self.report.patterns = (patterns, counts)
 
     # -- 5. assembly -------------------------------------------------------------------------------
     def _assemble(self, layout: dict[str, Any], all_ids: np.ndarray, owner: np.ndarray) -> None:
@@ -436,6 +438,10 @@ class WorkerBuild:
         masters: VertexRecords = layout["records"]
         if plan.replication is None:
             masters.mirrors = masters.selfish = None
+        else:  # the mirrors of every vertex, in routing-table order (masters of worker q are in id order)
+            stacked = np.concatenate([get(join(plan.staging, f"mirrors-{q:05d}")) for q in range(plan.num_workers)])
+            template.all_mirrors = np.empty_like(stacked)
+            template.all_mirrors[np.lexsort((all_ids, owner))] = stacked  # rows by (owner, id) -> by id
         part, _, _ = assemble(w, template, masters, concat(replicas), concat(mirrored) if plan.replication else None)
         if not plan.adjacency:
             part.table_out_ptr = part.table_out_ids = None

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from epochal.connectors.filesystems import join, resolve
-from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split, get
+from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split
 from epochal.graph.executors.build import BuildPlan, BuildReport, SparkExchange, build_worker
 from epochal.graph.executors.sources import (
     GraphSource,
@@ -67,8 +67,10 @@ class LoadStatistics:
     negative_note: EdgeNote | None = None
     both_ways: int = 0
     both_ways_first: int | None = None
-    #: replication: the files (in the work directory) of each worker's masters and mirrors
-    mirrors_files: list[str] = field(default_factory=list)
+    #: replication: the distinct ``(owner, mirror workers...)`` rows of all vertices, and how many
+    #: vertices have each (for the JobMaster's recovery machine; at most ``W^(k+1)`` rows)
+    patterns: np.ndarray | None = None
+    pattern_counts: np.ndarray | None = None
 
     @property
     def replication_factor(self) -> float:
@@ -189,7 +191,10 @@ def load_on_executors(spark: Any, source: GraphSource, num_workers: int, work_ur
         negative=None if negative is None else where.where("edge", negative.pos),
         both_ways=sum(b.both_ways for b in builds),
         both_ways_first=min((b.both_ways_first for b in builds if b.both_ways_first is not None), default=None),
-        mirrors_files=[b.mirrors_file for b in builds if b.mirrors_file])
+    )
+    if any(b.patterns is not None for b in builds):
+        stats.patterns = np.concatenate([b.patterns[0] for b in builds if b.patterns is not None])
+        stats.pattern_counts = np.concatenate([b.patterns[1] for b in builds if b.patterns is not None])
     fs.delete_dir(path)
     return stats
 
@@ -292,16 +297,3 @@ def check_program(program: Any, stats: LoadStatistics) -> None:
         if stats.both_ways:
             raise GraphInputError(f"vertex {stats.both_ways_first} both rates (has out-edges) and is rated (has "
                                   "in-edges); ALS needs a bipartite graph whose edges go from users to items")
-
-
-def read_mirrors(work_uri: str, files: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(vertices, owner, mirrors)`` of a replicated job, for the JobMaster's recovery machine:
-    every vertex id (sorted), its worker and its mirror workers (ids, not edges: 8 (2 + k) bytes
-    a vertex on the driver)."""
-    tables = [get(join(work_uri, name)) for name in files]
-    ids = np.concatenate([t["ids"] for t in tables])
-    owner = np.concatenate([np.full(t["ids"].size, int(name.rsplit("-", 1)[1]), dtype=np.int64)
-                            for name, t in zip(files, tables, strict=True)])
-    mirrors = np.concatenate([t["mirrors"] for t in tables])
-    order = np.argsort(ids, kind="stable")
-    return ids[order], owner[order], mirrors[order]
