@@ -1,7 +1,7 @@
 """Stage 2 of loading on the executors: each worker's partition, built by one barrier task per worker.
 
 The ``W`` tasks of one Spark barrier stage run at once and exchange files in the staging
-directory between barriers (:class:`Exchange`: Spark's ``BarrierTaskContext`` in a job). Task
+directory between gathers (:class:`Exchange`; :class:`FileExchange` in a job). Task
 ``w``:
 
 1. **Checks** what its home buckets hold, exactly as :func:`~epochal.graph.loading_assembly.assemble`
@@ -30,7 +30,6 @@ directory between barriers (:class:`Exchange`: Spark's ``BarrierTaskContext`` in
 
 from __future__ import annotations
 
-import base64
 import pickle
 import resource
 import time
@@ -39,8 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow.fs as pafs
 
-from epochal.connectors.filesystems import join
+from epochal.connectors.filesystems import join, resolve
 from epochal.graph.deployment import write_partition
 from epochal.graph.executors.buckets import bucket_name, get, home_of, put
 from epochal.graph.model import sorted_unique
@@ -51,21 +51,50 @@ from epochal.graph.replica_plan import place_copies
 
 class Exchange:
     """How the tasks of the build stage meet: ``barrier()`` and ``all_gather(value)`` (every
-    task's value, in task order). :class:`SparkExchange` is Spark's."""
+    task's value, in task order, once every task gave its own)."""
 
     def all_gather(self, value: Any) -> list[Any]:
         raise NotImplementedError
 
 
-class SparkExchange(Exchange):
-    """The exchange of a Spark barrier stage (``BarrierTaskContext.allGather``)."""
+class FileExchange(Exchange):
+    """The exchange of the build stage's barrier tasks through the staging directory: each call
+    writes this task's value as ``gather-<attempt>-<round>-<w>`` (under a temporary name, then
+    renamed) and polls until every task's is there. The Spark barrier stage guarantees that the
+    ``W`` tasks run at once and fails all of them if one fails; ``attempt`` (agreed once through
+    ``BarrierTaskContext.allGather``) keeps a retried stage off an earlier attempt's files. Spark's
+    ``allGather`` alone would do, but its JVM side polls once a second: about one second a call
+    here, against a few milliseconds for this. ``timeout`` bounds a wait for tasks that never come."""
 
-    def __init__(self, context: Any) -> None:
-        self.context = context
+    def __init__(self, staging: str, attempt: int, worker: int, num_workers: int, timeout: float = 600.0) -> None:
+        self.staging, self.attempt, self.worker, self.num_workers = staging, attempt, worker, num_workers
+        self.timeout = timeout
+        self.round = 0
+
+    def _name(self, worker: int) -> str:
+        return join(self.staging, f"gather-{self.attempt}-{self.round}-{worker:05d}")
 
     def all_gather(self, value: Any) -> list[Any]:
-        text = base64.b64encode(pickle.dumps(value, protocol=5)).decode("ascii")
-        return [pickle.loads(base64.b64decode(t)) for t in self.context.allGather(text)]
+        fs, path = resolve(self._name(self.worker))
+        with fs.open_output_stream(f"{path}.tmp", compression=None) as out:
+            out.write(pickle.dumps(value, protocol=5))
+        fs.move(f"{path}.tmp", path)
+        deadline, pause = time.monotonic() + self.timeout, 0.002
+        paths = [resolve(self._name(w))[1] for w in range(self.num_workers)]
+        while True:
+            if all(info.type == pafs.FileType.File for info in fs.get_file_info(paths)):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"build task {self.worker}: not every task reached round {self.round} within "
+                                   f"{self.timeout:.0f} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        values = []
+        for p in paths:
+            with fs.open_input_stream(p, compression=None) as source:
+                values.append(pickle.loads(source.read()))
+        self.round += 1
+        return values
 
 
 @dataclass(frozen=True)
@@ -191,6 +220,8 @@ class WorkerBuild:
         edges = _load(plan, "edge", plan.edge_splits, w) or _empty_edges(self.weighted)
         self._lap("read")
         ids, props, edges = self._check(vertices, edges)
+        if plan.partitioner == "hash":  # the owned ids (the routing table's part) go out with the problems
+            put(join(plan.staging, f"own-{w:05d}"), {"ids": ids})
         self._lap("check")
         if any(r.problems.any() for r in self.exchange.all_gather(self.report)):
             return self.report  # the driver names the earliest problem; nothing is built
@@ -272,9 +303,7 @@ class WorkerBuild:
     def _place(self, ids: np.ndarray, props: dict[str, np.ndarray], edges: dict[str, np.ndarray]
                ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
         plan, w, count = self.plan, self.worker, self.plan.num_workers
-        if plan.partitioner == "hash":
-            put(join(plan.staging, f"own-{w:05d}"), {"ids": ids})
-            self.exchange.all_gather(None)
+        if plan.partitioner == "hash":  # own-<w> files were written before the first gather
             all_ids, owner = self._routing(lambda q, table: np.full(table["ids"].size, q, dtype=np.int32))
             return ids, props, edges, all_ids, owner
         from epochal.graph.executors.fennel import stream_fennel

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from epochal.connectors.filesystems import join, resolve
 from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split
-from epochal.graph.executors.build import BuildPlan, BuildReport, SparkExchange, build_worker
+from epochal.graph.executors.build import BuildPlan, BuildReport, FileExchange, build_worker
 from epochal.graph.executors.sources import (
     GraphSource,
     Split,
@@ -203,8 +203,11 @@ def _build_task(indices: Iterator[int], plan: BuildPlan, weighted: bool) -> Iter
     from pyspark import BarrierTaskContext
 
     context = BarrierTaskContext.get()
+    # one Spark gather names this stage attempt (a retried stage must not read an earlier one's files)
+    attempt = min(int(t) for t in context.allGather(str(context.taskAttemptId())))
     for worker in indices:
-        yield build_worker(plan, worker, SparkExchange(context), weighted)
+        exchange = FileExchange(plan.staging, attempt, worker, plan.num_workers)
+        yield build_worker(plan, worker, exchange, weighted)
 
 
 def _stage_one(spark: Any, source: GraphSource, plan: BucketPlan, num_workers: int
