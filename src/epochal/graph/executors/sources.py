@@ -18,8 +18,9 @@ raised (:class:`SplitProblem`), so that every task ends and the driver names the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -204,12 +205,12 @@ def text_splits(location: str, what: str, first_index: int, *, snap: bool, weigh
     checked = _TextFile(source.location, source.fs, source.path, snap, delimiter)
     _check_line(checked, first[0], first[1], max(width, max(kinds) + 1), kinds, meaning)
     size = source.fs.get_file_info(source.path).size or 0
-    common = dict(what="vertex" if vertex else "edge", location=location, file=location, snap=snap,
+    whole = Split(first_index, "vertex" if vertex else "edge", location, location, 0, None, snap=snap,
                   delimiter=delimiter, width=width, kinds=tuple(kinds.items()), meaning=meaning, first_line=first[0])
     if location.endswith(_COMPRESSED) or size == 0:
-        return [Split(first_index, start=0, end=None, **common)]  # type: ignore[arg-type]
+        return [whole]
     step = max(MIN_SPLIT_BYTES, min(SPLIT_BYTES, -(-size // max(parallelism, 1))))
-    return [Split(first_index + i, start=start, end=min(start + step, size), **common)  # type: ignore[arg-type]
+    return [replace(whole, index=first_index + i, start=start, end=min(start + step, size))
             for i, start in enumerate(range(0, size, step))]
 
 
@@ -301,15 +302,38 @@ def _read_text(split: Split) -> SplitColumns:
     return out
 
 
+def _owned(split: Split) -> Iterator[bytes]:
+    """The lines ``split`` owns, one at a time (without holding the split in memory)."""
+    fs, path = resolve(split.file)
+    if split.end is None:
+        with fs.open_input_stream(path) as stream:
+            yield from io.BufferedReader(stream)
+        return
+    with fs.open_input_file(path) as handle:
+        handle.seek(max(split.start - 1, 0))
+        lines = io.BufferedReader(handle)
+        offset = max(split.start - 1, 0)
+        if split.start > 0:
+            skipped = lines.readline()  # the rest of the line an earlier split owns (or a lone newline)
+            offset += len(skipped)
+        for line in lines:
+            if offset >= split.end:
+                return
+            offset += len(line)
+            yield line
+
+
 def text_lines_of(split: Split, rows: Sequence[int]) -> list[int]:
-    """The 0-based line (among the lines ``split`` owns) of each of its data ``rows``."""
+    """The 0-based line (among the lines ``split`` owns) of each of its data ``rows`` (the split
+    is read again, line by line: an error path)."""
     wanted, found = set(rows), {}
-    data = split_bytes_of(split)
     row = 0
-    for number, line in enumerate(data.split(b"\n")[:_owned_lines(data)]):
-        if _data_line(line.rstrip(b"\r"), split.snap):
+    for number, line in enumerate(_owned(split)):
+        if _data_line(line.rstrip(b"\r\n"), split.snap):
             if row in wanted:
                 found[row] = number
+                if len(found) == len(wanted):
+                    break
             row += 1
     return [found.get(r, -1) for r in rows]
 

@@ -99,6 +99,11 @@ class _Where:
             return f"row {self._before(split, 'rows') + row}"
         return self.local_line(split, text_lines_of(split, [row])[0])
 
+    def index(self, what: str, position: int) -> int:
+        """The row's index among all data rows of its input (counted from 0)."""
+        split = self.splits[split_of(position)]
+        return self._before(split, "rows") + row_of(position)
+
     def where(self, what: str, position: int) -> str:
         return f"{self.names[what]}, {self.position(what, position)}"
 
@@ -178,8 +183,8 @@ def load_on_executors(spark: Any, source: GraphSource, num_workers: int, work_ur
     if dropped:
         note = min((b.first_dropped for b in builds if b.first_dropped is not None), key=lambda n: n[0])
         _log.warning("%s: dropped %d repeated edge(s) and kept the first of each; the first dropped is edge %d -> %d "
-                     "(%s), which repeats %s (%d -> %d)", names["edge"], dropped, note[1], note[2],
-                     where.position("edge", note[0]), where.position("edge", note[3]), note[4], note[5])
+                     "(input edge %d, counted from 0), which repeats input edge %d (%d -> %d)", names["edge"], dropped,
+                     note[1], note[2], where.index("edge", note[0]), where.index("edge", note[3]), note[4], note[5])
     negative = min((r.negative for r in reports if r.negative is not None), key=lambda n: n.pos, default=None)
     stats = LoadStatistics(
         num_vertices=sum(b.masters for b in builds), num_edges=total_edges - dropped, num_workers=num_workers,
