@@ -6,7 +6,9 @@ This module owns the command line only: it parses the arguments, builds the algo
 (:func:`epochal.graph.job.run_graph`) or, with ``--local``, in this process
 (:func:`~epochal.graph.local.run_graph_locally`, a testing aid without fault tolerance), writes the
 Graphalytics output directory (:func:`~epochal.graph.output.write_results`) and prints one
-summary line. Bad input and bad arguments print one line to stderr and exit with status 2 (a
+summary line. With ``--on-executors`` Spark tasks load the files and the workers write the
+output (:class:`~epochal.graph.executors.sources.GraphSource`); nothing of the graph passes
+through this process. Bad input and bad arguments print one line to stderr and exit with status 2 (a
 problem an algorithm finds with one edge, such as SSSP's negative weight, names the edge file's
 line); a job that fails exits with status 1.
 """
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--work-dir", metavar="DIR", help="where the driver writes partitions and checkpoints; on a "
                      "cluster a location every executor can read (default: a local temporary directory)")
     run.add_argument("--local", action="store_true", help="run in this process without Spark (a testing aid)")
+    run.add_argument("--on-executors", action="store_true",
+                     help="load and partition the graph with Spark tasks and let the workers write the output: "
+                          "the graph never passes through this process (its limit is the executors' memory)")
     return parser
 
 
@@ -116,6 +121,8 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.kill_worker is not None and args.kill_worker >= args.parallelism:
         raise CommandLineError(f"--kill-worker {args.kill_worker} is not a worker; workers are numbered 0 to "
                                f"{args.parallelism - 1} (--parallelism {args.parallelism})")
+    if args.local and args.on_executors:
+        raise CommandLineError("--local and --on-executors exclude each other: --on-executors loads with Spark")
     if args.local and (args.fault_tolerance != "none" or args.kill_worker is not None):
         raise CommandLineError("--local runs without fault tolerance; drop --fault-tolerance and --kill-worker "
                                "or run on Spark (without --local)")
@@ -141,13 +148,13 @@ def build_program(args: argparse.Namespace) -> Program:
     return factories[name]()
 
 
-def _execute(args: argparse.Namespace, graph: Any, program: Program) -> GraphResult:
+def _execute(args: argparse.Namespace, graph: Any, program: Program, **more: Any) -> GraphResult:
     if args.local:
         return run_graph_locally(graph, program, args.parallelism, args.partitioner)
     from epochal.graph.job import run_graph
     from epochal.runtime.host.hooks import Fault
 
-    options: dict[str, Any] = {"work_dir": args.work_dir}
+    options: dict[str, Any] = {"work_dir": args.work_dir, **more}
     if args.checkpoint_interval is not None:
         options["checkpoint_interval"] = args.checkpoint_interval
     if args.kill_worker is not None:
@@ -163,6 +170,8 @@ def run_from_args(args: argparse.Namespace) -> GraphResult:
     _check_options(args)
     program = build_program(args)
     check_output_dir(args.output)
+    if args.on_executors:
+        return _run_on_executors(args, program)
     started = time.perf_counter()
     graph, edges_at = load_graph_located(args.vertices, args.edges, directed=args.directed, weighted=args.weighted,
                                          duplicates="drop" if args.drop_duplicate_edges else "error")
@@ -177,6 +186,22 @@ def run_from_args(args: argparse.Namespace) -> GraphResult:
     print(f"{args.algorithm}: {graph.num_vertices} vertices, {graph.num_edges} edges, {result.supersteps} supersteps "
           f"({result.halt_reason}), load {loaded - started:.2f} s, run {ran - loaded:.2f} s, write "
           f"{written - ran:.2f} s, replication factor {result.replication_factor:.2f}, "
+          f"{len(result.restarts)} restarts, {len(result.recoveries)} recoveries, output {args.output}")
+    return result
+
+
+def _run_on_executors(args: argparse.Namespace, program: Program) -> GraphResult:
+    """``--on-executors``: Spark tasks load the files, workers write the output directory."""
+    from epochal.graph.executors.sources import GraphSource
+
+    source = GraphSource.graphalytics(args.vertices, args.edges, directed=args.directed, weighted=args.weighted,
+                                      duplicates="drop" if args.drop_duplicate_edges else "error")
+    started = time.perf_counter()
+    result = _execute(args, source, program, output_dir=args.output)
+    load = result.load
+    print(f"{args.algorithm}: {load.num_vertices} vertices, {load.num_edges} edges, {result.supersteps} supersteps "
+          f"({result.halt_reason}), loaded on the executors in {sum(load.seconds.values()):.2f} s, load + run + "
+          f"write {time.perf_counter() - started:.2f} s, replication factor {result.replication_factor:.2f}, "
           f"{len(result.restarts)} restarts, {len(result.recoveries)} recoveries, output {args.output}")
     return result
 

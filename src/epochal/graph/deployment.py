@@ -44,6 +44,10 @@ class GraphDeployment:
     #: replication fault tolerance (None: off): lost workers are recovered from replicas
     replication: ReplicationSettings | None = None
     directed: bool = True
+    #: a graph loaded on the executors: workers write their results as Parquet here (and as
+    #: Graphalytics text parts into ``text_dir``) instead of ``result-<w>`` for the driver
+    result_dir: str | None = None
+    text_dir: str | None = None
 
 
 def serialize(deployment: GraphDeployment) -> bytes:

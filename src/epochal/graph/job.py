@@ -9,12 +9,18 @@ supersteps, and a lost worker restarts the job from the latest complete checkpoi
 environment's restart strategy decides how often; the default allows 3 restarts). Results are
 assembled from the workers' result files into a :class:`~epochal.graph.local.GraphResult`.
 
-The graph is loaded and partitioned on the driver, so it must fit the driver's memory; in a
-cluster ``work_dir`` must be a location every executor can read (HDFS, S3, a shared mount).
+Given a :class:`~epochal.graph.model.Graph`, the graph is partitioned on the driver, so it must
+fit the driver's memory. Given a :class:`~epochal.graph.executors.sources.GraphSource` (files or
+DataFrames), it is read, checked and partitioned by Spark tasks
+(:func:`~epochal.graph.executors.stages.load_on_executors`), the workers write their results as
+Parquet (and Graphalytics text with ``output_dir``), and the driver holds only sizes: the limit is
+the executors' memory. In a cluster ``work_dir`` must be a location every executor can read
+(HDFS, S3, a shared mount).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -22,7 +28,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from epochal.api.running import wait
-from epochal.connectors.filesystems import is_uri, join
+from epochal.connectors.filesystems import is_uri, join, resolve
 from epochal.control import spark as spark_support
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
@@ -30,6 +36,7 @@ from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrateg
 from epochal.errors import EpochalError, PlanError
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
+from epochal.graph.executors.sources import GraphSource
 from epochal.graph.local import GraphResult, in_id_order, program_layout
 from epochal.graph.model import Graph
 from epochal.graph.partition import build_partitions, replication_of
@@ -50,14 +57,24 @@ if TYPE_CHECKING:
 FAULT_TOLERANCE = ("none", "checkpoint", "replication")
 
 
-def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, parallelism: int = 2,
+def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram, *, parallelism: int = 2,
               partitioner: str = "hash", fault_tolerance: str = "none", checkpoint_interval: int = 1,
               full_checkpoint_every: int = 8, work_dir: str | None = None, environment: Environment | None = None,
               restart: RestartStrategy | None = None, timeout: float | None = None,
               faults: list[Fault] | None = None, kill_worker: int | None = None,
               kill_at_superstep: int | None = None, job_name: str = "graph job", recovery: str = "rebirth",
-              replicas: int = 1, selfish: bool = True, ft_replicas: bool = True) -> GraphResult:
+              replicas: int = 1, selfish: bool = True, ft_replicas: bool = True, result_dir: str | None = None,
+              output_dir: str | None = None) -> GraphResult:
     """Run ``program`` on ``graph`` with ``parallelism`` Spark tasks and return every vertex's result.
+
+    ``graph`` is a :class:`Graph` in the driver's memory, or a
+    :class:`~epochal.graph.executors.sources.GraphSource` that Spark tasks load and partition on the
+    executors (nothing of the graph passes through the driver). Then the workers write the
+    result as Parquet into ``result_dir`` (default: ``result`` in the job's directory under
+    ``work_dir`` or a temporary directory, kept after the call; ``GraphResult.to_dataframe``
+    reads it) and, with ``output_dir``, as Graphalytics text part files; ``GraphResult.load``
+    holds the loading's :class:`~epochal.graph.executors.stages.LoadStatistics`. A user's own
+    ``check`` of a vertex program needs the whole graph and is then not called.
 
     ``fault_tolerance``: ``"none"`` (a lost worker fails the job, or restarts it from superstep 0
     under ``restart``), ``"checkpoint"`` (restart from the latest checkpoint, written every
@@ -90,7 +107,12 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
         if not 0 <= kill_worker < parallelism:
             raise PlanError(f"kill_worker must be a worker index below the parallelism {parallelism}")
         faults = [*(faults or []), Fault("superstep", worker=kill_worker, superstep=kill_at_superstep)]
-    program.check(graph)
+    if output_dir is not None:
+        from epochal.graph.output import check_output_dir
+
+        check_output_dir(output_dir)
+    if isinstance(graph, Graph):
+        program.check(graph)
     from epochal.api.environment import Environment  # the API layer: Spark session and settings
 
     env = environment or Environment(parallelism=parallelism)
@@ -102,14 +124,26 @@ def run_graph(graph: Graph, program: VectorProgram | VertexProgram, *, paralleli
     root = tempfile.mkdtemp(prefix="epochal-graph-") if work_dir is None else work_dir
     job_id = uuid.uuid4().hex[:12]
     work_uri = join(root, job_id)
+    keep = None
     try:
+        if isinstance(graph, GraphSource):
+            keep = result_dir or join(work_uri, "result")
+            return _run_loaded_on_executors(graph, program, env, parallelism, partitioner, fault_tolerance,
+                                            checkpoint_interval, full_checkpoint_every, work_uri, restart, timeout,
+                                            faults, job_name, job_id, settings, keep, output_dir)
         return _run(graph, program, env, parallelism, partitioner, fault_tolerance, checkpoint_interval,
                     full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id, settings)
     except EpochalError as error:  # shown from the user's call, without epochal's inner frames
         raise error.with_traceback(None) from None
     finally:
         if temporary and not is_uri(root):
-            shutil.rmtree(root, ignore_errors=True)
+            if keep is not None and keep.startswith(root):  # the results stay; everything else goes
+                for entry in os.listdir(work_uri) if os.path.isdir(work_uri) else []:
+                    if join(work_uri, entry) != keep:
+                        path = os.path.join(work_uri, entry)
+                        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+            else:
+                shutil.rmtree(root, ignore_errors=True)
 
 
 def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment, parallelism: int,
@@ -118,7 +152,6 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
          job_name: str, job_id: str, settings: ReplicationSettings | None) -> GraphResult:
     owner = partition(graph, parallelism, partitioner)
     directions, adjacency = program_layout(program)
-    from epochal.connectors.filesystems import resolve
 
     fs, path = resolve(work_uri)
     fs.create_dir(path, recursive=True)
@@ -157,6 +190,63 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
     return GraphResult(ids, values, halted.superstep, halted.reason, factor,
                        coordination.supersteps.history, duration, client.restarts(), coordination.timings,
                        coordination.restores, replication.history if replication is not None else [])
+
+
+def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | VertexProgram, env: Environment,
+                             parallelism: int, partitioner: str, fault_tolerance: str, checkpoint_interval: int,
+                             full_checkpoint_every: int, work_uri: str, restart: RestartStrategy | None,
+                             timeout: float | None, faults: list[Fault] | None, job_name: str, job_id: str,
+                             settings: ReplicationSettings | None, result_dir: str, output_dir: str | None
+                             ) -> GraphResult:
+    """:func:`run_graph` of a graph that Spark tasks load: partitions written by the executors,
+    results written by the workers; the driver holds sizes (and, with replication, how many
+    vertices have each distinct owner and mirror workers, for the JobMaster's recovery machine)."""
+    from epochal.graph.executors.stages import check_program, load_on_executors
+    from epochal.graph.output import publish_worker_parts
+
+    directions, adjacency = program_layout(program)
+    fs, path = resolve(work_uri)
+    fs.create_dir(path, recursive=True)
+    source_vertex = getattr(program, "source", None)
+    lookups = [int(source_vertex)] if isinstance(source_vertex, int) else []
+    replicated = None if settings is None else (
+        settings.k, settings.selfish and getattr(program, "selfish_safe", False), settings.ft_replicas)
+    stats = load_on_executors(env.spark, source, parallelism, work_uri, partitioner=partitioner,
+                              directions=directions, adjacency=adjacency, replication=replicated, lookups=lookups)
+    check_program(program, stats)
+    replication = None
+    if settings is not None:
+        assert stats.patterns is not None and stats.pattern_counts is not None
+        replication = ReplicaRecovery(settings, None, stats.patterns[:, 0], stats.patterns[:, 1:], parallelism,
+                                      stats.pattern_counts)
+    storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
+    staged_results, staged_text = join(work_uri, "results-staged"), join(work_uri, "text-staged")
+    deployment = GraphDeployment(job_name, job_id, program, parallelism, stats.num_vertices, work_uri, env.config,
+                                 storage.uri if storage is not None else None, FaultInjector.of(faults or []),
+                                 replication=settings, directed=source.directed, result_dir=staged_results,
+                                 text_dir=staged_text if output_dir is not None else None)
+    coordination = GraphCoordination(job_name, program, parallelism, storage,
+                                     checkpoint_interval if storage is not None else 0, full_checkpoint_every,
+                                     replication)
+    strategy = restart if restart is not None else env.restart_strategy
+    if restart is None and fault_tolerance == "checkpoint" and isinstance(strategy, NoRestart):
+        strategy = FixedDelayRestart(attempts=3, delay=0.0)
+    blob = serialize(deployment)
+    started = time.monotonic()
+    client, _ = wait(lambda: JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id,
+                                              deployment=blob, num_workers=parallelism, restart=strategy,
+                                              kind=coordination)), job_name, timeout)
+    duration = time.monotonic() - started
+    live = coordination.live_workers()
+    publish_worker_parts(staged_results, result_dir, live, parquet=True)
+    if output_dir is not None:
+        publish_worker_parts(staged_text, output_dir, live, parquet=False)
+    halted = coordination.halted
+    assert halted is not None
+    return GraphResult(None, None, halted.superstep, halted.reason, stats.replication_factor,
+                       coordination.supersteps.history, duration, client.restarts(), coordination.timings,
+                       coordination.restores, replication.history if replication is not None else [],
+                       result_dir=result_dir, load=stats)
 
 
 def _replication_settings(program: VectorProgram | VertexProgram, parallelism: int, recovery: str, replicas: int,

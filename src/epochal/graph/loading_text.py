@@ -95,28 +95,37 @@ def _quote(text: bytes) -> str:
     return repr(shown if len(shown) <= _EXCERPT else shown[:_EXCERPT] + "...")
 
 
-def _check_line(src: _TextFile, number: int, text: bytes, width: int, kinds: dict[int, str],
-                meaning: str) -> None:
-    """Raise the error for line ``number`` if pyarrow cannot read it as ``width`` fields of ``kinds``."""
-    fields = text.split(src.delimiter.encode())
+def line_problem(text: bytes, delimiter: str, width: int, kinds: dict[int, str], meaning: str) -> str | None:
+    """What is wrong with a data line that pyarrow cannot read as ``width`` fields of ``kinds``
+    (the message after ``"<file>, line <n>: "``), or None if nothing is."""
+    separator = "single spaces" if delimiter == " " else "tabs"
+    fields = text.split(delimiter.encode())
     if b"" in fields:
-        raise GraphInputError(f"{src.at(number)}: {_quote(text)} has an empty field (a doubled, leading or trailing "
-                              f"separator); separate the fields by {src.separator}")
+        return (f"{_quote(text)} has an empty field (a doubled, leading or trailing separator); separate the "
+                f"fields by {separator}")
     if 2 in kinds and len(fields) == 2:
-        raise GraphInputError(f"{src.at(number)}: {_quote(text)} has no weight; a weighted edge file needs "
-                              f"'{meaning}' on every line: add the weights or load the graph unweighted")
+        return (f"{_quote(text)} has no weight; a weighted edge file needs '{meaning}' on every line: add the "
+                "weights or load the graph unweighted")
     if len(fields) != width:
         layout = meaning if width == max(kinds) + 1 else f"{meaning} and {width - max(kinds) - 1} more"
-        raise GraphInputError(f"{src.at(number)}: expected {width} fields separated by {src.separator}, found "
-                              f"{len(fields)}: {_quote(text)}; every line needs the same fields ({layout})")
+        return (f"expected {width} fields separated by {separator}, found {len(fields)}: {_quote(text)}; every "
+                f"line needs the same fields ({layout})")
     for column, kind in kinds.items():
         field = fields[column]
         if kind == "id" and not (_INT_FIELD.fullmatch(field) and _INT64.min <= int(field) <= _INT64.max):
-            raise GraphInputError(f"{src.at(number)}: {_quote(field)} is not a vertex id (ids are integers from "
-                                  f"-2^63 to 2^63-1) in {_quote(text)}; fix or remove the line")
+            return (f"{_quote(field)} is not a vertex id (ids are integers from -2^63 to 2^63-1) in "
+                    f"{_quote(text)}; fix or remove the line")
         if kind == "weight" and not _FLOAT_FIELD.fullmatch(field):
-            raise GraphInputError(f"{src.at(number)}: weight {_quote(field)} is not a number in {_quote(text)}; "
-                                  "fix or remove the line")
+            return f"weight {_quote(field)} is not a number in {_quote(text)}; fix or remove the line"
+    return None
+
+
+def _check_line(src: _TextFile, number: int, text: bytes, width: int, kinds: dict[int, str],
+                meaning: str) -> None:
+    """Raise the error for line ``number`` if pyarrow cannot read it as ``width`` fields of ``kinds``."""
+    problem = line_problem(text, src.delimiter, width, kinds, meaning)
+    if problem is not None:
+        raise GraphInputError(f"{src.at(number)}: {problem}")
 
 
 def _read_columns(src: _TextFile, kinds: dict[int, str], meaning: str) -> list[np.ndarray] | None:

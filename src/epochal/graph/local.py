@@ -23,10 +23,16 @@ from epochal.graph.supersteps import Halt, SuperstepCoordinator
 
 @dataclass
 class GraphResult:
-    """Every vertex's output value, in id order, and how the run went."""
+    """Every vertex's output value, in id order, and how the run went.
 
-    ids: np.ndarray
-    values: Any
+    A job whose graph was loaded on the executors (a :class:`~epochal.graph.executors.sources.GraphSource`)
+    leaves its results in Parquet files the workers wrote (``result_dir``, one ``part-<w>.parquet``
+    per worker, columns ``id`` and ``value``): :meth:`to_dataframe` reads them with Spark, and
+    ``ids``, ``values`` and :meth:`as_dict` read them into the driver on first use (small graphs
+    only)."""
+
+    _ids: np.ndarray | None
+    _values: Any
     supersteps: int
     halt_reason: str
     replication_factor: float
@@ -38,10 +44,45 @@ class GraphResult:
     restored_from: list[int] = field(default_factory=list)
     #: replication: one entry per recovery (lost workers, mode, superstep resumed, times)
     recoveries: list[dict[str, Any]] = field(default_factory=list)
+    #: a graph loaded on the executors: the directory of the workers' Parquet results
+    result_dir: str | None = None
+    #: a graph loaded on the executors: what loading it cost and found (sizes, seconds)
+    load: Any = None
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Every vertex id, ascending (read from ``result_dir`` on first use when there is one)."""
+        if self._ids is None:
+            self._read()
+        assert self._ids is not None
+        return self._ids
+
+    @property
+    def values(self) -> Any:
+        """Each vertex's value, in the order of ``ids``."""
+        if self._ids is None:
+            self._read()
+        return self._values
+
+    def _read(self) -> None:
+        from epochal.graph.output import read_result_dir
+
+        assert self.result_dir is not None, "a GraphResult holds its values or names their directory"
+        self._ids, self._values = read_result_dir(self.result_dir)
 
     def as_dict(self) -> dict[int, Any]:
         values = self.values.tolist() if isinstance(self.values, np.ndarray) else list(self.values)
         return dict(zip(self.ids.tolist(), values, strict=True))
+
+    def to_dataframe(self, spark: Any) -> Any:
+        """The result as a Spark DataFrame ``(id long, value ...)``: read by Spark from the workers'
+        files when the graph was loaded on the executors (nothing passes through the driver), else
+        made from the values held here."""
+        if self.result_dir is not None:
+            return spark.read.parquet(self.result_dir)
+        from epochal.graph.output import results_to_dataframe
+
+        return results_to_dataframe(self, spark)
 
 
 def program_layout(program: VectorProgram | VertexProgram) -> tuple[str, bool]:

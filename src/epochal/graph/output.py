@@ -209,3 +209,83 @@ def write_parquet(result: GraphResult, path: str) -> None:
 def results_to_dataframe(result: GraphResult, spark: Any) -> Any:
     """The result as a Spark DataFrame ``(id long, value ...)`` on session ``spark``."""
     return spark.createDataFrame(results_table(result))
+
+
+# -- results written by the workers (graphs loaded on the executors) ---------------------------------
+#: the name of worker ``w``'s Parquet result file
+WORKER_PARQUET = "part-{:05d}.parquet"
+
+
+def _write_then_move(fs: pafs.FileSystem, path: str, write: Any) -> None:
+    temporary = f"{path}.inprogress"
+    with fs.open_output_stream(temporary, compression=None) as out:
+        write(out)
+    fs.move(temporary, path)
+
+
+def write_worker_result(result_dir: str, text_dir: str | None, worker: int, ids: np.ndarray, values: Any) -> None:
+    """A worker's own result (its masters, in id order): ``part-<w>.parquet`` in ``result_dir``
+    and, with ``text_dir``, the Graphalytics part file ``part-<w>`` there; each written under a
+    temporary name and renamed, so a retry replaces it whole."""
+    result = GraphResult(np.asarray(ids, dtype=np.int64), values, 0, "", 0.0)
+    fs, path = resolve(result_dir)
+    fs.create_dir(path, recursive=True)
+    table = results_table(result)
+    _write_then_move(fs, join(path, WORKER_PARQUET.format(worker)), lambda out: pq.write_table(table, out))
+    if text_dir is not None:
+        text_fs, text_path = resolve(text_dir)
+        text_fs.create_dir(text_path, recursive=True)
+        lines = format_lines(result)
+        _write_then_move(text_fs, join(text_path, PART_NAME.format(worker)), lambda out: out.write(_text_of(lines)))
+
+
+def publish_worker_parts(staged_dir: str, output_dir: str, workers: list[int], *, parquet: bool) -> None:
+    """Put the part files of ``workers`` (the job's live workers) from ``staged_dir`` into
+    ``output_dir``, replacing a previous run's parts as :func:`write_results` does (the driver
+    only renames; the files were written by the workers). Parts of workers the job retired, or
+    of attempts that did not finish, are left behind."""
+    names = [(WORKER_PARQUET if parquet else PART_NAME).format(w) for w in workers]
+    fs, path = resolve(output_dir)
+    staged_fs, staged = resolve(staged_dir)
+    old = [] if parquet else _existing_parts(fs, path, output_dir)
+    chosen = join(staged, ".chosen")
+    staged_fs.create_dir(chosen, recursive=True)
+    for name in names:
+        source = join(staged, name)
+        if staged_fs.get_file_info(source).type == pafs.FileType.File:
+            staged_fs.move(source, join(chosen, name))
+    if fs.type_name == "local":
+        parent = path.rstrip("/").rpartition("/")[0]
+        fs.create_dir(parent, recursive=True)
+        retired = join(parent, f".{path.rstrip('/').rpartition('/')[2]}.old-{uuid.uuid4().hex[:12]}")
+        if old or _is_dir(fs, path):
+            fs.move(path, retired)
+        fs.move(chosen, path)
+        if _is_dir(fs, retired):
+            fs.delete_dir(retired)
+        return
+    fs.create_dir(path, recursive=True)
+    for name in names:
+        source = join(chosen, name)
+        if staged_fs.get_file_info(source).type == pafs.FileType.File:
+            staged_fs.move(source, join(path, name))
+    for name in sorted(set(old) - set(names)):
+        fs.delete_file(join(path, name))
+
+
+def read_result_dir(result_dir: str) -> tuple[np.ndarray, Any]:
+    """``(ids, values)`` of the Parquet result files in ``result_dir``, in id order (for small graphs)."""
+    import pyarrow.dataset as pads
+
+    fs, path = resolve(result_dir)
+    table = pads.dataset(path, filesystem=fs, format="parquet").to_table()
+    order = np.argsort(table.column("id").to_numpy())
+    ids = table.column("id").to_numpy()[order]
+    column = table.column("value")
+    if pa.types.is_list(column.type):
+        values: Any = np.array(column.to_pylist(), dtype=np.float64)[order]
+    elif pa.types.is_string(column.type):
+        values = [column.to_pylist()[i] for i in order.tolist()]
+    else:
+        values = column.to_numpy()[order]
+    return ids, values

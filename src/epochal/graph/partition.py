@@ -55,6 +55,10 @@ class Partition:
     #: every vertex id and its owner (sorted ids), to route messages to any vertex
     all_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     owner: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: replication, partitions built on the executors: every vertex's mirror workers (in
+    #: ``all_ids`` order, one column per mirror id), so that workers find Migration's moves
+    #: themselves and the JobMaster need not hold them (None: the JobMaster names the moves)
+    all_mirrors: np.ndarray | None = None
     #: the out-edges' targets as vertex indices (positions in ``all_ids``), for recovery records
     out_index: np.ndarray | None = None
     #: with ``adjacency``: out-neighbour ids of every table vertex (CSR over table slots)

@@ -228,7 +228,8 @@ def assemble(worker: int, template: Partition, masters: VertexRecords, replicas:
                      _column(masters.out_degree, n), _column(masters.in_degree, n),
                      table_out_degree=np.concatenate([_column(masters.out_degree, n),
                                                       _column(replicas.out_degree, replica_ids.size)]),
-                     all_ids=template.all_ids, owner=template.owner, directed=template.directed,
+                     all_ids=template.all_ids, owner=template.owner, all_mirrors=template.all_mirrors,
+                     directed=template.directed,
                      directions=template.directions, properties=dict(masters.properties),
                      master_mirrors=masters.mirrors, selfish=masters.selfish, mirror=mirror, gone=template.gone,
                      out_index=masters.out_index)

@@ -58,8 +58,9 @@ class RecoveryBatch:
     replicas: VertexRecords | None = None
     #: static full state of vertices the receiver mirrors
     mirrors: VertexRecords | None = None
-    #: the routing table (every vertex id and its owner), from one survivor to a new worker
-    routing: tuple[np.ndarray, np.ndarray] | None = None
+    #: the routing table (every vertex id, its owner and, if the workers keep them, its mirror
+    #: workers), from one survivor to a new worker
+    routing: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
     #: new replica locations of vertices the receiver mirrors: ids, CSR pointers, workers
     locations: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -142,7 +143,7 @@ def rebirth_batches(part: Partition, table: np.ndarray | None, changed: np.ndarr
                            _replica_part(recovered.take(_holding(recovered, dead)))])
         mirrors = concat([_static(master_records(part, None, None, mirrored)),
                           _static(recovered.take(_mirrored_on(recovered, dead)))])
-        routing = (part.all_ids, part.owner) if part.worker == routing_from else None
+        routing = (part.all_ids, part.owner, part.all_mirrors) if part.worker == routing_from else None
         out[dead] = RecoveryBatch(epoch, part.worker, masters, replicas, mirrors, routing)
     return out
 
@@ -152,7 +153,7 @@ def rebirth_assemble(worker: int, shell: Partition, batches: list[RecoveryBatch]
     """The new worker's partition from every survivor's batch (papers/003 §5.1.2); ``shell`` gives
     the job's shape (workers, directions), the batches everything else."""
     routing = next(b.routing for b in batches if b.routing is not None)
-    template = replace(shell, all_ids=routing[0], owner=routing[1])
+    template = replace(shell, all_ids=routing[0], owner=routing[1], all_mirrors=routing[2])
     masters = concat([b.masters for b in batches if b.masters is not None])
     replicas = concat([b.replicas for b in batches if b.replicas is not None])
     mirror = concat([b.mirrors for b in batches if b.mirrors is not None])
@@ -196,6 +197,16 @@ def _distinct(keys: np.ndarray, bound: int) -> np.ndarray:
     seen = np.zeros(bound, dtype=bool)
     seen[keys] = True
     return np.flatnonzero(seen)
+
+
+def moves_of(part: Partition, lost: set[int], gone: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``(moved_ids, moved_to)`` of a Migration, found by a worker from its routing table with the
+    mirror workers of every vertex (``part.all_mirrors``): every vertex a lost worker owns goes to
+    its responsible mirror, as the JobMaster's :class:`~epochal.graph.replica_recovery.ReplicaRecovery`
+    decides (the same function of the same owners and mirrors)."""
+    assert part.all_mirrors is not None, "the JobMaster names the moves of partitions without all_mirrors"
+    dense = np.flatnonzero(np.isin(part.owner, list(lost)))
+    return part.all_ids[dense], responsible_for(part.owner[dense], part.all_mirrors[dense], lost | set(gone))
 
 
 def migration_start(part: Partition, table: np.ndarray | None, changed: np.ndarray, lost: set[int],

@@ -84,15 +84,36 @@ def plan_replicas(graph: Graph, owner: np.ndarray, replicas: list[np.ndarray], k
     if num_workers < k + 1:
         raise PlanError(f"tolerating {k} failed workers needs at least {k + 1} workers; the job has {num_workers}")
     n = graph.num_vertices
-    rows = np.arange(n)
     holds = np.zeros((n, num_workers), dtype=bool)  # holds[i, w]: w has a replica of vertex i
     for worker, dense in enumerate(replicas):
         holds[dense, worker] = True
+    rng = np.random.default_rng(0)  # deterministic: the same graph gets the same plan
+    holds, ft, mirrors = place_copies(holds, owner, k, ft_replicas, holds.sum(axis=0).astype(np.int64), rng)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(holds.sum(axis=1), out=ptr[1:])
+    copy_vertex, copy_worker = np.nonzero(holds)  # row-major: by vertex, then worker
+    out_degree = np.bincount(graph.dense_edges()[0], minlength=n)
+    if not graph.directed:
+        out_degree = out_degree + np.bincount(graph.dense_edges()[1], minlength=n)
+    # a vertex without out-edges is read by nobody only when programs read in-neighbours
+    is_selfish = (out_degree == 0) if selfish and directions == "in" else np.zeros(n, dtype=bool)
+    return ReplicaPlan(k, ptr, copy_worker.astype(np.int64), ft[copy_vertex, copy_worker], mirrors, is_selfish)
+
+
+def place_copies(holds: np.ndarray, owner: np.ndarray, k: int, ft_replicas: bool, load: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FT replicas and mirrors of the vertices of ``holds`` (vertices x workers: who holds a
+    computation replica) owned by ``owner``: returns ``(holds, ft, mirrors)`` with the FT replicas
+    added (placed where ``load``, replicas per worker, is lowest) and ``mirrors[i, j]`` the worker
+    of vertex i's mirror j (-1: none). The rows may be all vertices (the driver's plan) or one
+    worker's masters (the executors' plan, each worker for its own)."""
+    n, num_workers = holds.shape
+    rows = np.arange(n)
+    holds = holds.copy()
     ft = np.zeros_like(holds)
     taken = holds.copy()  # a copy or the master: no FT replica there
     taken[rows, owner] = True
-    load = holds.sum(axis=0).astype(np.int64)
-    rng = np.random.default_rng(0)  # deterministic: the same graph gets the same plan
+    load = load.astype(np.int64, copy=True)
     for _ in range(k if ft_replicas else 0):  # one more FT replica for every vertex still short
         short = np.flatnonzero(holds.sum(axis=1) < k)
         if not short.size:
@@ -106,7 +127,7 @@ def plan_replicas(graph: Graph, owner: np.ndarray, replicas: list[np.ndarray], k
     for j in range(k):
         has_ft = (ft & left).any(axis=1)
         pick = np.where(has_ft, (ft & left).argmax(axis=1), -1)
-        for master in range(num_workers):
+        for master in np.unique(owner).tolist():
             mine = owner == master
             free = np.flatnonzero(mine & ~has_ft & left.any(axis=1))
             if free.size:
@@ -116,15 +137,7 @@ def plan_replicas(graph: Graph, owner: np.ndarray, replicas: list[np.ndarray], k
         chosen = np.flatnonzero(pick >= 0)
         mirrors[chosen, j] = pick[chosen]
         left[chosen, pick[chosen]] = False
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(holds.sum(axis=1), out=ptr[1:])
-    copy_vertex, copy_worker = np.nonzero(holds)  # row-major: by vertex, then worker
-    out_degree = np.bincount(graph.dense_edges()[0], minlength=n)
-    if not graph.directed:
-        out_degree = out_degree + np.bincount(graph.dense_edges()[1], minlength=n)
-    # a vertex without out-edges is read by nobody only when programs read in-neighbours
-    is_selfish = (out_degree == 0) if selfish and directions == "in" else np.zeros(n, dtype=bool)
-    return ReplicaPlan(k, ptr, copy_worker.astype(np.int64), ft[copy_vertex, copy_worker], mirrors, is_selfish)
+    return holds, ft, mirrors
 
 
 def balanced_choice(allowed: np.ndarray, load: np.ndarray, rng: np.random.Generator) -> np.ndarray:

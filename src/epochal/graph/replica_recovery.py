@@ -56,10 +56,16 @@ class ReplicaRecovery:
     every worker lost so far); once all prepared, :class:`FinishRecovery` makes them assemble
     (a loss then is a new recovery of the new layout)."""
 
-    def __init__(self, settings: ReplicationSettings, vertices: np.ndarray, owner: np.ndarray,
-                 mirrors: np.ndarray, num_workers: int) -> None:
+    def __init__(self, settings: ReplicationSettings, vertices: np.ndarray | None, owner: np.ndarray,
+                 mirrors: np.ndarray, num_workers: int, counts: np.ndarray | None = None) -> None:
+        """One row per vertex (``vertices``: their ids; ``owner``, ``mirrors``: their worker and
+        mirror workers), or, for a graph loaded on the executors, one row per distinct ``(owner,
+        mirrors)`` pattern with ``counts`` vertices each and ``vertices`` None: then the workers
+        find Migration's moves themselves (:func:`~epochal.graph.recovery.moves_of`) and the
+        JobMaster holds ``W^(k+1)`` rows at most, whatever the graph's size."""
         self.settings = settings
         self.vertices = vertices
+        self.counts = counts
         self.owner = owner.astype(np.int64, copy=True)
         self.mirrors = mirrors
         self.num_workers = num_workers
@@ -78,7 +84,8 @@ class ReplicaRecovery:
         return self.current is not None
 
     def _unrecoverable(self, lost: set[int]) -> int:
-        return int((responsible_for(self.owner, self.mirrors, lost | self.gone) < 0).sum())
+        unrecoverable = responsible_for(self.owner, self.mirrors, lost | self.gone) < 0
+        return int(unrecoverable.sum() if self.counts is None else self.counts[unrecoverable].sum())
 
     def worker_lost(self, worker: int, resume_at: int, now: float) -> list[Any]:
         """Running worker ``worker`` was lost; ``resume_at``: the superstep to restart from."""
@@ -129,7 +136,8 @@ class ReplicaRecovery:
             dense = np.flatnonzero(np.isin(self.owner, list(current.lost)))
             target = responsible_for(self.owner[dense], self.mirrors[dense], current.lost | self.gone)
             current.moves = (dense, target)
-            moved_ids, moved_to = self.vertices[dense], target
+            if self.vertices is not None:
+                moved_ids, moved_to = self.vertices[dense], target
         survivors = [w for w in live if w not in current.lost]
         return Recover(current.epoch, current.resume_at, tuple(sorted(current.lost)), self.settings.mode,
                        tuple(sorted(self.gone)), moved_ids, moved_to, min(survivors))

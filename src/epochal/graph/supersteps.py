@@ -119,8 +119,9 @@ class SuperstepCoordinator:
 @dataclass(frozen=True)
 class Recover:
     """Command: recovery ``epoch`` of the workers in ``lost``; resume at superstep ``resume_at``.
-    Migration moves ``moved_ids`` to ``moved_to``; ``gone`` were retired before; ``routing_from``
-    sends the routing table to new workers."""
+    Migration moves ``moved_ids`` to ``moved_to`` (None: each worker finds them in its routing
+    table, which then holds every vertex's mirrors); ``gone`` were retired before;
+    ``routing_from`` sends the routing table to new workers."""
 
     epoch: int
     resume_at: int

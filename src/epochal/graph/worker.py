@@ -49,6 +49,7 @@ from epochal.graph.recovery import (
     RecoveryBatch,
     migration_assemble,
     migration_start,
+    moves_of,
     rebirth_assemble,
     rebirth_batches,
 )
@@ -232,8 +233,11 @@ class GraphWorker(WorkerShell):
         batches: dict[int, RecoveryBatch] = {}
         if command.mode == "migration":
             assert isinstance(engine, VectorEngine)
+            moved_ids, moved_to = command.moved_ids, command.moved_to
+            if moved_ids is None or moved_to is None:  # the JobMaster holds no vertex: find the moves here
+                moved_ids, moved_to = moves_of(engine.part, lost, command.gone)
             self.migration = migration_start(engine.part, engine.table, engine.changed_table, lost, command.gone,
-                                             command.moved_ids, command.moved_to, command.epoch)  # type: ignore[arg-type]
+                                             moved_ids, moved_to, command.epoch)
             batches = self.migration.batches
         elif self.index not in lost:
             assert isinstance(engine, VectorEngine)
@@ -279,7 +283,14 @@ class GraphWorker(WorkerShell):
     @_DO.on(WriteOutput)
     def _write_output(self, instruction: WriteOutput) -> None:
         assert self.deployment is not None and self.engine is not None
-        write_result(self.deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
+        deployment = self.deployment
+        if deployment.result_dir is not None:  # a graph loaded on the executors: nothing for the driver
+            from epochal.graph.output import write_worker_result
+
+            write_worker_result(deployment.result_dir, deployment.text_dir, self.index, self.engine.part.ids,
+                                self.engine.output())
+        else:
+            write_result(deployment.work_uri, self.index, self.engine.part.ids, self.engine.output())
         self.send_control(Finished(self.metrics()))
 
 

@@ -1,0 +1,490 @@
+"""Stage 2 of loading on the executors: each worker's partition, built by one barrier task per worker.
+
+The ``W`` tasks of one Spark barrier stage run at once and exchange files in the staging
+directory between gathers (:class:`Exchange`; :class:`FileExchange` in a job). Task
+``w``:
+
+1. **Checks** what its home buckets hold, exactly as :func:`~epochal.graph.loading_assembly.assemble`
+   does on the driver: a vertex listed twice, an edge naming an unknown source or destination, a
+   repeated edge (refused, or dropped keeping the first by position). Every copy of a vertex id
+   and of an edge's endpoint pair has the same home, so each check is local; the earliest
+   problem of each kind (by position) is gathered by all tasks, and if there is one they stop
+   and the driver names it.
+2. **Places** its home vertices: ``hash`` keeps them (home = owner), ``fennel`` runs the
+   streaming Fennel of :mod:`~epochal.graph.executors.fennel` on them and moves each vertex and
+   its edges to its owner. Every task then reads every worker's owned ids: the routing table
+   (``Partition.all_ids`` and ``owner``) that every graph worker holds.
+3. **Lays out** its masters (papers/003 Fig. 4): in-edges (or both directions) as CSR, out-edges,
+   degrees, ordered as :func:`~epochal.graph.partition.build_partitions` orders them (by
+   position, forward edges before the reversed ones), and asks each owner for the replicas its
+   masters read (``req-<w>-<owner>``).
+4. **Answers** the requests for its masters: where their replicas are (``loc``), with replication
+   the FT replicas and mirrors of its masters (papers/003 §4.1-4.3,
+   :func:`~epochal.graph.replica_plan.place_copies`, each worker for its own masters, with the
+   job's replica counts as the load), and to each worker the replica records it needs and the
+   full-state records of the vertices it mirrors (``ans-<owner>-<w>``).
+5. **Assembles** its :class:`~epochal.graph.partition.Partition` with
+   :func:`~epochal.graph.records.assemble` and writes it where graph workers read it
+   (:func:`~epochal.graph.deployment.write_partition`), and returns :class:`BuildReport`: sizes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from epochal.connectors.filesystems import join, resolve
+from epochal.graph.deployment import write_partition
+from epochal.graph.executors.buckets import bucket_name, get, home_of, put
+from epochal.graph.model import sorted_unique
+from epochal.graph.partition import Partition, csr_ptr, take_rows
+from epochal.graph.records import VertexRecords, assemble, concat
+from epochal.graph.replica_plan import place_copies
+
+
+class Exchange:
+    """How the tasks of the build stage meet: ``barrier()`` and ``all_gather(value)`` (every
+    task's value, in task order, once every task gave its own)."""
+
+    def all_gather(self, value: Any) -> list[Any]:
+        raise NotImplementedError
+
+
+class FileExchange(Exchange):
+    """The exchange of the build stage's barrier tasks through the staging directory: each call
+    writes this task's value as ``gather-<attempt>-<round>-<w>`` (under a temporary name, then
+    renamed) and polls until every task's is there. The Spark barrier stage guarantees that the
+    ``W`` tasks run at once and fails all of them if one fails; ``attempt`` (agreed once through
+    ``BarrierTaskContext.allGather``) keeps a retried stage off an earlier attempt's files. Spark's
+    ``allGather`` alone would do, but its JVM side polls once a second: about one second a call
+    here, against a few milliseconds for this. ``timeout`` bounds a wait for tasks that never come."""
+
+    def __init__(self, staging: str, attempt: int, worker: int, num_workers: int, timeout: float = 600.0) -> None:
+        self.staging, self.attempt, self.worker, self.num_workers = staging, attempt, worker, num_workers
+        self.timeout = timeout
+        self.round = 0
+
+    def _name(self, worker: int) -> str:
+        return join(self.staging, f"gather-{self.attempt}-{self.round}-{worker:05d}")
+
+    def all_gather(self, value: Any) -> list[Any]:
+        fs, path = resolve(self._name(self.worker))
+        with fs.open_output_stream(f"{path}.tmp", compression=None) as out:
+            out.write(pickle.dumps(value, protocol=5))
+        fs.move(f"{path}.tmp", path)
+        deadline, pause = time.monotonic() + self.timeout, 0.002
+        paths = [resolve(self._name(w))[1] for w in range(self.num_workers)]
+        while True:
+            if all(info.type == pafs.FileType.File for info in fs.get_file_info(paths)):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"build task {self.worker}: not every task reached round {self.round} within "
+                                   f"{self.timeout:.0f} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        values = []
+        for p in paths:
+            with fs.open_input_stream(p, compression=None) as source:
+                values.append(pickle.loads(source.read()))
+        self.round += 1
+        return values
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What every build task needs (all small): where things are and the job's layout."""
+
+    staging: str
+    work_uri: str
+    num_workers: int
+    vertex_splits: tuple[int, ...]
+    edge_splits: tuple[int, ...]
+    has_vertices: bool
+    directed: bool
+    duplicates: str
+    directions: str
+    adjacency: bool
+    partitioner: str = "hash"
+    property_columns: tuple[str, ...] = ()
+    #: replication fault tolerance: (k, selfish, ft_replicas); None: off
+    replication: tuple[int, bool, bool] | None = None
+    #: vertex ids the driver asks about (a program's source)
+    lookups: tuple[int, ...] = ()
+    total_vertices_hint: int = 0
+    total_edges_hint: int = 0
+
+
+@dataclass
+class Problems:
+    """The earliest problem of each kind one task found (positions; None: none)."""
+
+    #: (position of the second listing, position of the first, id)
+    repeated_vertex: tuple[int, int, int] | None = None
+    #: (position, src, dst, the unknown vertex)
+    unknown_source: tuple[int, int, int, int] | None = None
+    unknown_destination: tuple[int, int, int, int] | None = None
+    #: (position of the repeat, its src, dst, position of the first, the first's src)
+    repeated_edge: tuple[int, int, int, int, int] | None = None
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.repeated_vertex, self.unknown_source, self.unknown_destination,
+                                            self.repeated_edge))
+
+
+@dataclass
+class BuildReport:
+    """What one build task returns to the driver: problems, or the sizes of its partition."""
+
+    worker: int
+    problems: Problems = field(default_factory=Problems)
+    masters: int = 0
+    replicas: int = 0
+    ft_replicas: int = 0
+    edges: int = 0
+    read_entries: int = 0
+    dropped_edges: int = 0
+    #: the first dropped repeat: (position, src, dst, position of the first, its src, its dst)
+    first_dropped: tuple[int, int, int, int, int, int] | None = None
+    found: tuple[int, ...] = ()
+    #: vertices with both in- and out-edges (ALS refuses them), and the smallest such id
+    both_ways: int = 0
+    both_ways_first: int | None = None
+    partition_bytes: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+    #: replication: the distinct ``(owner, mirror workers)`` rows of this worker's masters and
+    #: how many masters have each (what the JobMaster's recovery machine needs)
+    patterns: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _load(plan: BuildPlan, what: str, splits: tuple[int, ...], worker: int, prefix: str | None = None
+          ) -> dict[str, np.ndarray]:
+    """Every bucket of ``what`` for ``worker``, concatenated in split order (so by position)."""
+    pieces: list[dict[str, np.ndarray]] = []
+    for split in splits:
+        name = bucket_name(what, split, worker) if prefix is None else f"{prefix}-{split:05d}-{worker:05d}"
+        try:
+            pieces.append(get(join(plan.staging, name)))
+        except FileNotFoundError:
+            continue
+    return _concat(pieces)
+
+
+def _concat(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if not pieces:
+        return {}
+    return {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+
+
+def _take(columns: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: column[rows] for name, column in columns.items()}
+
+
+def _empty_edges(weighted: bool) -> dict[str, np.ndarray]:
+    out = {"pos": np.zeros(0, np.int64), "src": np.zeros(0, np.int64), "dst": np.zeros(0, np.int64)}
+    if weighted:
+        out["weight"] = np.zeros(0, np.float64)
+    return out
+
+
+def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    if not sorted_ids.size:
+        return np.zeros(ids.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    return sorted_ids[at] == ids
+
+
+class WorkerBuild:
+    """One build task (see the module docstring); ``run`` does the five steps."""
+
+    def __init__(self, plan: BuildPlan, worker: int, exchange: Exchange, weighted: bool) -> None:
+        self.plan, self.worker, self.exchange, self.weighted = plan, worker, exchange, weighted
+        self.report = BuildReport(worker)
+        self.clock = time.monotonic()
+
+    def _lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.report.seconds[name] = round(now - self.clock, 4)
+        self.clock = now
+
+    def run(self) -> BuildReport:
+        plan, w = self.plan, self.worker
+        vertices = _load(plan, "vertex", plan.vertex_splits, w) if plan.has_vertices else {}
+        edges = _load(plan, "edge", plan.edge_splits, w) or _empty_edges(self.weighted)
+        self._lap("read")
+        ids, props, edges = self._check(vertices, edges)
+        if plan.partitioner == "hash":  # the owned ids (the routing table's part) go out with the problems
+            put(join(plan.staging, f"own-{w:05d}"), {"ids": ids})
+        self._lap("check")
+        if any(r.problems.any() for r in self.exchange.all_gather(self.report)):
+            return self.report  # the driver names the earliest problem; nothing is built
+        ids, props, edges, all_ids, owner = self._place(ids, props, edges)
+        self._lap("place")
+        layout = self._layout(ids, props, edges, all_ids, owner)
+        self._lap("layout")
+        self._answer(layout, all_ids, owner)
+        self._lap("answer")
+        self._assemble(layout, all_ids, owner)
+        self._lap("assemble")
+        self.report.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return self.report
+
+    # -- 1. checks -------------------------------------------------------------------------------
+    def _check(self, vertices: dict[str, np.ndarray], edges: dict[str, np.ndarray]
+               ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        plan, w, problems = self.plan, self.worker, self.report.problems
+        src, dst, pos = edges["src"], edges["dst"], edges["pos"]
+        home_s, home_d = home_of(src, plan.num_workers), home_of(dst, plan.num_workers)
+        props: dict[str, np.ndarray] = {}
+        if plan.has_vertices:
+            order = np.lexsort((vertices["pos"], vertices["id"])) if vertices else np.zeros(0, np.int64)
+            vid = vertices["id"][order] if vertices else np.zeros(0, np.int64)
+            vpos = vertices["pos"][order] if vertices else np.zeros(0, np.int64)
+            again = np.flatnonzero(vid[1:] == vid[:-1]) + 1
+            if again.size:
+                second = again[np.argmin(vpos[again])]
+                first = int(np.flatnonzero(vid == vid[second])[0])
+                problems.repeated_vertex = (int(vpos[second]), int(vpos[first]), int(vid[second]))
+            ids = vid
+            props = {name[len("property:"):]: column[order] for name, column in vertices.items()
+                     if name.startswith("property:")}
+            for name, ends, mine in (("source", src, home_s == w), ("destination", dst, home_d == w)):
+                unknown = mine & ~_member(ids, ends)
+                if unknown.any():
+                    i = int(np.flatnonzero(unknown)[np.argmin(pos[unknown])])
+                    note = (int(pos[i]), int(src[i]), int(dst[i]), int(ends[i]))
+                    if name == "source":
+                        problems.unknown_source = note
+                    else:
+                        problems.unknown_destination = note
+        else:
+            ids = sorted_unique(np.concatenate([src[home_s == w], dst[home_d == w]]))
+        edges = self._without_repeats(edges, home_s, home_d)
+        return ids, props, edges
+
+    def _without_repeats(self, edges: dict[str, np.ndarray], home_s: np.ndarray, home_d: np.ndarray
+                         ) -> dict[str, np.ndarray]:
+        plan, w = self.plan, self.worker
+        src, dst, pos = edges["src"], edges["dst"], edges["pos"]
+        first_end, second_end = (src, dst) if plan.directed else (np.minimum(src, dst), np.maximum(src, dst))
+        if src.size < 2:
+            return edges
+        order = np.lexsort((pos, second_end, first_end))
+        a, b = first_end[order], second_end[order]
+        same = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
+        if not same.any():
+            return edges
+        is_start = np.concatenate(([True], ~same))
+        run_start = np.maximum.accumulate(np.where(is_start, np.arange(order.size), 0))
+        repeats = np.flatnonzero(~is_start)  # within a run of one pair, every edge after the earliest
+        repeat_rows, group_first = order[repeats], order[run_start[repeats]]
+        i = int(np.argmin(pos[repeat_rows]))
+        again, first = int(repeat_rows[i]), int(group_first[i])
+        if plan.duplicates == "error":
+            self.report.problems.repeated_edge = (int(pos[again]), int(src[again]), int(dst[again]),
+                                                  int(pos[first]), int(src[first]))
+            return edges
+        counted = (home_d if plan.directed else home_of(second_end, plan.num_workers))[repeat_rows] == w
+        self.report.dropped_edges = int(counted.sum())
+        self.report.first_dropped = (int(pos[again]), int(src[again]), int(dst[again]), int(pos[first]),
+                                     int(src[first]), int(dst[first]))
+        keep = np.ones(src.size, dtype=bool)
+        keep[repeat_rows] = False
+        return _take(edges, np.flatnonzero(keep))
+
+    # -- 2. placement ----------------------------------------------------------------------------
+    def _place(self, ids: np.ndarray, props: dict[str, np.ndarray], edges: dict[str, np.ndarray]
+               ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        plan, w, count = self.plan, self.worker, self.plan.num_workers
+        if plan.partitioner == "hash":  # own-<w> files were written before the first gather
+            all_ids, owner = self._routing(lambda q, table: np.full(table["ids"].size, q, dtype=np.int32))
+            return ids, props, edges, all_ids, owner
+        from epochal.graph.executors.fennel import stream_fennel
+
+        home_owner = stream_fennel(ids, edges, w, count, plan.total_vertices_hint, plan.total_edges_hint)
+        put(join(plan.staging, f"own-{w:05d}"), {"ids": ids, "owner": home_owner})
+        self.exchange.all_gather(None)
+        all_ids, owner = self._routing(lambda q, table: table["owner"])
+        src, dst = edges["src"], edges["dst"]
+        side_s, side_d = home_of(src, count) == w, home_of(dst, count) == w
+        own_s = owner[np.searchsorted(all_ids, src)]
+        own_d = owner[np.searchsorted(all_ids, dst)]
+        for q in range(count):
+            vertex_rows = np.flatnonzero(home_owner == q)
+            edge_rows = np.flatnonzero((side_s & (own_s == q)) | (side_d & (own_d == q)))
+            put(join(plan.staging, f"mv-{w:05d}-{q:05d}"),
+                {"id": ids[vertex_rows], **{f"property:{k}": v[vertex_rows] for k, v in props.items()}})
+            put(join(plan.staging, f"me-{w:05d}-{q:05d}"), _take(edges, edge_rows))
+        self.exchange.all_gather(None)
+        moved = _concat([get(join(plan.staging, f"mv-{q:05d}-{w:05d}")) for q in range(count)])
+        order = np.argsort(moved["id"], kind="stable")
+        mine = moved["id"][order]
+        mine_props = {k[len("property:"):]: v[order] for k, v in moved.items() if k.startswith("property:")}
+        arrived = _concat([get(join(plan.staging, f"me-{q:05d}-{w:05d}")) for q in range(count)])
+        _, first = np.unique(arrived["pos"], return_index=True)  # an edge may come from both homes
+        return mine, mine_props, _take(arrived, first), all_ids, owner
+
+    def _routing(self, owners: Callable[[int, dict[str, np.ndarray]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Every vertex id (sorted) and its owner, from every worker's ``own-<w>`` file."""
+        tables = [get(join(self.plan.staging, f"own-{q:05d}")) for q in range(self.plan.num_workers)]
+        ids = np.concatenate([t["ids"] for t in tables])
+        owner = np.concatenate([owners(q, t) for q, t in enumerate(tables)]).astype(np.int32)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], owner[order]
+
+    # -- 3. layout ---------------------------------------------------------------------------------
+    def _layout(self, ids: np.ndarray, props: dict[str, np.ndarray], edges: dict[str, np.ndarray],
+                all_ids: np.ndarray, owner: np.ndarray) -> dict[str, Any]:
+        plan, w = self.plan, self.worker
+        src, dst, pos = edges["src"], edges["dst"], edges["pos"]
+        weight = edges.get("weight")
+        n = ids.size
+        # the engine's directed edges: an undirected edge both ways (a self-loop once), forward first
+        group = np.zeros(src.size, dtype=np.int8)
+        if not plan.directed:
+            back = src != dst
+            src, dst = np.concatenate([src, dst[back]]), np.concatenate([dst, src[back]])
+            pos = np.concatenate([pos, pos[back]])
+            group = np.concatenate([group, np.ones(int(back.sum()), dtype=np.int8)])
+            weight = None if weight is None else np.concatenate([weight, weight[back]])
+        s_here, d_here = _member(ids, src), _member(ids, dst)
+        # out-edges of the masters, by (master, forward/back, position)
+        out_rows = np.flatnonzero(s_here)
+        out_master = np.searchsorted(ids, src[out_rows])
+        out_order = out_rows[np.lexsort((pos[out_rows], group[out_rows], out_master))]
+        out_ptr = csr_ptr(np.bincount(np.searchsorted(ids, src[out_order]), minlength=n))
+        index_dtype = np.int32 if all_ids.size < 2**31 else np.int64
+        out_index = np.searchsorted(all_ids, dst[out_order]).astype(index_dtype)
+        in_degree = np.bincount(np.searchsorted(ids, dst[d_here]), minlength=n).astype(np.int64)
+        # what each master reads
+        in_rows = np.flatnonzero(d_here)
+        readers, read, read_group, read_pos = dst[in_rows], src[in_rows], group[in_rows], pos[in_rows]
+        read_weight = None if weight is None else weight[in_rows]
+        if plan.directed and plan.directions == "both":
+            readers = np.concatenate([readers, src[out_rows]])
+            read = np.concatenate([read, dst[out_rows]])
+            read_group = np.concatenate([read_group, np.ones(out_rows.size, dtype=np.int8)])
+            read_pos = np.concatenate([read_pos, pos[out_rows]])
+            read_weight = None if read_weight is None or weight is None else \
+                np.concatenate([read_weight, weight[out_rows]])
+        reader_row = np.searchsorted(ids, readers)
+        order = np.lexsort((read_pos, read_group, reader_row))
+        nbr_ptr = csr_ptr(np.bincount(reader_row, minlength=n))
+        nbr_ids = read[order]
+        nbr_weight = None if read_weight is None else read_weight[order]
+        # the replicas to ask for, by owner
+        remote = sorted_unique(nbr_ids[~_member(ids, nbr_ids)])
+        remote_owner = owner[np.searchsorted(all_ids, remote)]
+        for q in range(plan.num_workers):
+            if q != w:
+                put(join(plan.staging, f"req-{w:05d}-{q:05d}"), remote[remote_owner == q])
+        self.report.masters, self.report.edges = int(n), int(out_index.size)
+        self.report.read_entries = int(nbr_ids.size)
+        self.report.found = tuple(v for v in plan.lookups if bool(_member(ids, np.array([v], np.int64))[0]))
+        out_degree = np.diff(out_ptr).astype(np.int64)
+        both = (out_degree > 0) & (in_degree > 0)
+        self.report.both_ways = int(both.sum())
+        self.report.both_ways_first = int(ids[both][0]) if both.any() else None
+        return {"ids": ids, "props": props, "out_ptr": out_ptr, "out_index": out_index,
+                "out_weight": None if weight is None else weight[out_order], "out_degree": out_degree,
+                "in_degree": in_degree, "nbr_ptr": nbr_ptr,
+                "nbr_index": np.searchsorted(all_ids, nbr_ids).astype(index_dtype), "nbr_weight": nbr_weight,
+                "replicas": int(remote.size)}
+
+    # -- 4. answers --------------------------------------------------------------------------------
+    def _answer(self, layout: dict[str, Any], all_ids: np.ndarray, owner: np.ndarray) -> None:
+        plan, w, count = self.plan, self.worker, self.plan.num_workers
+        load = np.array(self.exchange.all_gather(layout["replicas"]), dtype=np.int64)
+        ids = layout["ids"]
+        n = ids.size
+        holds = np.zeros((n, count), dtype=bool)
+        for q in range(count):
+            if q != w:
+                asked = get(join(plan.staging, f"req-{q:05d}-{w:05d}"))
+                holds[np.searchsorted(ids, asked), q] = True
+        k = 0
+        mirrors = None
+        selfish = None
+        ft = np.zeros_like(holds)
+        if plan.replication is not None:
+            k, selfish_on, ft_replicas = plan.replication
+            holds, ft, mirrors = place_copies(holds, np.full(n, w, dtype=np.int64), k, ft_replicas, load,
+                                              np.random.default_rng(w))
+            self.report.ft_replicas = int(ft.sum())
+            # a vertex without out-edges is read by nobody only when programs read in-neighbours
+            selfish = (layout["out_degree"] == 0) if selfish_on and plan.directions == "in" \
+                else np.zeros(n, dtype=bool)
+        _, copy_workers = np.nonzero(holds)  # by vertex, then worker
+        loc_ptr = csr_ptr(holds.sum(axis=1))
+        adj_ptr = adj_index = None
+        if plan.adjacency:
+            adj_ptr, adj_index = layout["out_ptr"], layout["out_index"]
+        records = VertexRecords(
+            ids, None, None, layout["out_degree"], adj_ptr, adj_index, layout["nbr_ptr"], layout["nbr_index"],
+            layout["nbr_weight"], layout["out_ptr"], layout["out_index"], layout["out_weight"],
+            layout["in_degree"], loc_ptr, copy_workers.astype(np.int64),
+            np.full((n, k), -1, dtype=np.int64) if mirrors is None else mirrors,
+            np.zeros(n, dtype=bool) if selfish is None else selfish, dict(layout["props"]))
+        layout["records"] = records
+        for q in range(count):
+            if q == w:
+                continue
+            rows = np.flatnonzero(holds[:, q])
+            replica = VertexRecords(ids[rows], None, None, layout["out_degree"][rows])
+            if plan.adjacency:
+                replica.adj_ptr, entries = take_rows(layout["out_ptr"], rows)
+                replica.adj_index = layout["out_index"][entries]
+            mirrored = None if mirrors is None else records.take(np.flatnonzero((mirrors == q).any(axis=1)))
+            put(join(plan.staging, f"ans-{w:05d}-{q:05d}"), {"replicas": replica, "mirror": mirrored})
+        if mirrors is not None:  # every worker's routing table gets every vertex's mirrors
+            put(join(plan.staging, f"mirrors-{w:05d}"), mirrors.astype(np.int16))
+            patterns, counts = np.unique(np.column_stack([np.full(n, w, dtype=np.int64), mirrors]), axis=0,
+                                         return_counts=True)
+            self.report.patterns = (patterns, counts)
+
+    # -- 5. assembly -------------------------------------------------------------------------------
+    def _assemble(self, layout: dict[str, Any], all_ids: np.ndarray, owner: np.ndarray) -> None:
+        plan, w = self.plan, self.worker
+        self.exchange.all_gather(None)
+        replicas, mirrored = [], []
+        for q in range(plan.num_workers):
+            if q != w:
+                answer = get(join(plan.staging, f"ans-{q:05d}-{w:05d}"))
+                replicas.append(answer["replicas"])
+                if answer["mirror"] is not None:
+                    mirrored.append(answer["mirror"])
+        template = Partition(w, plan.num_workers, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64),
+                             np.zeros(0, np.int64), None, np.zeros(1, np.int64), np.zeros(0, np.int64), None,
+                             np.zeros(0, np.int64), np.zeros(0, np.int64), all_ids=all_ids, owner=owner,
+                             directed=plan.directed, directions=plan.directions)
+        masters: VertexRecords = layout["records"]
+        if plan.replication is None:
+            masters.mirrors = masters.selfish = None
+        else:  # the mirrors of every vertex, in routing-table order (masters of worker q are in id order)
+            stacked = np.concatenate([get(join(plan.staging, f"mirrors-{q:05d}")) for q in range(plan.num_workers)])
+            template.all_mirrors = np.empty_like(stacked)
+            template.all_mirrors[np.lexsort((all_ids, owner))] = stacked  # rows by (owner, id) -> by id
+        part, _, _ = assemble(w, template, masters, concat(replicas), concat(mirrored) if plan.replication else None)
+        if not plan.adjacency:
+            part.table_out_ptr = part.table_out_ids = None
+        self.report.replicas = int(part.replica_ids.size)
+        from epochal.graph.deployment import partition_uri
+
+        write_partition(plan.work_uri, part)
+        fs_path = partition_uri(plan.work_uri, w)
+        from epochal.connectors.filesystems import resolve
+
+        fs, path = resolve(fs_path)
+        self.report.partition_bytes = int(fs.get_file_info(path).size or 0)
+
+
+def build_worker(plan: BuildPlan, worker: int, exchange: Exchange, weighted: bool) -> BuildReport:
+    """Stage 2 for worker ``worker`` (the body of one barrier task)."""
+    return WorkerBuild(plan, worker, exchange, weighted).run()
