@@ -20,14 +20,16 @@ import pytest
 from epochal.graph.deployment import read_partition
 from epochal.graph.executors import sources
 from epochal.graph.executors.buckets import BucketPlan, bucket_split
-from epochal.graph.executors.build import BuildPlan, BuildReport, Exchange, build_worker
+from epochal.graph.executors.build import build_worker
+from epochal.graph.executors.build_plan import BuildPlan, BuildReport
+from epochal.graph.executors.gather import TaskGather
 from epochal.graph.executors.sources import text_splits
 from epochal.graph.loading import load_graph
 from epochal.graph.partition import build_partitions
 from epochal.graph.placement import partition
 
 
-class ThreadExchange(Exchange):
+class ThreadGather(TaskGather):
     """``all_gather`` for threads: every value, in task order, once all tasks gave theirs."""
 
     def __init__(self, shared: dict[str, Any], worker: int) -> None:
@@ -77,7 +79,7 @@ def load(tmp_path: Path, files: tuple[str, str], workers: int, *, directed: bool
 
     def task(w: int) -> None:
         try:
-            out[w] = build_worker(plan, w, ThreadExchange(shared, w), True)
+            out[w] = build_worker(plan, w, ThreadGather(shared, w), True)
         except BaseException as error:  # noqa: BLE001 - re-raised below, in the test's thread
             errors.append(error)
             shared["barrier"].abort()

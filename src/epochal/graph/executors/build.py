@@ -1,7 +1,8 @@
 """Stage 2 of loading on the executors: each worker's partition, built by one barrier task per worker.
 
 The ``W`` tasks of one Spark barrier stage run at once and exchange files in the staging
-directory between gathers (:class:`Exchange`; :class:`FileExchange` in a job). Task
+directory between gathers (:class:`~epochal.graph.executors.gather.TaskGather`;
+:class:`~epochal.graph.executors.gather.FileGather` in a job). Task
 ``w``:
 
 1. **Checks** what its home buckets hold, exactly as :func:`~epochal.graph.loading_assembly.assemble`
@@ -30,138 +31,22 @@ directory between gathers (:class:`Exchange`; :class:`FileExchange` in a job). T
 
 from __future__ import annotations
 
-import pickle
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow.fs as pafs
 
 from epochal.connectors.filesystems import join, resolve
 from epochal.graph.deployment import write_partition
 from epochal.graph.executors.buckets import bucket_name, get, home_of, put
+from epochal.graph.executors.build_plan import BuildPlan, BuildReport
+from epochal.graph.executors.gather import TaskGather
 from epochal.graph.model import sorted_unique
 from epochal.graph.partition import Partition, csr_ptr, take_rows
 from epochal.graph.records import VertexRecords, assemble, concat
 from epochal.graph.replica_plan import place_copies
-
-
-class Exchange:
-    """How the tasks of the build stage meet: ``barrier()`` and ``all_gather(value)`` (every
-    task's value, in task order, once every task gave its own)."""
-
-    def all_gather(self, value: Any) -> list[Any]:
-        raise NotImplementedError
-
-
-class FileExchange(Exchange):
-    """The exchange of the build stage's barrier tasks through the staging directory: each call
-    writes this task's value as ``gather-<attempt>-<round>-<w>`` (under a temporary name, then
-    renamed) and polls until every task's is there. The Spark barrier stage guarantees that the
-    ``W`` tasks run at once and fails all of them if one fails; ``attempt`` (agreed once through
-    ``BarrierTaskContext.allGather``) keeps a retried stage off an earlier attempt's files. Spark's
-    ``allGather`` alone would do, but its JVM side polls once a second: about one second a call
-    here, against a few milliseconds for this. ``timeout`` bounds a wait for tasks that never come."""
-
-    def __init__(self, staging: str, attempt: int, worker: int, num_workers: int, timeout: float = 600.0) -> None:
-        self.staging, self.attempt, self.worker, self.num_workers = staging, attempt, worker, num_workers
-        self.timeout = timeout
-        self.round = 0
-
-    def _name(self, worker: int) -> str:
-        return join(self.staging, f"gather-{self.attempt}-{self.round}-{worker:05d}")
-
-    def all_gather(self, value: Any) -> list[Any]:
-        fs, path = resolve(self._name(self.worker))
-        with fs.open_output_stream(f"{path}.tmp", compression=None) as out:
-            out.write(pickle.dumps(value, protocol=5))
-        fs.move(f"{path}.tmp", path)
-        deadline, pause = time.monotonic() + self.timeout, 0.002
-        paths = [resolve(self._name(w))[1] for w in range(self.num_workers)]
-        while True:
-            if all(info.type == pafs.FileType.File for info in fs.get_file_info(paths)):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"build task {self.worker}: not every task reached round {self.round} within "
-                                   f"{self.timeout:.0f} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
-        values = []
-        for p in paths:
-            with fs.open_input_stream(p, compression=None) as source:
-                values.append(pickle.loads(source.read()))
-        self.round += 1
-        return values
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """What every build task needs (all small): where things are and the job's layout."""
-
-    staging: str
-    work_uri: str
-    num_workers: int
-    vertex_splits: tuple[int, ...]
-    edge_splits: tuple[int, ...]
-    has_vertices: bool
-    directed: bool
-    duplicates: str
-    directions: str
-    adjacency: bool
-    partitioner: str = "hash"
-    property_columns: tuple[str, ...] = ()
-    #: replication fault tolerance: (k, selfish, ft_replicas); None: off
-    replication: tuple[int, bool, bool] | None = None
-    #: vertex ids the driver asks about (a program's source)
-    lookups: tuple[int, ...] = ()
-    total_vertices_hint: int = 0
-    total_edges_hint: int = 0
-
-
-@dataclass
-class Problems:
-    """The earliest problem of each kind one task found (positions; None: none)."""
-
-    #: (position of the second listing, position of the first, id)
-    repeated_vertex: tuple[int, int, int] | None = None
-    #: (position, src, dst, the unknown vertex)
-    unknown_source: tuple[int, int, int, int] | None = None
-    unknown_destination: tuple[int, int, int, int] | None = None
-    #: (position of the repeat, its src, dst, position of the first, the first's src)
-    repeated_edge: tuple[int, int, int, int, int] | None = None
-
-    def any(self) -> bool:
-        return any(v is not None for v in (self.repeated_vertex, self.unknown_source, self.unknown_destination,
-                                            self.repeated_edge))
-
-
-@dataclass
-class BuildReport:
-    """What one build task returns to the driver: problems, or the sizes of its partition."""
-
-    worker: int
-    problems: Problems = field(default_factory=Problems)
-    masters: int = 0
-    replicas: int = 0
-    ft_replicas: int = 0
-    edges: int = 0
-    read_entries: int = 0
-    dropped_edges: int = 0
-    #: the first dropped repeat: (position, src, dst, position of the first, its src, its dst)
-    first_dropped: tuple[int, int, int, int, int, int] | None = None
-    found: tuple[int, ...] = ()
-    #: vertices with both in- and out-edges (ALS refuses them), and the smallest such id
-    both_ways: int = 0
-    both_ways_first: int | None = None
-    partition_bytes: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-    peak_rss_mb: float = 0.0
-    #: replication: the distinct ``(owner, mirror workers)`` rows of this worker's masters and
-    #: how many masters have each (what the JobMaster's recovery machine needs)
-    patterns: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _load(plan: BuildPlan, what: str, splits: tuple[int, ...], worker: int, prefix: str | None = None
@@ -204,8 +89,8 @@ def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
 class WorkerBuild:
     """One build task (see the module docstring); ``run`` does the five steps."""
 
-    def __init__(self, plan: BuildPlan, worker: int, exchange: Exchange, weighted: bool) -> None:
-        self.plan, self.worker, self.exchange, self.weighted = plan, worker, exchange, weighted
+    def __init__(self, plan: BuildPlan, worker: int, gather: TaskGather, weighted: bool) -> None:
+        self.plan, self.worker, self.gather, self.weighted = plan, worker, gather, weighted
         self.report = BuildReport(worker)
         self.clock = time.monotonic()
 
@@ -223,7 +108,7 @@ class WorkerBuild:
         if plan.partitioner == "hash":  # the owned ids (the routing table's part) go out with the problems
             put(join(plan.staging, f"own-{w:05d}"), {"ids": ids})
         self._lap("check")
-        if any(r.problems.any() for r in self.exchange.all_gather(self.report)):
+        if any(r.problems.any() for r in self.gather.all_gather(self.report)):
             return self.report  # the driver names the earliest problem; nothing is built
         ids, props, edges, all_ids, owner = self._place(ids, props, edges)
         self._lap("place")
@@ -310,7 +195,7 @@ class WorkerBuild:
 
         home_owner = stream_fennel(ids, edges, w, count, plan.total_vertices_hint, plan.total_edges_hint)
         put(join(plan.staging, f"own-{w:05d}"), {"ids": ids, "owner": home_owner})
-        self.exchange.all_gather(None)
+        self.gather.all_gather(None)
         all_ids, owner = self._routing(lambda q, table: table["owner"])
         src, dst = edges["src"], edges["dst"]
         side_s, side_d = home_of(src, count) == w, home_of(dst, count) == w
@@ -322,7 +207,7 @@ class WorkerBuild:
             put(join(plan.staging, f"mv-{w:05d}-{q:05d}"),
                 {"id": ids[vertex_rows], **{f"property:{k}": v[vertex_rows] for k, v in props.items()}})
             put(join(plan.staging, f"me-{w:05d}-{q:05d}"), _take(edges, edge_rows))
-        self.exchange.all_gather(None)
+        self.gather.all_gather(None)
         moved = _concat([get(join(plan.staging, f"mv-{q:05d}-{w:05d}")) for q in range(count)])
         order = np.argsort(moved["id"], kind="stable")
         mine = moved["id"][order]
@@ -401,7 +286,7 @@ class WorkerBuild:
     # -- 4. answers --------------------------------------------------------------------------------
     def _answer(self, layout: dict[str, Any], all_ids: np.ndarray, owner: np.ndarray) -> None:
         plan, w, count = self.plan, self.worker, self.plan.num_workers
-        load = np.array(self.exchange.all_gather(layout["replicas"]), dtype=np.int64)
+        load = np.array(self.gather.all_gather(layout["replicas"]), dtype=np.int64)
         ids = layout["ids"]
         n = ids.size
         holds = np.zeros((n, count), dtype=bool)
@@ -452,7 +337,7 @@ class WorkerBuild:
     # -- 5. assembly -------------------------------------------------------------------------------
     def _assemble(self, layout: dict[str, Any], all_ids: np.ndarray, owner: np.ndarray) -> None:
         plan, w = self.plan, self.worker
-        self.exchange.all_gather(None)
+        self.gather.all_gather(None)
         replicas, mirrored = [], []
         for q in range(plan.num_workers):
             if q != w:
@@ -479,12 +364,11 @@ class WorkerBuild:
 
         write_partition(plan.work_uri, part)
         fs_path = partition_uri(plan.work_uri, w)
-        from epochal.connectors.filesystems import resolve
 
         fs, path = resolve(fs_path)
         self.report.partition_bytes = int(fs.get_file_info(path).size or 0)
 
 
-def build_worker(plan: BuildPlan, worker: int, exchange: Exchange, weighted: bool) -> BuildReport:
+def build_worker(plan: BuildPlan, worker: int, gather: TaskGather, weighted: bool) -> BuildReport:
     """Stage 2 for worker ``worker`` (the body of one barrier task)."""
-    return WorkerBuild(plan, worker, exchange, weighted).run()
+    return WorkerBuild(plan, worker, gather, weighted).run()

@@ -26,16 +26,11 @@ import pyarrow as pa
 
 from epochal.connectors.filesystems import join, resolve
 from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split
-from epochal.graph.executors.build import BuildPlan, BuildReport, FileExchange, build_worker
-from epochal.graph.executors.sources import (
-    GraphSource,
-    Split,
-    row_of,
-    split_of,
-    table_splits,
-    text_lines_of,
-    text_splits,
-)
+from epochal.graph.executors.build import build_worker
+from epochal.graph.executors.build_plan import BuildPlan, BuildReport
+from epochal.graph.executors.gather import FileGather
+from epochal.graph.executors.sources import GraphSource, table_splits, text_lines_of, text_splits
+from epochal.graph.executors.splits import Split, row_of, split_of
 from epochal.graph.loading_assembly import REPEAT_REMEDY
 from epochal.graph.model import EdgeInputError, Graph, GraphInputError
 
@@ -211,8 +206,8 @@ def _build_task(indices: Iterator[int], plan: BuildPlan, weighted: bool) -> Iter
     # one Spark gather names this stage attempt (a retried stage must not read an earlier one's files)
     attempt = min(int(t) for t in context.allGather(str(context.taskAttemptId())))
     for worker in indices:
-        exchange = FileExchange(plan.staging, attempt, worker, plan.num_workers)
-        yield build_worker(plan, worker, exchange, weighted)
+        gather = FileGather(plan.staging, attempt, worker, plan.num_workers)
+        yield build_worker(plan, worker, gather, weighted)
 
 
 def _stage_one(spark: Any, source: GraphSource, plan: BucketPlan, num_workers: int
