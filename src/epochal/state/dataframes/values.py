@@ -55,6 +55,10 @@ def decode_value(data: bytes | bytearray | None) -> Any:
     return None if data is None else pickle.loads(bytes(data))
 
 
+#: ``epochal.decode_state_value``: the decoder of pickled columns
+decode_state_value = decode_value
+
+
 def _is_window(value: Any) -> bool:
     return type(value).__name__ == "TimeWindow" and isinstance(value, tuple) and len(value) == 2
 
