@@ -43,11 +43,11 @@ def _put(backend: Any, name: str, key: Any, value: Any) -> None:
 
 def write_checkpoints(root: str, kind: str, rounds: list[States], parallelism: int = 2, max_parallelism: int = 16,
                       operator_state: dict[str, dict[str, tuple[str, list[Any]]]] | None = None,
-                      savepoint: bool = False) -> str:
+                      savepoint: str | None = None) -> str:
     """Run ``rounds`` of state changes (a value of None deletes the key) on ``parallelism``
     subtasks of backend ``kind`` (``heap``, ``incremental``, ``rocksdb``), a completed checkpoint
-    after each; returns the last one's path (or, ``savepoint``, a canonical savepoint of the end
-    state written to ``root``/savepoint)."""
+    after each; returns the last one's path (or, ``savepoint`` ``canonical`` or ``native``, a
+    savepoint of that format of the end state, written to ``root``/savepoint)."""
     storage = CheckpointStorage(root)
     uids = sorted({uid for states in rounds for uid in states})
     backends = {(uid, i): _backend(kind, max_parallelism, key_group_range(i, parallelism, max_parallelism),
@@ -64,7 +64,8 @@ def write_checkpoints(root: str, kind: str, rounds: list[States], parallelism: i
         target = SavepointStorage(os.path.join(root, "savepoint")) if final else storage
         operators: dict[str, Any] = {}
         for (uid, index), backend in backends.items():
-            plan = backend.begin_savepoint(checkpoint_id, False) if final else backend.begin_snapshot(checkpoint_id)
+            plan = backend.begin_savepoint(checkpoint_id, savepoint == "native") if final \
+                else backend.begin_snapshot(checkpoint_id)
             lists = (operator_state or {}).get(uid, {})
             handles = materialize(target, checkpoint_id, index, {uid: {
                 "keyed": backend.capture_snapshot(plan), "operator": {n: lists[n] for n in lists},
@@ -78,7 +79,7 @@ def write_checkpoints(root: str, kind: str, rounds: list[States], parallelism: i
         metadata: dict[str, Any] = {"checkpoint_id": checkpoint_id, "job": "test", "timestamp": 1.0,
                                     "max_parallelism": max_parallelism, "split_layout": {}, "operators": operators}
         if final:
-            metadata["savepoint"] = {"format": "canonical", "job_id": "test", "stop": False}
+            metadata["savepoint"] = {"format": savepoint, "job_id": "test", "stop": False}
         target.write_metadata(checkpoint_id, metadata)
         last = target.location(checkpoint_id)
         for backend in backends.values():

@@ -70,6 +70,17 @@ def test_the_reader_on_each_backends_checkpoints_equals_the_state(tmp_path, back
     assert got == oracle["counter"]["pairs"]
 
 
+@pytest.mark.parametrize(("backend", "form"), [("heap", "canonical"), ("rocksdb", "canonical"), ("rocksdb", "native")])
+def test_the_reader_on_savepoints_equals_the_state(tmp_path, backend, form):
+    path = write_checkpoints(str(tmp_path), backend, ROUNDS, savepoint=form)
+    view = SnapshotView(path)
+    assert view.is_savepoint and view.metadata["savepoint"]["format"] == form
+    keyed = view.operators["counter"]["subtasks"]["0"]["keyed"]
+    assert (keyed.get("format") == "rocksdb") == (form == "native")
+    rows, _ = read_all(path, "counter", "count")
+    assert dict(zip(rows["key"], rows["value"], strict=True)) == end_state(ROUNDS)["counter"]["count"]
+
+
 def test_window_state_has_one_row_per_key_and_window_with_the_window_as_namespace(tmp_path):
     path = write_checkpoints(str(tmp_path), "heap", ROUNDS)
     rows, schema = read_all(path, "windows", "window-contents")

@@ -222,12 +222,14 @@ def read_state(spark: SparkSession, path: str, uid: str, state_name: str | None 
     :mod:`epochal.state.dataframes.rows`).
 
     Checks ``path``, ``uid`` and ``state_name`` here first: a :class:`StateDataFrameError` that
-    lists what the snapshot holds if they name nothing. ``schema``: the columns' types instead
-    of inferring them from a sample."""
+    lists what the snapshot holds if they name nothing. A run or job directory is resolved here,
+    once, to its latest completed checkpoint, so every partition reads the same one. ``schema``:
+    the columns' types instead of inferring them from a sample."""
     options = {"path": path, "uid": uid, "stateName": state_name or "", "kind": kind,
                "valueFormat": value_format, "keyFormat": key_format,
                "partitions": "" if partitions is None else str(partitions)}
-    StateReadOptions.parse(options).plan()  # the errors, here, before Spark wraps them
+    view, _ = StateReadOptions.parse(options).plan()  # the errors, here, before Spark wraps them
+    path = view.location  # pinned: a run or job directory's latest checkpoint may change meanwhile
     register_state_sources(spark)
     reader = spark.read.format(STATE_FORMAT)
     if schema is not None:
@@ -241,7 +243,7 @@ def read_state(spark: SparkSession, path: str, uid: str, state_name: str | None 
 def read_state_metadata(spark: SparkSession, path: str) -> DataFrame:
     """The operators and states of the checkpoint or savepoint at ``path`` as a DataFrame (the
     ``epochal-state-metadata`` source's rows); a :class:`StateDataFrameError` if there is none."""
-    SnapshotView(path)
+    path = SnapshotView(path).location
     register_state_sources(spark)
     return spark.read.format(METADATA_FORMAT).load(path)
 
