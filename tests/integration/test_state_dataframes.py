@@ -1,6 +1,6 @@
 """State as Spark DataFrames (issue 37) against real jobs on Spark: the final checkpoint of a
 keyed job on each backend (heap, incremental heap chains, RocksDB) read as DataFrames equals an
-oracle of the job's state (a keyed sum, count windows with their windows as namespace, the
+oracle of the job's state (a keyed sum, count windows with their windows as namespace, timers, the
 source's operator state); a savepoint bootstrapped from a DataFrame and restored at parallelism 3
 gives the oracle's output; a modified one (a state replaced, an operator removed, a uid changed)
 too; and bad input fails with one clear error."""
@@ -41,10 +41,22 @@ def oracle_windows(size: int = 50, slide: int = 20) -> dict[tuple[str, int], int
             for first in range(0, total, slide) if total - first < size}
 
 
+FAR = 4_000_000_000.0  # a processing time no test reaches: the timers stay in the final checkpoint
+
+
+class FarTimers(epochal.KeyedProcessFunction):
+    """Registers, per key, a processing-time timer at ``FAR`` + the key's number."""
+
+    def process_element(self, value, ctx):
+        ctx.timer_service().register_processing_time_timer(FAR + int(value[0][1:]))
+        return ()
+
+
 def keyed_job(env: epochal.Environment) -> None:
     events = env.from_generator(record, count=N, rate=6_000).uid("source")
     events.key_by(lambda r: r[0]).sum(lambda r: r[1]).uid("sum").discard()
     events.key_by(lambda r: r[0]).count_window(50, 20).sum(lambda r: 1).uid("windows").discard()
+    events.key_by(lambda r: r[0]).process(FarTimers()).uid("timers").discard()
 
 
 def handle_of(path: str, uid: str) -> dict:
@@ -78,6 +90,10 @@ def test_the_dataframe_reader_on_each_backends_checkpoint_equals_the_oracle(make
     windows = epochal.read_state(spark, path, "windows", "window-contents")
     assert windows.columns == ["key", "namespace", "value", "key_group"]
     assert {(r.key, r.namespace): r.value for r in windows.collect()} == oracle_windows()
+
+    timers = epochal.read_state(spark, path, "timers", kind="timers").collect()
+    assert sorted((r.key, r.domain, r.timestamp) for r in timers) == sorted(
+        (f"k{k}", "processing_time", FAR + k) for k in range(KEYS))
 
     positions = epochal.read_state(spark, path, "source", kind="operator").collect()  # the source's offsets
     assert {r.subtask for r in positions} == {0, 1} and {r.name for r in positions} == {SourceReader.POSITIONS}

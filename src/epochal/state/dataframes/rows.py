@@ -126,15 +126,20 @@ def operator_splits(plan: ReadPlan) -> list[int]:
 
 
 def sample(plan: ReadPlan, splits: list[Any], size: int = V.SAMPLE) -> Columns:
-    """The first ``size`` or so rows of ``plan`` (the splits in order), to infer types from."""
+    """About ``size`` rows of ``plan`` to infer types from, spread over the splits: of each, its
+    first key groups with state (or operator lists) until it gave its share, so values that
+    differ by subtask or key range are seen without reading much of the state."""
     names = column_names(plan)
     found: Columns = {name: [] for name in names}
+    quota = max(1, size // max(1, len(splits)))
     for split in splits:
-        for chunk in columns_of(plan, split):
+        taken = 0
+        for part in _parts(plan, split):
             for name in names:
-                found[name].extend(chunk[name][:size])
-            if len(found[names[0]]) >= size:
-                return found
+                found[name].extend(part[name][:quota - taken])
+            taken += min(len(part[names[0]]), quota - taken)
+            if taken >= quota:
+                break
     return found
 
 
@@ -174,7 +179,8 @@ def _misfit(plan: ReadPlan, field: T.StructField, data: list[Any], error: Except
     example = next((v for v in data if not _fits(v, field.dataType)), None)
     shown = f" (e.g. {example!r:.80} of type {type(example).__name__})" if example is not None else ""
     option = "keyFormat" if field.name == "key" else "valueFormat"
-    return (f"a {field.name} of {plan.kind} state {plan.state or ''!r} of operator {plan.uid!r} does not fit the "
+    state = f"{plan.kind} state {plan.state!r}" if plan.state else f"{plan.kind} state"
+    return (f"a {field.name} of {state} of operator {plan.uid!r} does not fit the "
             f"column type {field.dataType.simpleString()} inferred from a sample of the state{shown}: {error}. "
             f"Give the schema yourself (spark.read.format('epochal-state').schema('key string, value double, "
             f"key_group int')) or read the {field.name}s as pickles (option('{option}', 'pickle'), decoded with "
