@@ -289,7 +289,8 @@ def _fresh_directory(path: str, base: SnapshotView | None) -> str:
 
 
 # ---------------------------------------------------------------------- the tasks
-def _task_ranges(tasks: list[_Task], max_parallelism: int) -> dict[tuple[str, int], int]:
+def _task_numbers(tasks: list[_Task]) -> dict[tuple[str, int], int]:
+    """``(uid, subtask index) -> task number`` (a Spark partition's index)."""
     return {(t.uid, t.index): n for n, t in enumerate(tasks)}
 
 
@@ -358,7 +359,7 @@ def _pickled(data: Any, item: _StateInput) -> tuple[bool, bool, str, str]:
 def _write_with_spark(spark: SparkSession, tasks: list[_Task], operators: list[_OperatorOut],
                       target: _Target) -> list[tuple[str, int, dict[str, Any]]]:
     context = spark.sparkContext
-    numbers = _task_ranges(tasks, target.max_parallelism)
+    numbers = _task_numbers(tasks)
     parts: list[Any] = [context.parallelize([(n, None) for n in range(len(tasks))], len(tasks))]
     for op in operators:
         offset = numbers[(op.uid, 0)]
@@ -383,7 +384,7 @@ def _identity(number: int) -> int:
 
 def _write_locally(tasks: list[_Task], operators: list[_OperatorOut],
                    target: _Target) -> list[tuple[str, int, dict[str, Any]]]:
-    numbers = _task_ranges(tasks, target.max_parallelism)
+    numbers = _task_numbers(tasks)
     routed: dict[int, list[Entry]] = {n: [] for n in range(len(tasks))}
     for op in operators:
         for item in op.inputs:
