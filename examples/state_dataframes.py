@@ -3,8 +3,9 @@
 A keyed job sums each account's payments (``key_by(account).sum(amount)``, uid ``balances``) with
 checkpoints. After it ran, its final checkpoint's state is read as a DataFrame
 (``epochal.read_state``), the negative balances are found and set to zero in a new savepoint
-(``epochal.SavepointWriter``, which also drops the old source's offsets), and the job, restored from that savepoint at another parallelism,
-goes on from the fixed balances. ``epochal.read_state_metadata`` lists what a checkpoint holds.
+(``epochal.SavepointWriter``, which also drops the old source's offsets), and the job, restored
+from that savepoint at another parallelism, goes on from the fixed balances.
+``epochal.read_state_metadata`` lists what a checkpoint holds.
 
 ``python examples/state_dataframes.py`` runs it on Spark ``local[2]`` (Java 17+ needed).
 """
