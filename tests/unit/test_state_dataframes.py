@@ -221,3 +221,37 @@ def test_modify_replaces_removes_and_renames_operators(tmp_path, backend):
         SavepointWriter.from_existing(path).change_uid("counter", "windows-v2")
     with pytest.raises(StateDataFrameError, match="new directory, not over its base"):
         SavepointWriter.from_existing(path).remove_operator("counter").write(path)
+
+
+def test_the_data_source_options_are_checked_and_plan_the_read(tmp_path):
+    from epochal.state.dataframes.reader import StateDataSource, StateReader, StateReadOptions, metadata_rows
+
+    path = write_checkpoints(str(tmp_path), "heap", ROUNDS)
+    options = {"path": path, "uid": "counter", "statename": "count", "partitions": "5"}  # Spark lower-cases keys
+    source = StateDataSource(options)
+    schema = source.schema()
+    reader = StateReader(StateReadOptions.parse(options), schema)
+    assert len(reader.partitions()) >= 5
+    rows = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert {r["key"]: r["value"] for r in rows} == end_state(ROUNDS)["counter"]["count"]
+    for bad, message in (({"kind": "values"}, "kind must be"), ({"partitions": "0"}, "positive integer"),
+                         ({"valueFormat": "json"}, "'auto' or 'pickle'")):
+        with pytest.raises(StateDataFrameError, match=message):
+            StateReadOptions.parse({**options, **bad})
+    kinds = {(r[0], r[4], r[5]) for r in metadata_rows(path)}
+    assert kinds == {("counter", "keyed", "count"), ("counter", "keyed", "pairs"),
+                     ("windows", "keyed", "window-contents")}
+
+
+def test_pickled_values_are_written_back_as_the_objects(tmp_path):
+    pickles = [(f"k{i}", pickle.dumps(Point(i))) for i in range(5)]
+    path = (SavepointWriter.new(max_parallelism=8)
+            .with_keyed_state("op", "points", pickles, value_format="pickle", state_type="value")
+            .write(str(tmp_path / "sp")))
+    assert restored(path, "op", 2) == {"points": {f"k{i}": Point(i) for i in range(5)}}
+    with pytest.raises(StateDataFrameError, match="max_parallelism must be"):
+        SavepointWriter.new(max_parallelism=0)
+    with pytest.raises(StateDataFrameError, match="parallelism must be"):
+        SavepointWriter.new(8).with_keyed_state("op", "s", [], parallelism=9)
+    with pytest.raises(StateDataFrameError, match="would hold no state"):
+        SavepointWriter.new(8).write(str(tmp_path / "empty"))
