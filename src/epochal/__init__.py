@@ -88,6 +88,10 @@ if TYPE_CHECKING:
     from epochal.runtime.operators.timers import TimeDomain
     from epochal.runtime.windows.joins import JoinContext, ProcessJoinFunction
     from epochal.state.checkpoint_dirs import latest_checkpoint
+    from epochal.state.dataframes.reader import read_state, read_state_metadata, register_state_sources
+    from epochal.state.dataframes.snapshot_view import StateDataFrameError
+    from epochal.state.dataframes.values import decode_state_value
+    from epochal.state.dataframes.writer import SavepointWriter
     from epochal.state.descriptors import (
         AggregatingStateDescriptor,
         ListStateDescriptor,
@@ -139,6 +143,11 @@ _EXPORTS = {
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
     "StateTtlConfig": "epochal.state.ttl",
     **dict.fromkeys(("dispose_savepoint", "savepoint_info"), "epochal.state.inspect"),
+    **dict.fromkeys(("read_state", "read_state_metadata", "register_state_sources"),
+                    "epochal.state.dataframes.reader"),
+    "StateDataFrameError": "epochal.state.dataframes.snapshot_view",
+    "decode_state_value": "epochal.state.dataframes.values",
+    "SavepointWriter": "epochal.state.dataframes.writer",
 }
 
 
@@ -178,4 +187,6 @@ __all__ = [
     "KafkaRecord", "KafkaSink", "KafkaSource",
     "DeltaSink", "DeltaSource", "PostgresSink", "SinkError",
     "WatermarkStrategy", "latest_checkpoint",
+    "SavepointWriter", "StateDataFrameError", "decode_state_value", "read_state", "read_state_metadata",
+    "register_state_sources",
 ]

@@ -86,9 +86,11 @@ def _close(db: Rdict, cfs: dict[str, Rdict]) -> None:
     db.close()
 
 
-def read_key_groups(checkpoint_dir: str, key_groups: range) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
+def read_key_groups(checkpoint_dir: str, key_groups: range,
+                    names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
     """``(group, {state name: {key: value}})`` for each group of ``key_groups`` that has state
-    in the checkpoint at ``checkpoint_dir``, in group order, one group in memory at a time.
+    in the checkpoint at ``checkpoint_dir``, in group order, one group in memory at a time
+    (``names``: of these states only; the other column families are not read).
 
     Assumes ``checkpoint_dir`` holds a checkpoint made by
     :meth:`RocksDBKeyedStateBackend.local_checkpoint` (or a copy of one) that nothing writes to
@@ -97,11 +99,12 @@ def read_key_groups(checkpoint_dir: str, key_groups: range) -> Iterator[tuple[in
     closed (or garbage-collected).
     """
     db, cfs = _open_read_only(checkpoint_dir)
+    wanted = cfs if names is None else {name: cf for name, cf in cfs.items() if name in names}
     try:
         for group in key_groups:
             lower, upper = group_prefix(group), group_prefix(group + 1)
             states: dict[str, dict[Any, Any]] = {}
-            for name, cf in cfs.items():
+            for name, cf in wanted.items():
                 entries = {_loads(stored[2:]): _loads(raw) for stored, raw in scan(cf, lower, upper)}
                 if entries:
                     states[name] = entries

@@ -110,24 +110,31 @@ class RestoreSource:
         subtasks = operator["subtasks"]
         return [subtasks[key] for key in sorted(subtasks, key=int)]
 
-    def keyed_groups(self, uid: str, key_groups: range,
-                     skip_rocksdb: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    def keyed_groups(self, uid: str, key_groups: range, skip_rocksdb: bool = False,
+                     names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(group, {state name: {key: value}})`` for every owned key group with state; of an
         incremental checkpoint, each old subtask's chain is read oldest first, only the ranges
         of the owned groups of each file. ``skip_rocksdb``: leave out what RocksDB subtasks
-        wrote (a RocksDB backend ingests it: :meth:`rocksdb_checkpoints`)."""
+        wrote (a RocksDB backend ingests it: :meth:`rocksdb_checkpoints`). ``names``: only
+        these states (RocksDB then scans only their column families; of the heap formats a
+        group is read whole and the others dropped); groups without any of them are left out."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
             if not keyed:
                 continue
             if keyed.get("format") == "rocksdb":
                 if not skip_rocksdb:
-                    yield from self._rocksdb_groups(keyed, key_groups)
+                    yield from self._rocksdb_groups(keyed, key_groups, names)
                 continue
-            if "chain" not in keyed:
-                yield from self._groups_of(keyed, key_groups)
+            groups = self._groups_of(keyed, key_groups) if "chain" not in keyed \
+                else self._chain_groups(keyed["chain"], key_groups)
+            if names is None:
+                yield from groups
                 continue
-            yield from self._chain_groups(keyed["chain"], key_groups)
+            for group, states in groups:
+                kept = {name: entries for name, entries in states.items() if name in names}
+                if kept:
+                    yield group, kept
 
     def rocksdb_checkpoints(self, uid: str, key_groups: range) -> Iterator[tuple[str, range]]:
         """For each old RocksDB subtask of ``uid`` owning some of ``key_groups``: its files
@@ -149,7 +156,8 @@ class RestoreSource:
             finally:
                 shutil.rmtree(local, ignore_errors=True)
 
-    def _rocksdb_groups(self, keyed: dict[str, Any], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _rocksdb_groups(self, keyed: dict[str, Any], key_groups: range,
+                        names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """An old RocksDB subtask's owned groups: its files fetched into a local checkpoint,
         read by key-group range."""
         start, stop = keyed["key_groups"]
@@ -161,7 +169,7 @@ class RestoreSource:
 
         local = tempfile.mkdtemp(prefix="epochal-restore-")
         try:
-            yield from read_key_groups(download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted)
+            yield from read_key_groups(download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted, names)
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
