@@ -65,11 +65,17 @@ if TYPE_CHECKING:
         JobFailedError,
         JobTimeoutError,
         PlanError,
+        QueryableStateError,
+        QueryKeyTypeError,
+        QueryUnauthorizedError,
         SavepointError,
         SinkError,
         SinkInUseError,
         SourceError,
+        StateUnavailableError,
+        UnknownQueryableStateError,
     )
+    from epochal.rest.state_client import QueryableStateClient
     from epochal.runtime.operators.async_io import AsyncTimeoutError
     from epochal.runtime.operators.co_process import (
         BroadcastProcessFunction,
@@ -133,11 +139,13 @@ _EXPORTS = {
     **dict.fromkeys(("EnvironmentSetupError", "EpochalError", "InsufficientSlotsError", "JavaNotFoundError",
                      "JobCancelledError", "JobFailedError", "JobTimeoutError", "PlanError", "SavepointError",
                      "SinkError",
-                     "SinkInUseError", "SourceError"),
+                     "SinkInUseError", "SourceError", "QueryableStateError", "UnknownQueryableStateError",
+                     "QueryUnauthorizedError", "QueryKeyTypeError", "StateUnavailableError"),
                     "epochal.errors"),
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
     "StateTtlConfig": "epochal.state.ttl",
+    "QueryableStateClient": "epochal.rest.state_client",
     **dict.fromkeys(("dispose_savepoint", "savepoint_info"), "epochal.state.inspect"),
 }
 
@@ -164,6 +172,8 @@ __all__ = [
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
     "JobTimeoutError", "SavepointError", "SinkInUseError", "dispose_savepoint", "savepoint_info",
+    "QueryableStateClient", "QueryableStateError", "UnknownQueryableStateError", "QueryUnauthorizedError",
+    "QueryKeyTypeError", "StateUnavailableError",
     "JobResult", "JobStatus", "KeyedStream", "WindowedStream", "PlanError",
     "ProcessContext",
     "ProcessFunction", "RuntimeContext", "SourceError", "__version__",
