@@ -94,6 +94,9 @@ class QueryServer:
         self.poller.register(self.listener.fileno(), select.EPOLLIN)
         self.connections: dict[int, socket.socket] = {}
         self.buffers: dict[int, bytearray] = {}
+        #: answers of the current poll not yet sent, per connection (sent at its end: one write
+        #: for every answer to a client's pipelined requests)
+        self.outgoing: dict[int, list[bytes]] = {}
         self.sources: list[KeyedSource] = []
         self.next_refresh = 0.0
         #: what the heartbeats tell the JobMaster (replaced whole, read by the heartbeat thread)
@@ -198,6 +201,19 @@ class QueryServer:
                 self._accept()
             else:
                 self._receive(fd)
+        if self.outgoing:
+            self._flush()
+
+    def _flush(self) -> None:
+        outgoing, self.outgoing = self.outgoing, {}
+        for conn, frames in outgoing.items():
+            sock = self.connections.get(conn)
+            if sock is None:
+                continue
+            try:
+                sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+            except OSError:
+                self._close_connection(CloseConnection(conn))
 
     def _accept(self) -> None:
         while True:
@@ -264,7 +280,13 @@ class QueryServer:
         self._send(instruction.conn, Page(request.request_id, items, cursor))
 
     def _close_connection(self, instruction: CloseConnection) -> None:
+        frames = self.outgoing.pop(instruction.conn, None)
         sock = self.connections.pop(instruction.conn, None)
+        if frames and sock is not None:  # (a refusal before closing)
+            try:
+                sock.sendall(b"".join(frames))
+            except OSError:
+                pass
         self.buffers.pop(instruction.conn, None)
         if sock is not None:
             for poller in (self.poller, self.watcher_poller):
@@ -281,19 +303,14 @@ class QueryServer:
         raise LookupError(f"no backend for {served.uid}#{served.subtask}")  # (declared states come from them)
 
     def _send(self, conn: int, answer: Any) -> None:
-        sock = self.connections.get(conn)
-        if sock is None:
+        if conn not in self.connections:
             return
         try:
             payload = dumps(answer)
         except Exception as error:  # a value that cannot be pickled
             payload = dumps(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
                                         f"the value cannot be sent: {type(error).__name__}: {error}"))
-        try:
-            sock.sendall(answer_frame(payload))
-        except OSError:
-            self._close_connection(CloseConnection(conn))
-            return
+        self.outgoing.setdefault(conn, []).append(answer_frame(payload))
         self.answered += 1
 
     def close(self) -> None:
