@@ -94,6 +94,7 @@ class QueryableStateClient:
             if not _hashable(key):
                 key_group(key, 1)  # raises QueryKeyTypeError with the reason
         level = _check_level(level or self.level)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
 
         def attempt(routes: Routes) -> dict[Any, Any]:
             by_worker: dict[tuple[str, int], list[Any]] = {}
@@ -102,12 +103,12 @@ class QueryableStateClient:
             requests: dict[tuple[str, int], Request] = {address: Lookup(next(self._ids), state, tuple(batch), level)
                         for address, batch in by_worker.items()}
             answers = self._exchange(routes, requests)
+            if level == READ_COMMITTED:
+                answers = self._one_checkpoint(routes, requests, answers, deadline)
             values: dict[Any, Any] = {}
             for address, request in requests.items():
                 answer = answers[address]
                 assert isinstance(answer, Values) and isinstance(request, Lookup)
-                if level == READ_COMMITTED:
-                    self.checkpoint_id = answer.checkpoint_id
                 for key, found, value in zip(request.keys, answer.found, answer.values, strict=True):
                     if found:
                         values[key] = value
@@ -115,13 +116,33 @@ class QueryableStateClient:
 
         return self._with_retries(attempt, timeout)
 
+    def _one_checkpoint(self, routes: Routes, requests: dict[tuple[str, int], Request],
+                        answers: dict[tuple[str, int], Any], deadline: float) -> dict[tuple[str, int], Any]:
+        """read_committed answers of several workers, all of one checkpoint: the newest any of them
+        answered from. A worker behind has not yet heard that it completed (the JobMaster tells
+        every worker at about the same time), so it is asked again until it has."""
+        while True:
+            ids = {address: answer.checkpoint_id for address, answer in answers.items()}
+            newest = max((c for c in ids.values() if c is not None), default=None)
+            behind = {a: r for a, r in requests.items() if ids[a] != newest}
+            if not behind:
+                self.checkpoint_id = newest
+                return answers
+            if time.monotonic() >= deadline:
+                raise _Retry(f"the workers answered from different checkpoints ({sorted(map(str, set(ids.values())))}) "
+                             f"until the timeout")
+            time.sleep(0.002)
+            again: dict[tuple[str, int], Request] = {
+                a: Lookup(next(self._ids), r.state, r.keys, r.level)  # type: ignore[union-attr]
+                for a, r in behind.items()}
+            answers = {**answers, **self._exchange(routes, again)}
+
     def scan(self, state: str, *, level: str | None = None, page_size: int = 1000,
              timeout: float | None = None) -> Iterator[tuple[Any, Any]]:
         """Every (key, value) of state ``state``, a page of at most ``page_size`` per request, worker
         after worker (for small states; pages are read at different moments: not a snapshot)."""
         level = _check_level(level or self.level)
-        routes = self._with_retries(lambda r: r, timeout)
-        route = routes.state(state)
+        route = self._with_retries(lambda routes: routes.state(state), timeout)
         for subtask in range(route.parallelism):
             cursor: tuple[int, int] | None = None
             while True:
