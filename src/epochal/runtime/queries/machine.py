@@ -41,7 +41,9 @@ from epochal.runtime.queries.wire import (
 #: The most entries one scan page may hold.
 MAX_PAGE = 100_000
 #: False answers read_committed from the live state, as read_uncommitted: the committed views
-#: switched off, for the test that shows they are needed (tests/chaos/test_queryable_state.py).
+#: switched off, for the test that shows they are needed (tests/chaos/test_queryable_state.py,
+#: whose job switches it off in its workers). Every new machine switches it on again: PySpark
+#: reuses worker processes, and a switch must not outlive its job.
 COMMITTED_VIEWS = True
 
 
@@ -152,6 +154,8 @@ class QueryMachine:
     """The query protocol of worker ``worker``, whose requests must carry ``token``."""
 
     def __init__(self, token: bytes, worker: int) -> None:
+        global COMMITTED_VIEWS
+        COMMITTED_VIEWS = True
         self.token = token
         self.worker = worker
         self.states: dict[str, Served] = {}
