@@ -64,11 +64,11 @@ from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.runtime.host.events import Registered, Tick
 from epochal.runtime.host.links import Bootstrap
-from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
+from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent, QueriesWaiting
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
-from epochal.runtime.queries.server import KeyedSource, QueriesWaiting, QueryServer
+from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage, SavepointStorage, storage_of
 
@@ -164,7 +164,7 @@ class Worker(WorkerShell):
         """The query server, its keyed operators (and, after a restore, their restored state as the
         committed view); it answers between batches from now on."""
         self.queries = QueryServer(self.bootstrap.token, self.index, self.bootstrap.bind_host,
-                                   deployment.graph.job.max_parallelism, self.mailbox.put)  # type: ignore[arg-type]
+                                   deployment.graph.job.max_parallelism, self.mailbox.put)
         self.queries.attach([KeyedSource(runner.uid, subtask.index, subtask.parallelism, runner.keyed_state)
                              for subtask in self.data.subtasks for runner in subtask.runners
                              if runner.keyed_state is not None],

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.runtime.host.mailbox import QueriesWaiting
 from epochal.runtime.queries.committed import Views
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -68,11 +69,6 @@ class KeyedSource:
     backend: Any
     #: query names of this backend already declared to the machine
     declared: set[str] = field(default_factory=set)
-
-
-@dataclass(frozen=True, slots=True)
-class QueriesWaiting:
-    """A mailbox event: a query arrived while the worker's processing thread waited for work."""
 
 
 class QueryServer:
