@@ -305,3 +305,33 @@ def test_a_query_server_answers_a_client_over_tcp_between_polls():
         stop.set()
         thread.join()
         server.close()
+
+
+def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
+    from epochal.runtime.queries.machine import ReadLive as Read
+    from epochal.state.ttl import StateTtlConfig, set_clock
+
+    now = [1000.0]
+    previous = set_clock(lambda: now[0])
+    try:
+        backend = HeapKeyedStateBackend(MAXP, GROUPS)
+        fresh, stale = mine(2)
+        for key, at in ((fresh, 1000.0), (stale, 900.0)):
+            now[0] = at
+            backend.set_current_key(key)
+            backend.get_state(ValueStateDescriptor("v", ttl=StateTtlConfig(ttl=50.0), queryable="ttl")).update(key)
+        now[0] = 1010.0
+        assert views_of(backend) == {"ttl": {key_group_of(fresh, MAXP): {fresh: fresh}}}
+        server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP)
+        server.attach([KeyedSource("u", 0, 2, backend)], restored=None)
+        server.serving()
+        (read,) = server.machine.handle(frame(Lookup(1, "ttl", (fresh, stale))))
+        assert isinstance(read, Read)
+        server.connections[7] = None  # type: ignore[assignment]  (only the answer is looked at)
+        server._read_live(read)
+        answer = pickle.loads(server.outgoing[7][0][4:])
+        assert answer.found == (True, False) and answer.values == (fresh, None)
+        server.connections.clear()
+        server.close()
+    finally:
+        set_clock(previous)

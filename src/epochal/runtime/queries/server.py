@@ -51,6 +51,7 @@ from epochal.runtime.queries.wire import (
     split_frames,
 )
 from epochal.serialization import dumps
+from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 
 #: Seconds between looks for queryable states declared since (a function's first record).
 REFRESH_S = 0.2
@@ -267,12 +268,23 @@ class QueryServer:
         request, served = instruction.request, instruction.served
         backend = self._backend(served)
         found, values = lookup(backend.owned_table(served.state_name), request.keys, instruction.groups)
+        ttl = backend.ttl_configs.get(served.state_name)
+        if ttl is not None:  # stored with their timestamps: the user's values, unexpired ones only
+            state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
+            shown = [visible(v, state_type, horizon) if f else _GONE for f, v in zip(found, values, strict=True)]
+            found = tuple(v is not _GONE for v in shown)
+            values = tuple(None if v is _GONE else v for v in shown)
         self._send(instruction.conn, Values(request.request_id, found, values))
 
     def _scan_live(self, instruction: ScanLive) -> None:
         request, served = instruction.request, instruction.served
         backend = self._backend(served)
         items, cursor = page(backend.owned_table(served.state_name), served.key_groups, request.cursor, request.limit)
+        ttl = backend.ttl_configs.get(served.state_name)
+        if ttl is not None:
+            state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
+            shown = [(k, visible(v, state_type, horizon)) for k, v in items]
+            items = [(k, v) for k, v in shown if v is not _GONE]
         self._send(instruction.conn, Page(request.request_id, items, cursor))
 
     def _close_connection(self, instruction: CloseConnection) -> None:
@@ -321,13 +333,43 @@ class QueryServer:
             self.listener.close()
 
 
+_GONE = object()
+
+
+def visible(stored: Any, state_type: str, horizon: float) -> Any:
+    """What a state with TTL shows of ``stored`` (values kept with their timestamps) when what was
+    last updated at or before ``horizon`` has expired: the value, list or map without timestamps,
+    or ``_GONE``."""
+    live = unexpired(stored, state_type, horizon)
+    if live is None:
+        return _GONE
+    if state_type in SINGLE_VALUE_TYPES:
+        return live[0]
+    if state_type == "list":
+        return [element[0] for element in live]
+    return {key: entry[0] for key, entry in live.items()}
+
+
 def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None = None) -> Views:
     """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, a copy no
     operator changes: ``captured`` (a full heap snapshot's copy, ``{group: {state: {key: value}}}``)
     shared where given; otherwise copied from the backend's tables (lists and maps one level deeper,
-    as a snapshot copies them)."""
+    as a snapshot copies them). States with TTL are shown as of now: without their timestamps,
+    without what has expired."""
     views: Views = {}
+    now = CLOCK.now()
     for query_name, state_name in backend.queryable.items():
+        ttl = backend.ttl_configs.get(state_name)
+        if ttl is not None:
+            state_type, horizon = backend.state_types[state_name], now - ttl.ttl
+            groups = {}
+            for group, entries in backend.owned_table(state_name).items():
+                shown = {k: visible(v, state_type, horizon) for k, v in entries.items()}
+                shown = {k: v for k, v in shown.items() if v is not _GONE}
+                if shown:
+                    groups[group] = shown
+            views[query_name] = groups
+            continue
         if captured is not None:
             views[query_name] = {group: states[state_name] for group, states in captured.items()
                                  if state_name in states}
