@@ -20,7 +20,7 @@ from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQue
 from epochal.rest.registry import HOME_ENV, Registry
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
-from tests.queryable_jobs import KEYS, STATE, checkpoint_values, is_real, keyed_job
+from tests.queryable_jobs import KEYS, STATE, checkpoint_values, is_real, keyed_job, record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ALL_KEYS = [f"k{i}" for i in range(KEYS)]
@@ -33,10 +33,10 @@ def home(tmp_path, monkeypatch):
 
 
 def start(make_env, tmp_path, name: str, parallelism: int = 2, restore_from: str | None = None,
-          **job) -> epochal.JobClient:
+          keyed_parallelism: int | None = None, **job) -> epochal.JobClient:
     env = make_env(parallelism)
     env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"), retained=10_000)
-    keyed_job(env, **job)
+    keyed_job(env, parallelism=keyed_parallelism, **job)
     client = env.execute_async(name, restore_from=restore_from)
     client.wait_until_running()
     return client
@@ -134,3 +134,49 @@ def test_queries_are_routed_right_after_a_restore_at_another_parallelism(make_en
                 assert is_real(key, value) and value[1] >= restored[key][1]
     finally:
         second.cancel()
+
+
+class Totals(epochal.KeyedProcessFunction):
+    """A total and the last three values per key, queryable by the names of their descriptors."""
+
+    def open(self, context):
+        self.total = context.get_state(epochal.ValueStateDescriptor("total", default=0, queryable="totals"))
+        self.recent = context.get_state(epochal.ListStateDescriptor("recent", queryable="recent"))
+
+    def process_element(self, value, ctx):
+        self.total.update(self.total.value() + value[1])
+        recent = self.recent.get()[-2:] + [value[2]]
+        self.recent.update(recent)
+        yield value
+
+
+def test_states_declared_queryable_by_their_descriptors(make_env, tmp_path, home):
+    env = make_env(2)
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "checkpoints"))
+    env.from_generator(record, count=None, rate=1000).key_by(lambda r: r[0]).process(Totals()).uid("totals").discard()
+    job = env.execute_async("descriptors")
+    try:
+        job.wait_until_running()
+        with epochal.QueryableStateClient(job, timeout=30) as client:
+            deadline = time.monotonic() + 30
+            while client.get("totals", "k3", level="read_committed") is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            total = client.get("totals", "k3")
+            recent = client.get("recent", "k3")
+            assert total >= 1 and 1 <= len(recent) <= 3 and all(i % KEYS == 3 for i in recent)
+            assert recent == sorted(recent) and recent[-1] < (total + 1) * KEYS
+            assert client.get("totals", "k3", level="read_committed") <= client.get("totals", "k3")
+    finally:
+        job.cancel()
+
+
+def test_a_worker_without_keyed_state_does_not_hold_the_routes_up(make_env, tmp_path, home):
+    job = start(make_env, tmp_path, "narrow", parallelism=2, rate=1000, keyed_parallelism=1)
+    try:
+        with epochal.QueryableStateClient(job, timeout=30) as client:
+            values = client.get_many(STATE, ALL_KEYS)
+            assert values and all(is_real(k, v) for k, v in values.items())
+            assert client.routes.states[STATE].parallelism == 1
+    finally:
+        job.cancel()

@@ -163,12 +163,13 @@ class Worker(WorkerShell):
     def _serve_queries(self, deployment: Deployment) -> None:
         """The query server, its keyed operators (and, after a restore, their restored state as the
         committed view); it answers between batches from now on."""
+        keyed = [KeyedSource(runner.uid, subtask.index, subtask.parallelism, runner.keyed_state)
+                 for subtask in self.data.subtasks for runner in subtask.runners if runner.keyed_state is not None]
+        if not keyed:  # nothing to query here
+            return
         self.queries = QueryServer(self.bootstrap.token, self.index, self.bootstrap.bind_host,
                                    deployment.graph.job.max_parallelism, self.mailbox.put)
-        self.queries.attach([KeyedSource(runner.uid, subtask.index, subtask.parallelism, runner.keyed_state)
-                             for subtask in self.data.subtasks for runner in subtask.runners
-                             if runner.keyed_state is not None],
-                            self.restore.checkpoint_id if self.restore is not None else None)
+        self.queries.attach(keyed, self.restore.checkpoint_id if self.restore is not None else None)
         self.data.safe_point = self.queries.poll
 
     @_DO.on(StartProcessing)

@@ -26,11 +26,13 @@ def routes_of(jobmaster: Any) -> dict[str, Any]:
     states: dict[str, dict[str, Any]] = {}
     reported = 0
     for worker, reports in sorted(metrics.items()):
-        queryable = reports.get("queryable")
+        if not reports:  # no heartbeat yet
+            continue
+        reported += 1
+        queryable = reports.get("queryable")  # (none: the worker holds no keyed state)
         info = infos.get(worker)
         if not queryable or info is None:
             continue
-        reported += 1
         max_parallelism = queryable["max_parallelism"]
         address = f"{info['host']}:{queryable['port']}"
         for name, (subtask, parallelism) in queryable["states"].items():

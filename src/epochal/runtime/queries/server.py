@@ -183,7 +183,14 @@ class QueryServer:
         return bool(self.connections)
 
     def poll(self) -> None:
-        """Accept connections and answer every complete request received (never blocks)."""
+        """Accept connections and answer every complete request received (never blocks). Until a
+        state is declared queryable, only every :data:`REFRESH_S` (a clock read otherwise)."""
+        if not self.machine.states:
+            now = time.monotonic()
+            if now < self.next_refresh:
+                return
+            self.next_refresh = now + REFRESH_S
+            self.refresh()
         ready = self.poller.poll(0)
         if not ready:
             if self.sources:
