@@ -9,8 +9,10 @@ with another key's. Values only grow with ``n``, so a value going back is a roll
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from epochal.runtime.operators.functions import ProcessFunction
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage
 
@@ -79,3 +81,31 @@ def checkpoint_values(checkpoint_root: str, checkpoint_id: int, max_parallelism:
     for _, states in source.keyed_groups(UID, range(max_parallelism)):
         values.update(states.get("aggregate", {}))
     return values
+
+
+class TwoSteps(ProcessFunction):
+    """A keyed process function whose update of a key takes two writes with work between them:
+    ``(n + 1, n)``, then ``(n + 1, n + 1)``. Between two records every value is ``(n, n)``; a read
+    in the middle of a record sees ``(n + 1, n)``: a torn value. ``unsafe`` switches the workers'
+    safe points off (queries answered on another thread at once)."""
+
+    def __init__(self, unsafe: bool = False) -> None:
+        self.unsafe = unsafe
+
+    def open(self, context: Any) -> None:
+        from epochal.state.descriptors import ValueStateDescriptor
+
+        self.pair = context.get_state(ValueStateDescriptor("pair", default=(0, 0), queryable="pair"))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        if self.unsafe:
+            from epochal.runtime.queries import server
+
+            server.SAFE_POINTS = False
+        n = self.pair.value()[1]
+        self.pair.update((n + 1, n))
+        deadline = time.perf_counter() + 0.0005  # the work between the two writes
+        while time.perf_counter() < deadline:
+            pass
+        self.pair.update((n + 1, n + 1))
+        return [value]

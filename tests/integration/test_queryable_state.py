@@ -20,7 +20,7 @@ from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQue
 from epochal.rest.registry import HOME_ENV, Registry
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
-from tests.queryable_jobs import KEYS, STATE, checkpoint_values, is_real, keyed_job, record
+from tests.queryable_jobs import KEYS, STATE, TwoSteps, checkpoint_values, is_real, keyed_job, record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ALL_KEYS = [f"k{i}" for i in range(KEYS)]
@@ -180,3 +180,34 @@ def test_a_worker_without_keyed_state_does_not_hold_the_routes_up(make_env, tmp_
             assert client.routes.states[STATE].parallelism == 1
     finally:
         job.cancel()
+
+
+def five_keys(i: int) -> str:
+    return f"k{i % 5}"
+
+
+@pytest.mark.parametrize("safe_points", [True, False], ids=["safe-points", "without-safe-points"])
+def test_read_uncommitted_is_never_torn_and_safe_points_are_why(make_env, tmp_path, home, safe_points):
+    """A process function writes each update in two steps; answered between batches, no query
+    ever sees the half-done value; answered on another thread at once, queries do."""
+    env = make_env(2)
+    env.from_generator(five_keys, count=None, rate=1500).key_by(lambda k: k).process(
+        TwoSteps(unsafe=not safe_points)).uid("pairs").discard()
+    job = env.execute_async("torn")
+    reads = torn = 0
+    try:
+        job.wait_until_running()
+        with epochal.QueryableStateClient(job, timeout=30) as client:
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                for value in client.get_many("pair", [f"k{i}" for i in range(5)]).values():
+                    reads += 1
+                    torn += value[0] != value[1]
+    finally:
+        job.cancel()
+    print(f"safe points {safe_points}: {torn} torn of {reads} reads")
+    assert reads > 200
+    if safe_points:
+        assert torn == 0, f"{torn} of {reads} reads saw a value in the middle of its update"
+    else:
+        assert torn > 0, f"none of {reads} reads on another thread saw a half-done update"

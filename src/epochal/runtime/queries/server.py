@@ -57,6 +57,11 @@ from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 REFRESH_S = 0.2
 #: Seconds a reply may wait for a client that does not read.
 SEND_TIMEOUT_S = 2.0
+#: False answers queries on the watcher thread, at once, while the processing thread may be in
+#: the middle of an update: the safe points switched off, for the test that shows they are needed
+#: (tests/integration/test_queryable_state.py, whose job switches it off in its workers). Every new
+#: server switches it on again: PySpark reuses worker processes.
+SAFE_POINTS = True
 _DEEP = {"list": list, "map": dict}
 
 
@@ -82,6 +87,8 @@ class QueryServer:
 
     def __init__(self, job_token: bytes, worker: int, bind_host: str, max_parallelism: int,
                  wake: Callable[[QueriesWaiting], None] | None = None) -> None:
+        global SAFE_POINTS
+        SAFE_POINTS = True
         self.machine = QueryMachine(query_token(job_token), worker)
         self.max_parallelism = max_parallelism
         self.listener = socket.create_server((bind_host, 0), backlog=128)
@@ -107,6 +114,7 @@ class QueryServer:
         self.closed = False
         self.watcher_poller = select.epoll()
         self.watcher_poller.register(self.listener.fileno(), select.EPOLLIN)
+        self._watcher: int | None = None
         if wake is not None:
             threading.Thread(target=self._watch, name=f"epochal-queries-{worker}", daemon=True).start()
 
@@ -119,7 +127,15 @@ class QueryServer:
 
     def _watch(self) -> None:
         """While the processing thread waits: wake it when a query (or a client) arrives."""
+        self._watcher = threading.get_ident()
         while not self.closed:
+            if not SAFE_POINTS:  # (the test switch: answer here, whatever the processing thread does)
+                try:
+                    if self.watcher_poller.poll(0.05):
+                        self.poll()
+                except (OSError, ValueError):
+                    return
+                continue
             if not self.waiting.wait(0.5):
                 continue
             try:
@@ -185,6 +201,8 @@ class QueryServer:
     def poll(self) -> None:
         """Accept connections and answer every complete request received (never blocks). Until a
         state is declared queryable, only every :data:`REFRESH_S` (a clock read otherwise)."""
+        if not SAFE_POINTS and threading.get_ident() != self._watcher:
+            return
         if not self.machine.states:
             now = time.monotonic()
             if now < self.next_refresh:
