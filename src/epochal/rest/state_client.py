@@ -66,6 +66,7 @@ class QueryableStateClient:
     ``level``: the default isolation level, ``"read_uncommitted"`` (the current value in the worker
     holding the key) or ``"read_committed"`` (its value in the last completed checkpoint, which
     never rolls back after a failure). ``timeout``: seconds a call may take, retries included.
+    A client keeps a connection to each worker it asked; it is not thread safe (one per thread).
     """
 
     def __init__(self, job: Any, *, address: str | None = None, token: str | None = None,
