@@ -12,13 +12,14 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
   level; and, for comparison, 100 keys per call (``batch``). Each client counts its lookups and
   times each call.
 * **Cost.** The job over ``--records`` records (``env.execute``, wall time) with no client
-  (``none``) and with one client process looking up 1,000 random words a second (``1000/s``), and
+  (``none``) and with one client process looking up 1,000 random words a second (``1000/s``: one
+  key per call while the client keeps up, the lookups that are due together when it falls behind), and
   the same job without ``as_queryable_state`` (``not queryable``: what polling for queries between
   batches costs), interleaved over ``--rounds`` rounds. Beside the wall time the script records the CPU seconds
   Spark under this process used (the JVM, PySpark's daemon, the job's workers) per million records,
   which other tenants of a shared machine do not change, and the client's own CPU.
 
-    python -m benchmarks.queryable_state                     # 10 s per lookup run, 4,000,000 records x 3 rounds
+    python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
 
 Writes ``queryable_state_lookups.csv`` (one row per client process and run),
@@ -124,16 +125,20 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     end = started + seconds
     try:
         while rate or time.perf_counter() < end:
-            keys = [word(rng.randrange(VOCABULARY)) for _ in range(keys_per_call)]
+            count = keys_per_call
+            if rate:  # every lookup that is due: one key a call while the client keeps up
+                due = int((time.monotonic() - next_call) * rate) + 1
+                count = max(1, min(due, 100))
+                next_call += count / rate
+            keys = [word(rng.randrange(VOCABULARY)) for _ in range(count)]
             before = time.perf_counter()
-            if keys_per_call == 1:
+            if count == 1:
                 client.get(STATE, keys[0], timeout=5.0)
             else:
                 client.get_many(STATE, keys, timeout=5.0)
             latencies.append(time.perf_counter() - before)
-            lookups += keys_per_call
+            lookups += count
             if rate:
-                next_call += 1.0 / rate
                 time.sleep(max(0.0, next_call - time.monotonic()))
     except (QueryableStateError, OSError):
         pass  # the job ended (rate mode)
@@ -223,7 +228,7 @@ def cost(spark: Any, work: Path, records: int, rounds: int) -> list[JobRun]:
             runs.append(run)
             print(f"[{round_}] {config:>13}: {seconds:6.2f} s, {run.records_per_s:>10,.0f} records/s, Spark CPU "
                   f"{run.spark_cpu_s / records * 1e6:.2f} s per M records, client {run.client_cpu_s:.2f} CPU-s, "
-                  f"{run.lookups} lookups (load {load:.1f})", flush=True)
+                  f"{run.lookups} lookups ({run.lookups / seconds:,.0f}/s of the run; load {load:.1f})", flush=True)
     return runs
 
 
@@ -317,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.queryable_state",
                                      description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per lookup run (default 10)")
-    parser.add_argument("--records", type=int, default=4_000_000, help="records per cost run (default 4,000,000)")
+    parser.add_argument("--records", type=int, default=12_000_000, help="records per cost run (default 12,000,000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none / 1000/s (default 3)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
