@@ -249,14 +249,15 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(18, 5.5))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     names = list(dict.fromkeys(r.run for r in reports))
     totals = [sum(r.lookups_per_s for r in reports if r.run == n) for n in names]
     bars = left.barh(names, totals, color="#4c72b0")
     left.bar_label(bars, labels=[f"{t:,.0f}" for t in totals], padding=3)
     left.axvline(LOOKUPS_GOAL, color="red", linestyle="--", label="goal (x1, uncommitted)")
-    left.set_xlabel("lookups / s (all clients of the run)")
-    left.set_title("lookups while the job runs at full speed")
+    left.set_xscale("log")
+    left.set_xlabel("lookups / s (all clients of the run; log)")
+    left.set_title("lookups while the job runs")
     left.invert_yaxis()
     left.margins(x=0.25)
     left.legend(fontsize=8)
@@ -265,7 +266,7 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     y = range(len(names))
     middle.barh([i - 0.2 for i in y], p50, height=0.4, label="p50", color="#55a868")
     middle.barh([i + 0.2 for i in y], p99, height=0.4, label="p99 (worst client)", color="#dd8452")
-    middle.set_yticks(list(y), names)
+    middle.set_yticks(list(y), [""] * len(names))  # (the same runs as on the left)
     middle.invert_yaxis()
     middle.axvline(P99_GOAL_S * 1000, color="red", linestyle="--", label="p99 goal")
     middle.set_xlabel("latency per call (ms)")
@@ -280,14 +281,27 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     right.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     loads = [r.load_1min for r in runs]
     right.set_ylabel("records / s (median, min-max)")
-    right.set_title(f"job throughput: no queryable state; queryable, without and with 1,000 lookups/s\n"
-                    f"{runs[0].records:,} records, "
+    right.set_title(f"job throughput, {runs[0].records:,} records,\n"
                     f"{max(r.round for r in runs) + 1} rounds, load {min(loads):.1f}-{max(loads):.1f} "
                     f"on {os.cpu_count()} cores")
     right.margins(y=0.15)
     fig.tight_layout()
     fig.savefig(out / "queryable_state.png", dpi=120)
     plt.close(fig)
+
+
+def read(out: Path) -> tuple[list[ClientReport], list[JobRun]]:
+    """The rows of the CSVs ``write`` wrote into ``out``."""
+    def typed(cls: Any, row: dict[str, str]) -> Any:
+        fields = {name: kind for name, kind in cls.__annotations__.items()}
+        return cls(**{k: (int(v) if fields[k] == "int" else float(v) if fields[k] == "float" else v)
+                      for k, v in row.items() if k in fields})
+
+    with (out / "queryable_state_lookups.csv").open() as handle:
+        reports = [typed(ClientReport, row) for row in csv.DictReader(handle)]
+    with (out / "queryable_state_throughput.csv").open() as handle:
+        runs = [typed(JobRun, row) for row in csv.DictReader(handle)]
+    return reports, runs
 
 
 def line(mine: list[ClientReport]) -> str:
@@ -325,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=12_000_000, help="records per cost run (default 12,000,000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none / 1000/s (default 3)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and summary from the CSVs in --out")
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
     parser.add_argument("--level", default="read_uncommitted", help=argparse.SUPPRESS)
     parser.add_argument("--keys-per-call", type=int, default=1, help=argparse.SUPPRESS)
@@ -332,6 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.client is not None:
         client_main(args.client, args.level, args.seconds, args.keys_per_call, args.rate)
+        return 0
+    if args.plot_only:
+        reports, runs = read(args.out)
+        write(args.out, reports, runs)
+        report(reports, runs)
         return 0
     from epochal.control.spark import create_session
 
