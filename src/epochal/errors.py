@@ -85,6 +85,35 @@ class SourceError(EpochalError):
     """A source cannot be read (missing file, malformed record, bad position)."""
 
 
+class QueryableStateError(EpochalError):
+    """A query of a running job's state failed (docs/queryable_state.md). ``retriable``: asking
+    again later may succeed (the job is restarting, or the worker owning the key is not there yet)."""
+
+    retriable = False
+
+
+class UnknownQueryableStateError(QueryableStateError, KeyError):
+    """No state of the job is queryable by that name (the message lists the names that are)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class QueryUnauthorizedError(QueryableStateError):
+    """The query did not carry the job's token (or the REST server refused the token given)."""
+
+
+class QueryKeyTypeError(QueryableStateError, TypeError):
+    """A key of a type that cannot be a key of keyed state (unhashable, or without a stable encoding)."""
+
+
+class StateUnavailableError(QueryableStateError):
+    """The state could not be read before the query's timeout: the job is deploying, restarting or
+    rescaling, or a worker did not answer. Retriable."""
+
+    retriable = True
+
+
 class SinkError(EpochalError):
     """A sink cannot write or commit: the external system is unreachable or refused the output (a
     missing table or column, a constraint violation, a schema that does not match, a conflicting

@@ -14,7 +14,7 @@ BACKENDS = {
     "rocksdb": {"kind": "rocksdb"},
 }
 KEYED_STATE_MODULES = {"test_exactly_once", "test_sink_guarantees", "test_checkpoint_recovery", "test_windows",
-                       "test_loops", "test_upgrade_restore", "test_counters"}
+                       "test_loops", "test_upgrade_restore", "test_counters", "test_queryable_state"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

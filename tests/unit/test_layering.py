@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("windows", {"runtime.windows"}),
     ("worker checkpointing", {"runtime.checkpointing"}),
     ("data plane", {"runtime.dataplane"}),
+    ("queryable state (worker side)", {"runtime.queries"}),
     ("driver", {"control"}),
     ("REST API", {"rest"}),
     ("job kinds", {"dataflow", "cec"}),
@@ -43,7 +44,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("command line", {"cli"}),
     ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
-RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane"}
+RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane",
+           "runtime.queries"}
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "serialization", "tracebacks", "messages", "validation", "config", "connectors", "plan",
                "state", *RUNTIME}

@@ -204,7 +204,7 @@ def test_the_openapi_description_names_every_endpoint(jobs):
         ("/jobs", "get"), ("/jobs/overview", "get"), ("/jobs/{job_id}", "get"), ("/jobs/{job_id}", "patch"),
         ("/jobs/{job_id}/vertices", "get"), ("/jobs/{job_id}/checkpoints", "get"),
         ("/jobs/{job_id}/savepoints", "post"), ("/jobs/{job_id}/savepoints/{request_id}", "get"),
-        ("/jobs/{job_id}/stop", "post")}
+        ("/jobs/{job_id}/stop", "post"), ("/jobs/{job_id}/queryable", "get")}
 
 
 def test_a_port_in_use_fails_before_the_job_starts(jobs, tmp_path):
@@ -232,3 +232,23 @@ def test_rest_settings_come_from_the_environment_unless_given(monkeypatch):
 
     with pytest.raises(PlanError, match="EPOCHAL_REST_PORT='eighty' is not an integer"):
         EngineConfig()
+
+
+def test_queryable_routes_name_each_state_s_workers_and_the_query_token(jobs):
+    job = jobs("routed")
+    api = client()
+    routes = api.get("/jobs/routed/queryable")
+    assert routes["serving"] is False and routes["states"] == {} and routes["max_parallelism"] is None
+    assert routes["token"] == job.query_token.hex() and bytes.fromhex(routes["token"]) != b"\0" * 32
+    queryable = {0: {"port": 7000, "max_parallelism": 128, "states": {"counts": [0, 2]}},
+                 1: {"port": 7001, "max_parallelism": 128, "states": {"counts": [1, 2]}}}
+    ends = run_workers(job, {w: {"queryable": q} for w, q in queryable.items()})
+    deadline = time.monotonic() + 10
+    while not (routes := api.get("/jobs/routed/queryable"))["serving"]:
+        assert time.monotonic() < deadline, routes
+        time.sleep(0.02)
+    assert routes["attempt"] == 0 and routes["max_parallelism"] == 128
+    assert routes["states"] == {"counts": {"parallelism": 2,
+                                           "workers": {"0": "127.0.0.1:7000", "1": "127.0.0.1:7001"}}}
+    for end in ends:
+        end.close()

@@ -36,6 +36,22 @@ class KeyedStream(DataStream):
     def __init__(self, env: Environment, node: Transformation, key_selector: Callable[[Any], Any]) -> None:
         super().__init__(env, node)
         self.key_selector = key_selector
+        #: the query name the next built-in aggregation's state gets (:meth:`as_queryable_state`)
+        self.queryable_name: str | None = None
+
+    def as_queryable_state(self, name: str) -> KeyedStream:
+        """The next rolling aggregation on the stream returned (``count``, ``sum``, ``min``, ``max``,
+        ``min_by``, ``max_by``, ``reduce``) keeps each key's value queryable as ``name`` while the
+        job runs: ``key_by(word).as_queryable_state("counts").count()``, then
+        ``QueryableStateClient(job).get("counts", "a")`` (docs/queryable_state.md). A query name is
+        unique within a job."""
+        if not isinstance(name, str) or not name:
+            from epochal.errors import PlanError
+
+            raise PlanError(f"as_queryable_state needs a non-empty name, not {name!r}")
+        stream = KeyedStream(self.env, self.node, self.key_selector)
+        stream.queryable_name = name
+        return stream
 
     def _key_selector(self) -> Callable[[Any], Any] | None:
         return self.key_selector
@@ -43,6 +59,7 @@ class KeyedStream(DataStream):
     def _aggregate(self, operation: str, name: str, aggregate: Callable[[Any, Any], Any],
                    emit: Callable[[Any, Any], Any], functions: list[Any]) -> DataStream:
         operator = KeyedReduceOperator(self.key_selector, aggregate, emit)
+        operator.queryable_name = self.queryable_name
         return self._add(operation, name, operator, [self.key_selector, *functions])
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:

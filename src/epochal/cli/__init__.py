@@ -8,6 +8,7 @@ Verbs (``epochal VERB --help`` for each)::
     epochal savepoint JOB [DIR] [--format F]      take a savepoint; prints its path
     epochal stop JOB [--savepoint-dir DIR] [--drain]   savepoint, then stop; prints its path
     epochal cancel JOB                            stop without a savepoint
+    epochal query JOB STATE KEY... [--committed]  a running job's queryable state (or --scan)
     epochal savepoint info PATH                   what a savepoint or checkpoint holds
     epochal savepoint dispose PATH                delete a savepoint
     epochal run SCRIPT.py [--restore PATH] [--allow-non-restored-state] [--parallelism N] [--master URL]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from epochal.cli import jobs, run, savepoint_files, steer
+from epochal.cli import jobs, query, run, savepoint_files, steer
 from epochal.cli.check import check as run_check
 
 EXIT_CODES = """exit codes: 0 ok; 1 the operation failed or was refused; 2 usage error (or a name that matches
@@ -89,6 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("job", metavar="JOB", help=JOB_HELP)
     _waiting(cancel, 120.0)
     cancel.set_defaults(handler=steer.cancel)
+
+    asking = verb("query", "read a running job's queryable state: the values of KEYs (Python literals or "
+                  "text), or every entry with --scan", remote)
+    asking.add_argument("job", metavar="JOB", help=JOB_HELP)
+    asking.add_argument("state", metavar="STATE", help="the name the state is queryable by")
+    asking.add_argument("keys", metavar="KEY", nargs="*", help="keys: 42, 'a', ('a', 1); other text is a str")
+    asking.add_argument("--level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted",
+                        help="read_uncommitted: the current value (default); read_committed: the value in the "
+                             "last completed checkpoint")
+    asking.add_argument("--committed", action="store_true", help="the same as --level read_committed")
+    asking.add_argument("--scan", action="store_true", help="every entry of the state, page by page (small states)")
+    asking.add_argument("--limit", type=int, default=1000, metavar="N", help="entries per page of --scan")
+    asking.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="give up after this long while the job is not serving (exit 4; default 10)")
+    asking.set_defaults(handler=query.query)
 
     running = verb("run", "run a job script here, restored from a savepoint if asked (the script's own "
                    "settings win over these); the script's own arguments go after --", json=False,

@@ -68,6 +68,7 @@ from epochal.control.savepoints import IN_PROGRESS, SavepointStatus, check_writa
 from epochal.control.server import ControlServer
 from epochal.errors import EpochalError
 from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker
+from epochal.runtime.queries.wire import query_token
 from epochal.state.storage import CheckpointStorage
 
 __all__ = ["JobMaster", "JobStatus", "WorkerInfo", "summarize_spark_error"]
@@ -108,6 +109,8 @@ class JobMaster:
         self.savepoints: dict[str, SavepointStatus] = {}
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()
         self.server = ControlServer(bind_host, token, self.events.put)
+        #: the token queries of the job's queryable states carry (derived from ``token``)
+        self.query_token = query_token(token)
         self.address = self.server.address
         self.started_at = 0.0
         #: the wall-clock time (``time.time()``) of ``start``; ``started_at``/``ended_at`` are monotonic

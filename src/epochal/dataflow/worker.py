@@ -64,10 +64,11 @@ from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.runtime.host.events import Registered, Tick
 from epochal.runtime.host.links import Bootstrap
-from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
+from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent, QueriesWaiting
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
+from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage, SavepointStorage, storage_of
 
@@ -96,6 +97,8 @@ class Worker(WorkerShell):
         self.restore: RestoreSource | None = None
         self.storage: CheckpointStorage | None = None
         self.mode = NONE
+        #: answers queries of the queryable states (docs/queryable_state.md), polled between batches
+        self.queries: QueryServer | None = None
 
     @property
     def reported_finished(self) -> bool:
@@ -147,6 +150,7 @@ class Worker(WorkerShell):
         wired = wire_worker(self.index, deployment, self.mode, self.peers, callbacks, self.job_attempt, self.restore)
         self.data.attach(wired)
         self.by_key = {key_of(s): s for s in wired.subtasks}
+        self._serve_queries(deployment)
         self.uploader = Uploader(self.index, self.storage, self.send_control, self._reach, self.hook_points,
                                  synchronous=self.mode == SYNCHRONOUS,
                                  written=lambda vertex, index, checkpoint_id, handles:
@@ -156,8 +160,22 @@ class Worker(WorkerShell):
         self._feed(Built(time.monotonic(), config.connect_timeout + 30, tuple(wired.infos), self.mode,
                             config.iteration_log))
 
+    def _serve_queries(self, deployment: Deployment) -> None:
+        """The query server, its keyed operators (and, after a restore, their restored state as the
+        committed view); it answers between batches from now on."""
+        keyed = [KeyedSource(runner.uid, subtask.index, subtask.parallelism, runner.keyed_state)
+                 for subtask in self.data.subtasks for runner in subtask.runners if runner.keyed_state is not None]
+        if not keyed:  # nothing to query here
+            return
+        self.queries = QueryServer(self.bootstrap.token, self.index, self.bootstrap.bind_host,
+                                   deployment.graph.job.max_parallelism, self.mailbox.put)
+        self.queries.attach(keyed, self.restore.checkpoint_id if self.restore is not None else None)
+        self.data.safe_point = self.queries.poll
+
     @_DO.on(StartProcessing)
     def _start_processing(self, instruction: StartProcessing) -> None:
+        if self.queries is not None:
+            self.queries.serving()
         self._start_heartbeats(self.deployment.config.heartbeat_interval)  # type: ignore[union-attr]
         self.uploader.start()  # type: ignore[union-attr]
 
@@ -169,6 +187,11 @@ class Worker(WorkerShell):
     @_DATA.on(PeerEvent)
     def _on_event(self, event: PeerEvent) -> None:
         self.data.deliver_local(event.channel, False, event.event)
+
+    @_DATA.on(QueriesWaiting)
+    def _on_queries(self, event: QueriesWaiting) -> None:
+        if self.queries is not None:
+            self.queries.poll()
 
     @_DATA.on(PeerCredit)
     def _on_credit(self, event: PeerCredit) -> None:
@@ -217,6 +240,8 @@ class Worker(WorkerShell):
     def _do_complete(self, instruction: NotifyComplete) -> None:
         for subtask in self.data.subtasks:
             subtask.notify_complete(instruction.checkpoint_id, instruction.savepoint)
+        if self.queries is not None:
+            self.queries.checkpoint_completed(instruction.checkpoint_id, instruction.savepoint)
 
     @_DO.on(FinishSources)
     def _do_finish_sources(self, instruction: FinishSources) -> None:
@@ -230,6 +255,8 @@ class Worker(WorkerShell):
     def _do_aborted(self, instruction: NotifyAborted) -> None:
         for subtask in self.data.subtasks:
             subtask.notify_aborted(instruction.checkpoint_id)
+        if self.queries is not None:
+            self.queries.checkpoint_aborted(instruction.checkpoint_id)
 
     # ------------------------------------------------------------------ snapshots
     def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
@@ -247,17 +274,28 @@ class Worker(WorkerShell):
             storage = self.uploader.savepoints.setdefault(  # type: ignore[union-attr]
                 instruction.checkpoint_id, SavepointStorage(instruction.savepoint.location))
         if self.forked_snapshots and not instruction.hold:  # (a loop head holds its copy for its log)
+            if self.queries is not None and instruction.savepoint is None:
+                self._queryable_snapshot(subtask, instruction.checkpoint_id, {})
             forked = capture_forked(subtask, instruction, storage,  # type: ignore[arg-type]
                                     lambda point: self._reach(point, instruction.checkpoint_id))
             self._reach("after_sync", instruction.checkpoint_id)
             self.uploader.submit(forked)  # type: ignore[union-attr]
             return
         upload = capture(subtask, instruction)
+        if self.queries is not None and instruction.savepoint is None:
+            self._queryable_snapshot(subtask, instruction.checkpoint_id, upload.captured)
         self._reach("after_sync", instruction.checkpoint_id)
         if instruction.hold:
             self._feed(SnapshotHeld(instruction.key, upload))
         else:
             self.uploader.submit(upload)  # type: ignore[union-attr]
+
+    def _queryable_snapshot(self, subtask: Subtask, checkpoint_id: int, captured: dict[str, Any]) -> None:
+        """At the barrier: the subtask's queryable states become checkpoint ``checkpoint_id``'s
+        pending committed view."""
+        self.queries.snapshot_taken(checkpoint_id,  # type: ignore[union-attr]
+                                    [(r.keyed_state, r.uid) for r in subtask.runners if r.keyed_state is not None],
+                                    captured)
 
     @_DO.on(UploadWithLog)
     def _do_upload_with_log(self, instruction: UploadWithLog) -> None:
@@ -271,7 +309,7 @@ class Worker(WorkerShell):
     def _loop(self) -> None:
         config = self.deployment.config  # type: ignore[union-attr]
         batch_size, buffer_timeout = config.batch_size, config.buffer_timeout
-        data, machine = self.data, self.machine
+        data, machine, queries = self.data, self.machine, self.queries
         last_flush = self.processing_started = time.monotonic()
         data.replay_back_edge_logs()
         timed = [p for p in ("time", "records") if p in self.hook_points]
@@ -280,6 +318,8 @@ class Worker(WorkerShell):
             for point in timed:
                 self._reach(point)
             worked = self._drain_mailbox(None)
+            if queries is not None:
+                queries.poll()
             worked = data.run_inputs(32) or worked
             if not machine.sources_halted:  # else a synchronous checkpoint is in progress
                 worked = data.run_sources(batch_size) or worked
@@ -300,7 +340,12 @@ class Worker(WorkerShell):
                 due = data.next_processing_time() if data.timed else None
                 if due is not None:  # a timer, an async result: wake for it
                     timeout = max(0.0, min(timeout, due - time.time()))
-                self._drain_mailbox(timeout)
+                if queries is not None:  # its watcher wakes the loop when a query arrives
+                    queries.idle(True)
+                    self._drain_mailbox(timeout)
+                    queries.idle(False)
+                else:
+                    self._drain_mailbox(timeout)
 
     # ------------------------------------------------------------------ driver-facing
     def _send_to_driver(self, collect_id: str | None, payload: CollectPayload) -> None:
@@ -309,9 +354,13 @@ class Worker(WorkerShell):
 
     def metrics(self) -> dict[str, Any]:
         """A snapshot of counters, sent with heartbeats and at the end."""
-        return {**super().metrics(), **self.data.counters()}
+        queries = self.queries
+        return {**super().metrics(), **self.data.counters(),
+                **({"queryable": queries.routes} if queries is not None else {})}
 
     def _close_body(self) -> None:
+        if self.queries is not None:
+            self.queries.close()
         if self.uploader is not None:
             self.uploader.stop()
         for subtask in self.data.subtasks:

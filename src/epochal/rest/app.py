@@ -40,6 +40,7 @@ from epochal.rest.models import (
     JobList,
     JobsOverview,
     JobSummary,
+    QueryableRoutes,
     SavepointReport,
     SavepointTrigger,
     StopTrigger,
@@ -191,6 +192,11 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
                                                           description="at most this many entries, newest first")
                         ) -> CheckpointList:
         return views.checkpoints(find(job_id), history)
+
+    @app.get("/jobs/{job_id}/queryable", response_model=QueryableRoutes, responses=_ERRORS,
+             summary="Where a job's queryable states are served, and the token queries carry")
+    async def job_queryable(job_id: str) -> QueryableRoutes:
+        return views.queryable_routes(find(job_id))
 
     trigger_errors: dict[int | str, dict[str, Any]] = {
         400: {"model": Error, "description": "the target directory cannot be written, or none was given and "

@@ -238,3 +238,32 @@ class SavepointReport(BaseModel):
     error: str | None
     requested_at: float
     ended_at: float | None
+
+
+# ---------------------------------------------------------------------- queryable state
+class QueryableStateRoute(BaseModel):
+    """Where one queryable state is served: ``parallelism`` of its operator, and per subtask
+    (``"0"``, ``"1"``, ...) the ``host:port`` of the worker serving it. Subtask ``i`` of
+    ``parallelism`` holds key groups ``[ceil(i*max_parallelism/parallelism),
+    ceil((i+1)*max_parallelism/parallelism))``."""
+
+    parallelism: int
+    workers: dict[str, str]
+
+
+class QueryableRoutes(BaseModel):
+    """``GET /jobs/{job_id}/queryable``: what a query client needs to reach a job's queryable
+    states. ``serving``: every worker of the current attempt is running (False while the job
+    deploys or restarts: ask again); ``token``: the job's query token (hex), which every query
+    carries and which grants nothing else; ``max_parallelism``: the job's key-group count (None
+    until a worker reported it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    status: JobStatus
+    attempt: int
+    serving: bool
+    max_parallelism: int | None
+    token: str
+    states: dict[str, QueryableStateRoute]

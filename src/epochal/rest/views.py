@@ -23,6 +23,8 @@ from epochal.rest.models import (
     JobDetails,
     JobOverview,
     OperatorMetrics,
+    QueryableRoutes,
+    QueryableStateRoute,
     Restart,
     SavepointReport,
     Spread,
@@ -30,6 +32,7 @@ from epochal.rest.models import (
     Vertex,
     VertexList,
 )
+from epochal.rest.state_routes import routes_of
 
 
 # ---------------------------------------------------------------------- jobs
@@ -173,3 +176,11 @@ def _finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------------- queryable state
+def queryable_routes(served: ServedJob) -> QueryableRoutes:
+    """Where each queryable state of the job is served (:func:`epochal.rest.state_routes.routes_of`)."""
+    document = routes_of(served.jobmaster)
+    return QueryableRoutes(**{**document, "states": {name: QueryableStateRoute(**route)
+                                                     for name, route in document["states"].items()}})

@@ -56,6 +56,9 @@ class KeyedStateBackend(ABC):
         self.ttl_cleanups: dict[str, IncrementalCleanup] = {}
         #: the incremental cleanups that also step on every record (``cleanup_for_every_record``)
         self.record_cleanups: list[IncrementalCleanup] = []
+        #: query name -> state name, for the states declared queryable (their descriptor's
+        #: ``queryable``, or :meth:`make_queryable`): what the worker's query server answers for
+        self.queryable: dict[str, str] = {}
         self.current_key: Any = None
         self.current_group = 0
 
@@ -79,6 +82,8 @@ class KeyedStateBackend(ABC):
         from epochal.state.keyed import STATE_TYPES, TTL_STATE_TYPES
 
         name, ttl = descriptor.name, descriptor.ttl
+        if descriptor.queryable is not None:
+            self.make_queryable(descriptor.queryable, name)
         known = self.state_types.get(name)
         if known is None:
             self.state_types[name] = descriptor.state_type
@@ -95,6 +100,17 @@ class KeyedStateBackend(ABC):
         if ttl is None:
             return STATE_TYPES[descriptor.state_type](self, descriptor)
         return TTL_STATE_TYPES[descriptor.state_type](self, descriptor)
+
+    def make_queryable(self, query_name: str, state_name: str) -> None:
+        """Let clients outside the job read state ``state_name`` as ``query_name``."""
+        if not isinstance(query_name, str) or not query_name:
+            raise PlanError(f"the queryable name of state '{state_name}' must be a non-empty string, "
+                            f"not {query_name!r}")
+        known = self.queryable.get(query_name)
+        if known is not None and known != state_name:
+            raise PlanError(f"queryable name '{query_name}' is given to states '{known}' and '{state_name}' "
+                            f"of one operator; a query name names one state")
+        self.queryable[query_name] = state_name
 
     def _declare_ttl(self, name: str, state_type: str, config: StateTtlConfig) -> None:
         """Record state ``name``'s TTL config (and start its incremental cleanup if it has one)."""

@@ -36,10 +36,16 @@ class StateDescriptor:
 
     ``ttl`` (keyword only, every state type): a :class:`~epochal.state.ttl.StateTtlConfig` makes the
     state's values expire (:mod:`epochal.state.ttl`); ``None`` (default): they never do. One state
-    name has one TTL config within a backend."""
+    name has one TTL config within a backend.
+
+    ``queryable`` (keyword only): the name under which clients outside the job read this state
+    while the job runs (:class:`epochal.QueryableStateClient`, ``epochal query``; papers/001
+    §4.3, Flink's ``setQueryable``); ``None`` (default): it cannot be queried. A query name is
+    unique within a job."""
 
     name: str
     ttl: StateTtlConfig | None = field(default=None, kw_only=True)
+    queryable: str | None = field(default=None, kw_only=True)
 
     #: "value" | "list" | "reducing" | "aggregating" | "map": decides how snapshots copy values.
     state_type = "value"

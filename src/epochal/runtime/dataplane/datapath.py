@@ -73,6 +73,9 @@ class DataPath:
         self.timed: list[Subtask] = []
         #: the subtask the data path last called into (the one that raised, when a call raises)
         self.current: Subtask | None = None
+        #: called between two batches, when no operator is changing its state (the worker's
+        #: query server answers queries there); None: nothing to do
+        self.safe_point: Callable[[], None] | None = None
 
     def attach(self, wired: WiredWorker) -> None:
         """Take over the wired subtasks and channels (once, before anything is processed)."""
@@ -142,6 +145,8 @@ class DataPath:
                     if credit:
                         channel.return_credit(1, wanted)
                 budget -= 1
+                if self.safe_point is not None:
+                    self.safe_point()
             elif type(item) is LoopProbe:
                 feed(ProbeArrived(key_of(subtask), channel.id, item.round, channel.back_edge))
             else:
@@ -196,6 +201,8 @@ class DataPath:
                 if count and subtask.sizer is not None:
                     subtask.sizer.observe(count, perf_counter() - started)
                 self.records_processed += count
+                if count and self.safe_point is not None:
+                    self.safe_point()
                 if subtask.finished:
                     self.feed(SubtaskFinished(key_of(subtask)))
                 worked = worked or count > 0 or subtask.finished

@@ -79,4 +79,10 @@ class JobMasterLost:
     reason: str
 
 
-MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | PeerJoined | JobMasterLost | ToWorker
+@dataclass(frozen=True, slots=True)
+class QueriesWaiting:
+    """A query of a queryable state arrived while the processing thread waited for work
+    (:mod:`epochal.runtime.queries.server`): poll the query server."""
+
+
+MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | PeerJoined | JobMasterLost | QueriesWaiting | ToWorker

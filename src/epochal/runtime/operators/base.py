@@ -160,6 +160,8 @@ class KeyedReduceOperator(Operator):
     #: Emit only each key's final value, at the end of a bounded input, instead of every update
     #: (``Environment.set_runtime_mode("batch")`` or ``stream.final_results()``).
     final_only = False
+    #: the name clients query each key's value by (``KeyedStream.as_queryable_state``); None: none
+    queryable_name: str | None = None
 
     def __init__(self, key_selector: Callable[[Any], Any],
                  aggregate: Callable[[Any, Any], Any],
@@ -177,7 +179,8 @@ class KeyedReduceOperator(Operator):
         from epochal.state.descriptors import ValueStateDescriptor
 
         self.backend = context.keyed_state
-        self.backend.get_state(ValueStateDescriptor(self.STATE))  # declares the managed value state
+        # declares the managed value state (queryable by the name as_queryable_state gave, if any)
+        self.backend.get_state(ValueStateDescriptor(self.STATE, queryable=self.queryable_name))
         # every record of a batch writes its key: one log call per batch (incremental checkpoints)
         self.groups, self.log_batch = self.backend.batch_logged_table(self.STATE)
         # The batch loop, chosen once: reduce(fn) and count() have loops without a wrapper call.

@@ -1,0 +1,408 @@
+"""A dataflow worker's query server: the thin driver of its :class:`QueryMachine`.
+
+It owns a listening socket and the clients' connections, and is polled by the worker's
+processing thread at safe points only: between two batches, and in every turn of the mailbox
+loop (:meth:`QueryServer.poll`, a non-blocking ``epoll`` of a few microseconds). So a
+``read_uncommitted`` query reads the live state while no operator is in the middle of changing
+it: never a torn value, and no lock on the hot path. Answers are pickled there too, before the
+state can change again. ``read_committed`` queries are answered from the committed views the
+worker hands over at each barrier (:meth:`QueryServer.snapshot_taken`), which are copies no
+operator touches: those of a heap backend's full snapshot are shared with the snapshot itself
+(no copy of its own); other backends' queryable states are copied at the barrier.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochal.runtime.host.mailbox import QueriesWaiting
+from epochal.runtime.queries.committed import Views
+from epochal.runtime.queries.machine import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CloseConnection,
+    Event,
+    FrameArrived,
+    QueryMachine,
+    ReadLive,
+    Reply,
+    Restored,
+    ScanLive,
+    Served,
+    Serving,
+    SnapshotTaken,
+    StatesDeclared,
+    lookup,
+    page,
+)
+from epochal.runtime.queries.wire import (
+    BAD_REQUEST,
+    Page,
+    QueryFailed,
+    Values,
+    answer_frame,
+    query_token,
+    split_frames,
+)
+from epochal.serialization import dumps
+from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
+
+#: Seconds between looks for queryable states declared since (a function's first record).
+REFRESH_S = 0.2
+#: Seconds a reply may wait for a client that does not read.
+SEND_TIMEOUT_S = 2.0
+#: False answers queries on the watcher thread, at once, while the processing thread may be in
+#: the middle of an update: the safe points switched off, for the test that shows they are needed
+#: (tests/integration/test_queryable_state.py, whose job switches it off in its workers). Every new
+#: server switches it on again: PySpark reuses worker processes.
+SAFE_POINTS = True
+_DEEP = {"list": list, "map": dict}
+
+
+@dataclass
+class KeyedSource:
+    """One keyed operator of one of the worker's subtasks, whose backend may hold queryable states."""
+
+    uid: str
+    subtask: int
+    parallelism: int
+    backend: Any
+    #: query names of this backend already declared to the machine
+    declared: set[str] = field(default_factory=set)
+
+
+class QueryServer:
+    """The query server of worker ``worker`` of a job whose token is ``job_token``.
+
+    While the processing thread works it polls the server between batches. While it waits for
+    work (:meth:`idle`) a watcher thread waits on the same sockets and wakes it with
+    :class:`QueriesWaiting` (``wake``, the worker's mailbox), so an idle worker answers at once;
+    the watcher sleeps while the worker works, so it takes no turn at the interpreter then."""
+
+    def __init__(self, job_token: bytes, worker: int, bind_host: str, max_parallelism: int,
+                 wake: Callable[[QueriesWaiting], None] | None = None) -> None:
+        global SAFE_POINTS
+        SAFE_POINTS = True
+        self.machine = QueryMachine(query_token(job_token), worker)
+        self.max_parallelism = max_parallelism
+        self.listener = socket.create_server((bind_host, 0), backlog=128)
+        self.listener.setblocking(False)
+        self.port: int = self.listener.getsockname()[1]
+        self.poller = select.epoll()
+        self.poller.register(self.listener.fileno(), select.EPOLLIN)
+        self.connections: dict[int, socket.socket] = {}
+        self.buffers: dict[int, bytearray] = {}
+        #: answers of the current poll not yet sent, per connection (sent at its end: one write
+        #: for every answer to a client's pipelined requests)
+        self.outgoing: dict[int, list[bytes]] = {}
+        self.sources: list[KeyedSource] = []
+        self.next_refresh = 0.0
+        #: what the heartbeats tell the JobMaster (replaced whole, read by the heartbeat thread)
+        self.routes: dict[str, Any] = {"port": self.port, "max_parallelism": max_parallelism, "states": {}}
+        self.answered = 0
+        self._do: dict[type, Callable[[Any], None]] = {
+            Reply: self._reply, ReadLive: self._read_live, ScanLive: self._scan_live,
+            CloseConnection: self._close_connection}
+        self.wake = wake
+        self.waiting = threading.Event()  # set while the processing thread waits for work
+        self.closed = False
+        self.watcher_poller = select.epoll()
+        self.watcher_poller.register(self.listener.fileno(), select.EPOLLIN)
+        self._watcher: int | None = None
+        if wake is not None:
+            threading.Thread(target=self._watch, name=f"epochal-queries-{worker}", daemon=True).start()
+
+    def idle(self, waiting: bool) -> None:
+        """The processing thread is about to wait for work (True), or works again (False)."""
+        if waiting:
+            self.waiting.set()
+        else:
+            self.waiting.clear()
+
+    def _watch(self) -> None:
+        """While the processing thread waits: wake it when a query (or a client) arrives."""
+        self._watcher = threading.get_ident()
+        while not self.closed:
+            if not SAFE_POINTS:  # (the test switch: answer here, whatever the processing thread does)
+                try:
+                    if self.watcher_poller.poll(0.05):
+                        self.poll()
+                except (OSError, ValueError):
+                    return
+                continue
+            if not self.waiting.wait(0.5):
+                continue
+            try:
+                ready = self.watcher_poller.poll(0.5)
+            except (OSError, ValueError):  # closed
+                return
+            if ready and self.waiting.is_set() and not self.closed:
+                self.waiting.clear()
+                self.wake(QueriesWaiting())  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ set-up and checkpoints
+    def attach(self, sources: Iterable[KeyedSource], restored: int | None) -> None:
+        """The worker's keyed operators, opened (restored from checkpoint ``restored``, if any)."""
+        self.sources = list(sources)
+        self.refresh()
+        if restored is not None:
+            for source in self.sources:
+                self._feed(Restored(restored, views_of(source.backend)))
+
+    def serving(self) -> None:
+        self._feed(Serving())
+
+    def refresh(self) -> None:
+        """Declare queryable states the backends gained since the last look."""
+        declared: dict[str, Served] = {}
+        for source in self.sources:
+            backend = source.backend
+            if len(backend.queryable) == len(source.declared):
+                continue
+            for query_name, state_name in backend.queryable.items():
+                if query_name not in source.declared:
+                    source.declared.add(query_name)
+                    declared[query_name] = Served(source.uid, state_name, source.subtask, source.parallelism,
+                                                  backend.key_groups, self.max_parallelism)
+        if declared:
+            self._feed(StatesDeclared(declared))
+            self.routes = {**self.routes, "states": {name: [s.subtask, s.parallelism]
+                                                     for name, s in self.machine.states.items()}}
+
+    def snapshot_taken(self, checkpoint_id: int, backends: Iterable[Any], captured: Mapping[str, Any]) -> None:
+        """At checkpoint ``checkpoint_id``'s barrier, on the processing thread: hand over the views
+        of the queryable states of one subtask's ``backends`` (``captured``: its snapshot's copy by
+        uid, shared where it is a plain copy of every group)."""
+        views: Views = {}
+        for backend, uid in backends:
+            if backend.queryable:
+                keyed = captured.get(uid, {}).get("keyed") if captured else None
+                views.update(views_of(backend, keyed if type(keyed) is dict else None))
+        if views:
+            self._feed(SnapshotTaken(checkpoint_id, views))
+
+    def checkpoint_completed(self, checkpoint_id: int, savepoint: bool) -> None:
+        self._feed(CheckpointCompleted(checkpoint_id, savepoint))
+
+    def checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._feed(CheckpointAborted(checkpoint_id))
+
+    # ------------------------------------------------------------------ serving (processing thread)
+    @property
+    def has_clients(self) -> bool:
+        return bool(self.connections)
+
+    def poll(self) -> None:
+        """Accept connections and answer every complete request received (never blocks). Until a
+        state is declared queryable, only every :data:`REFRESH_S` (a clock read otherwise)."""
+        if not SAFE_POINTS and threading.get_ident() != self._watcher:
+            return
+        if not self.machine.states:
+            now = time.monotonic()
+            if now < self.next_refresh:
+                return
+            self.next_refresh = now + REFRESH_S
+            self.refresh()
+        ready = self.poller.poll(0)
+        if not ready:
+            if self.sources:
+                now = time.monotonic()
+                if now >= self.next_refresh:
+                    self.next_refresh = now + REFRESH_S
+                    self.refresh()
+            return
+        listener = self.listener.fileno()
+        for fd, _ in ready:
+            if fd == listener:
+                self._accept()
+            else:
+                self._receive(fd)
+        if self.outgoing:
+            self._flush()
+
+    def _flush(self) -> None:
+        outgoing, self.outgoing = self.outgoing, {}
+        for conn, frames in outgoing.items():
+            sock = self.connections.get(conn)
+            if sock is None:
+                continue
+            try:
+                sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+            except OSError:
+                self._close_connection(CloseConnection(conn))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.settimeout(SEND_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            fd = sock.fileno()
+            self.connections[fd] = sock
+            self.buffers[fd] = bytearray()
+            self.poller.register(fd, select.EPOLLIN)
+            self.watcher_poller.register(fd, select.EPOLLIN)
+
+    def _receive(self, fd: int) -> None:
+        sock = self.connections.get(fd)
+        if sock is None:
+            return
+        try:
+            data = sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_connection(CloseConnection(fd))
+            return
+        buffer = self.buffers[fd]
+        buffer += data
+        try:
+            frames = split_frames(buffer)
+        except ValueError as error:
+            self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
+            self._close_connection(CloseConnection(fd))
+            return
+        if frames and self.sources:
+            self.refresh()
+        for body in frames:
+            self._feed(FrameArrived(fd, body))
+            if fd not in self.connections:
+                return
+
+    def _feed(self, event: Event) -> None:
+        for instruction in self.machine.handle(event):
+            self._do[type(instruction)](instruction)
+
+    # ------------------------------------------------------------------ the machine's instructions
+    def _reply(self, instruction: Reply) -> None:
+        self._send(instruction.conn, instruction.answer)
+
+    def _read_live(self, instruction: ReadLive) -> None:
+        request, served = instruction.request, instruction.served
+        backend = self._backend(served)
+        found, values = lookup(backend.owned_table(served.state_name), request.keys, instruction.groups)
+        ttl = backend.ttl_configs.get(served.state_name)
+        if ttl is not None:  # stored with their timestamps: the user's values, unexpired ones only
+            state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
+            shown = [visible(v, state_type, horizon) if f else _GONE for f, v in zip(found, values, strict=True)]
+            found = tuple(v is not _GONE for v in shown)
+            values = tuple(None if v is _GONE else v for v in shown)
+        self._send(instruction.conn, Values(request.request_id, found, values))
+
+    def _scan_live(self, instruction: ScanLive) -> None:
+        request, served = instruction.request, instruction.served
+        backend = self._backend(served)
+        items, cursor = page(backend.owned_table(served.state_name), served.key_groups, request.cursor, request.limit)
+        ttl = backend.ttl_configs.get(served.state_name)
+        if ttl is not None:
+            state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
+            shown = [(k, visible(v, state_type, horizon)) for k, v in items]
+            items = [(k, v) for k, v in shown if v is not _GONE]
+        self._send(instruction.conn, Page(request.request_id, items, cursor))
+
+    def _close_connection(self, instruction: CloseConnection) -> None:
+        frames = self.outgoing.pop(instruction.conn, None)
+        sock = self.connections.pop(instruction.conn, None)
+        if frames and sock is not None:  # (a refusal before closing)
+            try:
+                sock.sendall(b"".join(frames))
+            except OSError:
+                pass
+        self.buffers.pop(instruction.conn, None)
+        if sock is not None:
+            for poller in (self.poller, self.watcher_poller):
+                try:
+                    poller.unregister(instruction.conn)
+                except (OSError, ValueError):
+                    pass
+            sock.close()
+
+    def _backend(self, served: Served) -> Any:
+        for source in self.sources:
+            if source.uid == served.uid and source.subtask == served.subtask:
+                return source.backend
+        raise LookupError(f"no backend for {served.uid}#{served.subtask}")  # (declared states come from them)
+
+    def _send(self, conn: int, answer: Any) -> None:
+        if conn not in self.connections:
+            return
+        try:
+            payload = dumps(answer)
+        except Exception as error:  # a value that cannot be pickled
+            payload = dumps(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
+                                        f"the value cannot be sent: {type(error).__name__}: {error}"))
+        self.outgoing.setdefault(conn, []).append(answer_frame(payload))
+        self.answered += 1
+
+    def close(self) -> None:
+        self.closed = True
+        self.waiting.set()
+        for conn in list(self.connections):
+            self._close_connection(CloseConnection(conn))
+        try:
+            self.poller.close()
+            self.watcher_poller.close()
+        finally:
+            self.listener.close()
+
+
+_GONE = object()
+
+
+def visible(stored: Any, state_type: str, horizon: float) -> Any:
+    """What a state with TTL shows of ``stored`` (values kept with their timestamps) when what was
+    last updated at or before ``horizon`` has expired: the value, list or map without timestamps,
+    or ``_GONE``."""
+    live = unexpired(stored, state_type, horizon)
+    if live is None:
+        return _GONE
+    if state_type in SINGLE_VALUE_TYPES:
+        return live[0]
+    if state_type == "list":
+        return [element[0] for element in live]
+    return {key: entry[0] for key, entry in live.items()}
+
+
+def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None = None) -> Views:
+    """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, a copy no
+    operator changes: ``captured`` (a full heap snapshot's copy, ``{group: {state: {key: value}}}``)
+    shared where given; otherwise copied from the backend's tables (lists and maps one level deeper,
+    as a snapshot copies them). States with TTL are shown as of now: without their timestamps,
+    without what has expired."""
+    views: Views = {}
+    now = CLOCK.now()
+    for query_name, state_name in backend.queryable.items():
+        ttl = backend.ttl_configs.get(state_name)
+        if ttl is not None:
+            state_type, horizon = backend.state_types[state_name], now - ttl.ttl
+            groups = {}
+            for group, entries in backend.owned_table(state_name).items():
+                shown = {k: visible(v, state_type, horizon) for k, v in entries.items()}
+                shown = {k: v for k, v in shown.items() if v is not _GONE}
+                if shown:
+                    groups[group] = shown
+            views[query_name] = groups
+            continue
+        if captured is not None:
+            views[query_name] = {group: states[state_name] for group, states in captured.items()
+                                 if state_name in states}
+            continue
+        deep = _DEEP.get(backend.state_types.get(state_name, "value"))
+        groups = {}
+        for group, entries in backend.owned_table(state_name).items():
+            if entries:
+                groups[group] = {k: deep(v) for k, v in entries.items()} if deep else dict(entries.items())
+        views[query_name] = groups
+    return views

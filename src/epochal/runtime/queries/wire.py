@@ -1,0 +1,141 @@
+"""The queryable-state protocol between a client and a worker: its messages and wire format.
+
+Messages are frozen dataclasses without slots (pickle then copies their ``__dict__``, several
+times faster than it restores slotted ones). A client keeps one TCP connection to each worker it
+asks (the address comes from the JobMaster, through the driver's REST API). Each request is one
+frame::
+
+    length:u32 | token:32 bytes | pickle-5 request
+
+and each answer one frame ``length:u32 | pickle-5 answer``. The token is the job's query token
+(:func:`query_token`, derived from the job's own token, so that it grants queries and nothing
+else); the worker compares it (:func:`hmac.compare_digest`) before it unpickles anything of the
+request. Requests may be pipelined: answers carry the request's id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: The isolation levels (docs/queryable_state.md).
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+Level = Literal["read_uncommitted", "read_committed"]
+
+TOKEN_BYTES = 32
+#: The largest frame either side accepts.
+MAX_FRAME = 64 << 20
+HEADER = struct.Struct("!I")
+
+#: The error codes of :class:`QueryFailed`.
+UNAUTHORIZED = "unauthorized"
+UNKNOWN_STATE = "unknown_state"
+BAD_KEY = "bad_key"
+BAD_REQUEST = "bad_request"
+NOT_OWNER = "not_owner"  # retriable: the client's routing is stale (a restart or rescale moved the key)
+NOT_READY = "not_ready"  # retriable: the worker is not serving yet
+RETRIABLE = frozenset({NOT_OWNER, NOT_READY})
+
+
+def query_token(job_token: bytes) -> bytes:
+    """The token queries of a job carry: derived from the job's token (which also admits workers
+    to the job's control and data connections), so that handing it to query clients hands out
+    nothing else."""
+    return hmac.new(job_token, b"epochal queryable state", hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The values of ``keys`` (one or many) of queryable state ``state`` at isolation ``level``."""
+
+    request_id: int
+    state: str
+    keys: tuple[Any, ...]
+    level: str = READ_UNCOMMITTED
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A page of at most ``limit`` (key, value) pairs of ``state`` held by this worker, from
+    ``cursor`` (``(key group, entries of it to skip)``; None: the first of its groups)."""
+
+    request_id: int
+    state: str
+    level: str = READ_UNCOMMITTED
+    cursor: tuple[int, int] | None = None
+    limit: int = 1000
+
+
+Request = Lookup | Scan
+
+
+@dataclass(frozen=True)
+class Values:
+    """The answer to a :class:`Lookup`: ``found[i]`` says whether ``keys[i]`` has a value, then
+    ``values[i]`` is it (None otherwise). ``checkpoint_id``: for read_committed, the completed
+    checkpoint the values are of (None: none completed yet, so no key has a committed value)."""
+
+    request_id: int
+    found: tuple[bool, ...]
+    values: tuple[Any, ...]
+    checkpoint_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """The answer to a :class:`Scan`: ``items`` and where the next page starts (None: this
+    worker has no more)."""
+
+    request_id: int
+    items: list[tuple[Any, Any]]
+    cursor: tuple[int, int] | None
+    checkpoint_id: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryFailed:
+    """A request was refused: ``code`` (one of the codes above) and a sentence for people."""
+
+    request_id: int
+    code: str
+    detail: str
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+
+Answer = Values | Page | QueryFailed
+
+
+def request_frame(token: bytes, payload: bytes) -> bytes:
+    """A request frame: ``payload`` (a pickled :data:`Request`) behind ``token``."""
+    return HEADER.pack(TOKEN_BYTES + len(payload)) + token + payload
+
+
+def answer_frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload)) + payload
+
+
+def split_frames(buffer: bytearray) -> list[bytes]:
+    """Take every complete frame's body off the front of ``buffer`` (what a connection received);
+    an incomplete frame stays. Raises ValueError for a frame longer than :data:`MAX_FRAME`."""
+    frames = []
+    start = 0
+    size = len(buffer)
+    while size - start >= 4:
+        (length,) = HEADER.unpack_from(buffer, start)
+        if length > MAX_FRAME:
+            raise ValueError(f"a frame of {length} bytes, more than {MAX_FRAME}")
+        if size - start - 4 < length:
+            break
+        frames.append(bytes(buffer[start + 4:start + 4 + length]))
+        start += 4 + length
+    if start:
+        del buffer[:start]
+    return frames

@@ -1,0 +1,337 @@
+"""Queryable state without Spark: the worker's pure QueryMachine (token before unpickling, unknown
+states, unhashable keys, keys of other workers, read_committed from the committed views, pages),
+the committed views' rules (promoted on completion only, never backwards, never a savepoint), the
+client's routing, the wire format, the declaration by descriptor and by as_queryable_state, and
+a QueryServer answering a real client over TCP."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+import time
+
+import pytest
+
+import epochal
+from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
+from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.rest.state_routes import Routes
+from epochal.runtime.queries.committed import CommittedViews
+from epochal.runtime.queries.machine import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CloseConnection,
+    FrameArrived,
+    QueryMachine,
+    ReadLive,
+    Reply,
+    Restored,
+    ScanLive,
+    Served,
+    Serving,
+    SnapshotTaken,
+    StatesDeclared,
+    page,
+)
+from epochal.runtime.queries.server import KeyedSource, QueryServer, views_of
+from epochal.runtime.queries.wire import (
+    BAD_KEY,
+    BAD_REQUEST,
+    NOT_OWNER,
+    NOT_READY,
+    READ_COMMITTED,
+    UNAUTHORIZED,
+    UNKNOWN_STATE,
+    Lookup,
+    Page,
+    QueryFailed,
+    Scan,
+    Values,
+    query_token,
+    request_frame,
+    split_frames,
+)
+from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
+from epochal.state.heap import HeapKeyedStateBackend
+
+TOKEN = query_token(b"j" * 32)
+MAXP = 128
+GROUPS = key_group_range(0, 2, MAXP)  # worker 0 of 2: groups 0..63
+
+
+def mine(count: int, owned: range = GROUPS) -> list[str]:
+    """``count`` keys whose key groups ``owned`` holds."""
+    keys, i = [], 0
+    while len(keys) < count:
+        key = f"k{i}"
+        if key_group_of(key, MAXP) in owned:
+            keys.append(key)
+        i += 1
+    return keys
+
+
+def machine(serving: bool = True) -> QueryMachine:
+    m = QueryMachine(TOKEN, 0)
+    m.handle(StatesDeclared({"counts": Served("sum", "aggregate", 0, 2, GROUPS, MAXP)}))
+    if serving:
+        m.handle(Serving())
+    return m
+
+
+def frame(request, token: bytes = TOKEN) -> FrameArrived:
+    return FrameArrived(7, token + pickle.dumps(request))
+
+
+def test_a_request_without_the_token_is_refused_before_it_is_unpickled():
+    class Boom:
+        def __reduce__(self):
+            return (pytest.fail, ("unpickled a request with a wrong token",))
+
+    out = machine().handle(FrameArrived(7, b"x" * 32 + pickle.dumps(Boom())))
+    assert isinstance(out[0], Reply) and out[0].answer.code == UNAUTHORIZED
+    assert out[1] == CloseConnection(7)
+    assert machine().handle(FrameArrived(7, b"short"))[0].answer.code == UNAUTHORIZED
+
+
+def test_unknown_state_unhashable_key_bad_level_and_not_ready_are_refused_clearly():
+    m = machine()
+    (reply,) = m.handle(frame(Lookup(1, "nope", ("a",))))
+    assert reply.answer.code == UNKNOWN_STATE and "counts" in reply.answer.detail
+    (reply,) = m.handle(frame(Lookup(2, "counts", (["a"],))))
+    assert reply.answer.code == BAD_KEY and "unhashable" in reply.answer.detail
+    (reply,) = m.handle(frame(Lookup(3, "counts", ("a",), "dirty")))
+    assert reply.answer.code == BAD_REQUEST
+    (reply,) = machine(serving=False).handle(frame(Lookup(4, "counts", ("a",))))
+    assert reply.answer.code == NOT_READY and reply.answer.retriable
+    (reply,) = m.handle(FrameArrived(7, TOKEN + b"not a pickle"))
+    assert reply.answer.code == BAD_REQUEST
+
+
+def test_a_key_of_another_worker_is_answered_not_owner_which_is_retriable():
+    other = mine(1, key_group_range(1, 2, MAXP))[0]
+    (reply,) = machine().handle(frame(Lookup(1, "counts", (other,))))
+    assert reply.answer.code == NOT_OWNER and reply.answer.retriable
+
+
+def test_read_uncommitted_asks_the_driver_to_read_the_live_state():
+    keys = mine(2)
+    (read,) = machine().handle(frame(Lookup(5, "counts", tuple(keys))))
+    assert isinstance(read, ReadLive) and read.conn == 7 and read.request.keys == tuple(keys)
+    assert read.groups == tuple(key_group_of(k, MAXP) for k in keys)
+    (scan,) = machine().handle(frame(Scan(6, "counts", limit=10)))
+    assert isinstance(scan, ScanLive)
+
+
+def test_read_committed_answers_from_the_last_completed_checkpoint_only():
+    m = machine()
+    a, b = mine(2)
+    ga, gb = key_group_of(a, MAXP), key_group_of(b, MAXP)
+
+    def committed(key):
+        (reply,) = m.handle(frame(Lookup(9, "counts", (key,), READ_COMMITTED)))
+        assert isinstance(reply.answer, Values)
+        return reply.answer.checkpoint_id, reply.answer.found[0], reply.answer.values[0]
+
+    assert committed(a) == (None, False, None)  # nothing completed yet
+    m.handle(SnapshotTaken(1, {"counts": {ga: {a: 1}}}))
+    assert committed(a) == (None, False, None)  # taken, not completed
+    m.handle(CheckpointCompleted(1))
+    assert committed(a) == (1, True, 1)
+    m.handle(SnapshotTaken(2, {"counts": {ga: {a: 2}, gb: {b: 5}}}))
+    m.handle(CheckpointAborted(2))
+    m.handle(CheckpointCompleted(2))  # (an aborted checkpoint never completes; nothing to promote)
+    assert committed(a) == (1, True, 1)
+    m.handle(SnapshotTaken(3, {"counts": {ga: {a: 3}}}))
+    m.handle(SnapshotTaken(4, {"counts": {ga: {a: 4}}}))
+    m.handle(CheckpointCompleted(4, savepoint=True))  # a savepoint is never the committed view
+    assert committed(a) == (1, True, 1)
+    m.handle(CheckpointCompleted(3))
+    assert committed(a) == (3, True, 3)
+    m.handle(CheckpointCompleted(1))  # late and older: never backwards
+    assert committed(a) == (3, True, 3)
+    m.handle(Restored(3, {"counts": {ga: {a: 3}}}))
+    assert committed(a) == (3, True, 3) and committed(b) == (3, False, None)
+
+
+def test_committed_views_merge_the_subtasks_of_a_worker_and_restores_replace_them():
+    views = CommittedViews()
+    views.taken(5, {"s": {1: {"x": 1}}})
+    views.taken(5, {"s": {2: {"y": 2}}, "t": {1: {"z": 3}}})
+    views.completed(5)
+    assert views.checkpoint_id == 5 and views.groups("s") == {1: {"x": 1}, 2: {"y": 2}}
+    views.taken(4, {"s": {1: {"x": 0}}})  # older than the committed one: ignored
+    assert 4 not in views.pending
+    views.restored(7, {"s": {1: {"x": 9}}})
+    views.restored(7, {"s": {3: {"w": 1}}})
+    assert views.checkpoint_id == 7 and views.groups("s") == {1: {"x": 9}, 3: {"w": 1}}
+
+
+def test_pages_cover_every_entry_once_in_key_group_order():
+    groups = {g: {f"{g}-{i}": i for i in range(g % 4)} for g in GROUPS}
+    everything = [(k, v) for g in GROUPS for k, v in groups[g].items()]
+    for limit in (1, 2, 3, 7, 1000):
+        seen, cursor = [], None
+        while True:
+            items, cursor = page(groups, GROUPS, cursor, limit)
+            assert len(items) <= limit
+            seen.extend(items)
+            if cursor is None:
+                break
+        assert seen == everything
+    m = machine()
+    m.handle(Restored(1, {"counts": groups}))
+    (reply,) = m.handle(frame(Scan(3, "counts", READ_COMMITTED, None, 5)))
+    assert isinstance(reply.answer, Page) and reply.answer.items == everything[:5]
+    assert machine().handle(frame(Scan(3, "counts", limit=0)))[0].answer.code == BAD_REQUEST
+
+
+def test_frames_are_split_as_they_arrive():
+    body = b"abc"
+    data = bytearray(request_frame(TOKEN, body) * 2)
+    partial = bytearray(data[:10])
+    assert split_frames(partial) == [] and len(partial) == 10
+    assert split_frames(data) == [TOKEN + body, TOKEN + body] and data == bytearray()
+    with pytest.raises(ValueError):
+        split_frames(bytearray(b"\xff\xff\xff\xff"))
+
+
+def routes(**overrides) -> Routes:
+    document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+                "token": TOKEN.hex(), "states": {"counts": {"parallelism": 2,
+                                                            "workers": {"0": "10.0.0.1:5000", "1": "10.0.0.2:6000"}}}}
+    return Routes.from_document({**document, **overrides})
+
+
+def test_routing_sends_a_key_to_the_worker_owning_its_key_group():
+    r = routes()
+    for key in mine(5):
+        assert r.owner("counts", key) == ("10.0.0.1", 5000)
+    for key in mine(5, key_group_range(1, 2, MAXP)):
+        assert r.owner("counts", key) == ("10.0.0.2", 6000)
+    rescaled = routes(states={"counts": {"parallelism": 3, "workers": {"0": "h:1", "1": "h:2", "2": "h:3"}}})
+    for key in mine(20, range(MAXP)):
+        subtask = key_group_of(key, MAXP) * 3 // MAXP
+        assert rescaled.owner("counts", key) == ("h", subtask + 1)
+        assert key_group_of(key, MAXP) in key_group_range(subtask, 3, MAXP)
+
+
+def test_routing_errors_unknown_state_unhashable_key_and_not_serving():
+    with pytest.raises(UnknownQueryableStateError, match="its queryable states: counts"):
+        routes().owner("nope", "a")
+    with pytest.raises(QueryKeyTypeError, match="unhashable"):
+        routes().owner("counts", {"a": 1})
+    with pytest.raises(StateUnavailableError, match="not serving"):
+        routes(serving=False, status="RESTARTING").owner("counts", "a")
+
+
+def test_descriptors_and_as_queryable_state_declare_query_names():
+    backend = HeapKeyedStateBackend(MAXP, GROUPS)
+    backend.get_state(ValueStateDescriptor("total", queryable="totals"))
+    backend.get_state(ListStateDescriptor("seen"))
+    assert backend.queryable == {"totals": "total"}
+    with pytest.raises(PlanError, match="names one state"):
+        backend.get_state(ValueStateDescriptor("other", queryable="totals"))
+    with pytest.raises(PlanError, match="non-empty"):
+        backend.make_queryable("", "total")
+    env = epochal.Environment(1)
+    keyed = env.from_collection([("a", 1)]).key_by(lambda kv: kv[0])
+    stream = keyed.as_queryable_state("sums").sum(lambda kv: kv[1])
+    assert stream.node.operator.queryable_name == "sums"
+    assert keyed.count().node.operator.queryable_name is None  # the original stream is unchanged
+    with pytest.raises(PlanError):
+        keyed.as_queryable_state("")
+
+
+def test_views_share_a_full_snapshot_and_copy_lists_deeper():
+    backend = HeapKeyedStateBackend(MAXP, GROUPS)
+    backend.get_state(ListStateDescriptor("seen", queryable="seen"))
+    key = mine(1)[0]
+    group = key_group_of(key, MAXP)
+    backend.owned_table("seen")[group][key] = [1]
+    copied = views_of(backend)
+    backend.owned_table("seen")[group][key].append(2)  # changed in place after the barrier
+    assert copied == {"seen": {group: {key: [1]}}}
+    captured = backend.capture()
+    assert views_of(backend, captured)["seen"][group] is captured[group]["seen"]
+
+
+def answer(sock: socket.socket, request) -> object:
+    sock.sendall(request_frame(TOKEN, pickle.dumps(request)))
+    buffer = bytearray()
+    while True:
+        data = sock.recv(65536)
+        assert data, "the server closed the connection"
+        buffer += data
+        frames = split_frames(buffer)
+        if frames:
+            return pickle.loads(frames[0])
+
+
+def test_a_query_server_answers_a_client_over_tcp_between_polls():
+    backend = HeapKeyedStateBackend(MAXP, GROUPS)
+    backend.get_state(ValueStateDescriptor("v", queryable="values"))
+    keys = mine(3)
+    for i, key in enumerate(keys):
+        backend.owned_table("v")[key_group_of(key, MAXP)][key] = i
+    woken = []
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, woken.append)
+    server.attach([KeyedSource("u", 0, 2, backend)], restored=4)
+    server.serving()
+    stop = threading.Event()
+
+    def processing_thread():
+        while not stop.is_set():
+            server.poll()
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=processing_thread, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            got = answer(sock, Lookup(1, "values", (*keys, "absent")))
+            assert isinstance(got, Values) and got.found == (True, True, True, False) and got.values[:3] == (0, 1, 2)
+            committed = answer(sock, Lookup(2, "values", (keys[1],), READ_COMMITTED))
+            assert committed.checkpoint_id == 4 and committed.values == (1,)  # the restored state
+            in_group_order = sorted(((k, i) for i, k in enumerate(keys)), key=lambda kv: key_group_of(kv[0], MAXP))
+            assert answer(sock, Scan(3, "values", limit=2)).items == in_group_order[:2]
+            assert isinstance(answer(sock, Lookup(4, "nope", ("a",))), QueryFailed)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(request_frame(b"w" * 32, pickle.dumps(Lookup(1, "values", (keys[0],)))))
+            data = sock.recv(65536)
+            assert pickle.loads(split_frames(bytearray(data))[0]).code == UNAUTHORIZED
+            assert sock.recv(65536) == b""  # and closed
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
+    from epochal.runtime.queries.machine import ReadLive as Read
+    from epochal.state.ttl import StateTtlConfig, set_clock
+
+    now = [1000.0]
+    previous = set_clock(lambda: now[0])
+    try:
+        backend = HeapKeyedStateBackend(MAXP, GROUPS)
+        fresh, stale = mine(2)
+        for key, at in ((fresh, 1000.0), (stale, 900.0)):
+            now[0] = at
+            backend.set_current_key(key)
+            backend.get_state(ValueStateDescriptor("v", ttl=StateTtlConfig(ttl=50.0), queryable="ttl")).update(key)
+        now[0] = 1010.0
+        assert views_of(backend) == {"ttl": {key_group_of(fresh, MAXP): {fresh: fresh}}}
+        server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP)
+        server.attach([KeyedSource("u", 0, 2, backend)], restored=None)
+        server.serving()
+        (read,) = server.machine.handle(frame(Lookup(1, "ttl", (fresh, stale))))
+        assert isinstance(read, Read)
+        server.connections[7] = None  # type: ignore[assignment]  (only the answer is looked at)
+        server._read_live(read)
+        answer = pickle.loads(server.outgoing[7][0][4:])
+        assert answer.found == (True, False) and answer.values == (fresh, None)
+        server.connections.clear()
+        server.close()
+    finally:
+        set_clock(previous)
