@@ -32,6 +32,7 @@ and load time. Outputs in ``--out`` (default ``benchmarks/results/executors``):
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
 import shutil
 import tempfile
@@ -50,6 +51,8 @@ SYSTEMS = ("epochal", "epochal-driver", "spark-rdd", "scipy", "graphframes")
 GRAPHFRAMES_REFUSED = ("not run: io.graphframes:graphframes-spark4_2.13 (0.10.0, 0.12.0-0.12.2) is not served by "
                        "the Maven Central this machine reaches")
 ITERATIONS = 10
+#: one colour per system in every panel
+COLOURS = {"epochal": "tab:blue", "epochal-driver": "tab:orange", "spark-rdd": "tab:red", "scipy": "tab:green"}
 
 
 def write_files(bench: BenchGraph, root: Path, weighted: bool) -> tuple[Path, Path]:
@@ -308,11 +311,11 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     algorithms = sorted({r["algorithm"] for r in rows})
     figure, axes = plt.subplots(1, len(algorithms), figsize=(4 * len(algorithms), 3.5), squeeze=False)
     for axis, algorithm in zip(axes[0], algorithms, strict=True):
-        for system in ("epochal", "epochal-driver", "spark-rdd", "scipy"):
+        for system, colour in COLOURS.items():
             points = sorted((r["scale"], r["wall_s"]) for r in rows
                             if r["algorithm"] == algorithm and r["system"] == system and r.get("status") == "ok")
             if points:
-                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=system)
+                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=system, color=colour)
         axis.set_yscale("log")
         axis.set_title(f"{algorithm}: end to end, p=2")
         axis.set_xlabel("R-MAT scale")
@@ -320,6 +323,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
+
+
+def read_runs(path: Path) -> list[dict[str, Any]]:
+    """The rows of an ``executor_runs.csv``, ``scale`` as an int and ``wall_s`` as a float."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["scale"] = int(row["scale"])
+        if row.get("wall_s"):
+            row["wall_s"] = float(row["wall_s"])
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -331,8 +345,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitioners", type=int, nargs="*", default=[16], help="scales of the partitioner table")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/executors"))
+    parser.add_argument("--combine", type=Path, nargs="+", metavar="CSV",
+                        help="run nothing: join the executor_runs.csv files of earlier runs into --out, and plot them")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        combined = [row for path in args.combine for row in read_runs(path)]
+        write_csv(args.out / "executor_runs.csv", combined)
+        plot(combined, args.out / "executor_loading.png")
+        return 0
     from epochal.control.spark import create_session
 
     print(f"machine: {machine()}", flush=True)

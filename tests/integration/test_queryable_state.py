@@ -20,7 +20,7 @@ from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQue
 from epochal.rest.registry import HOME_ENV, Registry
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
-from tests.queryable_jobs import KEYS, STATE, TwoSteps, checkpoint_values, is_real, keyed_job, record
+from tests.queryable_jobs import KEYS, STATE, UID, TwoSteps, checkpoint_values, is_real, keyed_job, record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ALL_KEYS = [f"k{i}" for i in range(KEYS)]
@@ -42,7 +42,7 @@ def start(make_env, tmp_path, name: str, parallelism: int = 2, restore_from: str
     return client
 
 
-def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_env, tmp_path, home):
+def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_env, spark, tmp_path, home):
     job = start(make_env, tmp_path, "queryable")
     try:
         with epochal.QueryableStateClient(job, timeout=30) as client:
@@ -70,6 +70,11 @@ def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_
             for checkpoint_id, values in committed[::5]:
                 if checkpoint_id is not None:
                     assert values == checkpoint_values(job.checkpoint_path, checkpoint_id)
+            # ... and what the DataFrame reader reads of that checkpoint (values as pickles: exact types)
+            newest_id, newest = next((c, v) for c, v in reversed(committed) if c is not None)
+            frame = epochal.read_state(spark, f"{job.checkpoint_path}/chk-{newest_id}", UID, "aggregate",
+                                       value_format="pickle")
+            assert {row.key: epochal.decode_state_value(row.value) for row in frame.collect()} == newest
             assert client.get(STATE, "absent", default="x") == "x"
             with pytest.raises(UnknownQueryableStateError, match="its queryable states: chain"):
                 client.get("nope", "k1")
