@@ -47,12 +47,6 @@ class _Producer:
     def send(self, records: list[Serialized]) -> None:
         produce, poll = self.producer.produce, self.producer.poll
         for topic, key, value, partition, headers in records:
-            if partition is None and not headers:  # the common case: no keyword arguments to build
-                try:
-                    produce(topic, value, key)
-                    continue
-                except BufferError:
-                    pass
             kwargs: dict[str, Any] = {}
             if partition is not None:
                 kwargs["partition"] = partition
@@ -86,7 +80,8 @@ class KafkaAtLeastOnceWriter(SinkWriter):
             "queue.buffering.max.messages": 1_000_000}))
 
     def write_batch(self, records: list[Any]) -> None:
-        self.producer.send(self.sink.serialize_batch(records))
+        serialize = self.sink.serialize
+        self.producer.send([serialize(r) for r in records])
 
     def flush(self) -> None:
         self.producer.flush("KafkaSink")
@@ -178,7 +173,8 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
 
     # ------------------------------------------------------------------ the epoch
     def write_batch(self, records: list[Any]) -> None:
-        serialized = self.sink.serialize_batch(records)
+        serialize = self.sink.serialize
+        serialized = [serialize(r) for r in records]
         if self.live is not None:
             self.waiting.extend(serialized)
             return
