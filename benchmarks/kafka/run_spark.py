@@ -41,7 +41,6 @@ Configuration (as ``benchmarks/peers/run_spark.py``, whose docstring gives the r
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kafka import job
+from benchmarks.peers import run_spark as peers_spark
 
 SYSTEM = "spark"
 VARIANTS = ("builtin", "python")
@@ -56,10 +56,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONNECTOR_VERSION = "4.2.0"
 #: Offsets per micro-batch, per variant: about one 1 s micro-batch on the 2-core machine.
 MAX_OFFSETS = {"builtin": 1_000_000, "python": 40_000}
-STATE_STORES = {
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-}
 
 
 def parse_batches(batches: Iterator[Any]) -> Iterator[Any]:
@@ -123,29 +119,10 @@ def query(spark: Any, args: Any, max_offsets: int) -> Any:
 
 
 def create_session(args: Any, store: str) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    from pyspark.sql import SparkSession
-
+    """The peers' local SparkSession, with Spark's Kafka connector from Maven Central."""
     package = "org.apache.spark:spark-sql-kafka-0-10_2.13:" + os.environ.get("KAFKA_SPARK_CONNECTOR", CONNECTOR_VERSION)
-    spark = (
-        SparkSession.builder.master(f"local[{args.parallelism}]")
-        .appName(f"kafka-bench-{args.variant}")
-        .config("spark.jars.packages", package)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.shuffle.partitions", str(args.parallelism))
-        .config("spark.default.parallelism", str(args.parallelism))
-        .config("spark.sql.streaming.stateStore.providerClass", STATE_STORES[store])
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.warehouse.dir", str(args.work_dir / "warehouse"))
-        .config("spark.local.dir", str(args.work_dir / "tmp"))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return peers_spark.create_session(args, store, app_name=f"kafka-bench-{args.variant}",
+                                      extra={"spark.jars.packages": package})
 
 
 class Batches:

@@ -408,16 +408,17 @@ def make_listener(progress: Progress) -> Any:
     return Listener()
 
 
-def create_session(args: Any, store: str) -> Any:
-    """The local SparkSession (its creation is not part of ``job_s``)."""
+def create_session(args: Any, store: str, app_name: str | None = None, extra: dict[str, str] | None = None) -> Any:
+    """The local SparkSession (its creation is not part of ``job_s``); ``extra``: more settings
+    (the Kafka benchmark's ``spark.jars.packages``)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{args.parallelism}]")
-        .appName(f"peer-{args.job}-{args.variant}")
+        .appName(app_name or f"peer-{args.job}-{args.variant}")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "4g")
@@ -427,8 +428,10 @@ def create_session(args: Any, store: str) -> Any:
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.warehouse.dir", str(args.work_dir / "warehouse"))
         .config("spark.local.dir", str(args.work_dir / "tmp"))
-        .getOrCreate()
     )
+    for name, value in (extra or {}).items():
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
