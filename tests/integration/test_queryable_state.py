@@ -196,7 +196,7 @@ def test_read_uncommitted_is_never_torn_and_safe_points_are_why(make_env, tmp_pa
     """A process function writes each update in two steps; answered between batches, no query
     ever sees the half-done value; answered on another thread at once, queries do."""
     env = make_env(2)
-    env.from_generator(five_keys, count=None, rate=1500).key_by(lambda k: k).process(
+    env.from_generator(five_keys, count=None, rate=500).key_by(lambda k: k).process(
         TwoSteps(unsafe=not safe_points)).uid("pairs").discard()
     job = env.execute_async("torn")
     reads = torn = 0
