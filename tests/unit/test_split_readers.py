@@ -147,3 +147,32 @@ def test_a_restored_transactional_writer_learns_the_old_parallelism_even_without
     restored = redistribute(snapshots, 0, 1)
     open_sink(sink, 0, 1, restored, restored=True)
     assert sink.log == [("restore", ["c4", "c4", "c4"], True, 3, "job-7")]
+
+
+class Finite(Together):
+    """Reads one record per split, then is done."""
+
+    def read_batch(self, max_records):
+        if all(offset >= 1 for offset in self.offsets.values()):
+            return None
+        return super().read_batch(max_records)
+
+
+class FiniteSource(TogetherSource):
+    bounded = True
+
+    def create_reader(self, splits, restored, context):
+        return Finite(splits, restored, context)
+
+
+def test_a_finished_split_reader_keeps_reporting_where_it_ended():
+    """A source subtask that finished before the job did is still snapshotted: its positions must
+    be where its reader ended, never its splits' start (a restore would read them again, and the
+    state that already counted them would count them twice)."""
+    reader = SourceReader(FiniteSource().create_splits(1), FiniteSource(), ReaderContext("s", 0, 1, False))
+    assert reader.read(10) == ["a@1", "b@1"] and reader.read(10) is None
+    reader.close()  # the subtask finishes
+    assert reader.snapshot(3) == [("a", 1), ("b", 1)]
+    restored = SourceReader(FiniteSource().create_splits(1), FiniteSource(), ReaderContext("s", 0, 1, True))
+    restored.restore(reader.snapshot(4))
+    assert restored.read(10) is None  # nothing read twice

@@ -36,6 +36,9 @@ class SourceReader:
         self.restored: dict[str, Any] = {}
         self.split_reader: SplitReader | None = None
         self.taken: dict[int, list[tuple[str, Any]]] = {}
+        #: the split reader's positions when it closed (its splits all read, or the task ending):
+        #: what every later snapshot records, so a restore never reads them again
+        self.closed_positions: list[tuple[str, Any]] | None = None
 
     def restore(self, positions: list[tuple[str, Any]]) -> None:
         self.restored = dict(positions)
@@ -80,6 +83,8 @@ class SourceReader:
         """Read position of every split this subtask owns (not yet opened ones as restored)."""
         if self.split_reader is not None:
             return self.split_reader.positions()
+        if self.closed_positions is not None:
+            return list(self.closed_positions)
         # A restored position is dropped when its split opens, so one still here is not applied yet.
         return [(split.split_id, self.restored.get(split.split_id, split.position())) for split in self.splits]
 
@@ -102,6 +107,10 @@ class SourceReader:
     def close(self) -> None:
         if self.split_reader is not None:
             reader, self.split_reader = self.split_reader, None
+            # A finished source subtask still takes part in later checkpoints: without these, its
+            # snapshots would record its splits' *start* positions (``split.position()``), and a
+            # restore from one would read them all again into state that already counted them.
+            self.closed_positions = reader.positions()
             reader.close()
             return
         if self.opened and self.current < len(self.splits):
