@@ -159,3 +159,31 @@ def test_a_restore_from_local_storage_links_sst_files_and_still_checks_them(tmp_
     with pytest.raises(CheckpointError, match="corrupt"):
         download(storage, 1, handle["keyed"], str(tmp_path / "again"))
     assert not os.path.exists(tmp_path / "again" / ssts[0]["name"])
+
+
+def test_a_canonical_savepoint_is_a_local_checkpoint_at_the_barrier_written_as_key_groups_later(tmp_path):
+    """The barrier only links a local checkpoint; changes after it are not in the savepoint; its
+    file is the canonical layout (one pickle per key group), which the heap restores."""
+    from epochal.state.snapshot import materialize
+
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"))
+    subtasks = [Subtask(i, 2, storage, str(tmp_path / "local")) for i in range(2)]
+    expected = {}
+    for i in range(300):
+        key = f"k{i}"
+        owner = next(s for s in subtasks if s.owns(key))
+        owner.put(key, i)
+        expected[key] = i
+    handles = {}
+    for subtask in subtasks:
+        plan = subtask.backend.begin_savepoint(7, native=False)
+        assert os.path.isdir(plan.directory)
+        for key in list(expected)[:20]:  # after the barrier: not in the savepoint
+            if subtask.owns(key):
+                subtask.put(key, -1)
+        captured = subtask.backend.capture_snapshot(plan)
+        handles[subtask.index] = materialize(storage, 7, subtask.index, {UID: {"keyed": captured}})[UID]
+        assert not os.path.exists(plan.directory)  # the local checkpoint is gone once written
+        assert set(handles[subtask.index]["keyed"]) == {"file", "size", "groups"}  # canonical, not SST files
+    back = restored(storage, 7, metadata(UID, handles), 3, str(tmp_path / "restored"))
+    assert {key: value for states in back.values() for key, value in states["v"].items()} == expected

@@ -123,7 +123,7 @@ class KeyedStateBackend(ABC):
                 self.record_cleanups.append(cleanup)
 
     # -- snapshots. A backend whose snapshots are not a copy of ``capture()`` overrides these, or
-    # -- sets ``snapshots`` (an object with ``begin``/``written``/``completed``, see
+    # -- sets ``snapshots`` (an object with ``begin``/``begin_canonical``/``written``/``completed``, see
     # -- :class:`epochal.state.rocksdb_checkpoints.RocksDBSnapshots`).
     snapshots: Any = None
 
@@ -136,8 +136,14 @@ class KeyedStateBackend(ABC):
         """At a savepoint's barrier: None, a copy of every key group (the canonical layout every
         backend restores), or, for ``native`` where the backend has a format of its own (RocksDB's
         SST files), a plan that writes all of its files, sharing none with a checkpoint. Nothing
-        of a savepoint becomes the base of a later snapshot."""
-        return self.snapshots.begin(checkpoint_id, whole=True) if native and self.snapshots is not None else None
+        of a savepoint becomes the base of a later snapshot. A backend with ``snapshots`` plans a
+        canonical savepoint too (``begin_canonical``: a plan that writes the canonical layout
+        off the processing thread)."""
+        if self.snapshots is None:
+            return None
+        if native:
+            return self.snapshots.begin(checkpoint_id, whole=True)
+        return self.snapshots.begin_canonical(checkpoint_id)
 
     def capture_snapshot(self, plan: Any) -> Any:
         """What to hand to the writer for ``plan`` (from :meth:`begin_snapshot`): :meth:`capture`

@@ -74,6 +74,30 @@ class RocksDBPlan:
                 "shared": shared, "private": private, "written_bytes": written_bytes}
 
 
+@dataclass
+class CanonicalPlan:
+    """A canonical savepoint of one RocksDB backend: a local checkpoint taken at the barrier
+    (milliseconds), read by key group and written in the canonical layout (one pickle per key
+    group, as the heap backend writes) on the uploader thread, so that the processing thread does
+    not stall for a scan of the whole database."""
+
+    directory: str
+    key_groups: range
+
+    def upload(self, storage: CheckpointStorage, checkpoint_id: int, stem: str) -> dict[str, Any]:
+        """Write the canonical ``<stem>.keyed`` file; returns its handle (``file``, ``size``,
+        ``groups``). The local checkpoint directory is removed whatever happens."""
+        from epochal.state.rocksdb import read_key_groups
+        from epochal.state.snapshot import group_blobs
+
+        try:
+            data, groups = group_blobs(read_key_groups(self.directory, self.key_groups))
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        written = storage.write_file(checkpoint_id, f"{stem}.keyed", data)
+        return {"file": written["file"], "size": written["size"], "groups": groups}
+
+
 class RocksDBSnapshots:
     """The checkpoints of one :class:`~epochal.state.rocksdb.RocksDBKeyedStateBackend`: local
     checkpoints at barriers, which SST files completed checkpoints already hold."""
@@ -92,6 +116,13 @@ class RocksDBSnapshots:
         files = self.backend.local_checkpoint(directory)
         return RocksDBPlan(checkpoint_id, directory, files, self.backend.key_groups, self.db_id,
                            {} if whole else dict(self.confirmed))
+
+    def begin_canonical(self, checkpoint_id: int) -> CanonicalPlan:
+        """The synchronous part of a canonical savepoint: a local checkpoint, read later."""
+        directory = f"{self.backend.directory}.savepoint-{checkpoint_id}"
+        shutil.rmtree(directory, ignore_errors=True)
+        self.backend.local_checkpoint(directory)
+        return CanonicalPlan(directory, self.backend.key_groups)
 
     def written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
         self.written_files[checkpoint_id] = {file["name"]: file for file in handle.get("shared", ())}

@@ -12,7 +12,7 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from epochal import serialization
@@ -34,9 +34,15 @@ def file_stem(uid: str) -> str:
 
 def _group_blobs(keyed: dict[int, Any]) -> tuple[bytes, dict[str, list[int]]]:
     """One file of per-key-group pickles, and each group's ``[offset, length, crc]``."""
+    return group_blobs(sorted(keyed.items()))
+
+
+def group_blobs(keyed: Iterable[tuple[int, Any]]) -> tuple[bytes, dict[str, list[int]]]:
+    """:func:`_group_blobs` of ``(group, {state name: {key: value}})`` pairs in group order (a
+    backend that reads its groups one at a time hands them over without a dict of all of them)."""
     chunks, groups, offset = [], {}, 0
-    for group in sorted(keyed):
-        blob = serialization.dumps(keyed[group])
+    for group, states in keyed:
+        blob = serialization.dumps(states)
         chunks.append(blob)
         groups[str(group)] = [offset, len(blob), crc(blob)]
         offset += len(blob)
