@@ -54,9 +54,13 @@ COST_GOAL = 0.05
 STATE = "counts"
 VOCABULARY = 10_000
 #: The lookup runs: (name, clients, level, keys per call).
+#: ``keys_per_call`` of a client that asks single keys with ``get_async``, ``WINDOW`` unanswered at a time
+PIPELINED = 0
+WINDOW = 64
 LOOKUP_RUNS = (("uncommitted x1", 1, "read_uncommitted", 1), ("committed x1", 1, "read_committed", 1),
                ("uncommitted x4", 4, "read_uncommitted", 1), ("committed x4", 4, "read_committed", 1),
-               ("uncommitted x1, 100 keys/call", 1, "read_uncommitted", 100))
+               ("uncommitted x1, 100 keys/call", 1, "read_uncommitted", 100),
+               ("uncommitted x1, pipelined get_async", 1, "read_uncommitted", PIPELINED))
 
 
 @dataclass
@@ -123,8 +127,10 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     started = time.perf_counter()
     next_call = time.monotonic()
     end = started + seconds
+    if keys_per_call == PIPELINED:
+        lookups = pipelined(client, rng, end, latencies)
     try:
-        while rate or time.perf_counter() < end:
+        while keys_per_call != PIPELINED and (rate or time.perf_counter() < end):
             count = keys_per_call
             if rate:  # every lookup that is due: one key a call while the client keeps up
                 due = int((time.monotonic() - next_call) * rate) + 1
@@ -149,6 +155,23 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
                                "p99_s": percentile(latencies, 99) if latencies else 0.0,
                                "max_s": max(latencies, default=0.0),
                                "cpu_s": after.user + after.system - cpu.user - cpu.system}))
+
+
+def pipelined(client: Any, rng: random.Random, end: float, latencies: list[float]) -> int:
+    """Single-key ``get_async`` lookups, ``WINDOW`` of them unanswered at a time, until ``end``;
+    each one's latency from its call to its answer. Returns the number answered."""
+    import collections
+
+    window: collections.deque[tuple[float, Any]] = collections.deque()
+    answered = 0
+    while time.perf_counter() < end or window:
+        while len(window) < WINDOW and time.perf_counter() < end:
+            window.append((time.perf_counter(), client.get_async(STATE, word(rng.randrange(VOCABULARY)))))
+        asked, future = window.popleft()
+        future.result(timeout=5.0)
+        latencies.append(time.perf_counter() - asked)
+        answered += 1
+    return answered
 
 
 def start_client(out: Path, level: str, seconds: float, keys_per_call: int = 1,

@@ -216,3 +216,51 @@ def test_read_uncommitted_is_never_torn_and_safe_points_are_why(make_env, tmp_pa
         assert torn == 0, f"{torn} of {reads} reads saw a value in the middle of its update"
     else:
         assert torn > 0, f"none of {reads} reads on another thread saw a half-done update"
+
+
+def test_single_key_lookups_asked_without_waiting_are_pipelined_and_answered_each(make_env, tmp_path, home):
+    """get_async from several threads at once: every future gets a real value of its own key (or
+    the default of an absent one); lookups asked together go in shared requests, and the
+    client's blocking calls still work beside them; close() fails what is not answered."""
+    import concurrent.futures
+    import threading
+
+    job = start(make_env, tmp_path, "pipelined")
+    try:
+        client = epochal.QueryableStateClient(job, timeout=30)
+        assert is_real("k1", client.get(STATE, "k1"))  # the job serves
+        answers: list[tuple[str, object]] = []
+        lock = threading.Lock()
+
+        def ask(thread: int) -> None:
+            futures = [(key, client.get_async(STATE, key, default="none"))
+                       for key in [f"k{(thread * 7 + i) % KEYS}" for i in range(500)] + ["absent"]]
+            done = [(key, future.result(timeout=30)) for key, future in futures]
+            with lock:
+                answers.extend(done)
+
+        threads = [threading.Thread(target=ask, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        blocking = [client.get(STATE, f"k{i % KEYS}") for i in range(50)]  # the client's own thread
+        for thread in threads:
+            thread.join(60)
+        assert len(answers) == 4 * 501 and all(is_real(f"k{i % KEYS}", v) for i, v in enumerate(blocking))
+        assert all(value == "none" if key == "absent" else is_real(key, value) for key, value in answers)
+        requests = next(client._pipeline.client._ids) - 1  # one id per request to one worker
+        assert requests < len(answers) / 2, f"{requests} requests for {len(answers)} lookups: not pipelined"
+        with pytest.raises(QueryKeyTypeError, match="unhashable"):
+            client.get_async(STATE, ["k1"])
+        failing = client.get_async("nope", "k1")
+        with pytest.raises(UnknownQueryableStateError):
+            failing.result(timeout=30)
+        client.close()
+        after = client.get_async(STATE, "k1")  # a new pipeline after close: still usable
+        assert is_real("k1", after.result(timeout=30))
+        pending = [client.get_async(STATE, f"k{i % KEYS}") for i in range(2000)]
+        client.close()  # answered or failed, none left waiting
+        concurrent.futures.wait(pending, timeout=30)
+        assert all(f.done() for f in pending)
+        assert all(isinstance(f.exception(), epochal.QueryableStateError) for f in pending if f.exception())
+    finally:
+        job.cancel()

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from epochal.errors import (
@@ -71,20 +74,44 @@ class QueryableStateClient:
 
     def __init__(self, job: Any, *, address: str | None = None, token: str | None = None,
                  level: str = READ_UNCOMMITTED, timeout: float = 10.0) -> None:
-        self.level = _check_level(level)
+        self._setup(_route_source(job, address, token), _check_level(level), timeout)
+
+    def _setup(self, fetch: Callable[[], dict[str, Any]], level: str, timeout: float) -> None:
+        self.level = level
         self.timeout = timeout
-        self._fetch = _route_source(job, address, token)
+        self._fetch = fetch
         self.routes: Routes | None = None
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._ids = itertools.count(1)
         #: the checkpoint the last read_committed answer was of (None: none completed yet)
         self.checkpoint_id: int | None = None
+        self._pipeline: _Pipeline | None = None
 
     # ------------------------------------------------------------------ the API
     def get(self, state: str, key: Any, default: Any = None, *, level: str | None = None,
             timeout: float | None = None) -> Any:
         """The value of ``key`` in queryable state ``state``, or ``default`` if it has none."""
         return self.get_many(state, [key], level=level, timeout=timeout).get(key, default)
+
+    def get_async(self, state: str, key: Any, default: Any = None, *, level: str | None = None) -> Future[Any]:
+        """:meth:`get` without waiting: a future of the value of ``key`` (or ``default``).
+
+        Lookups are pipelined: the keys asked while earlier lookups are on their way go together
+        in the next request to each worker (one request per worker in flight), so one thread
+        asking many single keys is answered at about the rate of :meth:`get_many`, each lookup
+        within about two round trips. They go over connections of their own (a thread of this
+        client sends them), so :meth:`get_async` may be called from any thread, beside the
+        blocking calls of the client's own thread. A future fails with the error :meth:`get`
+        would raise (after the client's ``timeout``); :meth:`close` fails the ones not answered.
+        """
+        if not _hashable(key):
+            key_group(key, 1)  # raises QueryKeyTypeError with the reason
+        level = _check_level(level or self.level)
+        if self._pipeline is None:
+            sibling = QueryableStateClient.__new__(QueryableStateClient)  # same job, own connections
+            sibling._setup(self._fetch, self.level, self.timeout)
+            self._pipeline = _Pipeline(sibling)
+        return self._pipeline.submit(state, key, default, level)
 
     def get_many(self, state: str, keys: Iterable[Any], *, level: str | None = None,
                  timeout: float | None = None) -> dict[Any, Any]:
@@ -171,6 +198,10 @@ class QueryableStateClient:
         return self._with_retries(attempt, timeout)
 
     def close(self) -> None:
+        """Close the connections; lookups of :meth:`get_async` not answered yet fail."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            pipeline.close()
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
@@ -246,6 +277,71 @@ class QueryableStateClient:
         connection = self._connections.pop(address, None)
         if connection is not None:
             connection.close()
+
+
+class _Pipeline:
+    """The thread behind :meth:`QueryableStateClient.get_async`: it takes every lookup queued
+    while its previous request was out, asks them with one :meth:`~QueryableStateClient.get_many`
+    per (state, level), and answers their futures. ``client``: a client of the same job that only
+    this thread uses."""
+
+    def __init__(self, client: QueryableStateClient) -> None:
+        self.client = client
+        self.queue: queue.SimpleQueue[tuple[str, Any, Any, str, Future[Any]] | None] = queue.SimpleQueue()
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="epochal-query-pipeline", daemon=True)
+        self.thread.start()
+
+    def submit(self, state: str, key: Any, default: Any, level: str) -> Future[Any]:
+        future: Future[Any] = Future()
+        if self.closed:
+            future.set_exception(QueryableStateError("the QueryableStateClient is closed"))
+            return future
+        self.queue.put((state, key, default, level, future))
+        return future
+
+    def close(self) -> None:
+        self.closed = True
+        self.queue.put(None)
+        self.thread.join(self.client.timeout + 5)
+
+    def _run(self) -> None:
+        try:
+            while (first := self.queue.get()) is not None:
+                batch = [first]
+                try:
+                    while (item := self.queue.get_nowait()) is not None:
+                        batch.append(item)
+                    else:
+                        self.closed = True
+                except queue.Empty:
+                    pass
+                self._answer(batch)
+                if self.closed:
+                    break
+        finally:
+            self.client.close()
+            closed = QueryableStateError("the QueryableStateClient was closed before the lookup was answered")
+            try:
+                while (item := self.queue.get_nowait()) is not None:
+                    item[4].set_exception(closed)
+            except queue.Empty:
+                pass
+
+    def _answer(self, batch: list[tuple[str, Any, Any, str, Future[Any]]]) -> None:
+        groups: dict[tuple[str, str], list[tuple[Any, Any, Future[Any]]]] = {}
+        for state, key, default, level, future in batch:
+            if future.set_running_or_notify_cancel():
+                groups.setdefault((state, level), []).append((key, default, future))
+        for (state, level), lookups in groups.items():
+            try:
+                values = self.client.get_many(state, dict.fromkeys(k for k, _, _ in lookups), level=level)
+            except Exception as error:  # each future gets what get() would have raised
+                for _, _, future in lookups:
+                    future.set_exception(error)
+                continue
+            for key, default, future in lookups:
+                future.set_result(values.get(key, default))
 
 
 class _Connection:
