@@ -94,7 +94,7 @@ def test_event_time_windows_exactly_once_under_three_kills(kafka_broker, make_en
     def build(env):
         records = env.from_source(KafkaSource(kafka_broker.bootstrap, [source], bounded=True, value_deserializer="str",
                                               watermarks=True, timestamp=lambda r: int(r.value.split(",")[1]),
-                                              idle_timeout=2.0, config=QUIET), name="kafka")
+                                              idle_timeout=10.0, config=QUIET), name="kafka")
         windows = records.map(parse).key_by(lambda r: r[0]).window(WINDOW, timestamp=lambda r: r[1]).count()
         windows.sink_to(KafkaSink(kafka_broker.bootstrap, out, key=lambda w: w[0],
                                   value=lambda w: f"{w[0]}:{w[1]}:{w[2]}", transactional_id_prefix=f"win-{out}",
