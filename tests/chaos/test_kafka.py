@@ -106,6 +106,24 @@ def test_event_time_windows_exactly_once_under_three_kills(kafka_broker, make_en
     assert output == window_oracle(RECORDS), missing_and_repeated(output, window_oracle(RECORDS))
 
 
+def test_a_source_subtask_that_finished_early_is_not_read_again_after_a_kill(kafka_broker, make_env, tmp_path):
+    """Subtask 0's partition holds 10 records, subtask 1's 6,000: subtask 0 finishes at once and
+    later checkpoints still record where it ended. A kill of worker 1 restores one of those; the
+    10 records must not be counted again (they were, when a finished reader's snapshot recorded
+    its partitions' start offsets)."""
+    source, out = new_topic(kafka_broker, partitions=2, name="uneven"), new_topic(kafka_broker, 3, "uneven-out")
+    short, long = [f"0,{i}" for i in range(10)], [f"{1 + i % (KEYS - 1)},{i}" for i in range(10, 6010)]
+    produce(kafka_broker, source, short, partition=0)
+    produce(kafka_broker, source, long, partition=1)
+    result = run(make_env, tmp_path, 2, [Fault("during_upload", worker=1, checkpoint=6)],
+                 lambda env: count_job(env, kafka_broker, source, out, f"uneven-{out}"), "kafka-uneven")
+    assert len(result.restarts) == 1, result.restarts
+    per_key = collections.Counter(line.split(",")[0] for line in short + long)
+    oracle = collections.Counter(f"{k}:{c}" for k, n in per_key.items() for c in range(1, n + 1))
+    output = collections.Counter(read_committed(kafka_broker, out))
+    assert output == oracle, missing_and_repeated(output, oracle)
+
+
 # ------------------------------------------------------------------ necessity
 
 
