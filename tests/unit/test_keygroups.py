@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from epochal.plan.keygroups import key_group_of, key_group_range, stable_key_bytes, subtask_for_key_group
+from epochal.plan.keygroups import (
+    key_group_bytes,
+    key_group_of,
+    key_group_range,
+    key_groups_of,
+    stable_key_bytes,
+    subtask_for_key_group,
+)
 
 
 @pytest.mark.parametrize("max_parallelism", [1, 7, 128, 1000])
@@ -80,3 +87,15 @@ def test_key_groups_are_identical_across_processes_with_different_hash_seeds():
     assert _groups_in_subprocess("1") == here
     assert _groups_in_subprocess("4242") == here
     # Python's own hash() would differ between those processes for str keys; ours must not.
+
+
+def test_the_fast_paths_give_the_groups_of_the_general_encoding():
+    """str and bytes keys (Kafka's) skip stable_key_bytes; their groups must not move."""
+    import mmh3
+
+    keys = ["k1", "", "\u00e9t\u00e9", b"k1", b"", bytes(range(256)), 7, -3, 2.5, None, ("k", 1), (b"k", "k")]
+    for max_parallelism in (1, 128, 32768):
+        expected = [mmh3.hash(key_group_bytes(k), 0, False) % max_parallelism for k in keys]
+        assert [key_group_of(k, max_parallelism) for k in keys] == expected
+        assert key_groups_of(keys, max_parallelism) == expected
+    assert key_group_bytes(b"k1") == b"k1"

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from epochal.connectors.base import ReaderContext, SplitReader
-from epochal.connectors.kafka_common import KafkaError, KafkaRecord, UndecodableRecord
+from epochal.connectors.kafka_common import KafkaError, KafkaRecord, UndecodableRecord, _from_bytes
 from epochal.connectors.kafka_source import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
 
 if TYPE_CHECKING:
@@ -77,18 +77,24 @@ class KafkaPartitionReader(SplitReader):
         out: list[Any] = []
         append = out.append
         source = self.source
-        key_of, value_of = source.key_deserializer, source.value_deserializer
+        # the "bytes" deserialiser returns its argument: not calling it saves a call per record
+        key_of = None if source.key_deserializer is _from_bytes else source.key_deserializer
+        value_of = None if source.value_deserializer is _from_bytes else source.value_deserializer
         timestamp = source.timestamp
         watermarks = source.watermarks
         partitions = self.partitions
         now = time.monotonic()
+        # a consume() returns runs of one partition's records: look its state up once per run
+        last_topic, last_partition, state = None, None, None
         for message in messages:
             error = message.error()
             if error is not None:
                 self._on_error(message, error)
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            state = partitions.get(f"{topic}-{partition}")
+            if partition != last_partition or topic != last_topic:
+                state = partitions.get(f"{topic}-{partition}")
+                last_topic, last_partition = topic, partition
             if state is None or state.done:  # (a record past a bounded split's end)
                 continue
             state.next = offset + 1
@@ -96,8 +102,8 @@ class KafkaPartitionReader(SplitReader):
                 state.done = True
             raw_key, raw_value = message.key(), message.value()
             try:
-                key = key_of(raw_key)
-                value = value_of(raw_value)
+                key = raw_key if key_of is None else key_of(raw_key)
+                value = raw_value if value_of is None else value_of(raw_value)
             except Exception as decode_error:
                 self._undecodable(topic, partition, offset, raw_key, raw_value, decode_error)
                 continue

@@ -121,6 +121,23 @@ class KafkaSink(Sink):
         headers = None if self.headers is None else self.headers(record)
         return topic, key, self.value_serializer(value), partition, headers  # type: ignore[return-value]
 
+    def serialize_batch(self, records: list[Any]) -> list[Serialized]:
+        """:meth:`serialize` of every record; without a topic selector, partitioner or headers
+        (the common case) in one comprehension instead of a method call per record."""
+        if self.topic_selector is not None or self.partition is not None or self.headers is not None:
+            serialize = self.serialize
+            return [serialize(r) for r in records]
+        topic, key, value = self.topic, self.key, self.value
+        key_serializer, value_serializer = self.key_serializer, self.value_serializer
+        if key is None and value is None:
+            return [(topic, None, value_serializer(r), None, None) for r in records]  # type: ignore[misc]
+        if key is None:
+            return [(topic, None, value_serializer(value(r)), None, None) for r in records]  # type: ignore[misc]
+        if value is None:
+            return [(topic, key_serializer(key(r)), value_serializer(r), None, None) for r in records]  # type: ignore[misc]
+        return [(topic, key_serializer(key(r)), value_serializer(value(r)), None, None)  # type: ignore[misc]
+                for r in records]
+
     def create_writer(self, context: SinkContext) -> SinkWriter:
         from epochal.connectors.kafka_transactions import KafkaAtLeastOnceWriter, KafkaTransactionalWriter
 

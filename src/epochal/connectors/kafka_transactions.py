@@ -47,6 +47,12 @@ class _Producer:
     def send(self, records: list[Serialized]) -> None:
         produce, poll = self.producer.produce, self.producer.poll
         for topic, key, value, partition, headers in records:
+            if partition is None and not headers:  # the common case: no keyword arguments to build
+                try:
+                    produce(topic, value, key)
+                    continue
+                except BufferError:
+                    pass
             kwargs: dict[str, Any] = {}
             if partition is not None:
                 kwargs["partition"] = partition
@@ -80,8 +86,7 @@ class KafkaAtLeastOnceWriter(SinkWriter):
             "queue.buffering.max.messages": 1_000_000}))
 
     def write_batch(self, records: list[Any]) -> None:
-        serialize = self.sink.serialize
-        self.producer.send([serialize(r) for r in records])
+        self.producer.send(self.sink.serialize_batch(records))
 
     def flush(self) -> None:
         self.producer.flush("KafkaSink")
@@ -173,8 +178,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
 
     # ------------------------------------------------------------------ the epoch
     def write_batch(self, records: list[Any]) -> None:
-        serialize = self.sink.serialize
-        serialized = [serialize(r) for r in records]
+        serialized = self.sink.serialize_batch(records)
         if self.live is not None:
             self.waiting.extend(serialized)
             return

@@ -103,13 +103,16 @@ def key_group_of(key: Any, max_parallelism: int) -> int:
             return _hash(key.encode(), 0, False) % max_parallelism
         except UnicodeEncodeError:  # lone surrogates: the general path encodes them
             pass
+    elif kind is bytes:  # key_group_bytes of bytes is the bytes themselves (Kafka keys are bytes)
+        return _hash(key, 0, False) % max_parallelism
     elif kind is int:
         return _hash(str(key).encode(), 0, False) % max_parallelism
     return _hash(key_group_bytes(key), 0, False) % max_parallelism
 
 
 def key_groups_of(keys: list[Any], max_parallelism: int) -> list[int]:
-    """:func:`key_group_of` of every key of a batch; one C hash call per str key, no Python call.
+    """:func:`key_group_of` of every key of a batch; one C hash call per str or bytes key, no
+    Python call.
 
     Equal to ``[key_group_of(k, max_parallelism) for k in keys]``; the batch form exists because
     key hashing is on the hot path of every keyed shuffle and keyed operator.
@@ -117,8 +120,9 @@ def key_groups_of(keys: list[Any], max_parallelism: int) -> list[int]:
     hash_ = _hash
     group_of = key_group_of
     try:
-        return [hash_(k.encode(), 0, False) % max_parallelism if type(k) is str else group_of(k, max_parallelism)
-                for k in keys]
+        return [hash_(k.encode(), 0, False) % max_parallelism if type(k) is str
+                else hash_(k, 0, False) % max_parallelism if type(k) is bytes
+                else group_of(k, max_parallelism) for k in keys]
     except UnicodeEncodeError:
         return [group_of(k, max_parallelism) for k in keys]
 

@@ -1,0 +1,36 @@
+"""KafkaSink.serialize_batch: the writers' batch path gives what serialize gives record by record,
+in every combination of the sink's functions (no broker needed: serialising talks to none)."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochal.connectors.kafka import KafkaSink
+
+RECORDS = [("a", 1), ("b", 2), ("a", 3)]
+
+
+def _sinks() -> list[KafkaSink]:
+    def make(**kwargs: object) -> KafkaSink:
+        return KafkaSink("127.0.0.1:9", guarantee="at_least_once", **kwargs)  # type: ignore[arg-type]
+
+    return [
+        make(topic="t"),
+        make(topic="t", key=lambda r: r[0]),
+        make(topic="t", value=lambda r: f"{r[0]}={r[1]}"),
+        make(topic="t", key=lambda r: r[0], value=lambda r: r[1], key_serializer="str", value_serializer="json"),
+        make(topic_selector=lambda r: f"t-{r[0]}", key=lambda r: r[0]),
+        make(topic="t", partition=lambda r: r[1] % 2),
+        make(topic="t", headers=lambda r: [("n", str(r[1]).encode())]),
+    ]
+
+
+@pytest.mark.parametrize("sink", _sinks())
+def test_serialize_batch_is_serialize_of_every_record(sink: KafkaSink) -> None:
+    assert sink.serialize_batch(RECORDS) == [sink.serialize(r) for r in RECORDS]
+
+
+def test_serialize_batch_raises_what_serialize_raises() -> None:
+    sink = KafkaSink("127.0.0.1:9", "t", guarantee="at_least_once", value_serializer="bytes")
+    with pytest.raises(TypeError, match="bytes"):
+        sink.serialize_batch(["not bytes"])
