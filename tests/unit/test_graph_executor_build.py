@@ -159,3 +159,23 @@ def test_streaming_fennel_places_every_vertex_within_the_cap_and_the_layout_is_c
     (tmp_path / "hash").mkdir()
     hashed = load(tmp_path / "hash", files, 3, directed=False)
     assert sum(r.replicas for r in reports) < sum(r.replicas for r in hashed)
+
+
+@pytest.mark.parametrize("spread", [1, 3, 1000, 2**40])
+def test_id_rows_answer_as_binary_search_does_whether_dense_or_sparse(spread):
+    from epochal.graph.executors.build import IdRows, _member
+
+    rng = np.random.default_rng(spread)
+    ids = np.unique(rng.integers(-50, 5000 * spread, size=5000, dtype=np.int64))
+    rows = IdRows(ids)
+    assert (rows.table is not None) == (spread <= 3)  # dense only where the ids are close together
+    held = rng.choice(ids, size=20_000)
+    assert np.array_equal(rows.rows(held), np.searchsorted(ids, held))
+    asked = np.concatenate([held, rng.integers(-2**62, 2**62, size=5000, dtype=np.int64),
+                            np.array([ids[0] - 1, ids[-1] + 1, np.iinfo(np.int64).max, np.iinfo(np.int64).min])])
+    assert np.array_equal(rows.member(asked), _member(ids, asked))
+    looked = rows.lookup(asked)
+    assert np.array_equal(looked >= 0, _member(ids, asked))
+    assert np.array_equal(looked[looked >= 0], np.searchsorted(ids, asked[looked >= 0]))
+    empty = IdRows(np.zeros(0, np.int64))
+    assert not empty.member(asked).any()
