@@ -102,6 +102,9 @@ def test_the_dataframe_reader_on_each_backends_checkpoint_equals_the_oracle(make
     metadata = {(r.uid, r.state_name): r for r in epochal.read_state_metadata(spark, path).collect()}
     assert metadata[("sum", "aggregate")].kind == "keyed" and metadata[("source", None)].kind == "operator"
     assert metadata[("windows", "window-contents")].operator_bytes > 0
+    entries = metadata[("sum", "aggregate")].state_entries  # keys per state: exact on the heap,
+    assert entries == KEYS if backend != "rocksdb" else entries >= KEYS  # RocksDB's estimate
+    assert metadata[("source", None)].state_entries is None
 
 
 def restored_job(env: epochal.Environment, uid: str) -> epochal.CollectedStream:
@@ -120,6 +123,7 @@ def test_a_bootstrapped_savepoint_restored_at_parallelism_3_gives_the_oracles_ou
     info = epochal.savepoint_info(path)
     assert info["type"] == "savepoint" and info["operators"]["sum"]["parallelism"] == 2
     assert {r.key: r.value for r in epochal.read_state(spark, path, "sum", "aggregate").collect()} == oracle
+    assert info["operators"]["sum"]["entries"] == {"aggregate": len(oracle)}
 
     env = make_env(3)
     output = restored_job(env, "sum")

@@ -190,3 +190,9 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def entry_count(self) -> int:
         """Number of (state name, key) entries held."""
+
+    def state_entries(self) -> dict[str, int]:
+        """Keys per state now, cheaply (a snapshot records it for the metadata view): exact where
+        the backend counts its entries as it holds them, RocksDB's estimate, or ``{}`` for a
+        backend that cannot tell without a scan."""
+        return {}

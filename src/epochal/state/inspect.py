@@ -27,9 +27,15 @@ def savepoint_info(path: str) -> dict[str, Any]:
     operators = {}
     for uid, operator in sorted(metadata.get("operators", {}).items()):
         states: dict[str, str] = {}
+        entries: dict[str, int] = {}
+        counted = True  # every subtask with keyed state recorded its keys per state
         groups, size, operator_state = 0, 0, False
         for handle in operator.get("subtasks", {}).values():
             states.update(handle.get("states", {}))
+            if handle.get("states"):
+                counted = counted and "entries" in handle
+                for name, count in handle.get("entries", {}).items():
+                    entries[name] = entries.get(name, 0) + int(count)
             keyed = handle.get("keyed")
             if keyed is not None:
                 groups += _key_groups(keyed)
@@ -39,6 +45,7 @@ def savepoint_info(path: str) -> dict[str, Any]:
         operators[uid] = {"name": operator.get("name"), "operation": operator.get("operation", operator.get("kind")),
                           "parallelism": operator.get("parallelism"), "states": states,
                           "key_groups_with_state": groups,
+                          "entries": {name: entries.get(name, 0) for name in states} if counted and states else {},
                           "operator_state": operator_state, "bytes": size}
     taken = metadata.get("timestamp")
     return {"path": storage.location(checkpoint_id), "type": "savepoint" if is_savepoint(metadata) else "checkpoint",

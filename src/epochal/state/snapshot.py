@@ -77,6 +77,8 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
                                                     serialization.dumps(operator))
         if handle and parts.get("states"):  # name -> state type of its keyed state (savepoint info)
             handle["states"] = dict(parts["states"])
+        if handle and parts.get("entries"):  # name -> keys of the state (the metadata view's sizes)
+            handle["entries"] = dict(parts["entries"])
         if handle:
             handles[uid] = handle
     return handles

@@ -238,7 +238,8 @@ class Subtask:
         return {runner.uid: {"keyed": runner.keyed_state.capture_snapshot(self.plans.get(runner.uid))
                              if runner.keyed_state is not None else None,
                              "operator": runner.operator_state.capture(),
-                             "states": dict(runner.keyed_state.state_types) if runner.keyed_state is not None else {}}
+                             "states": dict(runner.keyed_state.state_types) if runner.keyed_state is not None else {},
+                             "entries": runner.keyed_state.state_entries() if runner.keyed_state is not None else {}}
                 for runner in self.runners}
 
     def snapshot_written(self, checkpoint_id: int, handles: dict[str, Any]) -> None:

@@ -176,7 +176,8 @@ class StateMetadataDataSource(DataSource):
 #: one row per (operator, state): keyed states, ``__timers__`` (kind ``timers``) and, once per
 #: operator with operator state, kind ``operator`` (state name null)
 METADATA_SCHEMA = ("uid string, operator_name string, operation string, parallelism int, kind string, "
-                   "state_name string, state_type string, key_groups_with_state int, operator_bytes long, "
+                   "state_name string, state_type string, state_entries long, key_groups_with_state int, "
+                   "operator_bytes long, "
                    "max_parallelism int, checkpoint_id long, snapshot_type string, path string")
 
 
@@ -193,9 +194,9 @@ def metadata_rows(path: str) -> list[tuple[Any, ...]]:
                 info["checkpoint_id"], info["type"], info["path"])
         for name, state_type in sorted(view.keyed_states(uid).items()):
             kind = "timers" if name == TIMERS else "keyed"
-            rows.append((*common, kind, name, state_type, *tail))
+            rows.append((*common, kind, name, state_type, operator["entries"].get(name), *tail))
         if view.has_operator_state(uid):
-            rows.append((*common, "operator", None, "list", *tail))
+            rows.append((*common, "operator", None, "list", None, *tail))
     return rows
 
 

@@ -327,8 +327,9 @@ def write_subtask(task: _Task, target: _Target, entries: Iterable[Entry]) -> tup
         groups.setdefault(group, {}).setdefault(name, {})[key] = value
     storage = SavepointStorage(target.path)
     states = dict(task.states)
+    counts = {name: sum(len(by_group.get(name, ())) for by_group in groups.values()) for name in states}
     handles = materialize(storage, 0, task.index, {task.uid: {"keyed": groups, "operator": operator,
-                                                              "states": states}})
+                                                              "states": states, "entries": counts}})
     return task.uid, task.index, handles.get(task.uid, {})
 
 
