@@ -82,8 +82,16 @@ class JobClient:
     reads goes through the JobMaster's query methods (which take its lock) or is a single
     reference to an immutable value (status, attempt, error)."""
 
-    def __init__(self, jobmaster: JobMaster) -> None:
+    def __init__(self, jobmaster: JobMaster, source_records: int | None = None) -> None:
         self._jobmaster = jobmaster
+        #: the records the job's sources will read in all, when every source knows (None: unknown)
+        self.source_records = source_records
+
+    @property
+    def dashboard_url(self) -> str:
+        """The job's page on its driver's dashboard, with the token that opens it ("" when the
+        job is not served over REST). Whoever has it can steer the job: keep it to yourself."""
+        return self._jobmaster.dashboard_url
 
     @property
     def kind(self) -> KindCoordinator:
