@@ -56,7 +56,7 @@ function bytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
-  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+  return `${i ? n.toFixed(1) : Math.round(n)} ${units[i]}`;
 }
 function seconds(n) {
   if (n === null || n === undefined) return "–";
@@ -206,7 +206,7 @@ function layout(plan) {
     }
     if (!moved) break;
   }
-  const heights = new Map(plan.vertices.map((v) => [v.id, 74 + 14 * v.operators.length]));
+  const heights = new Map(plan.vertices.map((v) => [v.id, 82 + 14 * v.operators.length]));
   const columns = new Map();
   for (const vertex of plan.vertices) {
     const column = layer.get(vertex.id);
