@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from epochal.connectors.base import JobSettings, Sink
+from epochal.connectors.memory import PrintSink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
@@ -82,7 +83,8 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         claims.release()
         raise
     claims.renew_while_held()
-    return JobClient(jobmaster, source_records=shape.source_records)
+    return JobClient(jobmaster, source_records=shape.source_records,
+                     prints=any(isinstance(sink, PrintSink) for sink in _sinks(job)))
 
 
 def outline(job: JobGraph, parallelism: int) -> JobOutline:
