@@ -43,6 +43,7 @@ from epochal.rest.models import (
     JobPlan,
     JobsOverview,
     JobSummary,
+    KindTables,
     QueryableRoutes,
     SavepointReport,
     SavepointTrigger,
@@ -240,6 +241,12 @@ def create_app(directory: JobDirectory, token: str, cookie: str = DASHBOARD_COOK
              summary="A job's shape: its vertices with their chained operators, and the edges between them")
     async def job_plan(job_id: str) -> JobPlan:
         return views.plan(find(job_id))
+
+    @app.get("/jobs/{job_id}/kind", response_model=KindTables, responses=_ERRORS,
+             summary="What a job kind shows of its own: a graph job's supersteps and recoveries, a CEC job's "
+                     "recoveries and workers' counters")
+    async def job_kind(job_id: str) -> KindTables:
+        return views.kind_tables(find(job_id))
 
     @app.get("/jobs/{job_id}/vertices", response_model=VertexList, responses=_ERRORS,
              summary="A job's vertices: records in and out, watermarks, backpressure, per operator and subtask")

@@ -181,6 +181,25 @@ class PlanEdge(BaseModel):
     side_output: str | None
 
 
+class KindTable(BaseModel):
+    """A table of a job kind's own numbers: title, column names, rows (oldest first)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str | int | float | bool | None]]
+
+
+class KindTables(BaseModel):
+    """``GET /jobs/{job_id}/kind``: what a job kind shows beyond what every kind shares: a graph
+    job's supersteps (active vertices, messages, seconds) and recoveries (Rebirth/Migration with
+    their phases, restores from checkpoints); a CEC job's single-worker recoveries and each
+    worker's counters. A dataflow job has none."""
+
+    job_id: str
+    kind: str
+    tables: list[KindTable]
+
+
 class JobPlan(BaseModel):
     """``GET /jobs/{job_id}/plan``: the job's shape (Flink's plan): vertices, the edges between
     them, and the records its sources will read in all (None: unknown or unbounded)."""

@@ -23,6 +23,8 @@ from epochal.rest.models import (
     JobDetails,
     JobOverview,
     JobPlan,
+    KindTable,
+    KindTables,
     OperatorMetrics,
     PlanEdge,
     PlanOperator,
@@ -86,6 +88,16 @@ def plan(served: ServedJob) -> JobPlan:
                              for v in shape.vertices],
                    edges=[PlanEdge(source=e.source, target=e.target, partitioning=e.partitioning,
                                    back_edge=e.back_edge, side_output=e.side_output) for e in shape.edges])
+
+
+def kind_tables(served: ServedJob) -> KindTables:
+    """The job kind's own tables (``KindCoordinator.tables``), non-finite numbers as None."""
+    metrics = served.jobmaster.snapshot_metrics()
+    tables = served.jobmaster.query(lambda kind: kind.tables(metrics))
+    return KindTables(job_id=served.job_id, kind=served.outline.kind, tables=[
+        KindTable(title=t.title, columns=list(t.columns),
+                  rows=[[_finite(v) if isinstance(v, float) else v for v in row] for row in t.rows])
+        for t in tables])
 
 
 # ---------------------------------------------------------------------- vertices

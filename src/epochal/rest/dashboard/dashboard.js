@@ -135,6 +135,7 @@ function jobPage(main, generation) {
     checkpoints: h("section", { id: "checkpoints-section" }, h("h2", {}, "Checkpoints"), h("div", { id: "checkpoints" })),
     savepoints: h("section", { id: "savepoints-section" }, h("h2", {}, "Savepoints"), h("ul", { id: "savepoints" })),
     restarts: h("section", { id: "restarts-section" }, h("h2", {}, "Restarts"), h("div", { id: "restarts" })),
+    kind: h("section", { id: "kind-section", hidden: true }, h("div", { id: "kind" })),
   };
   const actions = h("div", { class: "actions" },
     h("button", { id: "btn-savepoint", onclick: () => savepoint(id) }, "Savepoint"),
@@ -145,8 +146,8 @@ function jobPage(main, generation) {
   main.append(...Object.values(sections));
   every(generation, async () => {
     if (!state.plan) state.plan = await api(`/jobs/${id}/plan`);
-    const [job, vertices, checkpoints] = await Promise.all([api(`/jobs/${id}`), api(`/jobs/${id}/vertices`),
-      api(`/jobs/${id}/checkpoints?history=200`)]);
+    const [job, vertices, checkpoints, kind] = await Promise.all([api(`/jobs/${id}`), api(`/jobs/${id}/vertices`),
+      api(`/jobs/${id}/checkpoints?history=200`), api(`/jobs/${id}/kind`)]);
     const requests = [...state.requests.values()].filter((r) => r.job === state.jobId);
     await Promise.all(requests.filter((r) => r.status === "IN_PROGRESS").map(async (r) => {
       try {
@@ -163,7 +164,19 @@ function jobPage(main, generation) {
     checkpointView(checkpoints);
     savepointList(checkpoints, requests);
     restartList(job);
+    kindTables(kind);
   });
+}
+
+function kindTables(kind) {
+  const section = document.getElementById("kind-section");
+  section.hidden = !kind.tables.length;
+  const cell = (v) => (typeof v === "number" ? (Number.isInteger(v) ? number(v) : v.toFixed(3)) : v === null ? "–" : String(v));
+  document.getElementById("kind").replaceChildren(...kind.tables.map((table) => h("div", { class: "kind-table" },
+    h("h2", {}, `${table.title} (${kind.kind})`),
+    table.rows.length ? h("table", {}, h("thead", {}, h("tr", {}, table.columns.map((c) => h("th", {}, c)))),
+      h("tbody", {}, table.rows.slice(-50).reverse().map((row) => h("tr", {}, row.map((v) => h("td", {}, cell(v)))))))
+      : h("p", { class: "muted" }, "None yet."))));
 }
 
 function summary(job, vertices) {
