@@ -133,6 +133,9 @@ def test_the_dashboard_shows_a_running_job_and_steers_it(browser, make_env, tmp_
         assert path.startswith(str(tmp_path / "savepoints")) and os.path.isfile(os.path.join(path, METADATA))
         assert any(c.get("savepoint") == path for c in client.checkpoint_stats())
 
+        # the restarted attempt's rates are measured again (its workers are new processes)
+        page.wait_for_function("() => [...document.querySelectorAll('#graph .vertex')].every("
+                               "v => Number(v.dataset.recordsInPerS) > 0)", timeout=30_000)
         screenshot = artifacts() / "dashboard.png"
         page.screenshot(path=str(screenshot), full_page=True)
         if os.environ.get("EPOCHAL_SCREENSHOTS") == "docs":

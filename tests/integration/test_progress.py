@@ -14,7 +14,8 @@ from tests.integration.test_console import run_in_terminal
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCRIPT = """
-    import sys, tempfile
+    import os, sys, tempfile
+    os.environ["COLUMNS"] = "160"  # the pseudo-terminal has no size: rich would cut the line at 80
     import epochal
 
     def run(name, count, **options):

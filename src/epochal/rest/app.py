@@ -96,7 +96,7 @@ class BearerToken:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            if scope.get("path") in ("/dashboard", "/dashboard/") and scope.get("query_string"):
+            if scope.get("path") in ("/dashboard", "/dashboard/") and b"token=" in scope.get("query_string", b""):
                 await self.sign_in(scope, send)
                 return
             if not self.authorized(scope):

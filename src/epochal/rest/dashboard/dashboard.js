@@ -147,7 +147,7 @@ function jobPage(main, generation) {
   every(generation, async () => {
     if (!state.plan) state.plan = await api(`/jobs/${id}/plan`);
     const [job, vertices, checkpoints, kind] = await Promise.all([api(`/jobs/${id}`), api(`/jobs/${id}/vertices`),
-      api(`/jobs/${id}/checkpoints?history=200`), api(`/jobs/${id}/kind`)]);
+      api(`/jobs/${id}/checkpoints?history=60`), api(`/jobs/${id}/kind`)]);
     const requests = [...state.requests.values()].filter((r) => r.job === state.jobId);
     await Promise.all(requests.filter((r) => r.status === "IN_PROGRESS").map(async (r) => {
       try {
@@ -161,11 +161,24 @@ function jobPage(main, generation) {
     summary(job, vertices);
     graph(state.plan, vertices);
     vertexTable(vertices);
-    checkpointView(checkpoints);
-    savepointList(checkpoints, requests);
-    restartList(job);
-    kindTables(kind);
+    // what changes only now and then is redrawn only when it changed
+    const latest = checkpoints.history.length ? checkpoints.history[0].id : 0;
+    if (changed("checkpoints", [checkpoints.counts.total, latest])) checkpointView(checkpoints);
+    if (changed("savepoints", [latest, requests.map((r) => r.status)])) savepointList(checkpoints, requests);
+    if (changed("restarts", [job.restart_history.length, job.restart_history.map((r) => r.recovered_s)])) {
+      restartList(job);
+    }
+    if (changed("kind", kind.tables)) kindTables(kind);
   });
+}
+
+const seen = new Map();
+function changed(part, value) {
+  const key = `${state.generation}:${part}`;
+  const text = JSON.stringify(value);
+  if (seen.get(key) === text) return false;
+  seen.set(key, text);
+  return true;
 }
 
 function kindTables(kind) {
