@@ -5,13 +5,24 @@ BIN := $(VENV)/bin
 # The exact versions the tests last passed with; pyproject.toml keeps ranges for library users.
 LOCK := constraints.txt
 
-.PHONY: demo test test-quick setup check lint bench bench-peers clean upgrade-deps
+.PHONY: demo test test-quick setup check lint bench bench-peers clean upgrade-deps browser
 
 demo: setup
 	$(BIN)/python examples/wordcount.py
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
+
+# The dashboard's browser test drives Debian's chromium (Playwright never downloads a browser):
+# installed here when missing (as root, or with password-less sudo); if that fails the test is skipped.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO=none; fi; \
+	  if [ "$$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium and chromium-driver (apt-get) for the dashboard's browser test"; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver \
+	      >/dev/null || echo "chromium could not be installed: the dashboard's browser test will be skipped"; \
+	  else echo "chromium is missing (apt-get install chromium chromium-driver): the dashboard's browser test will be skipped"; fi; }
 
 test-quick: setup
 	$(BIN)/python -m pytest -m "not integration and not slow"
@@ -54,4 +65,4 @@ bench-peers: setup
 	$(BIN)/python -m benchmarks.peers
 
 clean:
-	rm -rf $(VENV) .venv-peers build *.egg-info src/*.egg-info .pytest_cache benchmarks/results
+	rm -rf $(VENV) .venv-peers build *.egg-info src/*.egg-info .pytest_cache benchmarks/results test-artifacts

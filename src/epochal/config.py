@@ -22,6 +22,7 @@ MODES = (EXACTLY_ONCE, AT_LEAST_ONCE, SYNCHRONOUS, NONE)
 #: The environment variables that give :class:`EngineConfig`'s REST settings their defaults
 #: (a setting given in code wins).
 REST_ENV, REST_HOST_ENV, REST_PORT_ENV = "EPOCHAL_REST", "EPOCHAL_REST_HOST", "EPOCHAL_REST_PORT"
+PROGRESS_ENV = "EPOCHAL_PROGRESS"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ class EngineConfig:
             job of one driver process that asks for the same host and port shares one server
             (and its token); the address and token are in the per-user job registry
             (:mod:`epochal.rest.registry`).
+        progress: the live progress line a blocking ``execute`` draws on a terminal
+            (:mod:`epochal.control.progress`): ``None`` (the default, or ``EPOCHAL_PROGRESS``
+            unset): when standard error is a terminal and the job has no ``print()`` sink
+            writing there; ``True``: whenever standard error is a terminal; ``False``: never.
     """
 
     batch_size: int = 1024
@@ -112,6 +117,8 @@ class EngineConfig:
     rest_enabled: bool = field(default_factory=lambda: env_flag(REST_ENV, True))
     rest_host: str = field(default_factory=lambda: os.environ.get(REST_HOST_ENV) or "127.0.0.1")
     rest_port: int = field(default_factory=lambda: env_int(REST_PORT_ENV, 0))
+    progress: bool | None = field(
+        default_factory=lambda: env_flag(PROGRESS_ENV, True) if os.environ.get(PROGRESS_ENV, "").strip() else None)
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError

@@ -25,13 +25,13 @@ OUTLINE = JobOutline("dataflow", 2, (
 
 @contextlib.contextmanager
 def served_jobs(tmp_path) -> Iterator[Callable[..., JobMaster]]:
-    """Yields ``start(name, checkpoints=False)``: a served job of 2 workers that are not there
+    """Yields ``start(name, checkpoints=False, outline=OUTLINE)``: a served job of 2 workers that are not there
     yet (the caller sets EPOCHAL_HOME). Every job is cancelled at the end, and the server waited
     for until it stopped."""
     started: list[JobMaster] = []
     idle, rest_server.IDLE_S = rest_server.IDLE_S, 0.0  # the server stops as its last job ends
 
-    def start(name: str, checkpoints: bool = False) -> JobMaster:
+    def start(name: str, checkpoints: bool = False, outline: JobOutline = OUTLINE) -> JobMaster:
         coordinator = None
         if checkpoints:
             config = CheckpointConfig(interval=3600.0, storage=str(tmp_path / "chk"), savepoint_dir="")
@@ -46,7 +46,7 @@ def served_jobs(tmp_path) -> Iterator[Callable[..., JobMaster]]:
             jm.start()
             return jm
 
-        return rest_server.serve(jm.config, OUTLINE, launch)
+        return rest_server.serve(jm.config, outline, launch)
 
     yield start
     for jm in started:

@@ -111,6 +111,10 @@ def test_the_coordinator_replaces_lost_workers_and_finishes_when_all_are_done():
                                      "phases": {"load_s": 0.1}, "resumed": 2.7}]
     assert report(coordination, 1, StageDone(1), 3.0) == [] and report(coordination, 2, StageDone(2), 3.0) == []
     assert report(coordination, 0, StageDone(0), 4.0) == [KindCommand(FinishJob())]
+    recoveries, workers = coordination.tables({1: {"records_in": 5, "frames": 2}})
+    assert recoveries.rows == [(0, pytest.approx(0.6), pytest.approx(0.7), "load_s 0.100s")]
+    assert workers.columns[:3] == ("worker", "records in", "records out")
+    assert workers.rows == [(1, 5, None, 2, None, None, None)]
 
 
 # ---------------------------------------------------------------- the sink's commit log

@@ -280,7 +280,7 @@ def test_statistics_of_a_completed_checkpoint_in_memory_and_jsonl(tmp_path):
     assert {k: v for k, v in entry.items() if k != "subtasks"} == {
         "checkpoint_id": 1, "status": "completed", "trigger_time": 500.0, "duration_s": 2.0, "bytes": 30,
         "alignment_s_max": 2.0, "sync_s_max": 0.1, "async_s_max": 0.9, "alignment_buffered_bytes": 3,
-        "alignment_spilled_bytes": 4, "loop_log_records": 6}
+        "alignment_spilled_bytes": 4, "loop_log_records": 6, "state_bytes": {"sum-0": 0}}
     assert set(entry["subtasks"]) == {"0/0", "1/0", "1/1"}
     coordinator.trigger(4.0, 0.0)
     check_timeouts(coordinator, 20.0)

@@ -14,7 +14,7 @@ from epochal.cli import Exit, main
 from epochal.rest.registry import HOME_ENV, Registry, RegistryEntry
 from tests.unit.served_jobs import served_jobs
 
-VERBS = ["list", "info", "checkpoints", "savepoint", "stop", "cancel", "run", "check"]
+VERBS = ["list", "info", "checkpoints", "dashboard", "savepoint", "stop", "cancel", "run", "check"]
 
 
 @pytest.fixture
@@ -78,6 +78,8 @@ def test_list_is_empty_then_shows_served_jobs_and_info_reads_one(capsys, jobs):
     assert (listed["id"], listed["status"], listed["pid"]) == (job.job_id, "deploying", os.getpid())
     code, out, _ = run(capsys, "info", "listed")
     assert code == Exit.OK and f"job 'listed' (id {job.job_id})" in out and "uid 'map-1' Map" in out
+    code, out, _ = run(capsys, "dashboard", "listed")
+    assert code == Exit.OK and out.strip() == job.dashboard_url  # the URL the driver gives
     code, out, _ = run(capsys, "info", job.job_id[:6], "--json")
     document = json.loads(out)
     assert document["job"]["id"] == job.job_id and len(document["vertices"]) == 2

@@ -133,3 +133,15 @@ def test_a_checkpoint_whose_metadata_cannot_be_written_is_never_restored(tmp_pat
     request = coordination.restore_request(1)
     assert request.checkpoint_id == 0  # the newest written one
     assert coordination.chains == {0: [[0, handle(0)]], 1: [[0, handle(1)]]}
+
+
+def test_its_tables_show_each_superstep_and_the_restores():
+    coordination = GraphCoordination("job", Ten(), 2)
+    started(coordination, 0.0)
+    for n in range(3):
+        finish(coordination, n, False, now=float(n + 1))
+    coordination.restores.append(1)
+    supersteps, restores = coordination.tables({})
+    assert supersteps.title == "Supersteps" and restores.rows == [(1, 1)]
+    assert [row[:3] for row in supersteps.rows] == [(0, 2, 2), (1, 2, 2), (2, 2, 2)]  # active, messages summed
+    assert [row[3] for row in supersteps.rows] == [1.0, 1.0, 1.0] and not any(row[4] for row in supersteps.rows)

@@ -202,7 +202,8 @@ def test_the_openapi_description_names_every_endpoint(jobs):
     paths = client().get("/openapi.json")["paths"]
     assert {(path, method) for path, item in paths.items() for method in item} == {
         ("/jobs", "get"), ("/jobs/overview", "get"), ("/jobs/{job_id}", "get"), ("/jobs/{job_id}", "patch"),
-        ("/jobs/{job_id}/vertices", "get"), ("/jobs/{job_id}/checkpoints", "get"),
+        ("/jobs/{job_id}/plan", "get"), ("/jobs/{job_id}/kind", "get"), ("/jobs/{job_id}/vertices", "get"),
+        ("/jobs/{job_id}/checkpoints", "get"),
         ("/jobs/{job_id}/savepoints", "post"), ("/jobs/{job_id}/savepoints/{request_id}", "get"),
         ("/jobs/{job_id}/stop", "post"), ("/jobs/{job_id}/queryable", "get")}
 

@@ -314,10 +314,12 @@ class Environment:
 
     def execute(self, job_name: str = "epochal job", timeout: float | None = None, *,
                 restore_from: str | None = None, allow_non_restored_state: bool = False,
-                faults: list[Fault] | None = None) -> JobResult:
+                faults: list[Fault] | None = None, progress: bool | None = None) -> JobResult:
         """Run the job until it finishes (bounded sources) and return its result.
 
         ``restore_from`` and ``allow_non_restored_state``: see :meth:`execute_async`.
+        ``progress``: the live progress line on a terminal (records per second, how far the
+        sources are, checkpoints, restarts); None: ``EngineConfig.progress`` decides (see there).
 
         Raises:
             JobFailedError: a user function raised, a worker died, or Spark failed the job.
@@ -331,7 +333,8 @@ class Environment:
         try:
             _, result = wait(lambda: self.execute_async(job_name, restore_from=restore_from,
                                                         allow_non_restored_state=allow_non_restored_state,
-                                                        faults=faults), job_name, timeout)
+                                                        faults=faults), job_name, timeout,
+                                 self.config.progress if progress is None else progress)
         except EpochalError as error:  # shown from the user's call, without epochal's inner frames
             raise error.with_traceback(None) from None
         self.last_result = result

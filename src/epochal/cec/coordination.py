@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from epochal.cec.protocol import FinishJob, Rejoined, Resumed, StageDone
 from epochal.cec.worker import CecWorker
 from epochal.control.jobmaster_events import SavepointDone, SavepointRequest
-from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, TaskLocalRecovery
+from epochal.control.kinds import KindCoordinator, KindOutput, KindTable, ReplaceWorker, TaskLocalRecovery
 from epochal.messages import KindCommand, KindReport, ToJobMaster
 
 
@@ -41,6 +41,18 @@ class CecCoordination(KindCoordinator):
         #: first input (``resumed``), in the JobMaster's monotonic seconds
         self.history: list[dict[str, Any]] = []
         self._open: dict[int, dict[str, Any]] = {}
+
+    def tables(self, metrics: dict[int, dict[str, Any]]) -> list[KindTable]:
+        """Single-worker recoveries (seconds from the loss to rebuilt and to the first input, and
+        where the time went), and each worker's counters: records, frames logged and replayed."""
+        recoveries = [(r["worker"], r["rebuilt"] - r["lost"], r["resumed"] - r["lost"] if "resumed" in r else None,
+                       ", ".join(f"{k} {v:.3f}s" for k, v in r.get("phases", {}).items()))
+                      for r in self.history if "rebuilt" in r]
+        names = ("records_in", "records_out", "frames", "bytes_logged", "replayed_frames", "queued_frames")
+        counters = [(worker, *(m.get(name) for name in names)) for worker, m in sorted(metrics.items())]
+        return [KindTable("Single-worker recoveries", ("worker", "rebuilt after s", "first input after s", "phases"),
+                          recoveries),
+                KindTable("Workers", ("worker", *(n.replace("_", " ") for n in names)), counters)]
 
     # ---------------------------------------------------------------- KindCoordinator
     # (nothing to restore: a CEC job rebuilds from its workers' own queues)

@@ -1,4 +1,4 @@
-"""The verbs that look at jobs: ``list``, ``info``, ``checkpoints``."""
+"""The verbs that look at jobs: ``list``, ``info``, ``checkpoints``, ``dashboard``."""
 
 from __future__ import annotations
 
@@ -112,3 +112,16 @@ def checkpoints(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     return Exit.OK
 
+
+
+def dashboard(args: argparse.Namespace) -> int:
+    """The URL of a job's page on its driver's dashboard, with the token that opens it (once: the
+    browser keeps a cookie). The job is looked up first, so a URL printed is one that works."""
+    target = find_job(args)
+    job = target.call(f"job {args.job}", "GET")
+    url = f"{target.client.base}/dashboard?token={target.client.token}#/jobs/{job['id']}"
+    if args.json:
+        emit({"job_id": job["id"], "url": url})
+    else:
+        print(url)
+    return Exit.OK

@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--history", type=int, default=10, metavar="N", help="the N newest (default 10)")
     checkpoints.set_defaults(handler=jobs.checkpoints)
 
+    board = verb("dashboard", "print the URL of a job's page on its driver's dashboard (it carries the token: "
+                 "keep it to yourself)", remote)
+    board.add_argument("job", metavar="JOB", help=JOB_HELP)
+    board.set_defaults(handler=jobs.dashboard)
+
     savepoint = verb("savepoint", "take a savepoint of a running job (it keeps running) and print its path; "
                      "also: 'epochal savepoint info PATH', 'epochal savepoint dispose PATH'", remote,
                      usage="epochal savepoint [-h] [--format {canonical,native}] [options] JOB [DIR]\n"

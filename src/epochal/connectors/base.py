@@ -138,6 +138,12 @@ class Source(ABC):
     def validate(self, settings: JobSettings) -> None:  # noqa: B027 - optional hook
         """Check the job's settings at submit time; raise a ``PlanError`` naming what to change."""
 
+    def size_hint(self) -> int | None:
+        """How many records the source produces in all, when it knows without reading (a
+        collection, a generator or sequence with an end): the console's progress line and the
+        dashboard show how far the job read. None (the default): unknown or unbounded."""
+        return None
+
 
 @dataclass
 class SinkContext:
@@ -254,6 +260,12 @@ class Sink(ABC):
 
     def validate(self, settings: JobSettings) -> None:  # noqa: B027 - optional hook
         """Check the job's settings at submit time; raise a ``PlanError`` naming what to change."""
+
+    def size_hint(self) -> int | None:
+        """How many records the source produces in all, when it knows without reading (a
+        collection, a generator or sequence with an end): the console's progress line and the
+        dashboard show how far the job read. None (the default): unknown or unbounded."""
+        return None
 
     def claim_location(self) -> str | None:
         """A directory (path or URI) no other job may write while this job runs, or None.

@@ -98,6 +98,9 @@ class CollectionSource(Source):
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         return [_CollectionSplit(f"collection-{i}", self.items[i::parallelism]) for i in range(parallelism)]
 
+    def size_hint(self) -> int | None:
+        return len(self.items)
+
 
 class _SequenceSplit(_IndexSplit):
     def _records(self, indices: range) -> list[Any]:
@@ -124,6 +127,9 @@ class SequenceSource(Source):
         rate = None if self.rate is None else self.rate / parallelism
         return [_SequenceSplit(f"sequence-{j}", self.start + j, self.end, parallelism, rate)
                 for j in range(parallelism)]
+
+    def size_hint(self) -> int | None:
+        return None if self.end is None else max(self.end - self.start, 0)
 
 
 class _GeneratorSplit(_IndexSplit):
@@ -156,6 +162,9 @@ class GeneratorSource(Source):
         rate = None if self.rate is None else self.rate / parallelism
         return [_GeneratorSplit(f"generator-{j}", self.fn, j, self.count, parallelism, rate)
                 for j in range(parallelism)]
+
+    def size_hint(self) -> int | None:
+        return self.count
 
 
 class _PrintWriter(SinkWriter):

@@ -82,8 +82,25 @@ class JobClient:
     reads goes through the JobMaster's query methods (which take its lock) or is a single
     reference to an immutable value (status, attempt, error)."""
 
-    def __init__(self, jobmaster: JobMaster) -> None:
+    def __init__(self, jobmaster: JobMaster, source_records: int | None = None, prints: bool = False) -> None:
         self._jobmaster = jobmaster
+        #: the records the job's sources will read in all, when every source knows (None: unknown)
+        self.source_records = source_records
+        #: whether the job has a ``print()`` sink (its workers write to the console)
+        self.prints = prints
+
+    def records_read(self) -> int:
+        """Records the job's sources read so far, each counted once across restarts (what
+        ``JobResult.records_processed`` will say)."""
+        jm = self._jobmaster
+        return jm.query(lambda kind: kind.records_base) + sum(
+            m.get("source_records", 0) for m in jm.snapshot_metrics().values())
+
+    @property
+    def dashboard_url(self) -> str:
+        """The job's page on its driver's dashboard, with the token that opens it ("" when the
+        job is not served over REST). Whoever has it can steer the job: keep it to yourself."""
+        return self._jobmaster.dashboard_url
 
     @property
     def kind(self) -> KindCoordinator:

@@ -117,6 +117,8 @@ class JobMaster:
         self.start_time = 0.0
         self.ended_at = 0.0
         self.done = threading.Event()
+        #: the job's page on its driver's dashboard, token included (set by the REST server; "": none)
+        self.dashboard_url = ""
         #: called once the job ended, before ``done`` is set (e.g. giving up its sinks' claims,
         #: so a job started right after this one ended finds them free)
         self.on_end: list[Callable[[], None]] = []

@@ -321,7 +321,7 @@ class JobMasterMachine:
             return
         # stop this attempt's workers; the next attempt starts once its Spark job is gone
         cause = str(error).splitlines()[0]
-        self.restarting.begin(self.attempt, cause, delay, now)
+        self.restarting.begin(self.attempt, cause, delay, now, str(error), getattr(error, "category", ""))
         self.emit(Restarting(self.attempt, cause.removeprefix(f"job '{self.job_name}' failed: "), delay,
                              len(self.restarting.restarts), self.restarting.strategy.describe()))
         self.kind_outputs(self.kind.attempt_failed(f"job attempt {self.attempt} failed", now), now)

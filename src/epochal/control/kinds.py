@@ -82,6 +82,16 @@ class TaskLocalRecovery(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class KindTable:
+    """A table of a job kind's own numbers (:meth:`KindCoordinator.tables`): a title, the column
+    names, and rows of plain values (str, int, float, bool or None), newest last."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+
 class KindCoordinator:
     """A job kind's coordination on the JobMaster; subclasses override what their kind needs.
 
@@ -181,4 +191,10 @@ class KindCoordinator:
     @property
     def non_restored_state(self) -> list[dict[str, Any]]:
         """State of the user's ``restore_from`` checkpoint that no operator claimed (skipped)."""
+        return []
+
+    def tables(self, metrics: dict[int, dict[str, Any]]) -> list[KindTable]:
+        """What the REST API and the dashboard show of this kind beyond what every kind shares
+        (a graph job's supersteps and recoveries, a CEC job's recoveries and its workers' counters);
+        ``metrics``: each worker's latest heartbeat metrics. Read under the JobMaster's lock: copy."""
         return []

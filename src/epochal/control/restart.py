@@ -141,9 +141,17 @@ class RestartMachine:
             return ""
         return f"\n(after {len(self.restarts)} restarts; restart strategy: {self.strategy.describe()})"
 
-    def begin(self, attempt: int, cause: str, delay: float, now: float) -> None:
-        """Attempt ``attempt`` failed with ``cause`` and restarts after ``delay`` seconds."""
-        self.restarts.append({"attempt": attempt, "cause": cause, "detected": self.detected or now})
+    def begin(self, attempt: int, cause: str, delay: float, now: float, message: str = "",
+              category: str = "") -> None:
+        """Attempt ``attempt`` failed with ``cause`` (the first line of the error; ``message``: all
+        of it, the user's traceback included; ``category``: ``JobFailedError.category``) and
+        restarts after ``delay`` seconds."""
+        entry: dict[str, Any] = {"attempt": attempt, "cause": cause, "detected": self.detected or now}
+        if message and message != cause:
+            entry["message"] = message
+        if category:
+            entry["category"] = category
+        self.restarts.append(entry)
         self.stop_deadline = now + self.stop_timeout
         self.restart_at = now + delay
         self.spark_killed = False

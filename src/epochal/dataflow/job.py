@@ -15,6 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from epochal.connectors.base import JobSettings, Sink
+from epochal.connectors.memory import PrintSink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
@@ -23,7 +24,7 @@ from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment
 from epochal.plan.jobgraph import JobGraph
-from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline
+from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
 from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.checkpoint_dirs import find_restore_point, job_directory
@@ -74,22 +75,28 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     claims = SinkClaims(job_id, job_name, _sink_locations(job))
     claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
     try:
-        jobmaster = serve(env.config, outline(job, env.parallelism), lambda: launch(
+        shape = outline(job, env.parallelism)
+        jobmaster = serve(env.config, shape, lambda: launch(
             env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
             restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=claims.release))
     except BaseException:
         claims.release()
         raise
     claims.renew_while_held()
-    return JobClient(jobmaster)
+    return JobClient(jobmaster, source_records=shape.source_records,
+                     prints=any(isinstance(sink, PrintSink) for sink in _sinks(job)))
 
 
 def outline(job: JobGraph, parallelism: int) -> JobOutline:
-    """The job's vertices and their chained operators, as the REST API shows them."""
+    """The job's vertices and their chained operators, the edges between them, and the records
+    its sources will read (when every source knows), as the REST API shows them."""
+    sizes = [v.source.size_hint() for v in job.vertices if v.source is not None]
     return JobOutline("dataflow", parallelism, tuple(
         VertexOutline(v.id, v.name, v.parallelism,
                       tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes))
-        for v in job.vertices))
+        for v in job.vertices), tuple(
+        EdgeOutline(e.source_vertex, e.target_vertex, e.partitioner.strategy, e.back_edge, e.side_tag)
+        for e in job.edges), sum(s for s in sizes if s is not None) if sizes and None not in sizes else None)
 
 
 def _sink_locations(job: Any) -> dict[str, str]:

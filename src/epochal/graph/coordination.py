@@ -18,7 +18,14 @@ from typing import Any, ClassVar
 from epochal.control import job_failures
 from epochal.control.checkpointing.files import WriteCheckpoint
 from epochal.control.jobmaster_events import ResolveRestore, SavepointDone, SavepointRequest
-from epochal.control.kinds import KindCoordinator, KindOutput, ReplaceWorker, RetireWorker, TaskLocalRecovery
+from epochal.control.kinds import (
+    KindCoordinator,
+    KindOutput,
+    KindTable,
+    ReplaceWorker,
+    RetireWorker,
+    TaskLocalRecovery,
+)
 from epochal.graph import checkpoints
 from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.replica_recovery import ReplicaRecovery
@@ -33,6 +40,9 @@ from epochal.graph.supersteps import (
 from epochal.graph.worker import GraphWorker
 from epochal.messages import Failed, KindCommand, KindReport, ToJobMaster
 from epochal.state.storage import CheckpointStorage
+
+#: Supersteps the dashboard shows (the latest).
+SHOWN = 200
 
 
 class GraphCoordination(KindCoordinator):
@@ -70,6 +80,30 @@ class GraphCoordination(KindCoordinator):
     @property
     def latest_checkpoint(self) -> int | None:
         return self.supersteps.latest_checkpoint
+
+    def tables(self, metrics: dict[int, dict[str, Any]]) -> list[KindTable]:
+        """Supersteps (active vertices, messages sent, seconds, checkpointed), the latest
+        :data:`SHOWN`; recoveries by replication (Rebirth or Migration, with each worker's phases)
+        and restores from checkpoints."""
+        timed = {t["superstep"]: t for t in self.timings}
+        rows = []
+        for step in self.supersteps.history[-SHOWN:]:
+            timing = timed.get(step["superstep"], {})
+            took = timing["completed"] - timing["started"] if "completed" in timing else None
+            rows.append((step["superstep"], step["active"], step["sent"], took, bool(timing.get("checkpoint"))))
+        tables = [KindTable("Supersteps", ("superstep", "active vertices", "messages sent", "seconds", "checkpoint"),
+                            rows)]
+        if self.replication is not None:
+            tables.append(KindTable("Recoveries (replication)", (
+                "epoch", "lost workers", "mode", "seconds", "phases per worker"), [
+                (r["epoch"], ", ".join(map(str, r["lost"])), r["mode"], r["recovered"] - r["detected"],
+                 "; ".join(f"{w}: " + ", ".join(f"{k} {v:.3f}s" for k, v in phases.items())
+                           for w, phases in sorted(r["workers"].items())))
+                for r in self.replication.history]))
+        if self.restores:
+            tables.append(KindTable("Restores from checkpoints", ("restore", "superstep"),
+                                    [(i + 1, step) for i, step in enumerate(self.restores)]))
+        return tables
 
     def _command(self, step: RunSuperstep, now: float) -> RunSuperstep:
         if step.checkpoint:

@@ -24,22 +24,26 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import metadata
 from typing import Any, Literal
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Query, Request, Security
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPBearer
 
 from epochal.control.savepoints import IN_PROGRESS
-from epochal.rest import views
+from epochal.rest import dashboard, views
 from epochal.rest.directory import JobDirectory, ServedJob
+from epochal.rest.metrics import registry_for as metrics_registry
 from epochal.rest.models import (
     CheckpointList,
     Error,
     JobAccepted,
     JobDetails,
     JobList,
+    JobPlan,
     JobsOverview,
     JobSummary,
+    KindTables,
     QueryableRoutes,
     SavepointReport,
     SavepointTrigger,
@@ -52,6 +56,8 @@ from epochal.rest.names import AmbiguousJob, UnknownJob
 #: Seconds a savepoint or stop request waits for the job to take it up or refuse it; after that
 #: it is answered 202 (still queued, poll it), or 409 if the job ended meanwhile.
 DECIDE_TIMEOUT = 10.0
+#: The dashboard's cookie when the server names none (a server names it after its port).
+DASHBOARD_COOKIE = "epochal_token"
 #: The one body of every 401.
 UNAUTHORIZED = json.dumps({"detail": "unauthorized: this API needs its bearer token "
                                      "(Authorization: Bearer <token>)", "candidates": []}).encode()
@@ -73,32 +79,80 @@ class ApiError(Exception):
 
 
 class BearerToken:
-    """ASGI middleware: a request without ``Authorization: Bearer <token>`` gets 401."""
+    """ASGI middleware: a request without the token gets 401.
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    The token comes as ``Authorization: Bearer <token>`` (the API's clients, Prometheus), or as
+    the dashboard's cookie (``cookie``: its name, one per server port, since browsers share
+    cookies between the ports of a host). A browser gets the cookie by opening
+    ``/dashboard?token=<token>`` once (the URL the driver prints): it is answered with a redirect
+    to ``/dashboard/`` that sets the cookie (HttpOnly, SameSite=Strict), so the token leaves the
+    address bar. A request other than GET/HEAD authorized by the cookie alone must also carry
+    ``X-Epochal-Dashboard`` (the dashboard's scripts send it; a form of another site cannot)."""
+
+    def __init__(self, app: ASGIApp, token: str, cookie: str = DASHBOARD_COOKIE) -> None:
         self.app = app
         self.token = token.encode()
+        self.cookie = cookie.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.authorized(scope):
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(UNAUTHORIZED)).encode()),
-                                    (b"www-authenticate", b"Bearer")]})
-            await send({"type": "http.response.body", "body": UNAUTHORIZED})
-            return
+        if scope["type"] == "http":
+            if scope.get("path") in ("/dashboard", "/dashboard/") and b"token=" in scope.get("query_string", b""):
+                await self.sign_in(scope, send)
+                return
+            if not self.authorized(scope):
+                await refuse(send)
+                return
         await self.app(scope, receive, send)
 
     def authorized(self, scope: Scope) -> bool:
-        given = b""
+        given, cookies, dashboard = b"", b"", False
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 given = value
-                break
+            elif name == b"cookie":
+                cookies = value
+            elif name == b"x-epochal-dashboard":
+                dashboard = True
         scheme, _, credentials = given.partition(b" ")
         # compare even when the scheme is wrong, so the time taken says nothing either
         same = hmac.compare_digest(credentials.strip(), self.token)
-        return same and scheme.lower() == b"bearer"
+        if same and scheme.lower() == b"bearer":
+            return True
+        cookie = _cookie(cookies, self.cookie)
+        if cookie is None or not hmac.compare_digest(cookie, self.token):
+            return False
+        return dashboard or scope.get("method") in ("GET", "HEAD")
+
+    async def sign_in(self, scope: Scope, send: Send) -> None:
+        """``/dashboard?token=...``: the right token is answered with the cookie and a redirect
+        to the dashboard; any other query with 401."""
+        token = parse_qs(scope["query_string"].decode("latin-1")).get("token", [""])[0].encode()
+        if not hmac.compare_digest(token, self.token):
+            await refuse(send)
+            return
+        cookie = self.cookie + b"=" + self.token + b"; Path=/; HttpOnly; SameSite=Strict"
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", b"/dashboard/"), (b"set-cookie", cookie),
+                                (b"cache-control", b"no-store"), (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def refuse(send: Send) -> None:
+    """The one answer to a request without the token."""
+    await send({"type": "http.response.start", "status": 401,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(UNAUTHORIZED)).encode()),
+                            (b"www-authenticate", b"Bearer")]})
+    await send({"type": "http.response.body", "body": UNAUTHORIZED})
+
+
+def _cookie(header: bytes, name: bytes) -> bytes | None:
+    """The value of cookie ``name`` in a ``Cookie`` header, or None."""
+    for part in header.split(b";"):
+        key, sep, value = part.strip().partition(b"=")
+        if sep and key == name:
+            return value
+    return None
 
 
 class ServerTiming:
@@ -130,8 +184,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(directory: JobDirectory, token: str) -> FastAPI:
-    """The application serving ``directory``'s jobs to requests that carry ``token``."""
+def create_app(directory: JobDirectory, token: str, cookie: str = DASHBOARD_COOKIE) -> FastAPI:
+    """The application serving ``directory``'s jobs to requests that carry ``token`` (or the
+    dashboard's ``cookie``): the REST API, ``/metrics`` (:mod:`epochal.rest.metrics`) and the
+    dashboard (:mod:`epochal.rest.dashboard`); the last two are not in the OpenAPI description."""
     try:
         version = metadata.version("epochal")
     except metadata.PackageNotFoundError:
@@ -143,7 +199,7 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
                     "of one (4 characters or more), or a job name that names one job.",
         responses={401: {"model": Error, "description": "missing or wrong bearer token"}},
         dependencies=[Security(HTTPBearer(auto_error=False, description="the driver's token"))])
-    app.add_middleware(BearerToken, token=token)
+    app.add_middleware(BearerToken, token=token, cookie=cookie)
     app.add_middleware(ServerTiming)  # added last: the outermost, so a 401 is timed too
 
     @app.exception_handler(ApiError)
@@ -180,6 +236,17 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
             raise ApiError(409, f"job '{jm.job_name}' (id {jm.job_id}) has ended ({jm.status.value})")
         jm.cancel("cancelled through the REST API")
         return JobAccepted(id=jm.job_id, status=jm.status)
+
+    @app.get("/jobs/{job_id}/plan", response_model=JobPlan, responses=_ERRORS,
+             summary="A job's shape: its vertices with their chained operators, and the edges between them")
+    async def job_plan(job_id: str) -> JobPlan:
+        return views.plan(find(job_id))
+
+    @app.get("/jobs/{job_id}/kind", response_model=KindTables, responses=_ERRORS,
+             summary="What a job kind shows of its own: a graph job's supersteps and recoveries, a CEC job's "
+                     "recoveries and workers' counters")
+    async def job_kind(job_id: str) -> KindTables:
+        return views.kind_tables(find(job_id))
 
     @app.get("/jobs/{job_id}/vertices", response_model=VertexList, responses=_ERRORS,
              summary="A job's vertices: records in and out, watermarks, backpressure, per operator and subtask")
@@ -230,6 +297,17 @@ def create_app(directory: JobDirectory, token: str) -> FastAPI:
         body = body or StopTrigger()
         return trigger(find(job_id), body.target_directory, "canonical", stop=True, drain=body.drain)
 
+    registry = metrics_registry(directory)
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """Every job's metrics in Prometheus' text format (run on the thread pool: a scrape
+        copies every worker's metrics)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    dashboard.add_routes(app)
     return app
 
 

@@ -12,6 +12,7 @@ from epochal.control.jobmaster import JobMaster
 from epochal.control.savepoints import IN_PROGRESS
 from epochal.rest import names
 from epochal.rest.outline import JobOutline
+from epochal.rest.rates import Rates
 from epochal.rest.registry import Registry
 
 #: Ended jobs a server keeps listing (with their final status) while it serves others.
@@ -26,6 +27,8 @@ class ServedJob:
         self.jobmaster = jobmaster
         self.outline = outline
         self.unread: set[str] = set()
+        #: records per second and busy time of its subtasks (:mod:`epochal.rest.rates`)
+        self.rates = Rates()
         #: the registry its entry is in (None: not registered, or removed already)
         self.registry: Registry | None = None
 

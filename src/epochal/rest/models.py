@@ -59,11 +59,17 @@ class JobsOverview(BaseModel):
 
 
 class Restart(BaseModel):
-    """A restart: the attempt that failed, why, and (once back) seconds from the failure until
-    every worker was restored (``recovered_s``) and until the first record (``resumed_s``)."""
+    """A restart: the attempt that failed, why (``cause``: the first line; ``message``: the whole
+    error, with the user's traceback where a user function raised; ``category``: what failed, as
+    ``JobFailedError.category``), when the failure was detected (``time``, since the epoch), and
+    (once back) seconds from the failure until every worker was restored (``recovered_s``) and
+    until the first record (``resumed_s``)."""
 
     attempt: int
     cause: str
+    message: str | None = None
+    category: str | None = None
+    time: float | None = None
     recovered_s: float | None = None
     resumed_s: float | None = None
 
@@ -89,12 +95,14 @@ class JobAccepted(BaseModel):
 # ---------------------------------------------------------------------- vertices
 class OperatorMetrics(BaseModel):
     """One operator of a vertex's chain, over all its subtasks: records in, and records out of
-    its main output (side outputs not counted)."""
+    its main output (side outputs not counted); ``state_bytes``: the size of its state in the
+    latest completed checkpoint (None: none yet, or it has no state)."""
 
     uid: str
     name: str
     records_in: int
     records_out: int
+    state_bytes: int | None = None
 
 
 class SubtaskMetrics(BaseModel):
@@ -108,6 +116,11 @@ class SubtaskMetrics(BaseModel):
     records_out: int
     watermark: float | None
     backpressured: bool
+    #: records per second into and out of the chain, and the share of the time it was busy
+    #: (0..1), over the last seconds of its worker's clock; None until two reports were seen
+    records_in_per_s: float | None = None
+    records_out_per_s: float | None = None
+    busy_ratio: float | None = None
 
 
 class Backpressure(BaseModel):
@@ -132,11 +145,70 @@ class Vertex(BaseModel):
     backpressure: Backpressure
     operators: list[OperatorMetrics]
     subtasks: list[SubtaskMetrics]
+    #: the sums of its subtasks' rates, and the busiest subtask's share (None: no rate yet)
+    records_in_per_s: float | None = None
+    records_out_per_s: float | None = None
+    busy_ratio_max: float | None = None
 
 
 class VertexList(BaseModel):
     job_id: str
     vertices: list[Vertex]
+
+
+class PlanOperator(BaseModel):
+    uid: str
+    name: str
+
+
+class PlanVertex(BaseModel):
+    """A vertex of the plan: its chain of operators, in order."""
+
+    id: int
+    name: str
+    parallelism: int
+    operators: list[PlanOperator]
+
+
+class PlanEdge(BaseModel):
+    """Records flow from vertex ``source`` to vertex ``target``, partitioned so (``forward``,
+    ``hash``, ``rebalance``, ``broadcast``, ...); a loop's ``back_edge``; a ``side_output``'s tag."""
+
+    source: int
+    target: int
+    partitioning: str
+    back_edge: bool
+    side_output: str | None
+
+
+class KindTable(BaseModel):
+    """A table of a job kind's own numbers: title, column names, rows (oldest first)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str | int | float | bool | None]]
+
+
+class KindTables(BaseModel):
+    """``GET /jobs/{job_id}/kind``: what a job kind shows beyond what every kind shares: a graph
+    job's supersteps (active vertices, messages, seconds) and recoveries (Rebirth/Migration with
+    their phases, restores from checkpoints); a CEC job's single-worker recoveries and each
+    worker's counters. A dataflow job has none."""
+
+    job_id: str
+    kind: str
+    tables: list[KindTable]
+
+
+class JobPlan(BaseModel):
+    """``GET /jobs/{job_id}/plan``: the job's shape (Flink's plan): vertices, the edges between
+    them, and the records its sources will read in all (None: unknown or unbounded)."""
+
+    job_id: str
+    kind: str
+    vertices: list[PlanVertex]
+    edges: list[PlanEdge]
+    source_records: int | None
 
 
 # ---------------------------------------------------------------------- checkpoints

@@ -30,9 +30,26 @@ class VertexOutline:
 
 
 @dataclass(frozen=True)
+class EdgeOutline:
+    """An edge between two vertices: how records are partitioned on it (``forward``, ``hash``,
+    ``rebalance``, ``broadcast``, ...), whether it is a loop's back-edge, and the side output it
+    carries (None: the main output)."""
+
+    source: int
+    target: int
+    partitioning: str
+    back_edge: bool = False
+    side_output: str | None = None
+
+
+@dataclass(frozen=True)
 class JobOutline:
-    """The job kind (``dataflow``, ``cec``, ``graph``), its default parallelism and its vertices."""
+    """The job kind (``dataflow``, ``cec``, ``graph``), its default parallelism, its vertices
+    and the edges between them, and the records its sources will read in all (None: unknown or
+    unbounded; see ``Source.size_hint``)."""
 
     kind: str
     parallelism: int
     vertices: tuple[VertexOutline, ...] = ()
+    edges: tuple[EdgeOutline, ...] = ()
+    source_records: int | None = None

@@ -24,6 +24,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -66,8 +67,10 @@ class RestServer:
         #: jobs being started to be served here (the server is not stopped meanwhile)
         self.pending = 0
         self.stopped = False
-        config = uvicorn.Config(create_app(self.directory, self.token), log_config=None, log_level="warning",
-                                access_log=False, lifespan="off", timeout_keep_alive=5)
+        #: the dashboard's cookie: one per port, as browsers share a host's cookies between its ports
+        self.cookie = f"epochal_token_{self.port}"
+        config = uvicorn.Config(create_app(self.directory, self.token, self.cookie), log_config=None,
+                                log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=5)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.socket]},
                                         name="epochal-rest", daemon=True)
@@ -75,6 +78,10 @@ class RestServer:
     @property
     def url(self) -> str:
         return f"http://{self.address}"
+
+    def dashboard_url(self, job_id: str = "") -> str:
+        """The dashboard (a job's page when ``job_id`` is given), with the token that opens it."""
+        return f"{self.url}/dashboard?token={self.token}" + (f"#/jobs/{job_id}" if job_id else "")
 
     def start(self, timeout: float = 10.0) -> None:
         """Start serving; raises :class:`EnvironmentSetupError` if it did not within ``timeout``."""
@@ -156,7 +163,20 @@ def serve(config: EngineConfig, outline: JobOutline, start: Callable[[], JobMast
             server.pending -= 1
     _log.info("job '%s' (id %s) is served at %s%s", jobmaster.job_name, jobmaster.job_id, server.url,
               f" (token in {registered})" if registered else "")
+    jobmaster.dashboard_url = server.dashboard_url(jobmaster.job_id)
+    if _interactive():
+        print(f"epochal: job '{jobmaster.job_name}' (id {jobmaster.job_id}): dashboard {jobmaster.dashboard_url}",
+              file=sys.stderr, flush=True)
     return jobmaster
+
+
+def _interactive() -> bool:
+    """Whether the driver's standard error is a terminal (a person runs it): then the dashboard's
+    URL is printed there (``JobClient.dashboard_url`` and ``epochal dashboard`` give it anyway)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _acquire(host: str, port: int) -> RestServer:

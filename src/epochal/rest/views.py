@@ -22,7 +22,13 @@ from epochal.rest.models import (
     CheckpointSummary,
     JobDetails,
     JobOverview,
+    JobPlan,
+    KindTable,
+    KindTables,
     OperatorMetrics,
+    PlanEdge,
+    PlanOperator,
+    PlanVertex,
     QueryableRoutes,
     QueryableStateRoute,
     Restart,
@@ -32,6 +38,7 @@ from epochal.rest.models import (
     Vertex,
     VertexList,
 )
+from epochal.rest.rates import Reading
 from epochal.rest.state_routes import routes_of
 
 
@@ -56,33 +63,88 @@ def details(served: ServedJob) -> JobDetails:
         lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base))
     error = jm.error
     read = records_base + sum(m.get("source_records", 0) for m in jm.snapshot_metrics().values())
-    history = [Restart(attempt=r["attempt"], cause=str(r["cause"]), recovered_s=_finite(r.get("recovered_s")),
-                       resumed_s=_finite(r.get("resumed_s"))) for r in jm.restart_history()]
+    history = [restart(r, jm.start_time - jm.started_at) for r in jm.restart_history()]
     return JobDetails(**_overview_fields(served), error=str(error).splitlines()[0] if error is not None else None,
                       checkpoint_path=checkpoint_path or None, savepoint_directory=savepoint_dir or None,
                       records_read=int(read), restart_history=history)
 
 
+def restart(entry: dict[str, Any], wall_minus_monotonic: float) -> Restart:
+    """A restart history entry (``RestartMachine.restarts``) as the API shows it; its detection
+    time (the JobMaster's monotonic clock) moved to the wall clock."""
+    detected = _finite(entry.get("detected"))
+    return Restart(attempt=entry["attempt"], cause=str(entry["cause"]), message=entry.get("message"),
+                   category=entry.get("category") or None,
+                   time=detected + wall_minus_monotonic if detected else None,
+                   recovered_s=_finite(entry.get("recovered_s")), resumed_s=_finite(entry.get("resumed_s")))
+
+
+# ---------------------------------------------------------------------- the plan
+def plan(served: ServedJob) -> JobPlan:
+    shape = served.outline
+    return JobPlan(job_id=served.job_id, kind=shape.kind, source_records=shape.source_records,
+                   vertices=[PlanVertex(id=v.id, name=v.name, parallelism=v.parallelism,
+                                        operators=[PlanOperator(uid=o.uid, name=o.name) for o in v.operators])
+                             for v in shape.vertices],
+                   edges=[PlanEdge(source=e.source, target=e.target, partitioning=e.partitioning,
+                                   back_edge=e.back_edge, side_output=e.side_output) for e in shape.edges])
+
+
+def kind_tables(served: ServedJob) -> KindTables:
+    """The job kind's own tables (``KindCoordinator.tables``), non-finite numbers as None."""
+    metrics = served.jobmaster.snapshot_metrics()
+    tables = served.jobmaster.query(lambda kind: kind.tables(metrics))
+    return KindTables(job_id=served.job_id, kind=served.outline.kind, tables=[
+        KindTable(title=t.title, columns=list(t.columns),
+                  rows=[[_finite(v) if isinstance(v, float) else v for v in row] for row in t.rows])
+        for t in tables])
+
+
 # ---------------------------------------------------------------------- vertices
-def vertices(served: ServedJob) -> VertexList:
-    """Each vertex of the outline with what its subtasks last reported (workers' metrics
-    ``subtasks``: ``"<vertex id>/<index>"`` -> watermark, backpressured, operators' records)."""
-    reports: dict[str, tuple[int, dict[str, Any]]] = {}
+def subtask_reports(served: ServedJob) -> dict[str, tuple[int, int, float, dict[str, Any]]]:
+    """``"<vertex id>/<index>"`` -> (worker, its pid, its clock, what the subtask last reported)
+    (workers' metrics ``subtasks``: watermark, backpressured, busy seconds, operators' records)."""
+    reports: dict[str, tuple[int, int, float, dict[str, Any]]] = {}
     for worker, metrics in served.jobmaster.snapshot_metrics().items():
+        pid, clock = int(metrics.get("pid", 0)), float(metrics.get("uptime", 0.0))
         for key, report in (metrics.get("subtasks") or {}).items():
-            reports[key] = (worker, report)
-    return VertexList(job_id=served.job_id, vertices=[_vertex(v, reports) for v in served.outline.vertices])
+            reports[key] = (worker, pid, clock, report)
+    return reports
 
 
-def _vertex(outline: Any, reports: dict[str, tuple[int, dict[str, Any]]]) -> Vertex:
+def vertices(served: ServedJob) -> VertexList:
+    """Each vertex of the outline with what its subtasks last reported (:func:`subtask_reports`),
+    their rates (:mod:`epochal.rest.rates`) and the state size of each operator in the latest
+    completed checkpoint."""
+    reports = subtask_reports(served)
+    state = latest_state_bytes(served)
+    served.rates.forget(set(reports))
+    return VertexList(job_id=served.job_id,
+                      vertices=[_vertex(served, v, reports, state) for v in served.outline.vertices])
+
+
+def latest_state_bytes(served: ServedJob) -> dict[str, int]:
+    """Operator uid -> its state's bytes in the latest completed checkpoint ({}: none yet)."""
+    def read(kind: Any) -> dict[str, int]:
+        for entry in reversed(kind.checkpoint_stats()):
+            if entry["status"] == "completed" and "state_bytes" in entry:
+                return dict(entry["state_bytes"])
+        return {}
+
+    return served.jobmaster.query(read)
+
+
+def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, float, dict[str, Any]]],
+            state: dict[str, int]) -> Vertex:
     uids = [o.uid for o in outline.operators]
     totals = {uid: [0, 0] for uid in uids}
     subtasks = []
     for index in range(outline.parallelism):
-        found = reports.get(f"{outline.id}/{index}")
+        key = f"{outline.id}/{index}"
+        found = reports.get(key)
         if found is None:
             continue
-        worker, report = found
+        worker, pid, clock, report = found
         counts = report.get("operators") or {}
         for uid, (records_in, records_out) in counts.items():
             if uid in totals:
@@ -90,18 +152,28 @@ def _vertex(outline: Any, reports: dict[str, tuple[int, dict[str, Any]]]) -> Ver
                 totals[uid][1] += int(records_out)
         first = counts.get(uids[0], (0, 0)) if uids else (0, 0)
         last = counts.get(uids[-1], (0, 0)) if uids else (0, 0)
+        busy = _finite(report.get("busy_s"))
+        rate = served.rates.observe(key, pid, Reading(clock, int(first[0]), int(last[1]), busy))
         subtasks.append(SubtaskMetrics(index=index, worker=worker, records_in=int(first[0]),
                                        records_out=int(last[1]), watermark=_finite(report.get("watermark")),
-                                       backpressured=bool(report.get("backpressured"))))
+                                       backpressured=bool(report.get("backpressured")),
+                                       records_in_per_s=rate.records_in_per_s,
+                                       records_out_per_s=rate.records_out_per_s, busy_ratio=rate.busy_ratio))
     watermarks = [s.watermark for s in subtasks if s.watermark is not None]
     every_subtask = len(watermarks) == outline.parallelism > 0
+    rates_in = [s.records_in_per_s for s in subtasks if s.records_in_per_s is not None]
+    rates_out = [s.records_out_per_s for s in subtasks if s.records_out_per_s is not None]
+    busy_ratios = [s.busy_ratio for s in subtasks if s.busy_ratio is not None]
     return Vertex(id=outline.id, name=outline.name, parallelism=outline.parallelism,
                   records_in=sum(s.records_in for s in subtasks), records_out=sum(s.records_out for s in subtasks),
                   watermark=min(watermarks) if every_subtask else None,
                   backpressure=_backpressure(subtasks, outline.parallelism),
                   operators=[OperatorMetrics(uid=o.uid, name=o.name, records_in=totals[o.uid][0],
-                                             records_out=totals[o.uid][1]) for o in outline.operators],
-                  subtasks=subtasks)
+                                             records_out=totals[o.uid][1], state_bytes=state.get(o.uid))
+                             for o in outline.operators],
+                  subtasks=subtasks, records_in_per_s=sum(rates_in) if rates_in else None,
+                  records_out_per_s=sum(rates_out) if rates_out else None,
+                  busy_ratio_max=max(busy_ratios, default=None))
 
 
 def _backpressure(subtasks: list[SubtaskMetrics], parallelism: int) -> Backpressure:

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from epochal.control.checkpointing.pending import PendingCheckpoint
+from epochal.state.storage import state_files
 
 
 class CheckpointStatsTracker:
@@ -37,6 +38,7 @@ class CheckpointStatsTracker:
             "alignment_spilled_bytes": sum(a.stats.get("spilled_bytes", 0) for a in acks),
             "loop_log_records": sum(a.stats.get("loop_log_records", 0) for a in acks),
             "subtasks": {f"{v}/{s}": a.stats for (v, s), a in pending.acks.items()},
+            "state_bytes": state_bytes(pending),
             **_savepoint(pending),
         })
 
@@ -54,6 +56,19 @@ class CheckpointStatsTracker:
         with self._lock:
             self.entries.append(entry)
         return entry
+
+
+def state_bytes(pending: PendingCheckpoint) -> dict[str, int]:
+    """Operator uid -> bytes of the state a completed checkpoint holds for it, over its subtasks
+    (every file its handles reference: an incremental chain's or a RocksDB checkpoint's shared
+    files too, so this is the state's size, not what this checkpoint wrote)."""
+    sizes: dict[str, int] = {}
+    for ack in pending.acks.values():
+        for uid, handle in ack.handles.items():
+            size = sum(int(f.get("size", 0)) for part in ("keyed", "operator") if part in handle
+                       for f in state_files(handle[part]))
+            sizes[uid] = sizes.get(uid, 0) + size
+    return sizes
 
 
 def _savepoint(pending: PendingCheckpoint) -> dict[str, Any]:

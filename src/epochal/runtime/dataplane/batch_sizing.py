@@ -45,10 +45,12 @@ class BatchSizer:
     The cost per record is a moving average (weight :data:`SMOOTHING` for the newest batch), so a
     single hiccup (a fork, a pause of the machine) moves it only part of the way; a smaller size
     applies at once, a larger one grows by at most :data:`GROWTH` per batch from the last size.
-    Without a ``target`` (``batch_time=None``) the size is always ``limit``.
+    Without a ``target`` (``batch_time=None``) the size is always ``limit``. ``busy_s`` sums
+    every batch's seconds: the subtask's busy time, which the REST API and the dashboard show as
+    a share of wall time (Flink's ``busyTimeMsPerSecond``).
     """
 
-    __slots__ = ("limit", "target", "cost", "_size")
+    __slots__ = ("limit", "target", "cost", "_size", "busy_s")
 
     def __init__(self, limit: int, target: float | None, initial: int = INITIAL_SIZE) -> None:
         self.limit = limit
@@ -56,6 +58,7 @@ class BatchSizer:
         #: seconds per record, averaged; None until a batch was measured
         self.cost: float | None = None
         self._size = limit if target is None else max(1, min(limit, initial))
+        self.busy_s = 0.0
 
     @property
     def size(self) -> int:
@@ -63,6 +66,7 @@ class BatchSizer:
 
     def observe(self, records: int, seconds: float) -> int:
         """A batch of ``records`` took ``seconds``; returns the size for the next one."""
+        self.busy_s += seconds
         if self.target is None or records <= 0:
             return self._size
         cost = max(seconds, 0.0) / records

@@ -1,0 +1,348 @@
+"""What watching a job costs it: the peers' keyed job with its dashboard open in Chromium and its
+Prometheus endpoint scraped every second, against the same job with both off.
+
+The job is the ``keyed`` job of the peer benchmarks (:mod:`benchmarks.peers.run_epochal`: a
+generator of ``--records`` lines -> parse -> (key, 1) -> key_by -> running count -> a discard
+sink; 10,000 keys, exactly-once checkpoints every second; parallelism 2 on ``local[2]``), run
+with ``env.execute``; the timed quantity is the wall time around it. Two configurations:
+
+* ``off``: ``EngineConfig(rest_enabled=False)``: no REST server, no dashboard, no metrics;
+* ``watched``: the REST server on; a watcher process (started and ready before the job) opens the
+  job's dashboard page in a headless Chromium (Debian's, driven by Playwright: it polls the API
+  once a second and redraws the graph, tables and charts) and scrapes ``/metrics`` every second;
+* ``polled``: the same requests from a plain Python client instead of the browser (the page's
+  :data:`PAGE_PATHS` and the scrape, every second): what the job pays when the browser runs on
+  another machine, as it would, since a browser on the job's own machine takes CPU from it.
+
+Rounds interleave the three in a rotating order, so drift of this shared machine hits all alike;
+the load average is recorded beside every run. The watcher's own CPU time (browser included,
+its start-up before the job not) is counted apart. All runs share one SparkSession after an
+untimed warm-up.
+
+    python -m benchmarks.dashboard_overhead                       # 2,000,000 records, 5 rounds
+    python -m benchmarks.dashboard_overhead --records 300000 --rounds 1   # quick check
+
+Writes ``dashboard_overhead.csv`` (one row per run) and ``dashboard_overhead.png`` into ``--out``
+and prints the median throughput of each configuration and their ratios to ``off`` (goal: within
+2 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.rest_overhead import wait_unregistered
+
+CONFIGS = ("off", "watched", "polled")
+#: What the dashboard's job page asks every second (``{id}``: the job), beside ``/plan`` once.
+PAGE_PATHS = ("/jobs/{id}", "/jobs/{id}/vertices", "/jobs/{id}/checkpoints?history=60", "/jobs/{id}/kind")
+GOAL = 0.02
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@dataclass
+class Run:
+    config: str
+    round: int
+    records: int
+    seconds: float
+    load_1min: float
+    #: what the watcher did during the run: metrics scrapes, API requests of the page
+    scrapes: int = 0
+    page_requests: int = 0
+    #: CPU seconds of the watcher's process tree (Playwright, Chromium) while the job ran (its
+    #: start-up, before the job, not counted)
+    watcher_cpu_s: float = 0.0
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+
+def run_job(spark: Any, records: int, rest: bool, work: Path) -> float:
+    """The peers' keyed job over ``records`` records; the wall time of ``execute``."""
+    import epochal
+    from benchmarks.peers import run_epochal, spec
+
+    env = epochal.Environment(2, spark=spark, rest_enabled=rest, progress=False)
+    env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
+    run_epochal.build(env, "keyed", records, run_epochal.LatencySamplingDiscardSink(work))
+    started = time.perf_counter()
+    env.execute("dashboard-overhead", timeout=900)
+    return time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------- the watcher (its own process)
+def poll(directory: Path) -> None:
+    """The ``polled`` watcher: say ``ready``; for the job that appears in the registry, ask what
+    the dashboard's page asks (:data:`PAGE_PATHS`) and scrape ``/metrics`` once a second, over one
+    kept-alive connection, until ``stop`` appears; write counts."""
+    import http.client
+
+    from epochal.rest.registry import Registry
+
+    (directory / "ready").touch()
+    entries = []
+    while not entries and not (directory / "stop").exists():
+        time.sleep(0.02)
+        entries = Registry().entries()
+    scrapes = requests = 0
+    if entries:
+        entry = entries[0]
+        host, port = entry.address.rsplit(":", 1)
+        headers = {"Authorization": f"Bearer {entry.token}"}
+        connection = http.client.HTTPConnection(host, int(port), timeout=5)
+        paths = [f"/jobs/{entry.job_id}/plan"]
+        next_at = time.monotonic()
+        while not (directory / "stop").exists():
+            for path in [*paths, *(p.format(id=entry.job_id) for p in PAGE_PATHS), "/metrics"]:
+                try:
+                    connection.request("GET", path, headers=headers)
+                    connection.getresponse().read()
+                except OSError:
+                    connection.close()  # the job ended and its server with it
+                    continue
+                if path == "/metrics":
+                    scrapes += 1
+                else:
+                    requests += 1
+            paths = []
+            next_at += 1.0
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes, "page_requests": requests}))
+
+
+def watch(directory: Path) -> None:
+    """The ``watched`` watcher: launch Chromium, say ``ready``; for the job that appears in the
+    registry, open its dashboard page and scrape ``/metrics`` once a second until ``stop``
+    appears; write counts."""
+    from playwright.sync_api import sync_playwright
+
+    from epochal.rest.registry import Registry
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        (directory / "ready").touch()
+        entries = []
+        while not entries and not (directory / "stop").exists():
+            time.sleep(0.02)
+            entries = Registry().entries()
+        scrapes = [0]
+        if entries:
+            entry = entries[0]
+            done = threading.Event()
+
+            def scrape() -> None:
+                request = urllib.request.Request(f"http://{entry.address}/metrics",
+                                                 headers={"Authorization": f"Bearer {entry.token}"})
+                next_at = time.monotonic()
+                while not done.is_set():
+                    try:
+                        with urllib.request.urlopen(request, timeout=5) as response:
+                            response.read()
+                        scrapes[0] += 1
+                    except OSError:
+                        pass  # the job ended and its server with it
+                    next_at += 1.0
+                    done.wait(max(0.0, next_at - time.monotonic()))
+
+            scraper = threading.Thread(target=scrape, daemon=True)
+            scraper.start()
+            try:
+                page.goto(f"http://{entry.address}/dashboard?token={entry.token}#/jobs/{entry.job_id}")
+                page.evaluate("performance.setResourceTimingBufferSize(1000000)")  # count every request
+            except Exception:  # noqa: BLE001 - the job may have ended already
+                pass
+            while not (directory / "stop").exists():
+                time.sleep(0.1)  # the page polls by itself; Playwright is not asked anything meanwhile
+            done.set()
+            scraper.join(5)
+        requests = 0
+        try:  # what the page fetched, from its own record (nothing listened while the job ran)
+            requests = page.evaluate("performance.getEntriesByType('resource').length")
+        except Exception:  # noqa: BLE001 - the page may have gone
+            pass
+        browser.close()
+    (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes[0], "page_requests": requests}))
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants (those still alive, and those they reaped)."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        pass
+    return total
+
+
+def measure(records: int, rounds: int) -> list[Run]:
+    from epochal.control.spark import create_session
+
+    work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-bench-"))
+    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the watcher finds the job here (and only it)
+    spark = create_session("local[2]", 2, app_name="epochal-dashboard-overhead")
+    runs: list[Run] = []
+    try:
+        print("warm-up ...", flush=True)
+        run_job(spark, max(records // 10, 10_000), True, work)
+        for round_ in range(rounds):
+            for config in CONFIGS[round_ % 3:] + CONFIGS[:round_ % 3]:
+                wait_unregistered()  # the previous run's job left the registry: the watcher finds this one
+                watcher, directory = None, work
+                if config != "off":
+                    directory = work / f"{config}-{round_}"
+                    directory.mkdir()
+                    watcher = subprocess.Popen([sys.executable, "-m", "benchmarks.dashboard_overhead", f"--{config}",
+                                                str(directory)], env=os.environ.copy())
+                    deadline = time.monotonic() + 60
+                    while not (directory / "ready").exists():
+                        if watcher.poll() is not None or time.monotonic() > deadline:
+                            raise RuntimeError(f"the {config} watcher did not start")
+                        time.sleep(0.05)
+                load = os.getloadavg()[0]
+                before = tree_cpu(watcher.pid) if watcher is not None else 0.0
+                seconds = run_job(spark, records, config != "off", work)
+                run = Run(config, round_, records, seconds, load)
+                if watcher is not None:
+                    run.watcher_cpu_s = tree_cpu(watcher.pid) - before
+                    (directory / "stop").touch()
+                    watcher.wait(60)
+                    counts = json.loads((directory / "counts.json").read_text())
+                    run.scrapes, run.page_requests = counts["scrapes"], counts["page_requests"]
+                runs.append(run)
+                watched = (f", {run.scrapes} scrapes, {run.page_requests} page requests, watcher CPU "
+                           f"{run.watcher_cpu_s:.1f} s") if watcher is not None else ""
+                print(f"[{round_}] {config:>7}: {seconds:6.2f} s, {run.records_per_s:>9,.0f} records/s "
+                      f"(load {load:.1f}){watched}", flush=True)
+    finally:
+        spark.stop()
+    return runs
+
+
+def summarise(runs: list[Run]) -> dict[str, Any]:
+    speed = {c: [r.records_per_s for r in runs if r.config == c] for c in CONFIGS}
+    median = {c: statistics.median(v) for c, v in speed.items()}
+    # each round's own ratios: the runs of a round ran back to back
+    ratios = {c: [w.records_per_s / o.records_per_s for o in runs if o.config == "off"
+                  for w in runs if w.config == c and w.round == o.round] for c in CONFIGS[1:]}
+    return {"median": median, "min": {c: min(v) for c, v in speed.items()},
+            "watcher_cpu": {c: statistics.median(r.watcher_cpu_s / r.seconds for r in runs if r.config == c)
+                            for c in CONFIGS[1:]},
+            "max": {c: max(v) for c, v in speed.items()},
+            "ratio": {c: median[c] / median["off"] for c in CONFIGS[1:]}, "round_ratios": ratios,
+            "spread": max((max(v) - min(v)) / statistics.median(v) for v in speed.values())}
+
+
+def report(summary: dict[str, Any]) -> None:
+    print(f"\nthroughput, median of rounds (records/s); run-to-run spread of one configuration up to "
+          f"{summary['spread']:.1%}:")
+    for config in CONFIGS:
+        print(f"  {config:>7}: {summary['median'][config]:>10,.0f}  (min {summary['min'][config]:,.0f}, "
+              f"max {summary['max'][config]:,.0f})")
+    cores = os.cpu_count() or 1
+    for config in CONFIGS[1:]:
+        ratio = summary["ratio"][config]
+        rounds = ", ".join(f"{r:.3f}" for r in summary["round_ratios"][config])
+        print(f"  {config} / off: x{ratio:.3f} ({ratio - 1:+.1%}; goal within {GOAL:.0%}: "
+              f"{'met' if abs(ratio - 1) <= GOAL else 'not met'}); per round: {rounds}")
+        cpu = summary["watcher_cpu"][config]
+        print(f"    its watcher used {cpu:.3f} CPU-s per second of job (median) = {cpu / cores:.1%} of the machine's "
+              f"{cores} cores")
+
+
+def write(out: Path, runs: list[Run], summary: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "dashboard_overhead.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
+        writer.writeheader()
+        for run in runs:
+            writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    medians = [summary["median"][c] for c in CONFIGS]
+    errors = [[summary["median"][c] - summary["min"][c] for c in CONFIGS],
+              [summary["max"][c] - summary["median"][c] for c in CONFIGS]]
+    labels = ["both off", "Chromium on the page\n+ /metrics every 1 s", "the page's requests\n+ /metrics every 1 s"]
+    bars = left.bar(labels, medians, yerr=errors, capsize=6, color=["#999999", "#4c72b0", "#dd8452"])
+    left.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
+    left.set_ylabel("records / s (median, min-max)")
+    loads = [r.load_1min for r in runs]
+    left.set_title(f"peers' keyed job, {runs[0].records:,} records, {max(r.round for r in runs) + 1} rounds\n"
+                   f"watched/off x{summary['ratio']['watched']:.3f}, polled/off x{summary['ratio']['polled']:.3f}; "
+                   f"load {min(loads):.0f}-{max(loads):.0f} on "
+                   f"{os.cpu_count()} cores")
+    left.margins(y=0.15)
+    rounds = sorted({r.round for r in runs})
+    for config, marker in zip(CONFIGS, "os^", strict=True):
+        right.plot(rounds, [next(r.records_per_s for r in runs if r.round == n and r.config == config) for n in rounds],
+                   marker=marker, label=config)
+    right.set_xticks(rounds)
+    right.set_xlabel("round")
+    right.set_ylabel("records / s")
+    right.set_title("every run, in the order of rounds")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(out / "dashboard_overhead.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard_overhead",
+                                     description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--records", type=int, default=2_000_000, help="records per run (default 2,000,000)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of off/watched/polled (default 5)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--watched", type=Path, help=argparse.SUPPRESS)  # the watchers' own processes
+    parser.add_argument("--polled", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.watched is not None:
+        watch(args.watched)
+        return 0
+    if args.polled is not None:
+        poll(args.polled)
+        return 0
+    if not os.path.exists(CHROMIUM):
+        print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
+        return 1
+    print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs; "
+          f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
+    runs = measure(args.records, args.rounds)
+    summary = summarise(runs)
+    write(args.out, runs, summary)
+    report(summary)
+    print(f"wrote {args.out / 'dashboard_overhead.csv'} and dashboard_overhead.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
