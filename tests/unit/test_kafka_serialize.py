@@ -34,3 +34,23 @@ def test_serialize_batch_raises_what_serialize_raises() -> None:
     sink = KafkaSink("127.0.0.1:9", "t", guarantee="at_least_once", value_serializer="bytes")
     with pytest.raises(TypeError, match="bytes"):
         sink.serialize_batch(["not bytes"])
+
+
+def test_a_transactional_call_that_blocks_past_its_limit_fails_the_writer_instead_of_hanging():
+    import threading
+    import time
+
+    import pytest
+
+    from epochal.connectors.kafka_common import KafkaError
+    from epochal.connectors.kafka_transactions import bounded
+
+    assert bounded(lambda: 7, 1.0, "committing") == 7
+    with pytest.raises(ValueError, match="boom"):
+        bounded(lambda: (_ for _ in ()).throw(ValueError("boom")), 1.0, "committing")
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(KafkaError, match="did not return within 0.2 s"):
+        bounded(lambda: release.wait(30), 0.2, "committing the transaction of 't-0'")
+    assert time.monotonic() - started < 5
+    release.set()

@@ -18,6 +18,38 @@ if TYPE_CHECKING:
 
 #: Seconds a flush, an init or a commit may take before the job fails (and restarts).
 OPERATION_TIMEOUT = 60.0
+#: Seconds past its own timeout a transactional call may block before the writer gives up on it:
+#: librdkafka's transactional calls can block far beyond their timeout once the transaction
+#: coordinator was lost (confluentinc/librdkafka#3779; seen here after a broker restart: a
+#: commit_transaction(60 s) still blocked 300 s later, the job neither failing nor moving).
+STUCK_MARGIN = 15.0
+
+
+def bounded(action: Any, limit: float, what: str) -> Any:
+    """``action()`` on a thread of its own, waited for at most ``limit`` seconds: its result, or
+    what it raised; past ``limit`` a :class:`KafkaError` (the job fails and restarts from its
+    latest checkpoint, whose new producers fence the stuck one; its thread is left behind)."""
+    import threading
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, action()))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=run, name="epochal-kafka-call", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if not outcome:
+        raise KafkaError(f"KafkaSink: {what} did not return within {limit:g} s (the Kafka client is stuck, as "
+                         "librdkafka's transactional calls can be after the transaction coordinator was lost); "
+                         "the job restarts from its latest checkpoint")
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 class Committable(NamedTuple):
@@ -138,7 +170,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         from confluent_kafka import KafkaException
 
         try:
-            return action()
+            return bounded(action, OPERATION_TIMEOUT + STUCK_MARGIN, f"{doing} the transaction of '{transactional_id}'")
         except KafkaException as exception:
             error = exception.args[0]
             codes = type(error)
