@@ -305,3 +305,33 @@ def test_mvcc_restores_older_checkpoints_drops_failed_versions_and_collects_garb
     restored.dispose()
     with pytest.raises(CheckpointError, match="collected"):
         make_backend(restore=sources[1], mvcc=True)
+
+
+def test_the_backend_is_checked_when_chosen_and_when_the_job_is_submitted(postgres, tmp_path):
+    import epochal
+    from epochal.dataflow.job import _validate_state_backend
+    from epochal.errors import PlanError
+    from tests.postgres_server import PostgresServer
+
+    with pytest.raises(PlanError, match="needs dsn="):
+        StateBackendConfig(kind="postgres")
+    with pytest.raises(PlanError, match="plain SQL name"):
+        StateBackendConfig(kind="postgres", dsn=postgres.dsn, table="x; drop table y")
+    env = epochal.Environment(2, master="local[2]")
+    env.set_state_backend("postgres", dsn=postgres.dsn)
+    env.enable_checkpointing(1.0, max_concurrent=2)
+    with pytest.raises(PlanError, match="one at a time"):
+        _validate_state_backend(env)
+    env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=True)
+    _validate_state_backend(env)  # MVCC holds no locks across checkpoints
+    server = PostgresServer(tmp_path / "pg0", max_prepared_transactions=0).start()
+    try:
+        env.set_state_backend("postgres", dsn=server.dsn)
+        env.enable_checkpointing(1.0)
+        with pytest.raises(PlanError, match="max_prepared_transactions = 0"):
+            _validate_state_backend(env)
+    finally:
+        server.destroy()
+    env.set_state_backend("postgres", dsn="host=127.0.0.1 port=1 dbname=nowhere connect_timeout=2")
+    with pytest.raises(PlanError, match="cannot connect"):
+        _validate_state_backend(env)
