@@ -17,6 +17,7 @@ from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.chaos.test_exactly_once import ORACLE, running_count_job
+from tests.chaos.test_state_backends import _run_until_checkpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -53,17 +54,6 @@ def test_a_kill_between_completion_and_commit_is_committed_by_the_restore(make_e
     assert len(result.restarts) == 1, result.restarts
     assert committed == ORACLE
     assert open_prepared(postgres) == []
-
-
-def _run_until_checkpoints(env, name: str, count: int, restore_from: str | None = None):
-    client = env.execute_async(name, restore_from=restore_from)
-    client.wait_until_running()
-    deadline = time.monotonic() + 90
-    while sum(c["status"] == "completed" for c in client.checkpoint_stats()) < count \
-            and time.monotonic() < deadline:
-        time.sleep(0.05)
-    client.cancel(timeout=60)
-    return client.checkpoint_path
 
 
 def test_rescaling_two_three_one(make_env, tmp_path, postgres):
