@@ -12,6 +12,9 @@ Tables, named after the backend's ``table`` option ``T`` (created when a job is 
     T_epochs    (op, kg) -> checkpoint                   non-MVCC: the checkpoint whose state each
                                                          key group's rows hold
     T_versions  (op, kg, key, state, epoch) -> value     MVCC: every version, value NULL: removed
+                                                         (indexed by (op, epoch) too: a restore
+                                                         deletes a failed attempt's epochs
+                                                         without reading the others)
     T_committed (ns) -> checkpoint, horizon              MVCC: the last completed checkpoint of the
                                                          namespace (one row), and the oldest one
                                                          whose versions garbage collection keeps
@@ -53,7 +56,9 @@ def names(table: str) -> dict[str, Any]:
         return sql.Identifier(schema, base + suffix) if schema else sql.Identifier(base + suffix)
 
     return {"rows": ident(""), "operators": ident("_operators"), "states": ident("_states"),
-            "epochs": ident("_epochs"), "versions": ident("_versions"), "committed": ident("_committed")}
+            "epochs": ident("_epochs"), "versions": ident("_versions"), "committed": ident("_committed"),
+            # an index is named without its schema (it lives in its table's)
+            "versions_by_epoch": sql.Identifier(base + "_versions_by_epoch")}
 
 
 def connect(dsn: str, what: str = "the PostgreSQL state backend") -> Any:
@@ -89,6 +94,7 @@ CREATE TABLE IF NOT EXISTS {epochs} (op integer NOT NULL, kg integer NOT NULL, c
 CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
                                        state integer NOT NULL, epoch bigint NOT NULL, value bytea,
                                        PRIMARY KEY (op, kg, key, state, epoch));
+CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
 CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL,
                                         horizon bigint NOT NULL DEFAULT 0);
 """
