@@ -25,9 +25,10 @@ BACKENDS = {
     "heap-incremental": {"incremental": True, "full_every": 3},  # short chains: full ones in every run
     "rocksdb": {"kind": "rocksdb"},
     "postgres": {"kind": "postgres"},  # dsn: the session's server
+    "postgres-mvcc": {"kind": "postgres", "mvcc": True},
 }
 #: backends that run in ROTATED_MODULES only (unless EPOCHAL_CHAOS_BACKENDS=all): CI time
-ROTATION_ONLY = {"postgres"}
+ROTATION_ONLY = {"postgres", "postgres-mvcc"}
 KEYED_STATE_MODULES = {"test_exactly_once", "test_sink_guarantees", "test_checkpoint_recovery", "test_windows",
                        "test_loops", "test_upgrade_restore", "test_counters", "test_queryable_state"}
 ROTATED_MODULES = {"test_sink_guarantees", "test_checkpoint_recovery", "test_windows", "test_loops",
@@ -36,7 +37,7 @@ ALL_BACKENDS_ENV = "EPOCHAL_CHAOS_BACKENDS"
 
 
 #: backends whose keyed state is in no checkpoint file (tests marked ``keyed_state_files`` skip them)
-EXTERNAL = {"postgres"}
+EXTERNAL = {"postgres", "postgres-mvcc"}
 
 
 def backends_for(function: object) -> list[str]:
@@ -95,7 +96,7 @@ def make_env(make_env, state_backend, tmp_path, request):
     options = dict(BACKENDS[backend])
     if backend == "rocksdb":
         options["local_dir"] = str(tmp_path / "rocksdb")
-    if backend == "postgres":
+    if options.get("kind") == "postgres":
         options["dsn"] = request.getfixturevalue("postgres").dsn
 
     def factory(*args, **kwargs):

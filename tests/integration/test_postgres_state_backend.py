@@ -294,8 +294,7 @@ def test_mvcc_restores_older_checkpoints_drops_failed_versions_and_collects_garb
     op = backend.store.op
     with postgres.connect() as conn:
         versions = conn.execute("SELECT count(*) FROM epochal_state_versions WHERE op = %s", (op,)).fetchone()[0]
-        horizon = conn.execute("SELECT horizon FROM epochal_state_committed WHERE ns = %s",
-                               (backend.namespace,)).fetchone()[0]
+        horizon = conn.execute("SELECT horizon FROM epochal_state_operators WHERE op = %s", (op,)).fetchone()[0]
     assert horizon == 3 and versions < 5 * len(KEYS)  # versions of 1 and 2 that 3 and 4 do not read: gone
     assert prepared(postgres, backend) == []  # MVCC prepares nothing
     backend.dispose()
@@ -305,6 +304,13 @@ def test_mvcc_restores_older_checkpoints_drops_failed_versions_and_collects_garb
     restored.dispose()
     with pytest.raises(CheckpointError, match="collected"):
         make_backend(restore=sources[1], mvcc=True)
+    # a job started again without a checkpoint, in the same namespace, begins a new history
+    fresh = make_backend(mvcc=True, retained=2)
+    add(fresh, KEYS)
+    source = checkpoint([fresh], 1)
+    fresh.checkpoint_completed(1)
+    fresh.dispose()
+    assert set(counts(make_backend(restore=source, mvcc=True), KEYS).values()) == {1}
 
 
 def test_the_backend_is_checked_when_chosen_and_when_the_job_is_submitted(postgres, tmp_path):

@@ -291,15 +291,16 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         assert store is not None
         groups = self.key_groups
         if self.mvcc:
-            row = store.committed_row(self.namespace)
-            if row is None:
+            if store.committed_row(self.namespace) is None:
                 raise CheckpointError(f"checkpoint {checkpoint_id}: namespace '{self.namespace}' has no state in "
                                       f"{self.table}_versions of this database (another database, or dropped?)")
-            if row[1] > checkpoint_id:
+            horizon = store.horizon()
+            if horizon > checkpoint_id:
                 raise CheckpointError(
                     f"checkpoint {checkpoint_id} can no longer be restored from PostgreSQL: the versions it reads "
-                    f"were collected (namespace '{self.namespace}' keeps the versions of checkpoint {row[1]} on, "
-                    "those of the retained checkpoints); restore a newer checkpoint or a savepoint")
+                    f"were collected (operator '{self.uid}' of namespace '{self.namespace}' keeps the versions of "
+                    f"checkpoint {horizon} on, those of the retained checkpoints); restore a newer checkpoint or a "
+                    "savepoint")
             dropped = store.drop_after(groups, checkpoint_id)
             store.set_committed(self.namespace, checkpoint_id, forward_only=False)
             self.started.update(mode="restored", checkpoint=checkpoint_id, dropped_versions=dropped)
@@ -349,8 +350,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         loaded = 0
         if restore is not None:
             loaded = self._load_canonical(restore, checkpoint_id)
-        if self.mvcc:
+        if self.mvcc:  # a new history: no version of it was collected
             store.set_committed(self.namespace, checkpoint_id, forward_only=False)
+            store.set_horizon(checkpoint_id)
         elif restore is not None:
             store.set_markers(self.key_groups, checkpoint_id)
         self.log.committed = checkpoint_id
@@ -635,7 +637,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         deleted = 0
         try:
             for epoch, entries in due:
-                deleted += store.collect(entries, epoch, self.namespace, horizon)
+                deleted += store.collect(entries, epoch, horizon)
         except StateBackendError:
             with self._cond:  # tried again after the next checkpoint
                 self._gc_due = due + self._gc_due

@@ -5,7 +5,9 @@ with ``unnest``: one round trip per record batch, per checkpoint chunk, never pe
 Tables, named after the backend's ``table`` option ``T`` (created when a job is submitted,
 :func:`ensure_schema`)::
 
-    T_operators (op serial, ns text, uid text)           one id per (namespace, operator uid)
+    T_operators (op serial, ns text, uid text, horizon)  one id per (namespace, operator uid); MVCC:
+                                                         the oldest checkpoint of the operator whose
+                                                         versions garbage collection keeps
     T_states    (state serial, op int, name text)        one id per state name of an operator
     T           (op, kg, key, state) -> value            non-MVCC: the state of the last completed
                                                          checkpoint (value: the pickled value)
@@ -15,9 +17,8 @@ Tables, named after the backend's ``table`` option ``T`` (created when a job is 
                                                          (indexed by (op, epoch) too: a restore
                                                          deletes a failed attempt's epochs
                                                          without reading the others)
-    T_committed (ns) -> checkpoint, horizon              MVCC: the last completed checkpoint of the
-                                                         namespace (one row), and the oldest one
-                                                         whose versions garbage collection keeps
+    T_committed (ns) -> checkpoint                       MVCC: the last completed checkpoint of the
+                                                         namespace (one row)
 
 A row is keyed by (operator, key group, key, state): the operator and state ids stand for the
 operator's uid and the state's name in a namespace, ``kg`` is the key's key group and ``key`` the
@@ -83,7 +84,8 @@ def first_line(exc: BaseException) -> str:
 
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS {operators} (op serial PRIMARY KEY, ns text NOT NULL, uid text NOT NULL, UNIQUE (ns, uid));
+CREATE TABLE IF NOT EXISTS {operators} (op serial PRIMARY KEY, ns text NOT NULL, uid text NOT NULL,
+                                        horizon bigint NOT NULL DEFAULT 0, UNIQUE (ns, uid));
 CREATE TABLE IF NOT EXISTS {states} (state serial PRIMARY KEY, op integer NOT NULL, name text NOT NULL,
                                      UNIQUE (op, name));
 CREATE TABLE IF NOT EXISTS {rows} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
@@ -95,8 +97,7 @@ CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL,
                                        state integer NOT NULL, epoch bigint NOT NULL, value bytea,
                                        PRIMARY KEY (op, kg, key, state, epoch));
 CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
-CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL,
-                                        horizon bigint NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
 """
 
 
@@ -396,10 +397,19 @@ class Store:
                          (self.op, groups.start, groups.stop, checkpoint_id), fetch=True)
         return int(rows[0][0])
 
-    def committed_row(self, namespace: str) -> tuple[int, int] | None:
-        rows = self._run(self.read, self._q("SELECT checkpoint, horizon FROM {committed} WHERE ns = %s"),
+    def committed_row(self, namespace: str) -> int | None:
+        rows = self._run(self.read, self._q("SELECT checkpoint FROM {committed} WHERE ns = %s"),
                          (namespace,), fetch=True)
-        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+        return int(rows[0][0]) if rows else None
+
+    def horizon(self) -> int:
+        """MVCC: the oldest checkpoint of this operator whose versions are all kept."""
+        rows = self._run(self.read, self._q("SELECT horizon FROM {operators} WHERE op = %s"), (self.op,), fetch=True)
+        return int(rows[0][0]) if rows else 0
+
+    def set_horizon(self, checkpoint_id: int) -> None:
+        """MVCC: a start without a checkpoint of this backend begins a new history of the operator."""
+        self._run(self.read, self._q("UPDATE {operators} SET horizon = %s WHERE op = %s"), (checkpoint_id, self.op))
 
     def set_committed(self, namespace: str, checkpoint_id: int, forward_only: bool) -> None:
         """The namespace's committed epoch becomes ``checkpoint_id`` (``forward_only``: unless it
@@ -413,11 +423,11 @@ class Store:
                 "INSERT INTO {committed} (ns, checkpoint) VALUES (%s, %s) ON CONFLICT (ns) DO UPDATE "
                 "SET checkpoint = EXCLUDED.checkpoint"), (namespace, checkpoint_id))
 
-    def collect(self, entries: list[tuple[int, bytes, int, bool]], epoch: int, namespace: str, horizon: int) -> int:
+    def collect(self, entries: list[tuple[int, bytes, int, bool]], epoch: int, horizon: int) -> int:
         """MVCC garbage collection, on the uploader's connection: of each ``(kg, key, state,
         removed)`` last written at ``epoch`` (no retained checkpoint is older than ``epoch``), the
         versions before ``epoch`` are deleted, and the version of ``epoch`` too where it records a
-        removal; the namespace's horizon moves to ``horizon``. Returns the versions deleted."""
+        removal; the operator's horizon moves to ``horizon``. Returns the versions deleted."""
         conn = self.write
         deleted = 0
         for start in range(0, len(entries), WRITE_CHUNK):
@@ -429,6 +439,6 @@ class Store:
                 ([e[0] for e in part], [e[1] for e in part], [e[2] for e in part], [e[3] for e in part],
                  self.op, epoch, epoch), fetch=True)
             deleted += int(rows[0][0])
-        self._run(conn, self._q("UPDATE {committed} SET horizon = greatest(horizon, %s) WHERE ns = %s"),
-                  (horizon, namespace))
+        self._run(conn, self._q("UPDATE {operators} SET horizon = greatest(horizon, %s) WHERE op = %s"),
+                  (horizon, self.op))
         return deleted
