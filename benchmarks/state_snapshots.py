@@ -11,7 +11,8 @@ A checkpoint whose source positions cover ``keys`` records holds the whole state
 Experiments (``--experiments``):
 
 * ``sizes`` (Fig. 9 a and b, and recovery vs state size): every backend (``--backends``: ``heap``,
-  full snapshots by ``fork()``; ``heap-incremental``; ``rocksdb``) at every state size
+  full snapshots by ``fork()``; ``heap-incremental``; ``rocksdb``; ``postgres`` and
+  ``postgres-mvcc``, on ``--dsn`` or a server started for the run) at every state size
   (``--sizes``, keys) at ``--parallelism`` (2). Once ``--checkpoints`` steady checkpoints completed,
   worker p-1 is SIGKILLed (``epochal.testing.kill_worker``) within a poll (50 ms) of the last one
   completing; the run ends when the restored job completed a checkpoint too (phase ``restored``;
@@ -68,6 +69,8 @@ BACKENDS: dict[str, dict[str, Any]] = {
     "heap": {"kind": "heap", "snapshot": "fork"},
     "heap-incremental": {"kind": "heap", "snapshot": "fork", "incremental": True},
     "rocksdb": {"kind": "rocksdb"},
+    "postgres": {"kind": "postgres"},
+    "postgres-mvcc": {"kind": "postgres", "mvcc": True},
 }
 #: bytes of each record's payload: a hash of its index (distinct, deterministic, incompressible, so
 #: RocksDB's block compression does not shrink the state below the heap backends')
@@ -160,7 +163,10 @@ def run(spark: Any, args: argparse.Namespace, experiment: str, backend: str, key
     checkpoints' rows."""
     storage_dir = tempfile.mkdtemp(prefix="epochal-fig9-", dir=args.tmp)
     env = epochal.Environment(parallelism, spark=spark)
-    env.set_state_backend(**BACKENDS[backend], **({"local_dir": storage_dir} if backend == "rocksdb" else {}))
+    extra: dict[str, Any] = {"local_dir": storage_dir} if backend == "rocksdb" else {}
+    if BACKENDS[backend]["kind"] == "postgres":
+        extra["dsn"] = args.dsn
+    env.set_state_backend(**BACKENDS[backend], **extra)
     env.enable_checkpointing(args.interval, storage=storage_dir, retained=10_000, timeout=args.checkpoint_timeout)
     env.set_restart_strategy(FixedDelayRestart(attempts=1, delay=args.restart_delay))
     hot = max(1, int(keys * args.hot))
@@ -269,7 +275,7 @@ def plot(summary: list[dict[str, Any]], out: Path, title: str) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     sizes = [r for r in summary if r["experiment"] == "sizes"]
-    for backend, marker in zip(BACKENDS, "os^", strict=True):
+    for backend, marker in zip(BACKENDS, "os^Dv", strict=True):
         rows = sorted((r for r in sizes if r["backend"] == backend), key=lambda r: r["keys"])
         if not rows:
             continue
@@ -331,6 +337,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints and RocksDB go (default: the temp dir)")
     parser.add_argument("--out", default="benchmarks/results/state-snapshots")
+    parser.add_argument("--dsn", default=None, help="the PostgreSQL server of the postgres backends (default: "
+                                                    "one started for the run, tests/postgres_server.py)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -342,6 +350,12 @@ def main() -> None:
     about = f"{machine()}; Spark local[{slots}]"
     (out / "machine.txt").write_text(about + "\n")
     print(about, flush=True)
+    server = None
+    if args.dsn is None and any(BACKENDS[b]["kind"] == "postgres" for _, b, *_ in plan):
+        from tests.postgres_server import PostgresServer
+
+        server = PostgresServer(Path(tempfile.mkdtemp(prefix="epochal-fig9-pg-", dir=args.tmp))).start()
+        args.dsn = server.dsn
     spark = create_session(f"local[{slots}]", slots)
     warm = epochal.Environment(2, spark=spark)
     build(warm, 1_000, 10)  # unbounded: started and cancelled, to warm up Spark's Python workers
@@ -377,6 +391,8 @@ def main() -> None:
             plot(summary, out, f"papers/001 Fig. 9 on epochal: interval {args.interval:g} s, hot keys "
                  f"{args.hot:g}; {about}")
         spark.stop()
+        if server is not None:
+            server.destroy()
 
 
 if __name__ == "__main__":

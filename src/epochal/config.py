@@ -7,6 +7,7 @@ driver and all workers always agree on batch sizes, credits and timeouts.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from epochal.validation import check_number
@@ -174,8 +175,9 @@ def env_int(name: str, default: int) -> int:
         raise PlanError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-#: Keyed-state backends (papers/001 §4.1): Python dicts per key group; RocksDB (out of core).
-HEAP, ROCKSDB = "heap", "rocksdb"
+#: Keyed-state backends (papers/001 §4.1): Python dicts per key group; RocksDB (out of core); an
+#: external backend in a PostgreSQL database (committed with each checkpoint).
+HEAP, ROCKSDB, POSTGRES = "heap", "rocksdb", "postgres"
 #: How the heap backend takes the asynchronous part of a snapshot: in a forked child process
 #: (copy-on-write, the processing thread only forks) or on a thread of the worker.
 FORK, THREAD = "fork", "thread"
@@ -209,6 +211,25 @@ class StateBackendConfig:
             temp directory); local disk, with room for the state and its local checkpoints.
         write_buffer_bytes, block_cache_bytes: RocksDB: memtable size per state, and the read
             cache per operator subtask (with the OS page cache, what bounds its memory).
+        dsn: PostgreSQL (``kind="postgres"``): the libpq connection string or URI of the database
+            that holds the state (:mod:`epochal.state.postgres`); every worker connects to it.
+        table: PostgreSQL: the name (``name`` or ``schema.name``) the backend's tables start with;
+            created when the job is submitted if missing.
+        namespace: PostgreSQL: what separates this job's state from other jobs' in the same
+            tables (None: the job's name). A restore continues in the namespace of the checkpoint
+            it restores, so the namespace only matters for a job started without a checkpoint
+            (whose state in it is cleared first).
+        mvcc: PostgreSQL: ``False`` (default): papers/001 §4.1 (1), the rows hold the state of the
+            last completed checkpoint; each subtask's changes of a checkpoint epoch are written
+            and pre-committed at the barrier as one prepared transaction, committed when the
+            checkpoint completes (needs the server's ``max_prepared_transactions`` > 0).
+            ``True``: §4.1 (2), every row carries the epoch that wrote it; completing a checkpoint
+            advances the committed epoch, and any retained checkpoint can be restored.
+        cache_entries: PostgreSQL: how many values of the database each keyed operator subtask
+            keeps in its read cache (whole key groups are dropped when it is full).
+        retained: PostgreSQL with ``mvcc``: versions needed by the last ``retained`` completed
+            checkpoints are kept, older ones collected (``execute`` sets it from
+            ``enable_checkpointing(retained=...)``).
     """
 
     kind: str = HEAP
@@ -218,12 +239,32 @@ class StateBackendConfig:
     local_dir: str | None = None
     write_buffer_bytes: int = 64 << 20
     block_cache_bytes: int = 64 << 20
+    dsn: str | None = None
+    table: str = "epochal_state"
+    namespace: str | None = None
+    mvcc: bool = False
+    cache_entries: int = 2_000_000
+    retained: int = 1
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
 
-        if self.kind not in (HEAP, ROCKSDB):
-            raise PlanError(f"state backend kind must be '{HEAP}' or '{ROCKSDB}', got {self.kind!r}")
+        if self.kind not in (HEAP, ROCKSDB, POSTGRES):
+            raise PlanError(f"state backend kind must be '{HEAP}', '{ROCKSDB}' or '{POSTGRES}', got {self.kind!r}")
+        if self.kind == POSTGRES:
+            if not isinstance(self.dsn, str) or not self.dsn.strip():
+                raise PlanError("set_state_backend('postgres') needs dsn=, the connection string of the database "
+                                "(e.g. 'host=db.example.com dbname=state user=epochal')")
+            if not isinstance(self.table, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,39}"
+                                                                   r"(\.[A-Za-z_][A-Za-z0-9_]{0,39})?", self.table):
+                raise PlanError(f"table must be a plain SQL name ('name' or 'schema.name' of letters, digits and "
+                                f"_, at most 40 characters each), got {self.table!r}")
+            if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace):
+                raise PlanError(f"namespace must be a non-empty string, got {self.namespace!r}")
+            if not isinstance(self.mvcc, bool):
+                raise PlanError(f"mvcc must be True or False, got {self.mvcc!r}")
+            check_number(self.cache_entries, "cache_entries", minimum=0, strict=False, integer=True)
+            check_number(self.retained, "retained", minimum=1, strict=False, integer=True)
         for name in ("write_buffer_bytes", "block_cache_bytes"):
             check_number(getattr(self, name), name, minimum=1 << 16, integer=True)
         if self.snapshot not in (FORK, THREAD):

@@ -120,6 +120,12 @@ class SinkError(EpochalError):
     commit). The message names the sink's target and, where one is to blame, the record."""
 
 
+class StateBackendError(EpochalError):
+    """A keyed-state backend cannot read or write its state: an external store (the PostgreSQL
+    backend's database) is unreachable or refused a statement. Transient: the job restarts from its
+    latest checkpoint, whose state the store still holds."""
+
+
 #: The most characters of a record an error message shows.
 RECORD_TEXT_LIMIT = 120
 #: The attribute :func:`note_record` sets on a user's exception.

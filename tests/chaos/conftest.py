@@ -7,7 +7,11 @@ To keep CI under its time limit, the tests of ``ROTATED_MODULES`` (whose subject
 loop, windows, a restart or an upgrade, not the backend) run each case on **one** backend: the backends take
 turns over the cases of a test and over the tests of a module, so every backend still runs part
 of every module. ``EPOCHAL_CHAOS_BACKENDS=all`` runs every case on every backend (before a
-release, or after a change to a backend)."""
+release, or after a change to a backend).
+
+The PostgreSQL backend (a real server: the session's ``postgres`` fixture) takes its turn in the
+rotation only: in the other keyed modules it runs with ``EPOCHAL_CHAOS_BACKENDS=all``, and its
+own kills, rescaling and server restarts are ``test_postgres_state.py``'s."""
 
 from __future__ import annotations
 
@@ -20,7 +24,11 @@ BACKENDS = {
     "heap": {},
     "heap-incremental": {"incremental": True, "full_every": 3},  # short chains: full ones in every run
     "rocksdb": {"kind": "rocksdb"},
+    "postgres": {"kind": "postgres"},  # dsn: the session's server
+    "postgres-mvcc": {"kind": "postgres", "mvcc": True},
 }
+#: backends that run in ROTATED_MODULES only (unless EPOCHAL_CHAOS_BACKENDS=all): CI time
+ROTATION_ONLY = {"postgres", "postgres-mvcc"}
 KEYED_STATE_MODULES = {"test_exactly_once", "test_sink_guarantees", "test_checkpoint_recovery", "test_windows",
                        "test_loops", "test_upgrade_restore", "test_counters", "test_queryable_state"}
 ROTATED_MODULES = {"test_sink_guarantees", "test_checkpoint_recovery", "test_windows", "test_loops",
@@ -28,10 +36,25 @@ ROTATED_MODULES = {"test_sink_guarantees", "test_checkpoint_recovery", "test_win
 ALL_BACKENDS_ENV = "EPOCHAL_CHAOS_BACKENDS"
 
 
+#: backends whose keyed state is in no checkpoint file (tests marked ``keyed_state_files`` skip them)
+EXTERNAL = {"postgres", "postgres-mvcc"}
+
+
+def backends_for(function: object) -> list[str]:
+    """The backends a test runs on: all, but the external ones for a test of keyed-state files."""
+    files = any(getattr(m, "name", "") == "keyed_state_files" for m in getattr(function, "pytestmark", []))
+    return [b for b in BACKENDS if not (files and b in EXTERNAL)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "keyed_state_files: the test reads or damages keyed state's checkpoint "
+                                       "files (not run on backends that keep keyed state in a database)")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if "state_backend" in metafunc.fixturenames and module in KEYED_STATE_MODULES:
-        metafunc.parametrize("state_backend", list(BACKENDS), indirect=True)
+        metafunc.parametrize("state_backend", backends_for(metafunc.function), indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -44,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
         params = getattr(getattr(item, "callspec", None), "params", {})
         if module not in ROTATED_MODULES or "state_backend" not in params:
-            kept.append(item)
+            (dropped if params.get("state_backend") in ROTATION_ONLY else kept).append(item)
             continue
         name = item.originalname
         names = tests.setdefault(module, [])
@@ -53,8 +76,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         case = tuple(sorted((k, repr(v)) for k, v in params.items() if k != "state_backend"))
         numbered = cases.setdefault((module, name), {})
         number = numbered.setdefault(case, len(numbered))
-        turn = (number + names.index(name)) % len(BACKENDS)
-        (kept if params["state_backend"] == list(BACKENDS)[turn] else dropped).append(item)
+        candidates = backends_for(item.function)
+        turn = (number + names.index(name)) % len(candidates)
+        (kept if params["state_backend"] == candidates[turn] else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
@@ -67,11 +91,13 @@ def state_backend(request) -> str:
 
 
 @pytest.fixture
-def make_env(make_env, state_backend, tmp_path):
+def make_env(make_env, state_backend, tmp_path, request):
     backend = state_backend
     options = dict(BACKENDS[backend])
     if backend == "rocksdb":
         options["local_dir"] = str(tmp_path / "rocksdb")
+    if options.get("kind") == "postgres":
+        options["dsn"] = request.getfixturevalue("postgres").dsn
 
     def factory(*args, **kwargs):
         env = make_env(*args, **kwargs)

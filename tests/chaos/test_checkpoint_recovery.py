@@ -91,6 +91,7 @@ def test_restore_from_a_missing_checkpoint_fails_clearly(make_env, tmp_path):
         env.execute("missing", restore_from=str(tmp_path / "nowhere"))
 
 
+@pytest.mark.keyed_state_files
 def test_corrupt_state_file_fails_naming_the_file(make_env, tmp_path):
     env = make_env(2)
     env.enable_checkpointing(0.2, storage=str(tmp_path / "chk"), retained=1)

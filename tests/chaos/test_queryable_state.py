@@ -94,6 +94,7 @@ def run_with_kills(make_env, tmp_path, broken: bool = False) -> tuple[Observed, 
     return seen, job
 
 
+@pytest.mark.keyed_state_files  # compares answers with the values in the checkpoints' files
 def test_read_committed_never_goes_back_across_worker_kills(make_env, tmp_path, state_backend):
     seen, job = run_with_kills(make_env, tmp_path)
     assert len(seen.committed) > 20 and len(seen.uncommitted) > 20

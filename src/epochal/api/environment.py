@@ -113,7 +113,9 @@ class Environment:
         return self
 
     def set_state_backend(self, kind: str = "heap", *, snapshot: str | None = None, incremental: bool = False,
-                          full_every: int = 8, local_dir: str | None = None) -> Environment:
+                          full_every: int = 8, local_dir: str | None = None, dsn: str | None = None,
+                          table: str = "epochal_state", namespace: str | None = None, mvcc: bool = False,
+                          cache_entries: int = 2_000_000) -> Environment:
         """Choose where keyed state lives and how snapshots are taken (see
         :class:`~epochal.config.StateBackendConfig`): ``snapshot="fork"`` (default where the
         platform has it) writes each snapshot from a copy-on-write child process, so the
@@ -121,9 +123,13 @@ class Environment:
         writes it from a thread of the worker. ``incremental=True``: checkpoints write only
         what changed since the last completed one; every ``full_every``-th is full again.
         ``kind="rocksdb"``: keyed state in RocksDB under ``local_dir`` (state larger than memory),
-        checkpointed incrementally."""
+        checkpointed incrementally. ``kind="postgres"``: keyed state in the PostgreSQL database
+        ``dsn`` (tables named after ``table``, this job's rows under ``namespace``, default the
+        job's name), committed with each checkpoint by two-phase commit, or with ``mvcc=True`` as
+        versions per checkpoint epoch (:mod:`epochal.state.postgres`); a restore loads nothing."""
         self.state_backend = StateBackendConfig(kind, snapshot or StateBackendConfig().snapshot, incremental,
-                                                full_every, local_dir)
+                                                full_every, local_dir, dsn=dsn, table=table, namespace=namespace,
+                                                mvcc=mvcc, cache_entries=cache_entries)
         return self
 
     def enable_cec(self, *, q_target: int = 1_000, u_target: int = 1_000_000, interval: float = 0.005,

@@ -10,10 +10,12 @@ JobMaster, which owns the job's checkpoints, loops and ``collect()`` sinks.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from epochal.config import POSTGRES
 from epochal.connectors.base import JobSettings, Sink
 from epochal.connectors.memory import PrintSink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
@@ -42,6 +44,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     :meth:`~epochal.api.environment.Environment.execute_async` for the arguments)."""
     job = env.plan()
     _validate_connectors(env, job)
+    _validate_state_backend(env)
     job_id = uuid.uuid4().hex[:12]
     operators = {n.uid: {"name": n.name, "operation": n.operation} for n in job.nodes.values()}
     restore = None if restore_from is None else _checked_restore(env, restore_from, operators,
@@ -51,8 +54,12 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     storage_uri = ""
     if checkpoint.enabled:
         storage_uri = f"{job_directory(checkpoint.storage, job_name)}/{job_id}"
+    state_backend = env.state_backend
+    if state_backend.kind == POSTGRES:  # the namespace of a job started without a checkpoint; what MVCC keeps
+        state_backend = dataclasses.replace(state_backend, namespace=state_backend.namespace or job_name,
+                                            retained=checkpoint.retained)
     deployment = Deployment(job_name, job_id, graph, env.config, checkpoint, storage_uri,
-                            hook=FaultInjector.of(faults or []), state_backend=env.state_backend)
+                            hook=FaultInjector.of(faults or []), state_backend=state_backend)
     functions: dict[str, list[Any]] = {}
     for node in env.graph.nodes:
         functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
@@ -111,6 +118,22 @@ def _sink_locations(job: Any) -> dict[str, str]:
 
 def _sinks(job: Any) -> list[Sink]:
     return [sink for node in job.nodes.values() if isinstance(sink := getattr(node.operator, "sink", None), Sink)]
+
+
+def _validate_state_backend(env: Environment) -> None:
+    """The PostgreSQL backend: the server answers and has its tables (created if missing), and the
+    non-MVCC variant gets what two-phase commit of its epochs needs."""
+    backend = env.state_backend
+    if backend.kind != POSTGRES:
+        return
+    from epochal.state.postgres_store import ensure_schema
+
+    checkpoint = env.checkpoint_config
+    if not backend.mvcc and checkpoint.enabled and checkpoint.max_concurrent > 1:
+        raise PlanError(f"set_state_backend('postgres') pre-commits each checkpoint epoch as a prepared transaction "
+                        f"that holds its rows until the checkpoint completes, so checkpoints go one at a time: use "
+                        f"enable_checkpointing(max_concurrent=1) (not {checkpoint.max_concurrent}), or mvcc=True")
+    ensure_schema(backend.dsn or "", backend.table, backend.mvcc)
 
 
 def _validate_connectors(env: Environment, job: Any) -> None:

@@ -161,6 +161,15 @@ class KeyedStateBackend(ABC):
         if self.snapshots is not None:
             self.snapshots.completed(checkpoint_id)
 
+    def checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete (processing thread). Local backends
+        need not know: their next snapshot builds on the last completed one."""
+
+    def prefetch(self, keys: list[Any], key_groups: list[int]) -> None:
+        """A keyed operator is about to process a batch with these keys (``key_groups[i]`` is
+        ``keys[i]``'s): a backend whose reads are round trips (an external database) reads them
+        all now, in one. Local backends do nothing."""
+
     @abstractmethod
     def owned_table(self, name: str) -> GroupTables:
         """State ``name`` as ``{key group: {key: value}}`` with an entry for every owned group."""

@@ -6,19 +6,26 @@ import os
 import re
 import tempfile
 
-from epochal.config import ROCKSDB, StateBackendConfig
+from epochal.config import POSTGRES, ROCKSDB, StateBackendConfig
 from epochal.state.backend import KeyedStateBackend
 from epochal.state.heap import HeapKeyedStateBackend
 
 
 def create_backend(config: StateBackendConfig, max_parallelism: int, key_groups: range,
-                   name: str) -> KeyedStateBackend:
-    """A backend for one keyed operator subtask (``name``: its uid and index, for directories).
+                   name: str, *, uid: str = "", job_name: str = "", attempt: int = 0) -> KeyedStateBackend:
+    """A backend for one keyed operator subtask (``name``: its uid and index, for directories;
+    ``uid``, ``job_name``, ``attempt``: the operator, job and attempt, for the PostgreSQL backend,
+    whose namespace defaults to the job's name; its ``open_state`` must run before it is used).
 
     RocksDB databases live in a new directory under ``config.local_dir`` (default: Spark's local
     directory, ``SPARK_LOCAL_DIRS``, else the temp directory), removed with the subtask
     (``dispose``); local checkpoints are made beside the database, on the same file system, so
     that they are hard links."""
+    if config.kind == POSTGRES:
+        from epochal.state.postgres import PostgresKeyedStateBackend
+
+        return PostgresKeyedStateBackend(max_parallelism, key_groups, config, uid or name,
+                                         config.namespace or job_name or "job", attempt, name)
     if config.kind != ROCKSDB:
         return HeapKeyedStateBackend(max_parallelism, key_groups, config.incremental, config.full_every)
     from epochal.state.rocksdb import RocksDBKeyedStateBackend

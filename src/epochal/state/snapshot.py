@@ -94,7 +94,7 @@ def handle_bytes(handles: dict[str, Any]) -> int:
                 keyed = handle[part]
                 if "chain" in keyed:
                     total += keyed["chain"][-1]["size"]
-                elif keyed.get("format") == "rocksdb":  # what this checkpoint uploaded
+                elif keyed.get("format") in ("rocksdb", "postgres"):  # what this checkpoint uploaded
                     total += keyed["written_bytes"]
                 else:
                     total += keyed["size"]
@@ -118,6 +118,19 @@ class RestoreSource:
         subtasks = operator["subtasks"]
         return [subtasks[key] for key in sorted(subtasks, key=int)]
 
+    def keyed_handles(self, uid: str, key_groups: range) -> list[dict[str, Any]]:
+        """The keyed-state handles of the old subtasks of ``uid`` that owned some of ``key_groups``
+        (handles that name no key groups are all included)."""
+        out = []
+        for handle in self._subtasks(uid):
+            keyed = handle.get("keyed")
+            if not keyed:
+                continue
+            owned = keyed.get("key_groups")
+            if owned is None or (owned[0] < key_groups.stop and key_groups.start < owned[1]):
+                out.append(keyed)
+        return out
+
     def keyed_groups(self, uid: str, key_groups: range, skip_rocksdb: bool = False,
                      names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(group, {state name: {key: value}})`` for every owned key group with state; of an
@@ -133,6 +146,15 @@ class RestoreSource:
             if keyed.get("format") == "rocksdb":
                 if not skip_rocksdb:
                     yield from self._rocksdb_groups(keyed, key_groups, names)
+                continue
+            if keyed.get("format") == "postgres":
+                start, stop = keyed["key_groups"]
+                if start < key_groups.stop and key_groups.start < stop:
+                    raise CheckpointError(
+                        f"checkpoint {self.checkpoint_id} keeps the keyed state of operator '{uid}' in PostgreSQL "
+                        f"(namespace '{keyed.get('namespace')}' of table {keyed.get('table')}): restore it with "
+                        "set_state_backend('postgres', dsn=...), or take a savepoint of the job (savepoints are "
+                        "canonical) to move its state to another backend")
                 continue
             groups = self._groups_of(keyed, key_groups) if "chain" not in keyed \
                 else self._chain_groups(keyed["chain"], key_groups)

@@ -317,6 +317,8 @@ def state_files(handle: dict[str, Any]) -> list[dict[str, Any]]:
         return list(handle["chain"])
     if handle.get("format") == "rocksdb":
         return [*handle["shared"], *handle["private"]]
+    if handle.get("format") == "postgres":  # the state is in the database: no file
+        return []
     return [handle]
 
 

@@ -119,7 +119,11 @@ class Subtask:
             node = nodes[node_id]
             runner = ChainRunner(node.name, node.uid, node.operator)
             if node.operator.keyed:
-                runner.keyed_state = create_backend(backend, max_parallelism, key_groups, f"{node.uid}-{self.index}")
+                runner.keyed_state = create_backend(backend, max_parallelism, key_groups, f"{node.uid}-{self.index}",
+                                                    uid=node.uid, job_name=job[0], attempt=attempt)
+                open_state = getattr(runner.keyed_state, "open_state", None)
+                if open_state is not None:  # an external backend: it restores (or starts empty) itself
+                    open_state(restore)
             if restore is not None:
                 self._restore(runner, restore, key_groups)
             context = RuntimeContext(
@@ -149,7 +153,7 @@ class Subtask:
 
     def _restore(self, runner: ChainRunner, restore: RestoreSource, key_groups: range) -> None:
         backend = runner.keyed_state
-        if backend is not None:
+        if backend is not None and not hasattr(backend, "open_state"):
             # A RocksDB backend takes what RocksDB subtasks wrote as SST files, never unpickled:
             # a predecessor's checkpoint that holds all of its groups becomes its database as it
             # is (restored at the same parallelism, or fewer subtasks before); otherwise each
@@ -270,6 +274,8 @@ class Subtask:
         if self.barriers is not None:
             self.barriers.abort(checkpoint_id, "aborted by the coordinator")
         for runner in self.runners:
+            if runner.keyed_state is not None:
+                runner.keyed_state.checkpoint_aborted(checkpoint_id)
             runner.operator.notify_checkpoint_aborted(checkpoint_id)
 
     def observe(self, records: int, seconds: float) -> int:

@@ -74,6 +74,7 @@ class ProcessOperator(TimerDriven, Operator):
                         extend(produced)
                 return out
             keys, groups = keys_of(key_selector, batch, backend.max_parallelism, self.name)
+            backend.prefetch(keys, groups)  # an external backend reads the batch's keys at once
             set_key = backend.set_current_key
             for record, key, group in zip(batch, keys, groups, strict=True):
                 ctx.current_key = key

@@ -61,6 +61,7 @@ class CountWindowOperator(WindowFolding, Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
+        self.backend.prefetch(keys, key_groups)  # an external backend reads the batch's keys at once
         size = self.windows.size
         step = self.windows.step
         groups = self.groups

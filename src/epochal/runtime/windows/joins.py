@@ -170,6 +170,7 @@ class IntervalJoinOperator(Operator):
               timestamp: Callable[[Any], Any]) -> list[Any]:
         """Buffer each record of input ``side`` (0: left) and join it with the other side's."""
         keys, key_groups = keys_of(key_selector, batch, self.backend.max_parallelism, self.name)
+        self.backend.prefetch(keys, key_groups)  # an external backend reads the batch's keys at once
         times = list(map(timestamp, batch))
         own, other = self.buffers[side], self.buffers[1 - side]
         retention = self.retention[side]

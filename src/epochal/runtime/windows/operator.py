@@ -185,6 +185,7 @@ class WindowOperator(SessionMerging, WindowTimers):
     # ------------------------------------------------------------------ records
     def process_batch(self, batch: list[Any]) -> list[Any]:
         keys, groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
+        self.backend.prefetch(keys, groups)  # an external backend reads the batch's keys at once
         out: list[Any] = []
         self._out = out
         self._loop(batch, keys, groups)

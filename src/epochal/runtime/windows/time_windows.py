@@ -174,6 +174,7 @@ class TimeWindowOperator(WindowFolding, Operator):
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         keys, key_groups = keys_of(self.key_selector, batch, self.backend.max_parallelism, self.name)
+        self.backend.prefetch(keys, key_groups)  # an external backend reads the batch's keys at once
         self._loop(batch, keys, key_groups, each(self.timestamp, batch))
         return []
 

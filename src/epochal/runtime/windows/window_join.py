@@ -106,6 +106,7 @@ class WindowJoinOperator(Operator):
                 timestamp: Callable[[Any], Any]) -> list[Any]:
         """Add each record of input ``side`` to every open window of its key that holds it."""
         keys, key_groups = keys_of(key_selector, batch, self.backend.max_parallelism, self.name)
+        self.backend.prefetch(keys, key_groups)  # an external backend reads the batch's keys at once
         groups = self.groups
         watermark = self.watermark
         starts_of, closes = self.windows.starts, self.windows.closes

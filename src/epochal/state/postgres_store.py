@@ -1,0 +1,444 @@
+"""The SQL of the PostgreSQL keyed-state backend (psycopg 3): its tables, and every statement
+:mod:`epochal.state.postgres` runs, in batches (arrays bound as binary parameters and expanded
+with ``unnest``: one round trip per record batch, per checkpoint chunk, never per record).
+
+Tables, named after the backend's ``table`` option ``T`` (created when a job is submitted,
+:func:`ensure_schema`)::
+
+    T_operators (op serial, ns text, uid text, horizon)  one id per (namespace, operator uid); MVCC:
+                                                         the oldest checkpoint of the operator whose
+                                                         versions garbage collection keeps
+    T_states    (state serial, op int, name text)        one id per state name of an operator
+    T           (op, kg, key, state) -> value            non-MVCC: the state of the last completed
+                                                         checkpoint (value: the pickled value)
+    T_epochs    (op, kg) -> checkpoint                   non-MVCC: the checkpoint whose state each
+                                                         key group's rows hold
+    T_versions  (op, kg, key, state, epoch) -> value     MVCC: every version, value NULL: removed
+                                                         (indexed by (op, epoch) too: a restore
+                                                         deletes a failed attempt's epochs
+                                                         without reading the others)
+    T_committed (ns) -> checkpoint                       MVCC: the last completed checkpoint of the
+                                                         namespace (one row)
+
+A row is keyed by (operator, key group, key, state): the operator and state ids stand for the
+operator's uid and the state's name in a namespace, ``kg`` is the key's key group and ``key`` the
+pickled key (:class:`epochal.state.rocksdb_keys.KeyEncoder`, as RocksDB stores it). Every row of a
+key sits next to the others of the key (one index descent reads all its states), and a key-group
+range of an operator is one index range: a restore at another parallelism reads another range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from epochal.errors import PlanError, StateBackendError
+from epochal.state.postgres_epochs import Changes, Gid, parse_gid
+
+#: Rows per statement when an epoch or a restore is written.
+WRITE_CHUNK = 20_000
+#: Keys per statement when keys are read.
+READ_CHUNK = 8192
+
+
+def _sql() -> Any:
+    from psycopg import sql
+
+    return sql
+
+
+def names(table: str) -> dict[str, Any]:
+    """The identifiers of the backend's tables for the ``table`` option."""
+    sql = _sql()
+    schema, _, base = table.rpartition(".")
+
+    def ident(suffix: str) -> Any:
+        return sql.Identifier(schema, base + suffix) if schema else sql.Identifier(base + suffix)
+
+    return {"rows": ident(""), "operators": ident("_operators"), "states": ident("_states"),
+            "epochs": ident("_epochs"), "versions": ident("_versions"), "committed": ident("_committed"),
+            # an index is named without its schema (it lives in its table's)
+            "versions_by_epoch": sql.Identifier(base + "_versions_by_epoch")}
+
+
+def connect(dsn: str, what: str = "the PostgreSQL state backend") -> Any:
+    """An autocommit connection, or a :class:`StateBackendError` that says why not."""
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StateBackendError(f"{what}: cannot connect to PostgreSQL ({describe(dsn)}): {first_line(exc)}") from exc
+
+
+def describe(dsn: str) -> str:
+    """Host, port and database of ``dsn``, never its password."""
+    from epochal.connectors.postgres_sql import describe_target
+
+    return describe_target(dsn)
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {operators} (op serial PRIMARY KEY, ns text NOT NULL, uid text NOT NULL,
+                                        horizon bigint NOT NULL DEFAULT 0, UNIQUE (ns, uid));
+CREATE TABLE IF NOT EXISTS {states} (state serial PRIMARY KEY, op integer NOT NULL, name text NOT NULL,
+                                     UNIQUE (op, name));
+CREATE TABLE IF NOT EXISTS {rows} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
+                                   state integer NOT NULL, value bytea NOT NULL,
+                                   PRIMARY KEY (op, kg, key, state)) WITH (fillfactor = 80);
+CREATE TABLE IF NOT EXISTS {epochs} (op integer NOT NULL, kg integer NOT NULL, checkpoint bigint NOT NULL,
+                                     PRIMARY KEY (op, kg));
+CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
+                                       state integer NOT NULL, epoch bigint NOT NULL, value bytea,
+                                       PRIMARY KEY (op, kg, key, state, epoch));
+CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
+CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
+"""
+
+
+def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
+    """On the driver, when a job is submitted: the server answers, the tables exist (created if
+    not, under an advisory lock so that two jobs do not race), and the non-MVCC variant has
+    prepared transactions. Problems are :class:`~epochal.errors.PlanError`."""
+    sql = _sql()
+    try:
+        conn = connect(dsn, f"set_state_backend('postgres', table={table!r})")
+    except StateBackendError as exc:
+        raise PlanError(str(exc)) from exc
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"epochal-state:{table}",))
+            for statement in SCHEMA.strip().split(";\n"):
+                conn.execute(sql.SQL(statement.strip().rstrip(";")).format(**names(table)))
+        if not mvcc:
+            row = conn.execute("SHOW max_prepared_transactions").fetchone()
+            if not row or int(row[0]) < 1:
+                raise PlanError(
+                    f"set_state_backend('postgres'): the server ({describe(dsn)}) has max_prepared_transactions = 0; "
+                    "the backend pre-commits every checkpoint epoch as a prepared transaction (one per keyed "
+                    "operator subtask): set max_prepared_transactions (e.g. to 64) in postgresql.conf and restart "
+                    "the server, or use mvcc=True (no prepared transactions)")
+    except PlanError:
+        raise
+    except Exception as exc:
+        raise PlanError(f"set_state_backend('postgres'): cannot prepare the tables {table}* in "
+                        f"{describe(dsn)}: {first_line(exc)}") from exc
+    finally:
+        conn.close()
+
+
+class Store:
+    """The statements of one keyed operator subtask's backend over its own connections: ``read``
+    for the processing thread (reads, commits, restores), ``write`` for the uploader thread (an
+    epoch's transaction). Errors become :class:`StateBackendError`."""
+
+    def __init__(self, dsn: str, table: str, mvcc: bool, what: str) -> None:
+        self.dsn = dsn
+        self.table = table
+        self.mvcc = mvcc
+        self.what = what
+        self.t = names(table)
+        self.read = connect(dsn, what)
+        self._write: Any = None
+        self.op = 0
+
+    @property
+    def write(self) -> Any:
+        if self._write is None:
+            self._write = connect(self.dsn, self.what)
+        return self._write
+
+    def close(self) -> None:
+        for conn in (self.read, self._write):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _q(self, template: str, **extra: Any) -> Any:
+        return _sql().SQL(template).format(**self.t, **extra)
+
+    def _run(self, conn: Any, statement: Any, params: Any = None, *, fetch: bool = False,
+             binary: bool = False) -> list[Any]:
+        import psycopg
+
+        try:
+            cursor = conn.execute(statement, params, binary=binary)
+            return cursor.fetchall() if fetch else []
+        except psycopg.Error as exc:
+            raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
+
+    # ------------------------------------------------------------------ ids
+    def register(self, namespace: str, uid: str) -> int:
+        """The operator id of ``uid`` in ``namespace`` (created if new); sets :attr:`op`."""
+        self._run(self.read, self._q("INSERT INTO {operators} (ns, uid) VALUES (%s, %s) ON CONFLICT DO NOTHING"),
+                  (namespace, uid))
+        self.op = self._run(self.read, self._q("SELECT op FROM {operators} WHERE ns = %s AND uid = %s"),
+                            (namespace, uid), fetch=True)[0][0]
+        return self.op
+
+    def state_id(self, name: str) -> int:
+        self._run(self.read, self._q("INSERT INTO {states} (op, name) VALUES (%s, %s) ON CONFLICT DO NOTHING"),
+                  (self.op, name))
+        return self._run(self.read, self._q("SELECT state FROM {states} WHERE op = %s AND name = %s"),
+                         (self.op, name), fetch=True)[0][0]
+
+    def state_names(self, conn: Any = None) -> dict[int, str]:
+        rows = self._run(conn or self.read, self._q("SELECT state, name FROM {states} WHERE op = %s"),
+                         (self.op,), fetch=True)
+        return {state: name for state, name in rows}
+
+    # ------------------------------------------------------------------ reads
+    def fetch(self, kgs: list[int], keys: list[bytes], committed: int) -> list[tuple[int, bytes, int, bytes]]:
+        """``(kg, key, state, value)`` of every state of the given keys (``kgs[i]`` is ``keys[i]``'s
+        key group); of the MVCC variant each key's newest version up to checkpoint ``committed``,
+        removed ones left out."""
+        out: list[tuple[int, bytes, int, bytes]] = []
+        for start in range(0, len(keys), READ_CHUNK):
+            part_kgs, part_keys = kgs[start:start + READ_CHUNK], keys[start:start + READ_CHUNK]
+            if self.mvcc:
+                rows = self._run(self.read, self._q(
+                    "SELECT DISTINCT ON (s.kg, s.key, s.state) s.kg, s.key, s.state, s.value "
+                    "FROM unnest(%b::int4[], %b::bytea[]) AS b(kg, key) JOIN {versions} s "
+                    "ON s.op = %b AND s.kg = b.kg AND s.key = b.key AND s.epoch <= %b "
+                    "ORDER BY s.kg, s.key, s.state, s.epoch DESC"),
+                    (part_kgs, part_keys, self.op, committed), fetch=True, binary=True)
+                out.extend(r for r in rows if r[3] is not None)
+            else:
+                out.extend(self._run(self.read, self._q(
+                    "SELECT s.kg, s.key, s.state, s.value FROM unnest(%b::int4[], %b::bytea[]) AS b(kg, key) "
+                    "JOIN {rows} s ON s.op = %b AND s.kg = b.kg AND s.key = b.key"),
+                    (part_kgs, part_keys, self.op), fetch=True, binary=True))
+        return out
+
+    def scan(self, groups: range, committed: int, conn: Any = None) -> Iterator[tuple[int, bytes, int, bytes]]:
+        """``(kg, key, state, value)`` of every row of the key groups ``groups``, in key-group
+        order (MVCC: descending), streamed by a server-side cursor when ``conn`` is given (a
+        connection in a transaction, for large ranges)."""
+        import psycopg
+
+        if self.mvcc:
+            query = self._q("SELECT DISTINCT ON (kg, key, state) kg, key, state, value FROM {versions} "
+                            "WHERE op = %b AND kg >= %b AND kg < %b AND epoch <= %b "
+                            "ORDER BY kg DESC, key DESC, state DESC, epoch DESC")  # a backward index scan
+            params: tuple[Any, ...] = (self.op, groups.start, groups.stop, committed)
+        else:
+            query = self._q("SELECT kg, key, state, value FROM {rows} WHERE op = %b AND kg >= %b AND kg < %b "
+                            "ORDER BY kg")
+            params = (self.op, groups.start, groups.stop)
+        if conn is None:
+            for row in self._run(self.read, query, params, fetch=True, binary=True):
+                if row[3] is not None:
+                    yield row
+            return
+        try:
+            with conn.cursor(name="epochal_state_scan", binary=True) as cursor:
+                cursor.itersize = 20_000
+                cursor.execute(query, params)
+                for row in cursor:
+                    if row[3] is not None:
+                        yield row
+        except psycopg.Error as exc:
+            raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
+
+    # ------------------------------------------------------------------ writes
+    def _rows(self, changes: Changes) -> tuple[list[Any], ...]:
+        """Arrays of the changes, sorted by (key group, key, state) so that the index is written
+        in order: (kg, key, state, value) of the values set, (kg, key, state) of those removed."""
+        puts: list[tuple[int, bytes, int, bytes]] = []
+        dels: list[tuple[int, bytes, int]] = []
+        for (state, kg), entries in changes.items():
+            for key, value in entries.items():
+                if value is None:
+                    dels.append((kg, key, state))
+                else:
+                    puts.append((kg, key, state, value))
+        puts.sort()
+        dels.sort()
+        return ([p[0] for p in puts], [p[1] for p in puts], [p[2] for p in puts], [p[3] for p in puts],
+                [d[0] for d in dels], [d[1] for d in dels], [d[2] for d in dels])
+
+    def write_epoch(self, changes: Changes, checkpoint_id: int, groups: range, gid: str | None) -> tuple[int, int]:
+        """Write ``changes`` in one transaction: non-MVCC, upserts and deletes, the key groups'
+        marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC, versions at epoch
+        ``checkpoint_id``, committed. Returns (rows, bytes). On failure the transaction is rolled
+        back (a lost connection rolls it back in the server) and the error raised."""
+        conn = self.write
+        kgs, keys, states, values, dkgs, dkeys, dstates = self._rows(changes)
+        written = sum(map(len, keys)) + sum(map(len, values)) + sum(map(len, dkeys))
+        try:
+            self._run(conn, "BEGIN")
+            if self.mvcc:
+                all_kgs, all_keys, all_states = kgs + dkgs, keys + dkeys, states + dstates
+                all_values = values + [None] * len(dkeys)
+                for start in range(0, len(all_keys), WRITE_CHUNK):
+                    end = start + WRITE_CHUNK
+                    self._run(conn, self._q(
+                        "INSERT INTO {versions} (op, kg, key, state, epoch, value) "
+                        "SELECT %b, b.kg, b.key, b.state, %b, b.value "
+                        "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                        "ON CONFLICT (op, kg, key, state, epoch) DO UPDATE SET value = EXCLUDED.value"),
+                        (self.op, checkpoint_id, all_kgs[start:end], all_keys[start:end], all_states[start:end],
+                         all_values[start:end]))
+                self._run(conn, "COMMIT")
+                return len(all_keys), written
+            for start in range(0, len(dkeys), WRITE_CHUNK):
+                end = start + WRITE_CHUNK
+                self._run(conn, self._q(
+                    "DELETE FROM {rows} s USING unnest(%b::int4[], %b::bytea[], %b::int4[]) AS b(kg, key, state) "
+                    "WHERE s.op = %b AND s.kg = b.kg AND s.key = b.key AND s.state = b.state"),
+                    (dkgs[start:end], dkeys[start:end], dstates[start:end], self.op))
+            for start in range(0, len(keys), WRITE_CHUNK):
+                end = start + WRITE_CHUNK
+                self._run(conn, self._q(
+                    "INSERT INTO {rows} (op, kg, key, state, value) SELECT %b, b.kg, b.key, b.state, b.value "
+                    "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                    "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
+                    (self.op, kgs[start:end], keys[start:end], states[start:end], values[start:end]))
+            self._run(conn, self._q(
+                "INSERT INTO {epochs} (op, kg, checkpoint) SELECT %s, g, %s "
+                "FROM generate_series(%s::int4, %s::int4) AS g "
+                "ON CONFLICT (op, kg) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"),
+                (self.op, checkpoint_id, groups.start, groups.stop - 1))
+            self._run(conn, _sql().SQL("PREPARE TRANSACTION {}").format(_sql().Literal(gid)))
+            return len(keys) + len(dkeys), written
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except Exception:  # the connection is gone, and with it the transaction
+                pass
+            raise
+
+    def write_restored(self, rows: Sequence[tuple[int, bytes, int, bytes]], epoch: int) -> None:
+        """Load restored ``(kg, key, state, value)`` rows (autocommit: a restore that fails is
+        redone from the start by the next attempt); MVCC: as versions of ``epoch``."""
+        for start in range(0, len(rows), WRITE_CHUNK):
+            part = rows[start:start + WRITE_CHUNK]
+            arrays = ([r[0] for r in part], [r[1] for r in part], [r[2] for r in part], [r[3] for r in part])
+            if self.mvcc:
+                self._run(self.read, self._q(
+                    "INSERT INTO {versions} (op, kg, key, state, epoch, value) SELECT %b, b.kg, b.key, b.state, %b, "
+                    "b.value FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                    "ON CONFLICT (op, kg, key, state, epoch) DO UPDATE SET value = EXCLUDED.value"),
+                    (self.op, epoch, *arrays))
+            else:
+                self._run(self.read, self._q(
+                    "INSERT INTO {rows} (op, kg, key, state, value) SELECT %b, b.kg, b.key, b.state, b.value "
+                    "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                    "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
+                    (self.op, *arrays))
+
+    # ------------------------------------------------------------------ two-phase commit
+    def prepared(self, prefix: str) -> list[Gid]:
+        rows = self._run(self.read, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                                    "AND starts_with(gid, %s)", (prefix + ":",), fetch=True)
+        found = [parse_gid(r[0], prefix) for r in rows]
+        return [g for g in found if g is not None]
+
+    def finish_prepared(self, gid: str, commit: bool, conn: Any = None) -> bool:
+        """``COMMIT PREPARED`` (or ``ROLLBACK PREPARED``) ``gid``; False if it no longer exists
+        (another subtask resolved it first). A transaction another session is resolving right now
+        ("busy") is waited for."""
+        import psycopg
+
+        sql = _sql()
+        statement = sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(sql.Literal(gid))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                (conn or self.read).execute(statement)
+                return True
+            except psycopg.errors.UndefinedObject:
+                return False
+            except psycopg.errors.ObjectInUse:
+                if time.monotonic() > deadline:
+                    raise StateBackendError(f"{self.what}: prepared transaction {gid} stayed busy for 60 s") from None
+                time.sleep(0.05)
+            except psycopg.Error as exc:
+                raise StateBackendError(f"{self.what}: cannot {'commit' if commit else 'roll back'} prepared "
+                                        f"transaction {gid}: {first_line(exc)}") from exc
+
+    # ------------------------------------------------------------------ starting and restoring
+    def clear(self, groups: range) -> None:
+        """Remove every row (and marker) of this operator in ``groups``: a subtask that starts
+        without a checkpoint of this backend starts empty."""
+        if self.mvcc:
+            self._run(self.read, self._q("DELETE FROM {versions} WHERE op = %s AND kg >= %s AND kg < %s"),
+                      (self.op, groups.start, groups.stop))
+        else:
+            self._run(self.read, self._q("DELETE FROM {rows} WHERE op = %s AND kg >= %s AND kg < %s"),
+                      (self.op, groups.start, groups.stop))
+            self._run(self.read, self._q("DELETE FROM {epochs} WHERE op = %s AND kg >= %s AND kg < %s"),
+                      (self.op, groups.start, groups.stop))
+
+    def set_markers(self, groups: range, checkpoint_id: int) -> None:
+        self._run(self.read, self._q(
+            "INSERT INTO {epochs} (op, kg, checkpoint) SELECT %s, g, %s FROM generate_series(%s::int4, %s::int4) AS g "
+            "ON CONFLICT (op, kg) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"),
+            (self.op, checkpoint_id, groups.start, groups.stop - 1))
+
+    def markers(self, groups: range) -> dict[int, int]:
+        rows = self._run(self.read, self._q("SELECT kg, checkpoint FROM {epochs} WHERE op = %s AND kg >= %s "
+                                            "AND kg < %s"), (self.op, groups.start, groups.stop), fetch=True)
+        return {kg: checkpoint for kg, checkpoint in rows}
+
+    # ------------------------------------------------------------------ MVCC
+    def drop_after(self, groups: range, checkpoint_id: int) -> int:
+        """MVCC restore: the versions of epochs after ``checkpoint_id`` in ``groups`` (written by
+        attempts that never completed them) are deleted. Returns how many."""
+        rows = self._run(self.read, self._q("WITH gone AS (DELETE FROM {versions} WHERE op = %s AND kg >= %s AND "
+                                            "kg < %s AND epoch > %s RETURNING 1) SELECT count(*) FROM gone"),
+                         (self.op, groups.start, groups.stop, checkpoint_id), fetch=True)
+        return int(rows[0][0])
+
+    def committed_row(self, namespace: str) -> int | None:
+        rows = self._run(self.read, self._q("SELECT checkpoint FROM {committed} WHERE ns = %s"),
+                         (namespace,), fetch=True)
+        return int(rows[0][0]) if rows else None
+
+    def horizon(self) -> int:
+        """MVCC: the oldest checkpoint of this operator whose versions are all kept."""
+        rows = self._run(self.read, self._q("SELECT horizon FROM {operators} WHERE op = %s"), (self.op,), fetch=True)
+        return int(rows[0][0]) if rows else 0
+
+    def set_horizon(self, checkpoint_id: int) -> None:
+        """MVCC: a start without a checkpoint of this backend begins a new history of the operator."""
+        self._run(self.read, self._q("UPDATE {operators} SET horizon = %s WHERE op = %s"), (checkpoint_id, self.op))
+
+    def set_committed(self, namespace: str, checkpoint_id: int, forward_only: bool) -> None:
+        """The namespace's committed epoch becomes ``checkpoint_id`` (``forward_only``: unless it
+        is newer already): the one row a completed checkpoint updates."""
+        if forward_only:
+            self._run(self.read, self._q(
+                "INSERT INTO {committed} (ns, checkpoint) VALUES (%s, %s) ON CONFLICT (ns) DO UPDATE "
+                "SET checkpoint = greatest({committed}.checkpoint, EXCLUDED.checkpoint)"), (namespace, checkpoint_id))
+        else:
+            self._run(self.read, self._q(
+                "INSERT INTO {committed} (ns, checkpoint) VALUES (%s, %s) ON CONFLICT (ns) DO UPDATE "
+                "SET checkpoint = EXCLUDED.checkpoint"), (namespace, checkpoint_id))
+
+    def collect(self, entries: list[tuple[int, bytes, int, bool]], epoch: int, horizon: int) -> int:
+        """MVCC garbage collection, on the uploader's connection: of each ``(kg, key, state,
+        removed)`` last written at ``epoch`` (no retained checkpoint is older than ``epoch``), the
+        versions before ``epoch`` are deleted, and the version of ``epoch`` too where it records a
+        removal; the operator's horizon moves to ``horizon``. Returns the versions deleted."""
+        conn = self.write
+        deleted = 0
+        for start in range(0, len(entries), WRITE_CHUNK):
+            part = entries[start:start + WRITE_CHUNK]
+            rows = self._run(conn, self._q(
+                "WITH gone AS (DELETE FROM {versions} s USING unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bool[]) "
+                "AS b(kg, key, state, removed) WHERE s.op = %b AND s.kg = b.kg AND s.key = b.key AND s.state = b.state "
+                "AND (s.epoch < %b OR (b.removed AND s.epoch = %b)) RETURNING 1) SELECT count(*) FROM gone"),
+                ([e[0] for e in part], [e[1] for e in part], [e[2] for e in part], [e[3] for e in part],
+                 self.op, epoch, epoch), fetch=True)
+            deleted += int(rows[0][0])
+        self._run(conn, self._q("UPDATE {operators} SET horizon = greatest(horizon, %s) WHERE op = %s"),
+                  (horizon, self.op))
+        return deleted

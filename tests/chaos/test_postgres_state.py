@@ -1,0 +1,128 @@
+"""The PostgreSQL state backend on real Spark workers against a real PostgreSQL server: keyed
+state (a built-in count and a user's ValueState) through SIGKILLed workers is exactly the
+oracle's, on both variants; a kill after a checkpoint completed and before its commit is
+recovered by the restore committing it; the job rescales 2 -> 3 -> 1 from checkpoints of this
+backend; PostgreSQL restarted in the middle of a job is survived with exact state; and no
+prepared transaction of the job is left open after any run."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pytest
+
+from epochal.connectors.transactional import read_committed_lines
+from epochal.control.restart import FixedDelayRestart
+from epochal.testing import Fault, random_faults
+from tests.chaos.test_checkpoint_recovery import build, expected_lines
+from tests.chaos.test_exactly_once import ORACLE, running_count_job
+from tests.chaos.test_state_backends import _run_until_checkpoints
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+
+def open_prepared(postgres) -> list[str]:
+    with postgres.connect() as conn:
+        return [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'epochal-state-%'")]
+
+
+def run(make_env, tmp_path, postgres, parallelism, faults, *, mvcc=False, user_state=False, name="pg-chaos"):
+    env = make_env(parallelism)
+    env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=mvcc)
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    env.set_restart_strategy(FixedDelayRestart(attempts=len(faults) + 1, delay=0.2))
+    out = tmp_path / "out"
+    running_count_job(env, out, user_state)
+    result = env.execute(name, timeout=400, faults=faults)
+    return result, collections.Counter(read_committed_lines(str(out)))
+
+
+@pytest.mark.parametrize("mvcc,user_state,seed", [(False, True, 31), (True, False, 37)])
+def test_random_kills_exactly_once(make_env, tmp_path, postgres, mvcc, user_state, seed):
+    faults = random_faults(seed, 2, count=2, window=(0.3, 1.0))
+    result, committed = run(make_env, tmp_path, postgres, 2, faults, mvcc=mvcc, user_state=user_state,
+                            name=f"pg-random-{int(mvcc)}")
+    assert len(result.restarts) == 2, result.restarts
+    assert committed == ORACLE
+    assert open_prepared(postgres) == []
+
+
+def test_a_kill_between_completion_and_commit_is_committed_by_the_restore(make_env, tmp_path, postgres):
+    result, committed = run(make_env, tmp_path, postgres, 2, [Fault("before_commit", worker=1, checkpoint=3)],
+                            user_state=True, name="pg-before-commit")
+    assert len(result.restarts) == 1, result.restarts
+    assert committed == ORACLE
+    assert open_prepared(postgres) == []
+
+
+def test_rescaling_two_three_one(make_env, tmp_path, postgres):
+    out = tmp_path / "out"
+    restore_from = None
+    for step, parallelism in enumerate((2, 3)):
+        env = make_env(parallelism)
+        env.set_state_backend("postgres", dsn=postgres.dsn)
+        env.enable_checkpointing(0.2, storage=str(tmp_path / f"chk{step}"))
+        build(env, out, rate=8_000)
+        restore_from = _run_until_checkpoints(env, f"pg-rescale-{step}", 4, restore_from)
+    env = make_env(1)
+    env.set_state_backend("postgres", dsn=postgres.dsn)
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "chk2"))
+    build(env, out, rate=None)
+    result = env.execute("pg-rescale-2", timeout=200, restore_from=restore_from)
+    assert result.completed_checkpoints >= 1
+    assert collections.Counter(read_committed_lines(str(out))) == expected_lines()
+    assert open_prepared(postgres) == []
+
+
+def test_postgres_restarted_mid_job_recovers_with_exact_state(make_env, tmp_path):
+    """A server of its own, stopped (as by a crash: prepared transactions survive) and started
+    again while the job runs: the job fails over to a restart and ends exact."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer(tmp_path / "pg").start()
+    try:
+        env = make_env(2)
+        env.set_state_backend("postgres", dsn=server.dsn)
+        env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+        env.set_restart_strategy(FixedDelayRestart(attempts=20, delay=0.5))
+        out = tmp_path / "out"
+        running_count_job(env, out, user_state=True)
+        client = env.execute_async("pg-restart")
+        client.wait_until_running()
+        deadline = time.monotonic() + 60
+        while sum(c["status"] == "completed" for c in client.checkpoint_stats()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.stop("immediate")
+        time.sleep(1.0)
+        server.start()
+        result = client.result(timeout=400)
+        assert result.restarts, "the job never noticed the server went away"
+        assert collections.Counter(read_committed_lines(str(out))) == ORACLE
+        assert open_prepared(server) == []
+    finally:
+        server.destroy()
+
+
+def test_a_savepoint_moves_the_state_to_the_heap_backend_and_back(make_env, tmp_path, postgres):
+    """Savepoints of this backend are canonical: PostgreSQL -> savepoint -> heap -> savepoint ->
+    PostgreSQL at another parallelism, and the count ends exactly the oracle's."""
+    out, savepoints = tmp_path / "out", str(tmp_path / "savepoints")
+    taken = None
+    for step, (backend, parallelism) in enumerate((("postgres", 2), ("heap", 2))):
+        env = make_env(parallelism)
+        env.set_state_backend(backend, **({"dsn": postgres.dsn} if backend == "postgres" else {}))
+        env.enable_checkpointing(0.2, storage=str(tmp_path / f"chk{step}"))
+        build(env, out, rate=8_000)
+        client = env.execute_async(f"pg-savepoint-{step}", restore_from=taken)
+        client.wait_until_running()
+        deadline = time.monotonic() + 60
+        while sum(c["status"] == "completed" for c in client.checkpoint_stats()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        taken = client.stop_with_savepoint(savepoints, timeout=90)
+    env = make_env(3)
+    env.set_state_backend("postgres", dsn=postgres.dsn)
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "chk2"))
+    build(env, out, rate=None)
+    env.execute("pg-savepoint-2", timeout=200, restore_from=taken)
+    assert collections.Counter(read_committed_lines(str(out))) == expected_lines()
