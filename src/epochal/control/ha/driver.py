@@ -148,6 +148,8 @@ class ElectionDriver:
             self._feed(RenewAnswered(ok, sent, time.monotonic()))
         elif isinstance(instruction, Elected):
             self.epoch, self.outcome = instruction.epoch, "leader"
+            _log.info("high availability: %s elected for job %s (epoch %d)", self.me.describe(), self.services.job_id,
+                      instruction.epoch)
             self.decided.set()
         elif isinstance(instruction, JobEnded):
             self.outcome = "ended"
