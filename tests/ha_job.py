@@ -44,7 +44,7 @@ def main() -> int:
     uri, work = sys.argv[1], sys.argv[2]
     records = int(sys.argv[3]) if len(sys.argv) > 3 else 6000
     rate = float(sys.argv[4]) if len(sys.argv) > 4 else 400.0
-    lease = float(os.environ.get("HA_LEASE_TIMEOUT", "2"))
+    lease = float(os.environ.get("HA_LEASE_TIMEOUT", "3"))
     env = epochal.Environment(2, master="local[2]", registration_timeout=60.0)
     env.enable_checkpointing(0.25, storage=os.path.join(work, "checkpoints"), retained=2)
     env.set_restart_strategy(FixedDelayRestart(attempts=5, delay=0.2))

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -37,6 +38,7 @@ from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, HighAvailabilityError, LeadershipLostError, PlanError
 from epochal.plan.jobgraph import JobGraph
+from epochal.rest.registry import Registry, RegistryEntry
 from epochal.runtime.host.hooks import Fault
 from epochal.serialization import dumps_by_value
 
@@ -96,6 +98,7 @@ class HaRun:
         try:
             self.services.put_result(self.leadership.epoch, record)
             self.recorded = True
+            self.services.close()
         except Fenced as error:
             self.lost = f"recording the job's end was refused: {error}"
         except Exception as error:  # noqa: BLE001 - the store is unreachable: a standby runs it again
@@ -149,6 +152,7 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     timings = ElectionTimings(config.lease_timeout, config.renew_every, config.poll_interval)
     election = ElectionDriver(services, me, timings).start()
     run = HaRun(services, election, job_name)
+    _announce(job_id, job_name, config.uri, "standby")
     try:
         _log.info("job '%s' (id %s): %s joins the election at %s", job_name, job_id, me.describe(), config.uri)
         _warm_up(env, election)
@@ -169,7 +173,12 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
                                             allow_non_restored_state=allow_non_restored_state, faults=faults,
                                             leadership=run.leadership)
     except JobEndedElsewhere:
+        _announce(job_id, job_name, config.uri, "")
         raise
+    except Fenced as error:  # deposed while it started (its lease ran out meanwhile)
+        run.lost = f"a fenced write was refused as it started the job: {error}"
+        election.stop()
+        raise run.lost_error() from None
     except BaseException:
         run.stepping_down = True
         election.resign()
@@ -187,7 +196,26 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     election.on_deposed.append(deposed)
     if election.deposed.is_set():  # deposed while it started
         deposed(election.deposed_reason)
+    _announce(job_id, job_name, config.uri, "leader")
     return HaJobClient(jobmaster, run)
+
+
+def _announce(job_id: str, job_name: str, uri: str, role: str) -> None:
+    """This driver's entry in the per-user job registry, for ``epochal list``: a standby's (no
+    address), the leader's (the served job's entry, marked), or none (``role`` empty)."""
+    pid = os.getpid()
+    try:
+        registry = Registry()
+        if role == "standby":
+            registry.add(RegistryEntry(job_id, job_name, "dataflow", "", "", pid, time.time(), role, uri))
+            return
+        served = [e for e in registry.entries() if e.job_id == job_id and e.pid == pid and e.served]
+        if role and served:
+            registry.add(dataclasses.replace(served[0], role=role, ha=uri))
+        elif not served:
+            registry.remove(job_id, pid=pid)
+    except OSError as error:
+        _log.debug("the job registry cannot be written: %s", error)
 
 
 class JobEndedElsewhere(HighAvailabilityError):

@@ -97,23 +97,27 @@ class FileHaServices(HaServices):
                 continue
         raise HighAvailabilityError(f"the high-availability register {self.register} is empty or unreadable")
 
-    def _create(self, version: int, record: dict[str, Any]) -> bool:
-        """Create version ``version`` unless it exists (the compare-and-set); True if created."""
+    def _create(self, version: int, record: dict[str, Any], durable: bool = True) -> bool:
+        """Create version ``version`` unless it exists (the compare-and-set); True if created.
+        ``durable``: fsync it (not for a heartbeat, whose loss in a crash of the machine costs nothing:
+        a slow disk must not starve the lease)."""
         temporary = self.register / f".tmp-{uuid.uuid4().hex}"
         try:
             with open(temporary, "wb") as out:
                 out.write(json.dumps(record).encode())
                 out.flush()
-                os.fsync(out.fileno())
+                if durable:
+                    os.fsync(out.fileno())
             try:
                 os.link(temporary, self.register / f"{version:020d}.json")
             except FileExistsError:
                 return False
-            descriptor = os.open(self.register, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
+            if durable:
+                descriptor = os.open(self.register, os.O_RDONLY)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
@@ -122,7 +126,7 @@ class FileHaServices(HaServices):
                 os.unlink(self.register / f"{version - KEEP:020d}.json")
         return True
 
-    def _update(self, epoch: int, change: Callable[[dict[str, Any]], None]) -> None:
+    def _update(self, epoch: int, change: Callable[[dict[str, Any]], None], durable: bool = True) -> None:
         """A fenced write: apply ``change`` to the newest record if ``epoch`` leads it."""
         with self._lock:
             while True:
@@ -132,7 +136,7 @@ class FileHaServices(HaServices):
                                  + ("" if record["leader"] else " (no leader)") + f", not {epoch}")
                 change(record)
                 record["beat"] = record.get("beat", 0) + 1
-                if self._create(version + 1, record):
+                if self._create(version + 1, record, durable):
                     return
 
     # ---------------------------------------------------------------- election
@@ -151,7 +155,7 @@ class FileHaServices(HaServices):
 
     def renew(self, epoch: int) -> bool:
         try:
-            self._update(epoch, lambda record: None)
+            self._update(epoch, lambda record: None, durable=False)
             return True
         except Fenced:
             return False
