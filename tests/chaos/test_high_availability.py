@@ -110,10 +110,21 @@ def committed(work: pathlib.Path) -> collections.Counter:
     return collections.Counter(read_committed_lines(str(work / "out")))
 
 
+def wait_for_commits(work: pathlib.Path, after: int, leader: Driver, timeout: float) -> int:
+    """Wait until more than ``after`` lines are committed (the leader completed a checkpoint)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and leader.alive:
+        lines = sum(committed(work).values()) if (work / "out").exists() else 0
+        if lines > after:
+            return lines
+        time.sleep(0.1)
+    raise AssertionError(f"the leader committed nothing within {timeout} s:\n{leader.text()[-3000:]}")
+
+
 def checkpoint_ids(work: pathlib.Path) -> list[int]:
     """Every checkpoint any leader completed or aborted, in the order they were recorded."""
     stats = next((work / "checkpoints").glob("*/*/checkpoint_stats.jsonl"))
-    return [json.loads(line)["id"] for line in stats.read_text().splitlines() if line.strip()]
+    return [json.loads(line)["checkpoint_id"] for line in stats.read_text().splitlines() if line.strip()]
 
 
 def finals(work: pathlib.Path) -> list[str]:
@@ -137,12 +148,13 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
     rng = random.Random()
     drivers = [Driver(0, uri, tmp_path, records, rate), Driver(1, uri, tmp_path, records, rate)]
     epochs = []
+    lines = 0
     try:
         for _ in range(3):
             leader = leader_of(drivers, 240)
             epochs.append(leader.epoch())
-            assert leader.wait_for(r"served at", 60), leader.text()[-3000:]
-            time.sleep(rng.uniform(0.5, 2.5))
+            lines = wait_for_commits(tmp_path, lines, leader, 120)  # it resumed and completed a checkpoint
+            time.sleep(rng.uniform(0.0, 1.5))
             assert leader.alive and not finals(tmp_path), "the job ended before the kills were done: slow it down"
             leader.kill()
             leader.process.wait()
@@ -161,6 +173,8 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
                              f"{sum((expected - got).values())} missing")
     ids = checkpoint_ids(tmp_path)
     assert len(ids) == len(set(ids)) and ids == sorted(ids), ids
+    leaders = 1 + sum(1 for a, b in zip(ids, ids[1:], strict=False) if b - a > 1)  # a leader's ids are contiguous
+    assert leaders >= 4, ids  # every leader took checkpoints, with ids past its predecessor's
     assert len(finals(tmp_path)) == 1, finals(tmp_path)
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -155,12 +156,13 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     _announce(job_id, job_name, config.uri, "standby")
     try:
         _log.info("job '%s' (id %s): %s joins the election at %s", job_name, job_id, me.describe(), config.uri)
-        _warm_up(env, election)
+        warm_up = _WarmUp(env)
         if election.wait() == "ended":
             election.stop()
             result = services.result()
             assert result is not None
             raise JobEndedElsewhere(job_name, job_id, result)
+        warm_up.join()
         assert election.epoch is not None
         fencing = os.environ.get(UNSAFE_NO_FENCING) != "1"
         _log.warning("job '%s' (id %s): %s leads it (epoch %d)", job_name, job_id, me.describe(), election.epoch)
@@ -257,18 +259,30 @@ def _other_plan(job_name: str, job_id: str, fingerprint: str, stored: JobRecord)
         "same job. Give this job another id (enable_high_availability(..., job_id=...)) or another name")
 
 
-def _warm_up(env: Environment, election: ElectionDriver) -> None:
-    """While a standby: start the SparkSession and check the executors' Python, so that a
-    takeover only submits the job."""
-    if election.decided.is_set():
-        return
-    try:
-        spark = env.spark
-        executor_python.check_worker_python(spark, env.config.registration_timeout)
-    except EpochalError:
-        raise
-    except Exception as error:  # noqa: BLE001 - found again, and reported, when the job starts
-        _log.debug("warming Spark up as a standby failed: %s", error)
+class _WarmUp:
+    """While a standby: start the SparkSession and check the executors' Python on a thread of
+    its own, so that a takeover only submits the job, and a job that ends elsewhere meanwhile
+    is known at once. :meth:`join` waits for it and raises what it raised (Java missing ...)."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.error: EpochalError | None = None
+        self.thread = threading.Thread(target=self._run, name="epochal-ha-warm-up", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            spark = self.env.spark
+            executor_python.check_worker_python(spark, self.env.config.registration_timeout)
+        except EpochalError as error:
+            self.error = error
+        except Exception as error:  # noqa: BLE001 - found again, and reported, when the job starts
+            _log.debug("warming Spark up as a standby failed: %s", error)
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def describe(config: HighAvailabilityConfig, job_id: str) -> dict[str, Any]:
