@@ -274,6 +274,7 @@ class _WarmUp:
         try:
             spark = self.env.spark
             executor_python.check_worker_python(spark, self.env.config.registration_timeout)
+            _log.info("high availability: Spark is ready for a takeover")
         except EpochalError as error:
             self.error = error
         except Exception as error:  # noqa: BLE001 - found again, and reported, when the job starts
