@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from epochal.config import HighAvailabilityConfig
-from epochal.control import executor_python
+from epochal.control import executor_python, interrupts
 from epochal.control.client import JobClient, JobResult
 from epochal.control.ha.driver import ElectionDriver
 from epochal.control.ha.election import ElectionTimings
@@ -157,7 +157,10 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     try:
         _log.info("job '%s' (id %s): %s joins the election at %s", job_name, job_id, me.describe(), config.uri)
         warm_up = _WarmUp(env)
-        if election.wait() == "ended":
+        while not election.decided.wait(0.2):
+            if interrupts.take_deferred():  # a standby may wait for ever: Ctrl-C must not wait with it
+                raise KeyboardInterrupt(f"job '{job_name}': this standby driver was interrupted (Ctrl-C)")
+        if election.outcome == "ended":
             election.stop()
             result = services.result()
             assert result is not None
