@@ -13,6 +13,7 @@ and Maven on the PATH, nothing else.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import shutil
@@ -25,6 +26,11 @@ from typing import Any
 from epochal.testing.kafka_broker import free_port
 
 ZOOKEEPER_VERSION = "3.9.3"
+
+#: the readiness probe's client logs every refused connection while the server starts: not shown
+_QUIET = logging.getLogger("epochal.testing.zookeeper-probe")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 _POM = """<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -107,7 +113,7 @@ class ZooKeeperServer:
         while True:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self.process.returncode}: {self.log_tail()}")
-            client = KazooClient(hosts=self.hosts, timeout=5.0, connection_retry={"max_tries": 1})
+            client = KazooClient(hosts=self.hosts, timeout=5.0, connection_retry={"max_tries": 1}, logger=_QUIET)
             try:
                 client.start(timeout=2.0)
                 client.stop()
