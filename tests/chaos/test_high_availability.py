@@ -110,15 +110,16 @@ def committed(work: pathlib.Path) -> collections.Counter:
     return collections.Counter(read_committed_lines(str(work / "out")))
 
 
-def wait_for_commits(work: pathlib.Path, after: int, leader: Driver, timeout: float) -> int:
-    """Wait until more than ``after`` lines are committed (the leader completed a checkpoint)."""
+def wait_for_checkpoint(work: pathlib.Path, after: int, leader: Driver, timeout: float) -> int:
+    """Wait until more than ``after`` checkpoints are recorded: with the previous leader dead, the
+    new one completed a checkpoint of its own (re-committing the one it resumed from adds none)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and leader.alive:
-        lines = sum(committed(work).values()) if (work / "out").exists() else 0
-        if lines > after:
-            return lines
+        recorded = len(checkpoint_ids(work)) if list((work / "checkpoints").glob("*/*/checkpoint_stats.jsonl")) else 0
+        if recorded > after:
+            return recorded
         time.sleep(0.1)
-    raise AssertionError(f"the leader committed nothing within {timeout} s:\n{leader.text()[-3000:]}")
+    raise AssertionError(f"the leader completed no checkpoint within {timeout} s:\n{leader.text()[-3000:]}")
 
 
 def checkpoint_ids(work: pathlib.Path) -> list[int]:
@@ -148,12 +149,12 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
     rng = random.Random()
     drivers = [Driver(0, uri, tmp_path, records, rate), Driver(1, uri, tmp_path, records, rate)]
     epochs = []
-    lines = 0
+    recorded = 0
     try:
         for _ in range(3):
             leader = leader_of(drivers, 240)
             epochs.append(leader.epoch())
-            lines = wait_for_commits(tmp_path, lines, leader, 120)  # it resumed and completed a checkpoint
+            recorded = wait_for_checkpoint(tmp_path, recorded, leader, 120)  # it resumed and took one
             time.sleep(rng.uniform(0.0, 1.5))
             assert leader.alive and not finals(tmp_path), "the job ended before the kills were done: slow it down"
             leader.kill()
