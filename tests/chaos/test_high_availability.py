@@ -159,6 +159,7 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
             assert leader.alive and not finals(tmp_path), "the job ended before the kills were done: slow it down"
             leader.kill()
             leader.process.wait()
+            recorded = len(checkpoint_ids(tmp_path))  # the dead leader records no more
             drivers.append(Driver(len(drivers), uri, tmp_path, records, rate))
         last = leader_of(drivers, 240)
         epochs.append(last.epoch())
