@@ -152,7 +152,7 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
     recorded = 0
     try:
         for _ in range(3):
-            leader = leader_of(drivers, 240)
+            leader = leader_of(drivers, 300)
             epochs.append(leader.epoch())
             recorded = wait_for_checkpoint(tmp_path, recorded, leader, 120)  # it resumed and took one
             time.sleep(rng.uniform(0.0, 1.5))
@@ -161,7 +161,7 @@ def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_
             leader.process.wait()
             recorded = len(checkpoint_ids(tmp_path))  # the dead leader records no more
             drivers.append(Driver(len(drivers), uri, tmp_path, records, rate))
-        last = leader_of(drivers, 240)
+        last = leader_of(drivers, 300)
         epochs.append(last.epoch())
         assert last.finish(300) == 0, last.text()[-3000:]
         for driver in drivers:
@@ -191,13 +191,13 @@ def test_a_paused_leader_is_fenced_and_stops(tmp_path, fencing):
     old = Driver(0, uri, tmp_path, records, rate, zombie_env)
     drivers = [old]
     try:
-        assert leader_of(drivers, 240) is old
+        assert leader_of(drivers, 300) is old
         new = Driver(1, uri, tmp_path, records, rate)
         drivers.append(new)
         assert old.wait_for(r"served at", 60)
         time.sleep(1.5)
         old.kill(signal.SIGSTOP)
-        assert new.wait_for(r"leads it", 120), new.text()[-3000:]
+        assert new.wait_for(r"leads it", 300), new.text()[-3000:]
         assert new.wait_for(r"served at", 60)
         time.sleep(2.0)
         old.kill(signal.SIGCONT)
