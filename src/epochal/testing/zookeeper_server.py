@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from epochal.testing.kafka_broker import free_port
+from epochal.testing.maven import resolved_jars
 
 ZOOKEEPER_VERSION = "3.9.3"
 
@@ -55,24 +56,8 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
 
 def jars_directory(version: str = ZOOKEEPER_VERSION) -> pathlib.Path:
     """The server's jars, resolved from Maven Central on first use (seconds to a minute, once)."""
-    override = os.environ.get("EPOCHAL_ZOOKEEPER_JARS")
-    target = pathlib.Path(override) if override else pathlib.Path.home() / ".cache" / "epochal" / f"zookeeper-{version}"
-    if (target / ".complete").exists():
-        return target
-    if shutil.which("mvn") is None or shutil.which("java") is None:
-        raise RuntimeError("the ZooKeeper test server needs Java 17 and Maven (mvn) on the PATH to fetch its jars")
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
-        pom = pathlib.Path(work) / "pom.xml"
-        pom.write_text(_POM.format(version=version))
-        result = subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                                 f"-DoutputDirectory={target}", "-DincludeScope=runtime"],
-                                capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"resolving zookeeper:{version} from Maven Central failed:\n"
-                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    (target / ".complete").write_text(version)
-    return target
+    return resolved_jars(f"zookeeper-{version}", _POM.format(version=version), "EPOCHAL_ZOOKEEPER_JARS",
+                         "ZooKeeper test server")
 
 
 class ZooKeeperServer:
