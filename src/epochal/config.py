@@ -383,3 +383,39 @@ class CecConfig:
         check_number(self.snapshot_interval, "snapshot_interval (seconds)")
         check_number(self.commit_interval, "commit_interval (seconds)")
         check_number(self.segment_bytes, "segment_bytes", integer=True, minimum=1024, strict=False)
+
+
+@dataclass(frozen=True)
+class HighAvailabilityConfig:
+    """High availability of the driver (``Environment.enable_high_availability``; docs/high_availability.md).
+
+    ``uri``: ``zookeeper://host:port[,host:port]/root`` or a directory (``file://`` or a path) on
+    a local disk or shared POSIX mount. ``job_id``: the id every driver of the job shares (default:
+    derived from the job's name). ``lease_timeout``: seconds after which a silent leader's lease
+    is lost (files) or ZooKeeper's session timeout; a leader that could not renew for that long
+    deposes itself. ``renew_interval`` (default a fifth of it) and ``poll_interval``: how often a
+    leader renews and a standby looks. ``connect_timeout``: how long to wait for ZooKeeper at start.
+    """
+
+    uri: str
+    job_id: str | None = None
+    lease_timeout: float = 5.0
+    renew_interval: float | None = None
+    poll_interval: float = 0.25
+    connect_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        from epochal.errors import PlanError
+
+        if not isinstance(self.uri, str) or not self.uri:
+            raise PlanError(f"enable_high_availability() takes a zookeeper:// URI or a directory, got {self.uri!r}")
+        check_number(self.lease_timeout, "lease_timeout (seconds)")
+        check_number(self.renew_interval, "renew_interval (seconds)", optional=True)
+        check_number(self.poll_interval, "poll_interval (seconds)")
+        check_number(self.connect_timeout, "connect_timeout (seconds)")
+        if self.job_id is not None and (not isinstance(self.job_id, str) or not self.job_id.replace("-", "").isalnum()):
+            raise PlanError(f"job_id must be letters, digits and '-', got {self.job_id!r}")
+
+    @property
+    def renew_every(self) -> float:
+        return self.renew_interval if self.renew_interval is not None else self.lease_timeout / 5

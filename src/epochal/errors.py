@@ -65,6 +65,16 @@ class SinkInUseError(EpochalError):
         self.holder = holder
 
 
+class HighAvailabilityError(EpochalError):
+    """High availability cannot be set up or used: its storage is not writable, ZooKeeper does not
+    answer, or the job id is taken by a job with another plan (the message says which)."""
+
+
+class LeadershipLostError(EpochalError):
+    """This driver led a job with high availability and lost the leadership to another driver (or
+    could no longer prove it held it): it stopped its workers and committed nothing more."""
+
+
 class JobCancelledError(EpochalError):
     """The job was cancelled before it finished; results of a cancelled job are incomplete."""
 

@@ -290,10 +290,13 @@ class TriggerCheckpoint(ToWorker):
 class CheckpointComplete(ToWorker):
     """Checkpoint ``checkpoint_id`` is complete (its metadata is written): sinks may commit.
     ``savepoint``: it is a savepoint the job stops at (the state backends keep no base of it;
-    workers confirm the commit with ``Committed``)."""
+    workers confirm the commit with ``Committed``). ``leader_epoch``: with high availability, the
+    epoch of the leader that completed it: a worker commits only while no newer leader took over
+    (:class:`~epochal.state.fencing.LeaderFence`)."""
 
     checkpoint_id: int
     savepoint: bool = False
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,3 +148,31 @@ def test_run_runs_a_script_with_its_arguments_and_settings_and_exits_with_its_st
     script.write_text("raise ValueError('broken job')\n")
     code, _, err = run(capsys, "run", str(script))
     assert code == Exit.FAILED and "ValueError: broken job" in err
+
+
+def test_list_shows_the_leader_and_the_standbys_of_a_highly_available_job(capsys, jobs):
+    """With high availability each driver has an entry: the leader's (served, ``role`` leader)
+    and each standby's (no address); ``info`` resolves the job to its leader."""
+    import dataclasses
+    import time
+
+    job = jobs("ha-listed")
+    registry = Registry()
+    served = next(e for e in registry.entries() if e.job_id == job.job_id)
+    registry.add(dataclasses.replace(served, role="leader", ha="/shared/ha"))
+    standby = subprocess.Popen(["sleep", "60"])  # another live driver process, waiting
+    try:
+        registry.add(RegistryEntry(job.job_id, "ha-listed", "dataflow", "", "", standby.pid, time.time(),
+                                   "standby", "/shared/ha"))
+        code, out, _ = run(capsys, "list")
+        rows = [line for line in out.splitlines() if job.job_id in line]
+        assert code == Exit.OK and "ROLE" in out and len(rows) == 2
+        assert any("leader" in r and str(os.getpid()) in r for r in rows)
+        assert any("standby" in r and str(standby.pid) in r for r in rows)
+        code, out, _ = run(capsys, "info", "ha-listed")
+        assert code == Exit.OK and f"(id {job.job_id})" in out
+        registry.remove(job.job_id, pid=os.getpid())  # the leader's job ended: its entry goes, not the standby's
+        assert [e.role for e in registry.entries() if e.job_id == job.job_id] == ["standby"]
+    finally:
+        standby.kill()
+        standby.wait()

@@ -13,13 +13,22 @@ from epochal.api import run_settings
 from epochal.api.datastream import DataStream
 from epochal.api.running import wait
 from epochal.cec import job as cec_job
-from epochal.config import CEC, CRB, CecConfig, CheckpointConfig, EngineConfig, StateBackendConfig
+from epochal.config import (
+    CEC,
+    CRB,
+    CecConfig,
+    CheckpointConfig,
+    EngineConfig,
+    HighAvailabilityConfig,
+    StateBackendConfig,
+)
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
 from epochal.control import interrupts
 from epochal.control import spark as spark_support
 from epochal.control.client import JobClient, JobResult
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from epochal.dataflow import ha as dataflow_ha
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, PlanError
 from epochal.plan.jobgraph import JobGraph, build_job_graph
@@ -84,6 +93,8 @@ class Environment:
         self.restart_strategy: RestartStrategy = NoRestart()
         #: CEC or CRB (``enable_cec`` / ``enable_crb``): the job runs as the ``cec`` job kind
         self.cec_config: CecConfig | None = None
+        #: high availability of the driver (``enable_high_availability``), else None
+        self.ha_config: HighAvailabilityConfig | None = None
 
     # ---------------------------------------------------------------- fault tolerance
     def enable_checkpointing(self, interval: float, mode: str = "exactly_once", *, storage: str | None = None,
@@ -110,6 +121,27 @@ class Environment:
             savepoint_dir=savepoint_dir or "")
         if isinstance(self.restart_strategy, NoRestart) and self.checkpoint_config.enabled:
             self.restart_strategy = FixedDelayRestart(attempts=3, delay=1.0)
+        return self
+
+    def enable_high_availability(self, uri: str, *, job_id: str | None = None, lease_timeout: float = 5.0,
+                                 renew_interval: float | None = None, poll_interval: float = 0.25,
+                                 connect_timeout: float = 10.0) -> Environment:
+        """Survive the loss of this driver (papers/001 §4.5; docs/high_availability.md): start the
+        same script on several machines (or twice on one); one driver leads and runs the job, the
+        others wait as standbys. When the leader's driver dies, a standby becomes leader within
+        ``lease_timeout`` seconds, starts its own Spark job and resumes from the latest completed
+        checkpoint; a deposed leader still alive commits nothing more (fencing) and stops.
+
+        ``uri``: ``zookeeper://host:2181/epochal`` (the ZooKeeper ensemble and a root path), or a
+        directory every driver shares (``file://`` or a path: a local disk, an NFSv4 mount; not an
+        object store). ``job_id``: what makes drivers the same job (default: derived from the job
+        name given to ``execute``); a finished job is never run again under its id. Needs
+        ``enable_checkpointing``. With it ``execute``/``execute_async`` first wait to lead the job,
+        and ``execute`` returns a result with ``ended_elsewhere`` set when the job had already
+        finished under another driver.
+        """
+        self.ha_config = HighAvailabilityConfig(uri, job_id, lease_timeout, renew_interval, poll_interval,
+                                                connect_timeout)
         return self
 
     def set_state_backend(self, kind: str = "heap", *, snapshot: str | None = None, incremental: bool = False,
@@ -313,8 +345,12 @@ class Environment:
             client = cec_job.execute_async(self, job_name, faults)
         else:
             restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
-            client = dataflow_job.execute_async(self, job_name, restore_from=restore_from,
-                                                allow_non_restored_state=allow_non_restored_state, faults=faults)
+            if self.ha_config is not None:
+                client = dataflow_ha.execute_async(self, job_name, self.ha_config, restore_from=restore_from,
+                                                   allow_non_restored_state=allow_non_restored_state, faults=faults)
+            else:
+                client = dataflow_job.execute_async(self, job_name, restore_from=restore_from,
+                                                    allow_non_restored_state=allow_non_restored_state, faults=faults)
         self.last_client, self.last_result = client, None
         return client
 
@@ -336,12 +372,20 @@ class Environment:
             KeyboardInterrupt: Ctrl-C; the job was cancelled first (the message says how it ended).
         """
         check_number(timeout, "execute timeout (seconds)", optional=True)
+        ended: dataflow_ha.JobEndedElsewhere | None = None
         try:
             _, result = wait(lambda: self.execute_async(job_name, restore_from=restore_from,
                                                         allow_non_restored_state=allow_non_restored_state,
                                                         faults=faults), job_name, timeout,
                                  self.config.progress if progress is None else progress)
+        except dataflow_ha.JobEndedElsewhere as error:
+            ended = error
         except EpochalError as error:  # shown from the user's call, without epochal's inner frames
             raise error.with_traceback(None) from None
+        if ended is not None:  # high availability: another driver ran the job to its end
+            try:
+                result = ended.result()
+            except EpochalError as error:
+                raise error.with_traceback(None) from None
         self.last_result = result
         return result

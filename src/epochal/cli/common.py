@@ -85,8 +85,8 @@ def find_job(args: argparse.Namespace) -> Target:
         return Target(RestClient(args.address, token_for(args)), args.job)
     registry = Registry()
     try:
-        entry = names.resolve(args.job, registry.entries(), where=f" running on this machine (registry "
-                                                                  f"{registry.path})")
+        served = [e for e in registry.entries() if e.served]  # a standby's entry serves nothing
+        entry = names.resolve(args.job, served, where=f" running on this machine (registry {registry.path})")
     except names.UnknownJob as error:
         raise CliError(Exit.NOT_FOUND, str(error)) from None
     except names.AmbiguousJob as error:

@@ -28,21 +28,27 @@ def list_jobs(args: argparse.Namespace) -> int:
         registry = Registry()
         entries = registry.entries()
         reports: dict[str, dict[str, Any]] = {}
-        for address in dict.fromkeys(e.address for e in entries):
+        for address in dict.fromkeys(e.address for e in entries if e.served):
             token = next(e.token for e in entries if e.address == address)
             try:
                 for job in RestClient(address, token, LIST_TIMEOUT_S).get("/jobs/overview")["jobs"]:
                     reports[job["id"]] = job
             except RestError:
                 pass  # shown as unreachable
-        jobs = [{**reports.get(e.job_id, {"id": e.job_id, "name": e.name, "kind": e.kind, "status": "unreachable",
-                                          "start_time": e.started_at}), "address": e.address, "pid": e.pid}
+        jobs = [{**(reports.get(e.job_id, {"id": e.job_id, "name": e.name, "kind": e.kind, "status": "unreachable",
+                                           "start_time": e.started_at}) if e.served else
+                    {"id": e.job_id, "name": e.name, "kind": e.kind, "status": "standby", "start_time": e.started_at}),
+                 "address": e.address, "pid": e.pid, **({"role": e.role, "ha": e.ha} if e.ha else {})}
                 for e in entries]
     if args.json:
         emit({"jobs": jobs})
     elif not jobs:
         where = args.address or f"this machine (registry {Registry().path})"
         print(f"no running epochal jobs on {where}")
+    elif any(j.get("ha") for j in jobs):  # high availability: a row per driver, leader and standbys
+        print(table(["JOB ID", "NAME", "KIND", "STATUS", "ROLE", "PID", "STARTED", "DURATION", "ADDRESS"],
+                    [[j["id"], j.get("name"), j.get("kind"), j.get("status"), j.get("role") or "-", j.get("pid"),
+                      when(j.get("start_time")), duration(j.get("duration_s")), j["address"] or "-"] for j in jobs]))
     else:
         print(table(["JOB ID", "NAME", "KIND", "STATUS", "PARALLELISM", "STARTED", "DURATION", "ADDRESS"],
                     [[j["id"], j.get("name"), j.get("kind"), j.get("status"), j.get("parallelism"),

@@ -36,8 +36,14 @@ class JobResult:
     #: State of the ``restore_from`` checkpoint that no operator claimed and that was skipped
     #: because of ``allow_non_restored_state=True``: uid, name, operation and what state it held.
     non_restored_state: list[dict[str, Any]] = field(default_factory=list)
+    #: High availability: the job had already ended under another driver (the HA result store's
+    #: record: status, when, which driver); nothing ran here. None when it ran here.
+    ended_elsewhere: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
+        if self.ended_elsewhere is not None:
+            return (f"JobResult(job '{self.job_name}' (id {self.job_id}) had already ended "
+                    f"{self.ended_elsewhere['status']} under {self.ended_elsewhere['driver']}; not run again)")
         aborted = len(self.checkpoints) - self.completed_checkpoints
         checkpoints = f"{self.completed_checkpoints} checkpoint{'s' * (self.completed_checkpoints != 1)}" + (
             f" ({aborted} aborted)" if aborted else "")

@@ -79,6 +79,13 @@ def deferred_interrupts() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def take_deferred() -> bool:
+    """Whether a Ctrl-C is being held back (and forget it): for a wait inside a deferral that may
+    last long (a standby waiting to lead), which raises it itself."""
+    pending, _Deferral.pending = _Deferral.pending, False
+    return pending
+
+
 @contextlib.contextmanager
 def plain_interrupts() -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt (instead of PySpark's handler, which also kills every Spark

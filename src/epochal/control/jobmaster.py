@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from epochal.config import EngineConfig
 from epochal.control.checkpointing.files import (
+    CheckpointFence,
     CheckpointFiles,
     CheckpointWritten,
     DeleteCheckpoints,
@@ -91,7 +92,8 @@ class JobMaster:
                  token: bytes, bind_host: str, kind: KindCoordinator,
                  submit_spark_job: Callable[[JobMaster], None], cancel_spark_job: Callable[[], None],
                  slots_hint: str = "", restart: RestartStrategy | None = None,
-                 submit_worker: Callable[[int], None] | None = None) -> None:
+                 submit_worker: Callable[[int], None] | None = None,
+                 fence: CheckpointFence | None = None) -> None:
         self.job_name = job_name
         #: submits one Spark task for a worker index (task-local recovery); None: not supported
         self.submit_worker = submit_worker
@@ -104,7 +106,8 @@ class JobMaster:
         self.kind = kind
         #: Every decision, and the state it is taken on; changed only under ``_lock``.
         self.machine = JobMasterMachine(job_name, deployment, num_workers, config, kind, slots_hint, restart)
-        self.files = CheckpointFiles()
+        #: the checkpoint I/O; ``fence``: with high availability, what a deposed leader may not write
+        self.files = CheckpointFiles(fence)
         #: the savepoint requests of this job, by request id
         self.savepoints: dict[str, SavepointStatus] = {}
         self.events: queue.SimpleQueue[InboxEvent] = queue.SimpleQueue()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from epochal.config import EngineConfig
 from epochal.control import executor_python, slots
 from epochal.control import spark as spark_support
+from epochal.control.checkpointing.files import CheckpointFence
 from epochal.control.jobmaster import JobMaster
 from epochal.control.kinds import KindCoordinator
 from epochal.control.restart import RestartStrategy
@@ -29,10 +30,11 @@ if TYPE_CHECKING:
 
 def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: str, deployment: bytes,
            num_workers: int, restart: RestartStrategy, kind: KindCoordinator,
-           on_end: Callable[[], None] | None = None) -> JobMaster:
+           on_end: Callable[[], None] | None = None, fence: CheckpointFence | None = None) -> JobMaster:
     """Start the job's JobMaster, coordinated by the job kind's ``kind``, and submit its Spark
     job; returns the running JobMaster at once (a kind's job module wraps it in its client).
-    ``on_end`` is called once the job ended, before the JobMaster's ``done`` is set."""
+    ``on_end`` is called once the job ended, before the JobMaster's ``done`` is set; ``fence``
+    (high availability) guards its checkpoint writes and deletions."""
     slots_hint = slots.check_slots(spark, num_workers, job_name)
     executor_python.check_worker_python(spark, config.registration_timeout)  # once per SparkContext
     token = secrets.token_bytes(TOKEN_BYTES)
@@ -60,7 +62,7 @@ def launch(spark: SparkSession, config: EngineConfig, *, job_name: str, job_id: 
 
     jobmaster = JobMaster(job_name, job_id, deployment, num_workers, config, token, bind_host, kind, submit,
                           cancel_spark, slots_hint, restart=restart,
-                          submit_worker=submit_worker if independent else None)
+                          submit_worker=submit_worker if independent else None, fence=fence)
     if on_end is not None:
         jobmaster.on_end.append(on_end)
     jobmaster.start()

@@ -63,11 +63,14 @@ class Holder:
 class SinkClaims:
     """The claims of one job; :meth:`acquire` takes them all or none."""
 
-    def __init__(self, job_id: str, job_name: str, locations: dict[str, str]) -> None:
+    def __init__(self, job_id: str, job_name: str, locations: dict[str, str], takeover: bool = False) -> None:
         #: sink directory -> the sink's name (for messages)
         self.locations = locations
         self.job_id = job_id
         self.job_name = job_name
+        #: high availability: a claim of this same job id (a deposed leader still alive) is taken
+        #: over, not refused; fencing keeps that leader from committing
+        self.takeover = takeover
         self._locks: dict[str, IO[bytes]] = {}
         self._held: list[str] = []
         self._released = threading.Event()
@@ -130,8 +133,11 @@ class SinkClaims:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 lock.close()
-                raise self._in_use(location, sink, read_holder(location)) from None
-            self._locks[location] = lock
+                holder = read_holder(location)
+                if not (self.takeover and holder is not None and holder.job_id == self.job_id):
+                    raise self._in_use(location, sink, holder) from None
+            else:
+                self._locks[location] = lock
         else:
             holder = read_holder(location)
             if holder is not None and holder.job_id != self.job_id and time.time() - holder.renewed_at < LEASE_S:

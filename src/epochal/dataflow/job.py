@@ -30,36 +30,53 @@ from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, Verte
 from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.state.checkpoint_dirs import find_restore_point, job_directory
+from epochal.state.fencing import LeaderFence
 from epochal.state.storage import CheckpointStorage
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
+    from epochal.control.ha.fencing import Leadership
 
 _log = logging.getLogger("epochal")
 
 
 def execute_async(env: Environment, job_name: str, *, restore_from: str | None = None,
-                  allow_non_restored_state: bool = False, faults: list[Fault] | None = None) -> JobClient:
+                  allow_non_restored_state: bool = False, faults: list[Fault] | None = None,
+                  leadership: Leadership | None = None) -> JobClient:
     """Plan, ship and start ``env``'s job as a ``dataflow`` job; returns at once (see
-    :meth:`~epochal.api.environment.Environment.execute_async` for the arguments)."""
+    :meth:`~epochal.api.environment.Environment.execute_async` for the arguments).
+
+    ``leadership``: this driver leads the job with high availability (:mod:`epochal.dataflow.ha`):
+    the job keeps its id, resumes from the completed checkpoints the HA store names (before any
+    ``restore_from``), takes checkpoint ids past every earlier leader's, and its checkpoint
+    writes, deletions and sink commits are fenced by the leader's epoch."""
     job = env.plan()
     _validate_connectors(env, job)
     _validate_state_backend(env)
-    job_id = uuid.uuid4().hex[:12]
+    job_id = leadership.services.job_id if leadership is not None else uuid.uuid4().hex[:12]
     operators = {n.uid: {"name": n.name, "operation": n.operation} for n in job.nodes.values()}
+    checkpoint = env.checkpoint_config
+    storage_uri = f"{job_directory(checkpoint.storage, job_name)}/{job_id}" if checkpoint.enabled else ""
+    pointer = leadership.pointer if leadership is not None else None
+    if pointer is not None:
+        if restore_from is not None:
+            _log.warning("job '%s' resumes from its latest checkpoint (%d) in the HA store, not from %s",
+                         job_name, pointer.latest, restore_from)
+        # its own run directory: resumed as a restarted job is; another one: restored from it
+        restore_from = None if pointer.storage == storage_uri else f"{pointer.storage}/chk-{pointer.latest}"
     restore = None if restore_from is None else _checked_restore(env, restore_from, operators,
                                                                   allow_non_restored_state)
     graph = build_execution_graph(job, restore["metadata"].get("split_layout") if restore else None)
-    checkpoint = env.checkpoint_config
-    storage_uri = ""
-    if checkpoint.enabled:
-        storage_uri = f"{job_directory(checkpoint.storage, job_name)}/{job_id}"
     state_backend = env.state_backend
     if state_backend.kind == POSTGRES:  # the namespace of a job started without a checkpoint; what MVCC keeps
         state_backend = dataclasses.replace(state_backend, namespace=state_backend.namespace or job_name,
                                             retained=checkpoint.retained)
+    fence = None
+    if leadership is not None and leadership.fencing:
+        fence = LeaderFence(storage_uri)
+        fence.raise_to(leadership.epoch)  # before anything runs: the deposed leader's workers commit no more
     deployment = Deployment(job_name, job_id, graph, env.config, checkpoint, storage_uri,
-                            hook=FaultInjector.of(faults or []), state_backend=state_backend)
+                            hook=FaultInjector.of(faults or []), state_backend=state_backend, fence=fence)
     functions: dict[str, list[Any]] = {}
     for node in env.graph.nodes:
         functions.setdefault(node.name, []).extend(f for f in node.functions if f is not None)
@@ -68,24 +85,32 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     coordinator = None
     if checkpoint.enabled:
         storage = CheckpointStorage(storage_uri)
+        first_id = (restore["checkpoint_id"] + 1) if restore else 1
+        if leadership is None:
+            completed = storage.completed()
+        else:  # the HA store's word, not a listing (a deposed leader may have written metadata it was refused)
+            completed = list(pointer.ids) if pointer is not None and restore is None else []
+            first_id = max(first_id, leadership.first_id)
         coordinator = CheckpointCoordinator(
             checkpoint, storage, job_name,
             subtasks={(v.id, i): v.name for v in job.vertices for i in range(v.parallelism)},
             vertex_parallelism={v.id: v.parallelism for v in job.vertices},
             max_parallelism=env.max_parallelism, split_layout=graph.split_layout,
-            first_id=(restore["checkpoint_id"] + 1) if restore else 1, operators=operators,
-            completed=storage.completed())
+            first_id=first_id, operators=operators, completed=completed)
         coordinator.job_id = job_id
+        if leadership is not None:
+            leadership.attach(coordinator)
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
-    claims = SinkClaims(job_id, job_name, _sink_locations(job))
+    claims = SinkClaims(job_id, job_name, _sink_locations(job), takeover=leadership is not None)
     claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
     try:
         shape = outline(job, env.parallelism)
         jobmaster = serve(env.config, shape, lambda: launch(
             env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
-            restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=claims.release))
+            restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=claims.release,
+            fence=leadership))
     except BaseException:
         claims.release()
         raise

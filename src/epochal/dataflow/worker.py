@@ -238,6 +238,11 @@ class Worker(WorkerShell):
 
     @_DO.on(NotifyComplete)
     def _do_complete(self, instruction: NotifyComplete) -> None:
+        fence = self.deployment.fence if self.deployment is not None else None
+        if fence is not None and instruction.leader_epoch is not None and not fence.admits(instruction.leader_epoch):
+            raise WorkerStopped(f"the commit of checkpoint {instruction.checkpoint_id} was refused: its leader (epoch "
+                                f"{instruction.leader_epoch}) was superseded by epoch {fence.newest()}; this worker "
+                                "of the deposed leader commits nothing more")
         for subtask in self.data.subtasks:
             subtask.notify_complete(instruction.checkpoint_id, instruction.savepoint)
         if self.queries is not None:

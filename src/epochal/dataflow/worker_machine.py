@@ -191,7 +191,9 @@ class WorkerMachine(WorkerLifecycle):
 
     @_HANDLERS.on(CheckpointComplete)
     def _complete(self, message: CheckpointComplete) -> list[CheckpointingInstruction]:
-        return self.snapshots.on_complete(message.checkpoint_id, message.savepoint) if self._when_running() else []
+        if not self._when_running():
+            return []
+        return self.snapshots.on_complete(message.checkpoint_id, message.savepoint, message.leader_epoch)
 
     @_HANDLERS.on(CheckpointAbort)
     def _abort(self, message: CheckpointAbort) -> list[CheckpointingInstruction]:

@@ -25,6 +25,7 @@ from epochal.serialization import dumps_by_value
 
 if TYPE_CHECKING:
     from epochal.runtime.host.hooks import WorkerHook
+    from epochal.state.fencing import LeaderFence
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,8 @@ class Deployment:
     hook: WorkerHook | None = None
     #: the keyed-state backend and how its snapshots are taken
     state_backend: StateBackendConfig = field(default_factory=StateBackendConfig)
+    #: with high availability, the leader epochs workers check before they commit (else None)
+    fence: LeaderFence | None = None
 
 
 _LIBRARY_DIRS = tuple(os.path.realpath(p) for p in {

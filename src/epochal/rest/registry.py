@@ -41,7 +41,9 @@ class RegistryError(OSError):
 class RegistryEntry:
     """A job served on this machine: ``address`` is ``host:port`` of its driver's REST server,
     ``token`` the bearer token every request needs, ``pid`` its driver process, ``started_at``
-    the wall-clock time it started."""
+    the wall-clock time it started. With high availability (``ha``: the HA services' URI) ``role``
+    is ``leader`` (the entry of the driver serving the job) or ``standby`` (a driver waiting to
+    take over: no address, nothing served), and a job id has an entry per driver."""
 
     job_id: str
     name: str
@@ -50,11 +52,18 @@ class RegistryEntry:
     token: str
     pid: int
     started_at: float
+    role: str = ""
+    ha: str = ""
 
     @property
     def running(self) -> bool:
         """An entry stands for a running job (what :mod:`~epochal.rest.names` asks)."""
         return True
+
+    @property
+    def served(self) -> bool:
+        """Whether the job is served here (a standby's entry is not)."""
+        return bool(self.address)
 
     @property
     def url(self) -> str:
@@ -97,15 +106,16 @@ class Registry:
         return [e for e in self._read() if alive(e.pid)]
 
     def add(self, entry: RegistryEntry) -> None:
-        """Add (or replace, by job id) ``entry``; drops the entries of dead processes."""
+        """Add (or replace, by job id and process) ``entry``; drops the entries of dead processes."""
         with self._change() as entries:
-            entries[:] = [e for e in entries if e.job_id != entry.job_id] + [entry]
+            entries[:] = [e for e in entries if (e.job_id, e.pid) != (entry.job_id, entry.pid)] + [entry]
 
-    def remove(self, *job_ids: str) -> None:
-        """Remove the entries of ``job_ids`` (those absent are ignored); drops dead ones."""
+    def remove(self, *job_ids: str, pid: int | None = None) -> None:
+        """Remove the entries of ``job_ids`` (those absent are ignored), only process ``pid``'s if
+        given; drops dead ones."""
         gone = set(job_ids)
         with self._change() as entries:
-            entries[:] = [e for e in entries if e.job_id not in gone]
+            entries[:] = [e for e in entries if e.job_id not in gone or (pid is not None and e.pid != pid)]
 
     # ------------------------------------------------------------------ the file
     def _read(self) -> list[RegistryEntry]:

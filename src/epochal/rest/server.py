@@ -222,7 +222,7 @@ def _unregister(jobs: list[ServedJob]) -> None:
         if registry is None:
             continue
         try:
-            registry.remove(served.job_id)
+            registry.remove(served.job_id, pid=os.getpid())
         except OSError as error:  # entries of a dead process are dropped by the next change anyway
             _log.warning("cannot remove job %s from the job registry %s: %s", served.job_id, registry.path, error)
 

@@ -28,6 +28,8 @@ import time
 import uuid
 from typing import Any
 
+from epochal.testing.maven import resolved_jars
+
 KAFKA_VERSION = "4.1.1"
 
 _POM = """<?xml version="1.0" encoding="UTF-8"?>
@@ -50,24 +52,7 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
 
 def jars_directory(version: str = KAFKA_VERSION) -> pathlib.Path:
     """The broker's jars, resolved from Maven Central on first use (a few minutes, once)."""
-    override = os.environ.get("EPOCHAL_KAFKA_JARS")
-    target = pathlib.Path(override) if override else pathlib.Path.home() / ".cache" / "epochal" / f"kafka-{version}"
-    if (target / ".complete").exists():
-        return target
-    if shutil.which("mvn") is None or shutil.which("java") is None:
-        raise RuntimeError("the Kafka test broker needs Java 17 and Maven (mvn) on the PATH to fetch its jars")
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
-        pom = pathlib.Path(work) / "pom.xml"
-        pom.write_text(_POM.format(version=version))
-        result = subprocess.run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                                 f"-DoutputDirectory={target}", "-DincludeScope=runtime"],
-                                capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"resolving kafka_2.13:{version} from Maven Central failed:\n"
-                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    (target / ".complete").write_text(version)
-    return target
+    return resolved_jars(f"kafka-{version}", _POM.format(version=version), "EPOCHAL_KAFKA_JARS", "Kafka test broker")
 
 
 def free_port() -> int:

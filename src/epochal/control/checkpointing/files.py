@@ -15,10 +15,26 @@ files no retained checkpoint references any more.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from epochal.state.storage import SHARED, CheckpointStorage, state_files
+from epochal.state.storage import SHARED, CheckpointStorage, SavepointStorage, state_files
+
+_log = logging.getLogger("epochal")
+
+
+class CheckpointFence(Protocol):
+    """With high availability, the leader's fence around checkpoint I/O
+    (:class:`~epochal.control.ha.fencing.Leadership`): every write of checkpoint metadata and every
+    deletion carries the leader's epoch and is refused once another leader took over."""
+
+    def allows(self, action: str) -> str | None:
+        """None while this driver still leads; else why ``action`` is refused."""
+
+    def commit(self, storage_uri: str, checkpoint_id: int) -> str | None:
+        """Make checkpoint ``checkpoint_id`` of ``storage_uri`` the job's latest in the HA store
+        (its commit point, fenced); None once done, else why it was refused."""
 
 
 # ---------------------------------------------------------------------- instructions
@@ -74,9 +90,11 @@ class CheckpointWritten:
 
 # ---------------------------------------------------------------------- the executor
 class CheckpointFiles:
-    """Carries out checkpoint I/O instructions; remembers the shared files of each checkpoint."""
+    """Carries out checkpoint I/O instructions; remembers the shared files of each checkpoint.
+    ``fence`` (high availability): what a stale leader may no longer write or delete."""
 
-    def __init__(self) -> None:
+    def __init__(self, fence: CheckpointFence | None = None) -> None:
+        self.fence = fence
         #: (storage root, checkpoint id) -> shared files its metadata references
         self._shared: dict[tuple[str, int], set[str]] = {}
 
@@ -95,15 +113,30 @@ class CheckpointFiles:
     def write(self, instruction: WriteCheckpoint) -> str | None:
         """Write the metadata; returns None, or the error that kept it from being written."""
         storage = instruction.storage
+        fence = self.fence
+        if fence is not None and (refused := fence.allows(f"writing checkpoint {instruction.checkpoint_id}")):
+            return f"refused (fencing): {refused}"
         try:
             storage.write_metadata(instruction.checkpoint_id, instruction.metadata)
         except Exception as error:  # noqa: BLE001 - a storage failure aborts this checkpoint only
             return f"{type(error).__name__}: {error}"
+        if fence is not None and not isinstance(storage, SavepointStorage):
+            refused = fence.commit(storage.uri, instruction.checkpoint_id)
+            if refused:  # not the job's checkpoint: its files are never restored, its id never reused
+                return f"refused (fencing): {refused}"
         self._shared[(storage.uri, instruction.checkpoint_id)] = shared_files_of(instruction.metadata)
         return None
 
+    def _deletion_refused(self, what: str) -> bool:
+        refused = self.fence.allows(f"deleting {what}") if self.fence is not None else None
+        if refused:
+            _log.warning("not deleting %s: %s", what, refused)
+        return bool(refused)
+
     def delete(self, instruction: DeleteCheckpoints) -> None:
         storage = instruction.storage
+        if self._deletion_refused(f"checkpoints {list(instruction.checkpoint_ids)}"):
+            return
         candidates: set[str] = set()
         for checkpoint_id in instruction.checkpoint_ids:
             candidates |= self._shared_of(storage, checkpoint_id)
@@ -115,6 +148,8 @@ class CheckpointFiles:
 
     def discard(self, instruction: DiscardCheckpoint) -> None:
         storage = instruction.storage
+        if self._deletion_refused(f"checkpoint {instruction.checkpoint_id}"):
+            return
         storage.delete(instruction.checkpoint_id)
         marker = f".c{instruction.checkpoint_id}."
         referenced = self._referenced(storage, instruction.kept)

@@ -189,6 +189,8 @@ class NotifyComplete:
 
     checkpoint_id: int
     savepoint: bool = False
+    #: the epoch of the leader that completed it (high availability), checked against the fence
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,8 @@ class SnapshotPipeline:
         return [AbortAlignment(event.key, event.checkpoint_id, event.reason),
                 Send(Decline(event.checkpoint_id, self.worker, event.reason))]
 
-    def on_complete(self, checkpoint_id: int, savepoint: bool = False) -> list[CheckpointingInstruction]:
+    def on_complete(self, checkpoint_id: int, savepoint: bool = False,
+                    leader_epoch: int | None = None) -> list[CheckpointingInstruction]:
         """Checkpoint ``checkpoint_id`` completed: the subtasks commit. The commit is confirmed
         to the JobMaster once the worker finished (the final checkpoint), or at once for a
         savepoint the job stops at (``savepoint``; the sources stay halted: the job ends)."""
@@ -141,7 +142,7 @@ class SnapshotPipeline:
             self.halted = {c for c in self.halted if c > checkpoint_id}
         self.savepoints = {c: s for c, s in self.savepoints.items() if c > checkpoint_id}
         out: list[CheckpointingInstruction] = [ReachPoint("before_commit", checkpoint_id),
-                                               NotifyComplete(checkpoint_id, savepoint)]
+                                               NotifyComplete(checkpoint_id, savepoint, leader_epoch)]
         if savepoint:
             self.stopped_at = checkpoint_id
         if self.reported_finished or savepoint:

@@ -1,0 +1,8 @@
+"""High availability of the driver (papers/001 §4.5): passive standby drivers, leader election
+with fencing tokens, and the stores a new leader resumes from (docs/high_availability.md).
+
+``records`` (what is stored), ``services`` (the interface, :func:`open_services`), ``files`` (the
+embedded implementation on a shared file system), ``zookeeper`` (ZooKeeper through kazoo),
+``election`` (the election as a pure state machine), ``driver`` (its thread), ``fencing`` (the
+JobMaster's fenced checkpoint writes), ``runner`` (running a job with HA: standby, leader, end).
+"""

@@ -1,0 +1,216 @@
+"""High availability with real driver processes (issue 36): standbys take over from SIGKILLed
+leaders, and a paused leader (SIGSTOP, then SIGCONT) is fenced and stops by itself.
+
+Each driver is ``tests/ha_job.py`` in a subprocess of its own (its own Spark ``local[2]``), on the
+file-based HA services in a temporary directory or on a real ZooKeeper server started here
+(:mod:`epochal.testing.zookeeper_server`): keyed running counts into an exactly-once file sink,
+compared with the oracle.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from epochal.connectors.transactional import read_committed_lines
+from tests.ha_job import oracle
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "ha_job.py"
+ROOT = SCRIPT.parents[1]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def zookeeper():
+    from epochal.testing.zookeeper_server import ZooKeeperServer
+
+    with ZooKeeperServer(tick_ms=500) as server:
+        yield server
+
+
+@pytest.fixture(params=["file", "zookeeper"])
+def ha_uri(request, tmp_path):
+    """The HA services of one test: a directory, or a fresh root on the ZooKeeper server."""
+    if request.param == "file":
+        return str(tmp_path / "ha")
+    return request.getfixturevalue("zookeeper").uri(f"/epochal-{uuid.uuid4().hex[:8]}")
+
+
+class Driver:
+    """One driver process of the job; its output goes to ``<work>/driver-<n>.log``."""
+
+    def __init__(self, number: int, uri: str, work: pathlib.Path, records: int, rate: float,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.log = work / f"driver-{number}.log"
+        env = {key: value for key, value in os.environ.items() if key != "EPOCHAL_HA_UNSAFE_NO_FENCING"}
+        env.update(PYTHONPATH=str(ROOT), **(extra_env or {}))
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen([sys.executable, str(SCRIPT), uri, str(work), str(records), str(rate)],
+                                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def epoch(self) -> int | None:
+        """The epoch this driver leads with, once it started the job."""
+        found = re.findall(r"leads it \(epoch (\d+)\)", self.text())
+        return int(found[-1]) if found else None
+
+    def wait_for(self, pattern: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.text()):
+                return True
+            if not self.alive:
+                return bool(re.search(pattern, self.text()))
+            time.sleep(0.1)
+        return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive:
+            os.kill(self.process.pid, sig)
+
+    def finish(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait()
+            raise AssertionError(f"driver did not end within {timeout} s:\n{self.text()[-3000:]}") from None
+
+
+def leader_of(drivers: list[Driver], timeout: float) -> Driver:
+    """The live driver that leads with the newest epoch (waits until one started the job)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leading = [(d.epoch(), d) for d in drivers if d.alive and d.epoch() is not None]
+        if leading:
+            return max(leading, key=lambda pair: pair[0])[1]
+        time.sleep(0.1)
+    raise AssertionError("no driver leads the job:\n" + "\n".join(d.text()[-2000:] for d in drivers))
+
+
+def committed(work: pathlib.Path) -> collections.Counter:
+    return collections.Counter(read_committed_lines(str(work / "out")))
+
+
+def wait_for_checkpoint(work: pathlib.Path, after: int, leader: Driver, timeout: float) -> int:
+    """Wait until more than ``after`` checkpoints are recorded: with the previous leader dead, the
+    new one completed a checkpoint of its own (re-committing the one it resumed from adds none)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and leader.alive:
+        recorded = len(checkpoint_ids(work)) if list((work / "checkpoints").glob("*/*/checkpoint_stats.jsonl")) else 0
+        if recorded > after:
+            return recorded
+        time.sleep(0.1)
+    raise AssertionError(f"the leader completed no checkpoint within {timeout} s:\n{leader.text()[-3000:]}")
+
+
+def checkpoint_ids(work: pathlib.Path) -> list[int]:
+    """Every checkpoint any leader completed or aborted, in the order they were recorded."""
+    stats = next((work / "checkpoints").glob("*/*/checkpoint_stats.jsonl"))
+    return [json.loads(line)["checkpoint_id"] for line in stats.read_text().splitlines() if line.strip()]
+
+
+def finals(work: pathlib.Path) -> list[str]:
+    path = work / "final.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def cleanup(drivers: list[Driver]) -> None:
+    for driver in drivers:
+        driver.kill(signal.SIGCONT)
+        driver.kill()
+        driver.process.wait()
+
+
+def test_leaders_sigkilled_three_times_the_standbys_resume_exactly(tmp_path, ha_uri):
+    """Leader and standby; the leader SIGKILLed at a random moment three times (a new standby
+    started after each): the committed output equals the oracle, checkpoint ids never repeat,
+    and one driver reports the final result. On files and on ZooKeeper."""
+    records, rate = 4000, 250.0
+    uri = ha_uri
+    rng = random.Random()
+    drivers = [Driver(0, uri, tmp_path, records, rate), Driver(1, uri, tmp_path, records, rate)]
+    epochs = []
+    recorded = 0
+    try:
+        for _ in range(3):
+            leader = leader_of(drivers, 300)
+            epochs.append(leader.epoch())
+            recorded = wait_for_checkpoint(tmp_path, recorded, leader, 120)  # it resumed and took one
+            time.sleep(rng.uniform(0.0, 1.5))
+            assert leader.alive and not finals(tmp_path), "the job ended before the kills were done: slow it down"
+            leader.kill()
+            leader.process.wait()
+            recorded = len(checkpoint_ids(tmp_path))  # the dead leader records no more
+            drivers.append(Driver(len(drivers), uri, tmp_path, records, rate))
+        last = leader_of(drivers, 300)
+        epochs.append(last.epoch())
+        assert last.finish(300) == 0, last.text()[-3000:]
+        for driver in drivers:
+            if driver.alive:  # the last standby learns the job ended
+                assert driver.finish(60) == 0 and "ENDED ELSEWHERE" in driver.text(), driver.text()[-3000:]
+    finally:
+        cleanup(drivers)
+    assert epochs == sorted(set(epochs)), epochs
+    got, expected = committed(tmp_path), oracle(records)
+    assert got == expected, (f"{sum((got - expected).values())} lines too many, "
+                             f"{sum((expected - got).values())} missing")
+    ids = checkpoint_ids(tmp_path)
+    assert len(ids) == len(set(ids)) and ids == sorted(ids), ids
+    leaders = 1 + sum(1 for a, b in zip(ids, ids[1:], strict=False) if b - a > 1)  # a leader's ids are contiguous
+    assert leaders >= 4, ids  # every leader took checkpoints, with ids past its predecessor's
+    assert len(finals(tmp_path)) == 1, finals(tmp_path)
+
+
+@pytest.mark.parametrize("fencing", [True, False], ids=["fenced", "fencing-off"])
+def test_a_paused_leader_is_fenced_and_stops(tmp_path, fencing):
+    """SIGSTOP the leader until the standby took over and runs, then SIGCONT it: it commits
+    nothing more and exits with a clear message; the output is exact. With fencing off the
+    same zombie goes on committing what the new leader commits too: the output is not exact."""
+    records, rate = 3000, 250.0
+    uri = str(tmp_path / "ha")
+    zombie_env = {} if fencing else {"EPOCHAL_HA_UNSAFE_NO_FENCING": "1"}
+    old = Driver(0, uri, tmp_path, records, rate, zombie_env)
+    drivers = [old]
+    try:
+        assert leader_of(drivers, 300) is old
+        new = Driver(1, uri, tmp_path, records, rate)
+        drivers.append(new)
+        assert old.wait_for(r"served at", 60)
+        time.sleep(1.5)
+        old.kill(signal.SIGSTOP)
+        assert new.wait_for(r"leads it", 300), new.text()[-3000:]
+        assert new.wait_for(r"served at", 60)
+        time.sleep(2.0)
+        old.kill(signal.SIGCONT)
+        assert old.finish(120) == 3, old.text()[-3000:]
+        assert "lost the leadership" in old.text()
+        assert new.finish(300) == 0, new.text()[-3000:]
+    finally:
+        cleanup(drivers)
+    got, expected = committed(tmp_path), oracle(records)
+    if fencing:
+        assert got == expected, (f"{sum((got - expected).values())} lines too many, "
+                                 f"{sum((expected - got).values())} missing")
+        assert "committed nothing more" in old.text()
+        assert len(finals(tmp_path)) == 1
+    else:
+        assert sum((got - expected).values()) > 0, "without fencing the zombie's commits must repeat output"

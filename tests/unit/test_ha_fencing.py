@@ -1,0 +1,99 @@
+"""Fencing of a leader's checkpoint I/O (epochal.control.ha.fencing), of its coordinator's ids and
+commits, and of its workers' sink commits (epochal.state.fencing), on real file-based HA services."""
+
+from __future__ import annotations
+
+from epochal.control.checkpointing.coordinator import EXPLICIT_IDS
+from epochal.control.checkpointing.files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
+from epochal.control.ha.driver import ElectionDriver
+from epochal.control.ha.election import ElectionTimings, Role
+from epochal.control.ha.fencing import ID_BLOCK, Leadership
+from epochal.control.ha.files import FileHaServices
+from epochal.control.ha.records import DriverInfo
+from epochal.messages import CheckpointComplete, TriggerCheckpoint
+from epochal.state.fencing import LeaderFence
+from epochal.state.storage import CheckpointStorage
+from tests.unit.test_checkpoint_coordination import SUBTASKS, ack, make, on_ack
+
+A = DriverInfo("a", "h", 1, 1.0)
+B = DriverInfo("b", "h", 2, 2.0)
+
+
+def lead(services: FileHaServices, me: DriverInfo, retained: int = 2) -> Leadership:
+    """``me`` claims the job (as its election would) and takes the leadership up."""
+    epoch = services.claim(services.observe(), me)
+    assert epoch is not None
+    election = ElectionDriver(services, me, ElectionTimings())
+    election.machine.role, election.machine.epoch = Role.LEADER, epoch  # what its Elected left
+    return Leadership(services, election, epoch, retained)
+
+
+def write(files: CheckpointFiles, storage: CheckpointStorage, checkpoint_id: int) -> str | None:
+    storage.fs.create_dir(f"{storage.root}/chk-{checkpoint_id}", recursive=True)
+    return files.write(WriteCheckpoint(storage, checkpoint_id, {"operators": {}, "job": "j"}))
+
+
+def test_a_checkpoint_completes_only_through_the_fenced_pointer_and_a_deposed_leader_is_refused(tmp_path):
+    services = FileHaServices(str(tmp_path / "ha"), "job")
+    storage = CheckpointStorage(str(tmp_path / "run"))
+    old = lead(services, A)
+    assert (old.first_id, old.id_limit, services.checkpoint_counter()) == (1, 1 + ID_BLOCK, 1 + ID_BLOCK)
+    files = CheckpointFiles(old)
+    for checkpoint_id in (1, 2, 3):
+        assert write(files, storage, checkpoint_id) is None
+    assert services.latest_checkpoints().ids == (2, 3)  # the retained ones, the latest last
+
+    new = lead(FileHaServices(str(tmp_path / "ha"), "job"), B)  # another driver takes over
+    assert new.pointer.ids == (2, 3) and new.first_id == 1 + ID_BLOCK  # past the old leader's ids
+    error = write(files, storage, 4)
+    assert error is not None and "refused (fencing)" in error
+    assert old.election.machine.role is Role.DEPOSED  # the refusal deposed the old leader
+    assert services.latest_checkpoints().ids == (2, 3)
+    files.discard(DiscardCheckpoint(storage, 2, ()))
+    files.delete(DeleteCheckpoints(storage, (3,), ()))
+    assert storage.fs.get_file_info(f"{storage.root}/chk-2").type.name == "Directory"  # deletions refused
+    assert storage.fs.get_file_info(f"{storage.root}/chk-3").type.name == "Directory"
+    assert CheckpointFiles(new).write(WriteCheckpoint(storage, new.first_id, {"operators": {}})) is None
+    assert services.latest_checkpoints().ids == (3, new.first_id)
+
+
+def test_ids_are_reserved_ahead_and_the_coordinator_keeps_below_them(tmp_path):
+    services = FileHaServices(str(tmp_path / "ha"), "job")
+    leadership = lead(services, A)
+    coordinator = make(tmp_path, interval=0.5)
+    coordinator.next_id = leadership.first_id
+    leadership.attach(coordinator)
+    triggered = []
+    now = 1.0
+    while (out := coordinator.maybe_trigger(now, now)):
+        checkpoint_id = out[0].checkpoint_id
+        triggered.append(checkpoint_id)
+        coordinator.pending.pop(checkpoint_id)
+        now += 1.0
+    assert triggered == list(range(1, 1 + ID_BLOCK - EXPLICIT_IDS))  # the rest kept for savepoints
+    assert leadership.commit(str(tmp_path / "run"), triggered[-1]) is None  # completing one reserves more
+    assert coordinator.id_limit == triggered[-1] + ID_BLOCK == services.checkpoint_counter()
+    assert coordinator.maybe_trigger(now, now)
+
+
+def test_the_coordinator_stamps_the_leader_epoch_on_every_commit(tmp_path):
+    services = FileHaServices(str(tmp_path / "ha"), "job")
+    leadership = lead(services, A)
+    coordinator = make(tmp_path)
+    leadership.attach(coordinator)
+    checkpoint_id, messages = coordinator.trigger(0.0, 0.0)
+    assert messages == [TriggerCheckpoint(checkpoint_id, None)]
+    out = []
+    for vertex, subtask in SUBTASKS:
+        out += on_ack(coordinator, ack(checkpoint_id, vertex, subtask), 1.0)[1]
+    assert CheckpointComplete(checkpoint_id, leader_epoch=leadership.epoch) in out
+
+
+def test_workers_admit_only_the_newest_leader(tmp_path):
+    fence = LeaderFence(str(tmp_path / "run"))
+    assert fence.newest() == 0 and fence.admits(1)
+    fence.raise_to(1)
+    fence.raise_to(3)
+    fence.raise_to(2)  # a slow leader writing late never lowers the fence
+    assert fence.newest() == 3
+    assert fence.admits(3) and not fence.admits(2)
