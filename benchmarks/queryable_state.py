@@ -56,7 +56,7 @@ VOCABULARY = 10_000
 #: The lookup runs: (name, clients, level, keys per call).
 #: ``keys_per_call`` of a client that asks single keys with ``get_async``, ``WINDOW`` unanswered at a time
 PIPELINED = 0
-WINDOW = 64
+WINDOW = 16
 LOOKUP_RUNS = (("uncommitted x1", 1, "read_uncommitted", 1), ("committed x1", 1, "read_committed", 1),
                ("uncommitted x4", 4, "read_uncommitted", 1), ("committed x4", 4, "read_committed", 1),
                ("uncommitted x1, 100 keys/call", 1, "read_uncommitted", 100),
