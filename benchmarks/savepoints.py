@@ -173,7 +173,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def plot(summary: list[dict[str, Any]], cycles: list[dict[str, Any]], out: Path, title: str) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for backend, marker in zip(BACKENDS, "os^", strict=True):
+    for backend, marker in zip(BACKENDS, "os^Dv", strict=True):
         rows = sorted((r for r in summary if r["backend"] == backend), key=lambda r: r["keys"])
         if not rows:
             continue
