@@ -179,7 +179,7 @@ def test_two_phase_commit_is_necessary(make_backend, monkeypatch):
     """Without resolving the prepared transactions at a restore, the completed checkpoint whose
     commit a failure interrupted is missing (the restore must refuse), and without the check the
     job would run on an older state."""
-    import epochal.state.postgres as module
+    import epochal.state.postgres_restore as module  # where a restore resolves the prepared transactions
 
     backend = make_backend()
     add(backend, KEYS)

@@ -48,168 +48,24 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
 from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.postgres_epochs import SKIP, WAIT, Changes, EpochLog, Gid, UploadPlan, gid_prefix, resolve
+from epochal.state.postgres_epochs import Changes, EpochLog, gid_prefix
+from epochal.state.postgres_restore import resolve_restore, roll_back_all
+from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
 from epochal.state.postgres_store import Store
+from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
 from epochal.state.rocksdb_keys import KeyEncoder
 from epochal.state.storage import CheckpointError
-from epochal.state.ttl import CLOCK, drop_expired
 
 __all__ = ["POSTGRES_FORMAT", "PostgresKeyedStateBackend"]
 
-#: ``format`` of this backend's keyed-state handles in checkpoint metadata
-POSTGRES_FORMAT = "postgres"
-#: How long an upload waits for the commit of the subtask's previous epoch before it gives up
-#: (the checkpoint is declined; its changes go with the next one).
-UPLOAD_WAIT_S = 300.0
-
 _loads = pickle.loads
 _pickle = pickle.dumps
-_SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
-_MISS: Any = object()
-
-
-class _Group:
-    """What the read cache holds of one owned key group: the committed values of ``known`` keys
-    (every state of a known key: a state missing is a state the key does not have), or of every
-    key when ``complete``."""
-
-    __slots__ = ("index", "complete", "known", "values")
-
-    def __init__(self, index: int, complete: bool) -> None:
-        self.index = index
-        self.complete = complete
-        self.known: set[bytes] = set()
-        #: state id -> stored key -> stored value (the database's, as of the last completed checkpoint)
-        self.values: dict[int, dict[bytes, bytes]] = {}
-
-    def values_of(self, state: int) -> dict[bytes, bytes]:
-        values = self.values.get(state)
-        if values is None:
-            values = self.values[state] = {}
-        return values
-
-    def size(self) -> int:
-        return len(self.known) + sum(map(len, self.values.values()))
-
-    def drop(self) -> None:
-        """Forget everything (the dicts are emptied in place: views hold them)."""
-        for values in self.values.values():
-            values.clear()
-        self.known.clear()
-        self.complete = False
-
-
-class _GroupView(MutableMapping[Any, Any]):
-    """One key group of one state as ``{key: value}``: the subtask's write-ahead log first, then
-    its epochs not yet committed (newest first), then the read cache, then the database. Values
-    read are fresh copies (unpickled), so one changed in place must be written back (the backend
-    interface's rule). Writes go to the log only."""
-
-    __slots__ = ("_backend", "_slot", "_wal", "_group", "_values", "_encode")
-
-    def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: _Group) -> None:
-        self._backend = backend
-        self._slot = (state, group.index)
-        self._wal = backend._wal_of(state, group.index)
-        self._group = group
-        self._values = group.values_of(state)
-        self._encode = backend._encoder
-
-    def _key(self, key: Any) -> bytes:
-        return _pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)
-
-    def _stored(self, stored_key: bytes) -> bytes | None:
-        """The stored value of ``stored_key`` as this subtask sees it now, or None."""
-        value = self._wal.get(stored_key, _MISS)
-        if value is not _MISS:
-            return value
-        pending = self._backend._pending
-        if pending:
-            slot = self._slot
-            for changes in pending:
-                entries = changes.get(slot)
-                if entries is not None:
-                    value = entries.get(stored_key, _MISS)
-                    if value is not _MISS:
-                        return value
-        value = self._values.get(stored_key, _MISS)
-        if value is not _MISS:
-            return value
-        group = self._group
-        if group.complete or stored_key in group.known:
-            return None
-        self._backend._fetch([group.index], [stored_key])
-        return self._values.get(stored_key)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        value = self._stored(_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key))
-        return default if value is None else _loads(value)
-
-    def __getitem__(self, key: Any) -> Any:
-        value = self._stored(self._key(key))
-        if value is None:
-            raise KeyError(key)
-        return _loads(value)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._wal[_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)] = _dumps(value)
-
-    def __contains__(self, key: object) -> bool:
-        return self._stored(self._key(key)) is not None
-
-    def __delitem__(self, key: Any) -> None:
-        stored_key = self._key(key)
-        if self._stored(stored_key) is None:
-            raise KeyError(key)
-        self._wal[stored_key] = None
-
-    def pop(self, key: Any, default: Any = _MISS) -> Any:
-        stored_key = self._key(key)
-        value = self._stored(stored_key)
-        if value is None:
-            if default is _MISS:
-                raise KeyError(key)
-            return default
-        self._wal[stored_key] = None
-        return _loads(value)
-
-    def _merged(self) -> dict[bytes, bytes]:
-        """Every stored key and value of the group as this subtask sees it (loads the group)."""
-        self._backend._load_group(self._group)
-        merged: dict[bytes, bytes | None] = dict(self._values)
-        slot = self._slot
-        for changes in reversed(self._backend._pending):  # oldest first
-            entries = changes.get(slot)
-            if entries:
-                merged.update(entries)
-        merged.update(self._wal)
-        return {k: v for k, v in merged.items() if v is not None}
-
-    def clear(self) -> None:
-        for stored_key in self._merged():
-            self._wal[stored_key] = None
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter([_loads(k) for k in self._merged()])
-
-    def __len__(self) -> int:
-        return len(self._merged())
-
-    def items(self) -> Any:
-        return [(_loads(k), _loads(v)) for k, v in self._merged().items()]
-
-    def values(self) -> Any:
-        return [_loads(v) for v in self._merged().values()]
-
-    def __repr__(self) -> str:
-        return f"<PostgreSQL key group {self._group.index}: {dict(self.items())!r}>"
 
 
 class PostgresKeyedStateBackend(KeyedStateBackend):
@@ -239,7 +95,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._wal: dict[int, dict[int, dict[bytes, bytes | None]]] = {}
         #: the changes of the epochs not yet committed, newest first (what reads see after the log)
         self._pending: list[Changes] = []
-        self._groups = {group: _Group(group, True) for group in key_groups}
+        self._groups = {group: Group(group, True) for group in key_groups}
         self._incomplete = 0
         self._cached = 0
         self._evict_at = 0
@@ -287,46 +143,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.started["open_s"] = time.monotonic() - started
 
     def _start_restored(self, checkpoint_id: int) -> None:
-        store = self.store
-        assert store is not None
-        groups = self.key_groups
-        if self.mvcc:
-            if store.committed_row(self.namespace) is None:
-                raise CheckpointError(f"checkpoint {checkpoint_id}: namespace '{self.namespace}' has no state in "
-                                      f"{self.table}_versions of this database (another database, or dropped?)")
-            horizon = store.horizon()
-            if horizon > checkpoint_id:
-                raise CheckpointError(
-                    f"checkpoint {checkpoint_id} can no longer be restored from PostgreSQL: the versions it reads "
-                    f"were collected (operator '{self.uid}' of namespace '{self.namespace}' keeps the versions of "
-                    f"checkpoint {horizon} on, those of the retained checkpoints); restore a newer checkpoint or a "
-                    "savepoint")
-            dropped = store.drop_after(groups, checkpoint_id)
-            store.set_committed(self.namespace, checkpoint_id, forward_only=False)
-            self.started.update(mode="restored", checkpoint=checkpoint_id, dropped_versions=dropped)
-        else:
-            commit, rollback = resolve(store.prepared(self.prefix), checkpoint_id, groups)
-            for gid in rollback:
-                store.finish_prepared(str(gid), commit=False)
-            for gid in commit:
-                store.finish_prepared(str(gid), commit=True)
-            markers = store.markers(groups)
-            wrong = {g: markers.get(g) for g in groups if markers.get(g) != checkpoint_id}
-            if wrong:
-                newer = {g: c for g, c in wrong.items() if c is not None and c > checkpoint_id}
-                shown = ", ".join(f"{g}: {c if c is not None else 'none'}" for g, c in sorted(wrong.items())[:8])
-                if newer:
-                    raise CheckpointError(
-                        f"checkpoint {checkpoint_id} can no longer be restored from PostgreSQL: the database holds a "
-                        f"later checkpoint's state of operator '{self.uid}' (key group: checkpoint {shown}). The "
-                        "non-MVCC PostgreSQL backend keeps only the latest completed checkpoint: restore that one, "
-                        "take savepoints to go back, or use mvcc=True (versions of every retained checkpoint)")
-                raise CheckpointError(
-                    f"checkpoint {checkpoint_id}: the state of operator '{self.uid}' in namespace '{self.namespace}' "
-                    f"is not in {self.table} of this database (key group: checkpoint {shown}); another database, "
-                    "or was the table changed?")
-            self.started.update(mode="restored", checkpoint=checkpoint_id, committed=[str(g) for g in commit],
-                                rolled_back=[str(g) for g in rollback])
+        assert self.store is not None
+        self.started.update(resolve_restore(self.store, self.mvcc, self.namespace, self.table, self.uid, self.prefix,
+                                            self.key_groups, checkpoint_id))
         self.log.committed = checkpoint_id
         self.committed_epoch = checkpoint_id
         self._completed_ids = [checkpoint_id]
@@ -339,12 +158,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         ``restore`` holds in another backend's format (a heap or RocksDB checkpoint, a savepoint)."""
         store = self.store
         assert store is not None
-        rolled_back = []
-        if not self.mvcc:
-            _, rollback = resolve(store.prepared(self.prefix), None, self.key_groups)
-            for gid in rollback:
-                store.finish_prepared(str(gid), commit=False)
-            rolled_back = [str(g) for g in rollback]
+        rolled_back = [] if self.mvcc else roll_back_all(store, self.prefix, self.key_groups)
         store.clear(self.key_groups)
         checkpoint_id = int(restore.checkpoint_id) if restore is not None else 0
         loaded = 0
@@ -393,7 +207,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ tables
     def _encode_key(self, key: Any) -> bytes:
-        return _pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encoder(key)
+        return _pickle(key, 5) if type(key) in SCALAR_KEYS else self._encoder(key)
 
     def _state_id(self, name: str) -> int:
         state = self._state_ids.get(name)
@@ -416,7 +230,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         table = self._tables.get(name)
         if table is None:
             state = self._state_id(name)
-            table = self._tables[name] = {g: _GroupView(self, state, self._groups[g]) for g in self.key_groups}
+            table = self._tables[name] = {g: GroupView(self, state, self._groups[g]) for g in self.key_groups}
         return table
 
     def batch_logged_table(self, name: str) -> tuple[GroupTables, Any]:
@@ -438,7 +252,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             group = groups[index]
             if group.complete:
                 continue
-            stored_key = _pickle(key, 5) if type(key) in _SCALAR_KEYS else encode(key)
+            stored_key = _pickle(key, 5) if type(key) in SCALAR_KEYS else encode(key)
             if stored_key in group.known or stored_key in seen:
                 continue
             seen.add(stored_key)
@@ -461,7 +275,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if self._cached > self.config.cache_entries:
             self._evict(set(key_groups))
 
-    def _load_group(self, group: _Group) -> None:
+    def _load_group(self, group: Group) -> None:
         """Read a whole key group into the cache (it becomes complete)."""
         if group.complete:
             return
@@ -534,7 +348,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._pending = [epoch.changes for epoch in reversed(self.log.epochs)]
 
     # ------------------------------------------------------------------ snapshots
-    def begin_snapshot(self, checkpoint_id: int) -> _EpochUpload:
+    def begin_snapshot(self, checkpoint_id: int) -> EpochUpload:
         """The barrier: this epoch's log becomes epoch ``checkpoint_id`` (copied, the live dicts
         emptied in place: the views hold them) and a plan the uploader thread writes."""
         self._processing_thread = threading.get_ident()
@@ -547,13 +361,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         with self._cond:
             self.log.begin(checkpoint_id, changes)
         self._refresh_pending()
-        return _EpochUpload(self, checkpoint_id)
+        return EpochUpload(self, checkpoint_id)
 
-    def begin_savepoint(self, checkpoint_id: int, native: bool) -> _CanonicalSnapshot:
+    def begin_savepoint(self, checkpoint_id: int, native: bool) -> CanonicalSnapshot:
         """A savepoint is canonical (every key group's values, as the heap backend writes them),
         whichever format was asked for: read from a snapshot of the database taken now, plus the
         epochs not yet committed and this epoch's log. The log stays for the next checkpoint."""
-        return _CanonicalSnapshot(self)
+        return CanonicalSnapshot(self)
 
     def capture_snapshot(self, plan: Any) -> Any:
         return self.capture() if plan is None else plan
@@ -648,7 +462,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def capture(self) -> Captured:
         """A full copy of the state, ``{group: {name: {key: value}}}`` (the database read on the
         processing thread: for tests and the harness; savepoints use :meth:`begin_savepoint`)."""
-        snapshot = _CanonicalSnapshot(self, isolated=False)
+        snapshot = CanonicalSnapshot(self, isolated=False)
         return snapshot.read()
 
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
@@ -662,133 +476,3 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         committed by the restore that follows, later ones rolled back by it."""
         if self.store is not None:
             self.store.close()
-
-
-class _EpochUpload:
-    """The upload of one checkpoint's epoch (and of earlier epochs no transaction holds), run by
-    the worker's uploader thread through ``upload`` (:func:`epochal.state.snapshot.materialize`)."""
-
-    def __init__(self, backend: PostgresKeyedStateBackend, checkpoint_id: int) -> None:
-        self.backend = backend
-        self.checkpoint_id = checkpoint_id
-
-    def upload(self, storage: Any, checkpoint_id: int, stem: str) -> dict[str, Any]:
-        backend = self.backend
-        store = backend.store
-        assert store is not None
-        cond = backend._cond
-        deadline = time.monotonic() + UPLOAD_WAIT_S
-        with cond:
-            while (plan := backend.log.plan(self.checkpoint_id)) is WAIT:
-                left = deadline - time.monotonic()
-                if left <= 0 or threading.get_ident() == backend._processing_thread:
-                    raise StateBackendError(
-                        f"{backend.what}: checkpoint {self.checkpoint_id} cannot be pre-committed while the prepared "
-                        f"transaction of checkpoint {backend.log.waiting_on(self.checkpoint_id)} is neither committed "
-                        "nor rolled back (the PostgreSQL backend commits one checkpoint at a time)")
-                cond.wait(min(left, 1.0))
-        handle: dict[str, Any] = {"format": POSTGRES_FORMAT, "mvcc": backend.mvcc, "table": backend.table,
-                                  "namespace": backend.namespace, "uid": backend.uid,
-                                  "key_groups": [backend.key_groups.start, backend.key_groups.stop],
-                                  "checkpoint": self.checkpoint_id, "rows": 0, "written_bytes": 0}
-        if plan is SKIP:
-            handle["skipped"] = True
-            return handle
-        assert isinstance(plan, UploadPlan)
-        gid = None if backend.mvcc else str(Gid(backend.prefix, backend.key_groups.start, backend.key_groups.stop,
-                                                self.checkpoint_id, backend.attempt))
-        rows, written = store.write_epoch(plan.merged(), self.checkpoint_id, backend.key_groups, gid)
-        with cond:
-            kept = backend.log.prepared(plan, gid or "")
-        if not kept:  # aborted while it was written: roll it back here, its epochs go with the next
-            try:
-                store.finish_prepared(gid or "", commit=False, conn=store.write)
-            finally:
-                with cond:
-                    backend.log.rolled_back(plan)
-                    cond.notify_all()
-            handle["skipped"] = True
-            return handle
-        if backend.mvcc:
-            handle["collected"] = backend.collect_garbage()
-        handle.update(gid=gid, rows=rows, written_bytes=written, epochs=[e.checkpoint_id for e in plan.epochs])
-        return handle
-
-
-class _CanonicalSnapshot:
-    """A full copy of the state in the canonical layout (``{group: {name: {key: value}}}``),
-    consistent with the barrier it was taken at: the database as of a ``REPEATABLE READ``
-    snapshot begun at the barrier (``isolated``; else read at once on the processing thread),
-    overlaid with the epochs not yet committed and the log, as they were then."""
-
-    def __init__(self, backend: PostgresKeyedStateBackend, isolated: bool = True) -> None:
-        self.backend = backend
-        self.committed = backend.committed_epoch
-        self.overlays: list[Changes] = list(reversed(backend._pending))  # oldest first (frozen dicts)
-        current: Changes = {}
-        for state, groups in backend._wal.items():
-            for group, entries in groups.items():
-                if entries:
-                    current[(state, group)] = entries.copy()
-        self.overlays.append(current)
-        self.state_types = dict(backend.state_types)
-        self.ttl = dict(backend.ttl_configs)
-        self.now = CLOCK.now()
-        self.conn: Any = None
-        store = backend.store
-        assert store is not None
-        if isolated:
-            from epochal.state.postgres_store import connect
-
-            self.conn = connect(store.dsn, backend.what)
-            try:
-                self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                self.conn.execute("SELECT 1")  # the snapshot is taken by the first statement
-            except Exception as exc:
-                self.conn.close()
-                raise StateBackendError(f"{backend.what}: cannot begin a snapshot of PostgreSQL: {exc}") from exc
-
-    def read(self) -> Captured:
-        backend = self.backend
-        store = backend.store
-        assert store is not None
-        try:
-            names = store.state_names(self.conn)
-            stored: dict[tuple[int, int], dict[bytes, bytes | None]] = {}
-            for group, stored_key, state, value in store.scan(backend.key_groups, self.committed, self.conn):
-                entries = stored.get((state, group))
-                if entries is None:
-                    entries = stored[(state, group)] = {}
-                entries[stored_key] = value
-        finally:
-            if self.conn is not None:
-                try:
-                    self.conn.execute("COMMIT")
-                    self.conn.close()
-                except Exception:
-                    pass
-        for changes in self.overlays:
-            for slot, entries in changes.items():
-                target = stored.get(slot)
-                if target is None:
-                    target = stored[slot] = {}
-                target.update(entries)
-        by_group: Captured = {}
-        for (state, group), entries in stored.items():
-            name = names.get(state)
-            if name is None:
-                continue
-            values = {_loads(k): _loads(v) for k, v in entries.items() if v is not None}
-            ttl = self.ttl.get(name)
-            if ttl is not None and ttl.cleanup_in_snapshot:
-                values = drop_expired(values, self.state_types.get(name, "value"), ttl, self.now)
-            if values:
-                by_group.setdefault(group, {})[name] = values
-        return by_group
-
-    def upload(self, storage: Any, checkpoint_id: int, stem: str) -> dict[str, Any]:
-        from epochal.state.snapshot import _group_blobs
-
-        data, groups = _group_blobs(self.read())
-        written = storage.write_file(checkpoint_id, f"{stem}.keyed", data)
-        return {"file": written["file"], "size": written["size"], "groups": groups}

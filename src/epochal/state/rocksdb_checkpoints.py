@@ -88,14 +88,13 @@ class CanonicalPlan:
         """Write the canonical ``<stem>.keyed`` file; returns its handle (``file``, ``size``,
         ``groups``). The local checkpoint directory is removed whatever happens."""
         from epochal.state.rocksdb import read_key_groups
-        from epochal.state.snapshot import group_blobs
+        from epochal.state.snapshot import write_key_groups
 
         try:
-            data, groups = group_blobs(read_key_groups(self.directory, self.key_groups))
+            return write_key_groups(storage, checkpoint_id, f"{stem}.keyed",
+                                    read_key_groups(self.directory, self.key_groups))
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
-        written = storage.write_file(checkpoint_id, f"{stem}.keyed", data)
-        return {"file": written["file"], "size": written["size"], "groups": groups}
 
 
 class RocksDBSnapshots:

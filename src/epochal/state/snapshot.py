@@ -49,6 +49,16 @@ def group_blobs(keyed: Iterable[tuple[int, Any]]) -> tuple[bytes, dict[str, list
     return b"".join(chunks), groups
 
 
+def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
+                     keyed: Iterable[tuple[int, Any]]) -> dict[str, Any]:
+    """Write ``(group, {state name: {key: value}})`` pairs (in group order) as the canonical file
+    ``name`` of checkpoint ``checkpoint_id``; returns its keyed-state handle (``file``, ``size``,
+    ``groups``), the layout every backend restores."""
+    data, groups = group_blobs(keyed)
+    written = storage.write_file(checkpoint_id, name, data)
+    return {"file": written["file"], "size": written["size"], "groups": groups}
+
+
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:
     """Serialise and write one subtask's captured state; returns handles per operator uid. Keyed
     state of an incremental checkpoint goes to the job's ``shared/`` files, and its handle is the
@@ -68,9 +78,8 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
             link = {"file": written["file"], "size": written["size"], "groups": groups, "kind": kind}
             handle["keyed"] = {"format": "chain", "chain": [*plan.base, link]}
         elif keyed:
-            data, groups = _group_blobs(keyed)
-            written = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed", data)
-            handle["keyed"] = {"file": written["file"], "size": written["size"], "groups": groups}
+            handle["keyed"] = write_key_groups(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed",
+                                               sorted(keyed.items()))
         operator = parts.get("operator")
         if operator:
             handle["operator"] = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.operator",

@@ -1,0 +1,158 @@
+"""The PostgreSQL backend's view of its keys (:mod:`epochal.state.postgres`): what the read cache
+holds of one key group (:class:`Group`), and one key group of one state as a mapping
+(:class:`GroupView`) that reads the subtask's write-ahead log first, then its epochs not yet
+committed, then the cache, then the database, and writes the log only."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from epochal.serialization import dumps as _dumps
+
+if TYPE_CHECKING:
+    from epochal.state.postgres import PostgresKeyedStateBackend
+
+_loads = pickle.loads
+_pickle = pickle.dumps
+#: key types stored as their plain pickle (others by the RocksDB backend's key encoder)
+SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
+_MISS: Any = object()
+
+
+class Group:
+    """What the read cache holds of one owned key group: the committed values of ``known`` keys
+    (every state of a known key: a state missing is a state the key does not have), or of every
+    key when ``complete``."""
+
+    __slots__ = ("index", "complete", "known", "values")
+
+    def __init__(self, index: int, complete: bool) -> None:
+        self.index = index
+        self.complete = complete
+        self.known: set[bytes] = set()
+        #: state id -> stored key -> stored value (the database's, as of the last completed checkpoint)
+        self.values: dict[int, dict[bytes, bytes]] = {}
+
+    def values_of(self, state: int) -> dict[bytes, bytes]:
+        values = self.values.get(state)
+        if values is None:
+            values = self.values[state] = {}
+        return values
+
+    def size(self) -> int:
+        return len(self.known) + sum(map(len, self.values.values()))
+
+    def drop(self) -> None:
+        """Forget everything (the dicts are emptied in place: views hold them)."""
+        for values in self.values.values():
+            values.clear()
+        self.known.clear()
+        self.complete = False
+
+
+class GroupView(MutableMapping[Any, Any]):
+    """One key group of one state as ``{key: value}``: the subtask's write-ahead log first, then
+    its epochs not yet committed (newest first), then the read cache, then the database. Values
+    read are fresh copies (unpickled), so one changed in place must be written back (the backend
+    interface's rule). Writes go to the log only."""
+
+    __slots__ = ("_backend", "_slot", "_wal", "_group", "_values", "_encode")
+
+    def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: Group) -> None:
+        self._backend = backend
+        self._slot = (state, group.index)
+        self._wal = backend._wal_of(state, group.index)
+        self._group = group
+        self._values = group.values_of(state)
+        self._encode = backend._encoder
+
+    def _key(self, key: Any) -> bytes:
+        return _pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)
+
+    def _stored(self, stored_key: bytes) -> bytes | None:
+        """The stored value of ``stored_key`` as this subtask sees it now, or None."""
+        value = self._wal.get(stored_key, _MISS)
+        if value is not _MISS:
+            return value
+        pending = self._backend._pending
+        if pending:
+            slot = self._slot
+            for changes in pending:
+                entries = changes.get(slot)
+                if entries is not None:
+                    value = entries.get(stored_key, _MISS)
+                    if value is not _MISS:
+                        return value
+        value = self._values.get(stored_key, _MISS)
+        if value is not _MISS:
+            return value
+        group = self._group
+        if group.complete or stored_key in group.known:
+            return None
+        self._backend._fetch([group.index], [stored_key])
+        return self._values.get(stored_key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._stored(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key))
+        return default if value is None else _loads(value)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._stored(self._key(key))
+        if value is None:
+            raise KeyError(key)
+        return _loads(value)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._wal[_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)] = _dumps(value)
+
+    def __contains__(self, key: object) -> bool:
+        return self._stored(self._key(key)) is not None
+
+    def __delitem__(self, key: Any) -> None:
+        stored_key = self._key(key)
+        if self._stored(stored_key) is None:
+            raise KeyError(key)
+        self._wal[stored_key] = None
+
+    def pop(self, key: Any, default: Any = _MISS) -> Any:
+        stored_key = self._key(key)
+        value = self._stored(stored_key)
+        if value is None:
+            if default is _MISS:
+                raise KeyError(key)
+            return default
+        self._wal[stored_key] = None
+        return _loads(value)
+
+    def _merged(self) -> dict[bytes, bytes]:
+        """Every stored key and value of the group as this subtask sees it (loads the group)."""
+        self._backend._load_group(self._group)
+        merged: dict[bytes, bytes | None] = dict(self._values)
+        slot = self._slot
+        for changes in reversed(self._backend._pending):  # oldest first
+            entries = changes.get(slot)
+            if entries:
+                merged.update(entries)
+        merged.update(self._wal)
+        return {k: v for k, v in merged.items() if v is not None}
+
+    def clear(self) -> None:
+        for stored_key in self._merged():
+            self._wal[stored_key] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([_loads(k) for k in self._merged()])
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+    def items(self) -> Any:
+        return [(_loads(k), _loads(v)) for k, v in self._merged().items()]
+
+    def values(self) -> Any:
+        return [_loads(v) for v in self._merged().values()]
+
+    def __repr__(self) -> str:
+        return f"<PostgreSQL key group {self._group.index}: {dict(self.items())!r}>"
