@@ -18,15 +18,10 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
   batches costs), interleaved over ``--rounds`` rounds. Beside the wall time the script records the CPU seconds
   Spark under this process used (the JVM, PySpark's daemon, the job's workers) per million records,
   which other tenants of a shared machine do not change, and the client's own CPU.
-* **Cost, client on its own core** (``--pinned``): the same ``none`` and ``1000/s`` runs with
-  the job (the driver, the JVM, PySpark's daemon and workers: every thread) pinned to core 0 and
-  the client process to core 1, as a service on another machine would be: the job has the same
-  core with and without the client, so the ratio is what the lookups cost the job itself, not the
-  client's own CPU taking a share of the job's cores (configs ``none, pinned`` and ``1000/s, pinned``).
 
     python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
-    python -m benchmarks.queryable_state --experiments cost --pinned --records 4000000  # the cost, both ways
+    python -m benchmarks.queryable_state --experiments cost --records 4000000   # the cost only
 
 Writes ``queryable_state_lookups.csv`` (one row per client process and run),
 ``queryable_state_throughput.csv`` (one row per job run) and ``queryable_state.png`` into
@@ -181,33 +176,17 @@ def pipelined(client: Any, rng: random.Random, end: float, latencies: list[float
 
 
 def start_client(out: Path, level: str, seconds: float, keys_per_call: int = 1,
-                 rate: float = 0.0, cores: set[int] | None = None) -> subprocess.Popen[bytes]:
-    """A client process (``cores``: the CPUs it may run on; None: any)."""
+                 rate: float = 0.0) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "benchmarks.queryable_state", "--client", str(out),
                              "--level", level, "--seconds", str(seconds), "--keys-per-call", str(keys_per_call),
-                             "--rate", str(rate)], env=os.environ.copy(),
-                            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores))
+                             "--rate", str(rate)], env=os.environ.copy())
 
-
-def pin_job(cores: set[int]) -> None:
-    """Pin this process and every process under it, each of their threads, to ``cores`` (new
-    threads and forked workers inherit it). Clients started later are not under it."""
-    import psutil
-
-    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            for thread in process.threads():
-                os.sched_setaffinity(thread.id, cores)
-        except (psutil.Error, OSError):  # ended meanwhile
-            continue
 
 
 # ---------------------------------------------------------------------- the measurements
 #: The cost runs: a job without queryable state (the workers then look for queries every 0.2 s
 #: only), with one and no client, and with one client looking up 1,000 words a second.
 COST_CONFIGS = ("not queryable", "none", "1000/s")
-#: The pinned cost runs (``--pinned``): the job on core 0, the client on core 1.
-PINNED_CONFIGS = ("none, pinned", "1000/s, pinned")
 #: The jobs lookups are measured against: (name, records a second; None: as fast as it can).
 JOBS = (("full speed", None), ("20,000 records/s", 20_000.0))
 
@@ -259,8 +238,7 @@ def cost(spark: Any, work: Path, records: int, rounds: int, configs: Sequence[st
             client = None
             out = work / f"cost-{round_}.json"
             if config.startswith("1000/s"):
-                client = start_client(out, "read_uncommitted", 0.0, 1, rate=1000.0,
-                                      cores={1} if config in PINNED_CONFIGS else None)
+                client = start_client(out, "read_uncommitted", 0.0, 1, rate=1000.0)
             env = epochal.Environment(2, spark=spark)
             env.enable_checkpointing(1.0, storage=str(work / "checkpoints"))
             add_job(env, records, queryable=config != "not queryable")
@@ -333,8 +311,7 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     medians = [statistics.median(speeds[c]) for c in configs]
     errors = [[m - min(speeds[c]) for c, m in zip(configs, medians, strict=True)],
               [max(speeds[c]) - m for c, m in zip(configs, medians, strict=True)]]
-    colours = {"not queryable": "#cccccc", "none": "#999999", "1000/s": "#dd8452", "none, pinned": "#8c8cb4",
-               "1000/s, pinned": "#c44e52"}
+    colours = {"not queryable": "#cccccc", "none": "#999999", "1000/s": "#dd8452"}
     bars = right.bar([c.replace(", ", "\n") for c in configs], medians, yerr=errors, capsize=6,
                      color=[colours.get(c, "#4c72b0") for c in configs])
     right.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
@@ -384,7 +361,7 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
         plain = speeds["not queryable"]
         print(f"\njob without queryable state: {statistics.median(plain):,.0f} records/s (min {min(plain):,.0f}, max "
               f"{max(plain):,.0f}); Spark CPU per million records {work['not queryable']:.2f} s")
-    for none_, queried_ in (("none", "1000/s"), PINNED_CONFIGS):
+    for none_, queried_ in (("none", "1000/s"),):
         if none_ not in speeds or queried_ not in speeds:
             continue
         none, queried = statistics.median(speeds[none_]), statistics.median(speeds[queried_])
@@ -402,8 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=12_000_000, help="records per cost run (default 12,000,000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none / 1000/s (default 3)")
     parser.add_argument("--experiments", nargs="+", choices=("lookups", "cost"), default=["lookups", "cost"])
-    parser.add_argument("--pinned", action="store_true",
-                        help="also the cost runs with the job on core 0 and the client on core 1")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and summary from the CSVs in --out")
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
@@ -434,13 +409,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_unregistered()
         if "cost" in args.experiments:
             runs = cost(spark, work, args.records, args.rounds)
-        if args.pinned:
-            everything = os.sched_getaffinity(0)
-            pin_job({0})
-            try:
-                runs += cost(spark, work, args.records, args.rounds, PINNED_CONFIGS)
-            finally:
-                pin_job(everything)
     finally:
         spark.stop()
     write(args.out, reports, runs)
