@@ -23,6 +23,7 @@ from epochal.rest.models import (
     JobDetails,
     JobOverview,
     JobPlan,
+    KindMetric,
     KindTable,
     KindTables,
     OperatorMetrics,
@@ -62,11 +63,15 @@ def details(served: ServedJob) -> JobDetails:
     checkpoint_path, savepoint_dir, records_base = jm.query(
         lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base))
     error = jm.error
-    read = records_base + sum(m.get("source_records", 0) for m in jm.snapshot_metrics().values())
+    metrics = jm.snapshot_metrics()
+    read = records_base + sum(m.get("source_records", 0) for m in metrics.values())
     history = [restart(r, jm.start_time - jm.started_at) for r in jm.restart_history()]
+    own = jm.query(lambda kind: kind.kind_metrics(metrics))
     return JobDetails(**_overview_fields(served), error=str(error).splitlines()[0] if error is not None else None,
                       checkpoint_path=checkpoint_path or None, savepoint_directory=savepoint_dir or None,
-                      records_read=int(read), restart_history=history)
+                      records_read=int(read), restart_history=history,
+                      kind_metrics=[KindMetric(name=m.name, kind=m.kind, labels=dict(m.labels),  # type: ignore[arg-type]
+                                               value=m.value) for m in own])
 
 
 def restart(entry: dict[str, Any], wall_minus_monotonic: float) -> Restart:

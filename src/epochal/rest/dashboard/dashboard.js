@@ -135,7 +135,8 @@ function jobPage(main, generation) {
     checkpoints: h("section", { id: "checkpoints-section" }, h("h2", {}, "Checkpoints"), h("div", { id: "checkpoints" })),
     savepoints: h("section", { id: "savepoints-section" }, h("h2", {}, "Savepoints"), h("ul", { id: "savepoints" })),
     restarts: h("section", { id: "restarts-section" }, h("h2", {}, "Restarts"), h("div", { id: "restarts" })),
-    kind: h("section", { id: "kind-section", hidden: true }, h("div", { id: "kind" })),
+    kind: h("section", { id: "kind-section", hidden: true }, h("div", { class: "charts", id: "kind-charts" }),
+      h("div", { id: "kind" })),
   };
   const actions = h("div", { class: "actions" },
     h("button", { id: "btn-savepoint", onclick: () => savepoint(id) }, "Savepoint"),
@@ -169,6 +170,7 @@ function jobPage(main, generation) {
       restartList(job);
     }
     if (changed("kind", kind.tables)) kindTables(kind);
+    if (changed("kind-metrics", job.kind_metrics)) kindCharts(job.kind_metrics);
   });
 }
 
@@ -190,6 +192,19 @@ function kindTables(kind) {
     table.rows.length ? h("table", {}, h("thead", {}, h("tr", {}, table.columns.map((c) => h("th", {}, c)))),
       h("tbody", {}, table.rows.slice(-50).reverse().map((row) => h("tr", {}, row.map((v) => h("td", {}, cell(v)))))))
       : h("p", { class: "muted" }, "None yet."))));
+}
+
+// The job kind's own numbers charted per worker (a CEC job's): metric name -> chart title.
+const KIND_CHARTS = [["epochal_cec_g_checks", "G_checks per worker", "chart-cec-g-checks"],
+  ["epochal_cec_extent_tuples", "Extent per worker (tuples)", "chart-cec-extent"],
+  ["epochal_cec_replayed_tuples", "Replayed tuples per worker", "chart-cec-replayed"]];
+
+function kindCharts(metrics) {
+  const charts = KIND_CHARTS.map(([name, title, id]) => {
+    const points = metrics.filter((m) => m.name === name).map((m) => ({ id: Number(m.labels.worker), value: m.value }));
+    return points.length ? chart(title, points, (p) => p.value, number, id) : null;
+  }).filter(Boolean);
+  document.getElementById("kind-charts").replaceChildren(...charts);
 }
 
 function summary(job, vertices) {
