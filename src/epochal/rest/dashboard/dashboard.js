@@ -187,7 +187,7 @@ function kindTables(kind) {
   const section = document.getElementById("kind-section");
   section.hidden = !kind.tables.length;
   const cell = (v) => (typeof v === "number" ? (Number.isInteger(v) ? number(v) : v.toFixed(3)) : v === null ? "–" : String(v));
-  document.getElementById("kind").replaceChildren(...kind.tables.map((table) => h("div", { class: "kind-table" },
+  document.getElementById("kind").replaceChildren(...kind.tables.map((table) => h("div", { class: "kind-table", "data-title": table.title },
     h("h2", {}, `${table.title} (${kind.kind})`),
     table.rows.length ? h("table", {}, h("thead", {}, h("tr", {}, table.columns.map((c) => h("th", {}, c)))),
       h("tbody", {}, table.rows.slice(-50).reverse().map((row) => h("tr", {}, row.map((v) => h("td", {}, cell(v)))))))
