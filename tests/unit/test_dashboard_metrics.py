@@ -225,3 +225,38 @@ def test_a_cec_jobs_g_checks_extent_and_replay_reach_the_job_detail_and_promethe
     assert dict(zip(workers["columns"], workers["rows"][1], strict=True))["G_checks"] == 17
     for end in ends:
         end.close()
+
+
+def test_a_file_sources_progress_in_bytes_reaches_the_vertices_view(jobs):
+    """A source vertex whose source counts its progress in bytes: the vertices view sums its
+    subtasks' ``source_progress`` once both reported (what the page's progress bar reads)."""
+    from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
+
+    outline = JobOutline("dataflow", 2, (
+        VertexOutline(0, "Source: text", 2, (OperatorOutline("source", "Source: text"),), progress_unit="bytes"),
+        VertexOutline(1, "Sink", 2, (OperatorOutline("sink", "Sink"),))), (EdgeOutline(0, 1, "hash"),))
+    job = jobs("files", outline=outline)
+    ends = run_workers(job)
+    (entry, *_) = Registry().entries()
+    bearer = {"Authorization": f"Bearer {entry.token}"}
+
+    def source_progress() -> dict | None:
+        return json.loads(request("/jobs/files/vertices", headers=bearer)[2])["vertices"][0]["source_progress"]
+
+    def report(worker: int, done: int) -> dict:
+        return {"pid": 1000 + worker, "uptime": 1.0, "subtasks": {f"0/{worker}": {
+            **subtask({"source": (done, done)}), "source_progress": (done, 1000)}}}
+
+    heartbeat(job, 0, report(0, 250))
+    deadline = time.monotonic() + 10
+    while json.loads(request("/jobs/files/vertices", headers=bearer)[2])["vertices"][0]["records_in"] != 250:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert source_progress() is None  # subtask 1 has not said yet
+    heartbeat(job, 1, report(1, 750))
+    while source_progress() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert source_progress() == {"unit": "bytes", "done": 1000, "total": 2000, "share": 0.5}
+    for end in ends:
+        end.close()

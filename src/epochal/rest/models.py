@@ -144,6 +144,16 @@ class Backpressure(BaseModel):
     ratio: float | None
 
 
+class SourceProgress(BaseModel):
+    """How far a source vertex's subtasks are through their splits: ``done`` of ``total`` in the
+    source's ``unit`` (a text file source's ``bytes``), ``share`` = done / total."""
+
+    unit: str
+    done: int
+    total: int
+    share: float
+
+
 class Vertex(BaseModel):
     """A vertex (a chain of operators; a CEC job's stage): records into its first operator and
     out of its last, the lowest watermark of its subtasks, its backpressure, its operators and
@@ -162,6 +172,8 @@ class Vertex(BaseModel):
     records_in_per_s: float | None = None
     records_out_per_s: float | None = None
     busy_ratio_max: float | None = None
+    #: a source vertex whose source knows its size in a unit of its own, once every subtask reported
+    source_progress: SourceProgress | None = None
 
 
 class VertexList(BaseModel):

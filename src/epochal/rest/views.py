@@ -13,6 +13,7 @@ import time
 from typing import Any, Literal
 
 from epochal.control.savepoints import SavepointStatus
+from epochal.control.source_progress import SourceVertex, vertex_progress
 from epochal.rest.directory import ServedJob
 from epochal.rest.models import (
     Backpressure,
@@ -34,6 +35,7 @@ from epochal.rest.models import (
     QueryableStateRoute,
     Restart,
     SavepointReport,
+    SourceProgress,
     Spread,
     SubtaskMetrics,
     Vertex,
@@ -169,6 +171,12 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
     rates_in = [s.records_in_per_s for s in subtasks if s.records_in_per_s is not None]
     rates_out = [s.records_out_per_s for s in subtasks if s.records_out_per_s is not None]
     busy_ratios = [s.busy_ratio for s in subtasks if s.busy_ratio is not None]
+    progress = None
+    if outline.progress_unit is not None:
+        read = vertex_progress(SourceVertex(outline.id, outline.parallelism, outline.progress_unit),
+                               {0: {"subtasks": {key: report for key, (_, _, _, report) in reports.items()}}})
+        if read is not None:
+            progress = SourceProgress(unit=read.unit, done=read.done, total=read.total, share=read.share)
     return Vertex(id=outline.id, name=outline.name, parallelism=outline.parallelism,
                   records_in=sum(s.records_in for s in subtasks), records_out=sum(s.records_out for s in subtasks),
                   watermark=min(watermarks) if every_subtask else None,
@@ -178,7 +186,7 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
                              for o in outline.operators],
                   subtasks=subtasks, records_in_per_s=sum(rates_in) if rates_in else None,
                   records_out_per_s=sum(rates_out) if rates_out else None,
-                  busy_ratio_max=max(busy_ratios, default=None))
+                  busy_ratio_max=max(busy_ratios, default=None), source_progress=progress)
 
 
 def _backpressure(subtasks: list[SubtaskMetrics], parallelism: int) -> Backpressure:

@@ -218,10 +218,21 @@ function summary(job, vertices) {
   const sources = vertices.vertices.filter((v) => state.plan.edges.every((e) => e.target !== v.id || e.back_edge));
   const readRate = sources.reduce((sum, v) => sum + (v.records_out_per_s || 0), 0);
   facts.push(fact("read", rate(readRate), "job-rate"));
+  // how far the sources are: records of what they will read, or each source's own unit (a file's bytes)
+  const progress = sources.map((v) => v.source_progress);
+  let share = null;
+  let title = "";
   if (state.plan.source_records) {
-    const share = Math.min(job.records_read / state.plan.source_records, 1);
-    facts.push(h("div", {}, h("span", {}, "sources"), h("progress", { id: "job-progress", max: 1, value: share,
-      title: `${number(job.records_read)} of ${number(state.plan.source_records)}` }), ` ${(share * 100).toFixed(0)}%`));
+    share = Math.min(job.records_read / state.plan.source_records, 1);
+    title = `${number(job.records_read)} of ${number(state.plan.source_records)} records`;
+  } else if (progress.length && progress.every((p) => p)) {
+    share = progress.reduce((sum, p) => sum + p.share, 0) / progress.length;
+    title = progress.map((p) => (p.unit === "bytes" ? `${bytes(p.done)} of ${bytes(p.total)}`
+      : `${number(p.done)} of ${number(p.total)} ${p.unit}`)).join(", ");
+  }
+  if (share !== null) {
+    facts.push(h("div", {}, h("span", {}, "sources"), h("progress", { id: "job-progress", max: 1, value: share, title }),
+      h("span", { id: "job-progress-text" }, ` ${(share * 100).toFixed(0)}%`)));
   }
   if (job.error) facts.push(fact("error", job.error, "job-error"));
   document.getElementById("facts").replaceChildren(...facts);
