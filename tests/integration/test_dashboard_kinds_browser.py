@@ -2,14 +2,14 @@
 tests/integration/test_dashboard_browser.py), against real jobs on Spark: the supersteps table
 fills in while a graph job runs and, once it ended, holds every superstep with the active vertices
 and messages of ``GraphResult.history``; a CEC job's workers table shows its window worker's
-G_checks, extent and replay, a SIGKILLed window worker shows up as a single-worker recovery with
-the extent its rebuild read back over and the tuples replayed to it, and at the end every number
-on the page is that of ``JobResult.metrics``. Screenshots are saved as test artifacts."""
+G_checks, extent and replay, a window worker SIGKILLed mid-input shows up as a single-worker
+recovery with the extent its rebuild read back over and the tuples replayed to it, and at the end
+every number on the page is that of ``JobResult.metrics``. Screenshots are saved as test
+artifacts."""
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -21,6 +21,7 @@ import pytest
 from epochal.graph.job import run_graph
 from epochal.graph.program import VertexProgram
 from epochal.rest.registry import Registry
+from epochal.testing import Fault
 from tests.integration.test_dashboard_browser import artifacts, browser  # noqa: F401 (the fixture)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
@@ -31,6 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: supersteps of the graph job, and the seconds each vertex's compute sleeps (so that the job runs
 #: for a few seconds and the page sees the table fill in: ~60 vertices per worker, ~0.25 s a superstep)
 STEPS = 8
+#: the CEC job's window operator's worker (stage 0, the source, is worker 0)
+WINDOW = 1
 NAP_S = 0.004
 
 
@@ -124,11 +127,12 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
     env.enable_cec(q_target=50, interval=0.002, period=0.02, log_dir=str(tmp_path / "logs"), commit_interval=0.2)
     env.from_generator(lambda i: (i % 300, i % 7), count=40_000, rate=8_000).key_by(lambda r: r[0]) \
         .count_window(10).sum(lambda r: r[1]).discard()
-    client = env.execute_async("cec-on-the-page")
+    # the window operator's worker (stage 1: worker 1) SIGKILLs itself mid-input, after 20,000 records
+    client = env.execute_async("cec-on-the-page", faults=[Fault("records", worker=WINDOW, after=20_000)])
     try:
         client.wait_until_running()
         page.goto(client.dashboard_url)
-        # the window worker's G_checks show; then it is killed
+        # the window worker's G_checks show
         page.wait_for_function("""() => {
             const table = document.querySelector('#kind .kind-table[data-title="Workers"] table');
             if (!table) return false;
@@ -139,11 +143,10 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
         }""", timeout=60_000)
         assert page.locator("#chart-cec-g-checks rect.bar").count() >= 1
         assert page.locator("#chart-cec-extent rect.bar").count() >= 1
-        window = next(w for w, m in client.metrics().items() if "window_g_check" in m)
-        os.kill(client.workers()[window]["pid"], signal.SIGKILL)
         result = client.result(120)
     finally:
         client.cancel(timeout=60)
+    window = WINDOW
     assert result.metrics[window]["window_g_check"] > 0 and len(client.kind.history) == 1
     recovery = client.kind.history[0]
     assert recovery["worker"] == window and "resumed" in recovery
