@@ -4,8 +4,8 @@ fills in while a graph job runs and, once it ended, holds every superstep with t
 and messages of ``GraphResult.history``; a CEC job's workers table shows its window worker's
 G_checks, extent and replay, a window worker SIGKILLed mid-input shows up as a single-worker
 recovery with the extent its rebuild read back over and the tuples replayed to it, and at the end
-every number on the page is that of ``JobResult.metrics``. Screenshots are saved as test
-artifacts."""
+every number on the page is that of ``JobResult.metrics``; a source that counts its progress in
+bytes fills the page's progress bar. Screenshots are saved as test artifacts."""
 
 from __future__ import annotations
 
@@ -178,3 +178,35 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
 def format_count(value: Any) -> str:
     """A count as the page writes it."""
     return "–" if value is None else f"{int(value):,}"
+
+
+def test_a_file_sources_progress_in_bytes_fills_the_pages_progress_bar(browser, tmp_path, monkeypatch):  # noqa: F811
+    """A served job whose source vertex counts its progress in bytes (a real JobMaster and server;
+    its workers stood in for by control connections whose heartbeats report ``source_progress``,
+    as in the 20-vertex test): the page's bar shows the share of the bytes, and how many of how
+    many."""
+    from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
+    from epochal.rest.registry import HOME_ENV
+    from tests.unit.served_jobs import served_jobs
+    from tests.unit.test_rest_api import run_workers
+
+    monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))
+    outline = JobOutline("dataflow", 2, (
+        VertexOutline(0, "Source: text", 2, (OperatorOutline("source", "Source: text"),), progress_unit="bytes"),
+        VertexOutline(1, "Sink", 2, (OperatorOutline("sink", "Sink"),))), (EdgeOutline(0, 1, "hash"),))
+    metrics = {w: {"pid": 100 + w, "uptime": 1.0, "subtasks": {f"0/{w}": {
+        "watermark": None, "backpressured": False, "busy_s": 0.1, "records_read": 10,
+        "operators": {"source": (10, 10)}, "source_progress": (done, 2 << 20)}}}
+        for w, done in ((0, 1 << 20), (1, 2 << 20))}  # 1 MiB and 2 MiB read of 2 MiB each
+    with served_jobs(tmp_path) as start:
+        job = start("files", outline=outline)
+        ends = run_workers(job, metrics)
+        page = browser
+        try:
+            page.goto(job.dashboard_url)
+            page.wait_for_selector("#job-progress")
+            assert page.locator("#job-progress-text").text_content() == " 75%"
+            assert page.locator("#job-progress").get_attribute("title") == "3.0 MiB of 4.0 MiB"
+        finally:
+            for end in ends:
+                end.close()
