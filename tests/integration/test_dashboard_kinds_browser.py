@@ -29,12 +29,12 @@ from test_graph_engine import random_graph  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-#: supersteps of the graph job, and the seconds each vertex's compute sleeps (so that the job runs
-#: for a few seconds and the page sees the table fill in: ~60 vertices per worker, ~0.25 s a superstep)
+#: supersteps of the graph job, and the seconds each vertex's compute sleeps: ~60 vertices per
+#: worker, ~0.5 s a superstep, so that the page, which reads once a second, sees the table fill in
 STEPS = 8
+NAP_S = 0.008
 #: the CEC job's window operator's worker (stage 0, the source, is worker 0)
 WINDOW = 1
-NAP_S = 0.004
 
 
 class Hops(VertexProgram):
