@@ -5,11 +5,13 @@ and messages of ``GraphResult.history``; a CEC job's workers table shows its win
 G_checks, extent and replay, a window worker SIGKILLed mid-input shows up as a single-worker
 recovery with the extent its rebuild read back over and the tuples replayed to it, and at the end
 every number on the page is that of ``JobResult.metrics``; a source that counts its progress in
-bytes fills the page's progress bar. Screenshots are saved as test artifacts."""
+bytes fills the page's progress bar. Screenshots are saved as test artifacts (with
+``EPOCHAL_SCREENSHOTS=docs`` also as docs/images/dashboard-graph.png and dashboard-cec.png)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -22,7 +24,7 @@ from epochal.graph.job import run_graph
 from epochal.graph.program import VertexProgram
 from epochal.rest.registry import Registry
 from epochal.testing import Fault
-from tests.integration.test_dashboard_browser import artifacts, browser  # noqa: F401 (the fixture)
+from tests.integration.test_dashboard_browser import ROOT, artifacts, browser  # noqa: F401 (the fixture)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "unit"))
 from test_graph_engine import random_graph  # noqa: E402
@@ -118,7 +120,7 @@ def test_a_graph_jobs_supersteps_fill_in_on_its_page(browser, make_env, tmp_path
         [[step["superstep"], step["active"], step["sent"]] for step in result.history]
     assert result.history[0]["active"] == graph.num_vertices and result.history[0]["sent"] > 0
     assert all(float(r[3]) > 0 for r in rows)  # seconds per superstep
-    page.screenshot(path=str(artifacts() / "dashboard-graph.png"), full_page=True)
+    screenshot(page, "dashboard-graph.png")
 
 
 def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, tmp_path):  # noqa: F811
@@ -172,7 +174,16 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
     assert shown(row[4]) == int(recovery["phases"]["windows"]), context
     assert shown(row[5]) == final["window_caught_up"] > 0, context  # the tuples replayed to the replacement
     assert page.locator("#chart-cec-replayed rect.bar").count() >= 1
-    page.screenshot(path=str(artifacts() / "dashboard-cec.png"), full_page=True)
+    screenshot(page, "dashboard-cec.png")
+
+
+def screenshot(page, name: str) -> None:
+    """The whole page as a test artifact; with ``EPOCHAL_SCREENSHOTS=docs`` also as
+    ``docs/images/<name>``, which docs/operating.md shows."""
+    path = artifacts() / name
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("EPOCHAL_SCREENSHOTS") == "docs":
+        shutil.copyfile(path, ROOT / "docs" / "images" / name)
 
 
 def format_count(value: Any) -> str:
