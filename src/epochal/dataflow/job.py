@@ -115,7 +115,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         claims.release()
         raise
     claims.renew_while_held()
-    return JobClient(jobmaster, source_records=shape.source_records,
+    return JobClient(jobmaster, source_records=shape.source_records, sources=shape.progress_sources(),
                      prints=any(isinstance(sink, PrintSink) for sink in _sinks(job)))
 
 
@@ -125,7 +125,8 @@ def outline(job: JobGraph, parallelism: int) -> JobOutline:
     sizes = [v.source.size_hint() for v in job.vertices if v.source is not None]
     return JobOutline("dataflow", parallelism, tuple(
         VertexOutline(v.id, v.name, v.parallelism,
-                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes))
+                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes),
+                      v.source.progress_unit if v.source is not None else None)
         for v in job.vertices), tuple(
         EdgeOutline(e.source_vertex, e.target_vertex, e.partitioner.strategy, e.back_edge, e.side_tag)
         for e in job.edges), sum(s for s in sizes if s is not None) if sizes and None not in sizes else None)
