@@ -336,6 +336,13 @@ class Environment:
         (:mod:`epochal.rest`): ``epochal list`` shows it.
         """
         if self.cec_config is not None:
+            if self.ha_config is not None:
+                raise PlanError(
+                    f"a {self.cec_config.mode.upper()} job cannot run with high availability: it has no job-wide "
+                    "checkpoint a new leader could resume from (each worker persists its own output and window "
+                    "checkpoints, and a lost worker is rebuilt from its live producers' replay, which needs the "
+                    "other workers running; a driver's loss takes every worker with it). Use checkpoints "
+                    "(enable_checkpointing) for a job that must survive its driver")
             if self.checkpoint_config.enabled:
                 raise PlanError("a job recovers either by checkpoints (enable_checkpointing) or by "
                                 f"{self.cec_config.mode.upper()} (enable_{self.cec_config.mode}), not both")
