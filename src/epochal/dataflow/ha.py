@@ -40,6 +40,7 @@ from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, HighAvailabilityError, LeadershipLostError, PlanError
 from epochal.plan.jobgraph import JobGraph
+from epochal.rest import server as rest_server
 from epochal.rest.registry import Registry, RegistryEntry
 from epochal.runtime.host.hooks import Fault
 from epochal.serialization import dumps_by_value
@@ -295,9 +296,10 @@ def _other_plan(job_name: str, job_id: str, fingerprint: str, stored: JobRecord)
 
 
 class _WarmUp:
-    """While a standby: start the SparkSession and check the executors' Python on a thread of
-    its own, so that a takeover only submits the job, and a job that ends elsewhere meanwhile
-    is known at once. :meth:`join` waits for it and raises what it raised (Java missing ...)."""
+    """While a standby: start the SparkSession, check the executors' Python and import the REST
+    server's modules on a thread of its own, so that a takeover only submits the job, and a job
+    that ends elsewhere meanwhile is known at once. :meth:`join` waits for it and raises what it
+    raised (Java missing ...)."""
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -309,6 +311,8 @@ class _WarmUp:
         try:
             spark = self.env.spark
             executor_python.check_worker_python(spark, self.env.config.registration_timeout)
+            if self.env.config.rest_enabled:  # seconds at a takeover (FastAPI's imports and first app), paid now
+                rest_server.prepare()
             _log.info("high availability: Spark is ready for a takeover")
         except EpochalError as error:
             self.error = error
