@@ -138,7 +138,9 @@ class Environment:
         name given to ``execute``); a finished job is never run again under its id. Needs
         ``enable_checkpointing``. With it ``execute``/``execute_async`` first wait to lead the job,
         and ``execute`` returns a result with ``ended_elsewhere`` set when the job had already
-        finished under another driver.
+        finished under another driver. A graph job (``run_graph(..., environment=env)``) runs with
+        HA too, with ``fault_tolerance="checkpoint"`` and a shared ``work_dir``; a CEC or CRB job is
+        refused (it has no job-wide checkpoint to resume from).
         """
         self.ha_config = HighAvailabilityConfig(uri, job_id, lease_timeout, renew_interval, poll_interval,
                                                 connect_timeout)
