@@ -254,7 +254,9 @@ def test_a_graph_job_resumes_under_the_standby_from_its_superstep_checkpoint(tmp
         standby = next(d for d in drivers if d is not leader)
         assert standby.finish(300) == 0, standby.text()[-3000:]
         restored = re.findall(r"FINAL supersteps=(\d+) restored_from=\[(\d+)", standby.text())
-        assert restored and int(restored[0][1]) >= killed_after, standby.text()[-3000:]
+        # the newest metadata on disk may not be committed yet (the HA store's pointer is the commit
+        # point, set right after it): the standby resumes from it or from the one before
+        assert restored and int(restored[0][1]) >= killed_after - 1, standby.text()[-3000:]
         late = Driver(2, uri, tmp_path, script=GRAPH_SCRIPT)
         drivers.append(late)
         assert late.finish(300) == 0 and "ENDED ELSEWHERE" in late.text(), late.text()[-3000:]
