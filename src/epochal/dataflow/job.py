@@ -20,6 +20,7 @@ from epochal.connectors.base import JobSettings, Sink
 from epochal.connectors.memory import PrintSink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
+from epochal.control.ha.orphans import discard_orphans
 from epochal.control.launch import launch
 from epochal.control.sink_claims import SinkClaims
 from epochal.dataflow.coordination import DataflowCoordination
@@ -100,6 +101,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         coordinator.job_id = job_id
         if leadership is not None:
             leadership.attach(coordinator)
+            discard_orphans(storage, leadership, pointer, below=first_id)  # what deposed leaders left
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
