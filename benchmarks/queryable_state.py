@@ -259,23 +259,16 @@ def cost(spark: Any, work: Path, records: int, rounds: int, configs: Sequence[st
 
 
 def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
+    from benchmarks.graph.measure import pyplot, write_csv
+
     out.mkdir(parents=True, exist_ok=True)
     if reports:
-        with (out / "queryable_state_lookups.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=[*asdict(reports[0]), "lookups_per_s"])
-            writer.writeheader()
-            for report in reports:
-                writer.writerow({**asdict(report), "lookups_per_s": f"{report.lookups_per_s:.1f}"})
+        write_csv(out / "queryable_state_lookups.csv",
+                  [{**asdict(r), "lookups_per_s": round(r.lookups_per_s, 1)} for r in reports])
     if runs:
-        with (out / "queryable_state_throughput.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
-            writer.writeheader()
-            for run in runs:
-                writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        write_csv(out / "queryable_state_throughput.csv",
+                  [{**asdict(r), "records_per_s": round(r.records_per_s, 1)} for r in runs])
+    plt = pyplot()
 
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     names = list(dict.fromkeys(r.run for r in reports))
@@ -333,11 +326,13 @@ def read(out: Path) -> tuple[list[ClientReport], list[JobRun]]:
         return cls(**{k: (int(v) if fields[k] == "int" else float(v) if fields[k] == "float" else v)
                       for k, v in row.items() if k in fields})
 
-    with (out / "queryable_state_lookups.csv").open() as handle:
-        reports = [typed(ClientReport, row) for row in csv.DictReader(handle)]
-    with (out / "queryable_state_throughput.csv").open() as handle:
-        runs = [typed(JobRun, row) for row in csv.DictReader(handle)]
-    return reports, runs
+    def rows(name: str, cls: Any) -> list[Any]:
+        if not (out / name).exists():  # (a run of one experiment)
+            return []
+        with (out / name).open() as handle:
+            return [typed(cls, row) for row in csv.DictReader(handle)]
+
+    return rows("queryable_state_lookups.csv", ClientReport), rows("queryable_state_throughput.csv", JobRun)
 
 
 def line(mine: list[ClientReport]) -> str:
