@@ -55,12 +55,13 @@ def filled_topic(broker, records: int = RECORDS) -> str:
 
 
 def count_job(env, broker, source_topic, out_topic, prefix, guarantee="exactly_once", bounded=True,
-              source_type=KafkaSource):
+              source_type=KafkaSource, operation_timeout=60.0):
     records = env.from_source(source_type(broker.bootstrap, [source_topic], bounded=bounded, value_deserializer="str",
                                           config=QUIET), name="kafka").uid("kafka")
     counts = records.map(parse).uid("parse").key_by(lambda r: r[0]).count().uid("count")
     counts.sink_to(KafkaSink(broker.bootstrap, out_topic, guarantee=guarantee, key=lambda kc: kc[0],
-                             value=lambda kc: f"{kc[0]}:{kc[1]}", transactional_id_prefix=prefix, config=QUIET),
+                             value=lambda kc: f"{kc[0]}:{kc[1]}", transactional_id_prefix=prefix, config=QUIET,
+                             operation_timeout=operation_timeout),
                    name="kafka-sink").uid("kafka-sink")
 
 
@@ -203,7 +204,8 @@ def test_the_broker_stopped_and_started_again_mid_job(make_env, tmp_path):
         env = make_env(2)
         env.enable_checkpointing(0.3, storage=str(tmp_path / "checkpoints"))
         env.set_restart_strategy(FixedDelayRestart(attempts=10, delay=1.0))
-        count_job(env, broker, source, out, f"bounce-{out}")
+        # a call hung on the lost coordinator is given up after 15 + 15 s, not 60 + 15 s
+        count_job(env, broker, source, out, f"bounce-{out}", operation_timeout=15.0)
         thread = threading.Thread(target=bounce)
         thread.start()
         env.execute("kafka-broker-restart", timeout=300)

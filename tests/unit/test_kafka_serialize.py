@@ -54,3 +54,23 @@ def test_a_transactional_call_that_blocks_past_its_limit_fails_the_writer_instea
         bounded(lambda: release.wait(30), 0.2, "committing the transaction of 't-0'")
     assert time.monotonic() - started < 5
     release.set()
+
+
+def test_the_operation_timeout_bounds_every_call_of_the_transactional_writer(monkeypatch):
+    """``operation_timeout`` is what each transactional call is given (a call that librdkafka does
+    not end by itself is abandoned STUCK_MARGIN after it) and the delivery wait of a flush; a
+    timeout that is not a positive number is refused at the sink's construction."""
+    from types import SimpleNamespace
+
+    from epochal.connectors import kafka_transactions
+    from epochal.errors import PlanError
+
+    with pytest.raises(PlanError, match="operation_timeout must be a positive"):
+        KafkaSink("localhost:9092", "t", guarantee="at_least_once", operation_timeout=0)
+    sink = KafkaSink("localhost:9092", "t", transactional_id_prefix="p", operation_timeout=7.5)
+    writer = kafka_transactions.KafkaTransactionalWriter(sink, SimpleNamespace(subtask_index=0))
+    limits = []
+    monkeypatch.setattr(kafka_transactions, "bounded", lambda action, limit, what: limits.append(limit))
+    writer._call(lambda: None, "p-0", "committing")
+    assert limits == [7.5 + kafka_transactions.STUCK_MARGIN]
+    assert kafka_transactions._Producer({"bootstrap.servers": "localhost:1"}, sink.operation_timeout).timeout == 7.5

@@ -56,8 +56,16 @@ class KafkaSink(Sink):
         transaction_timeout: exactly_once: seconds the broker keeps a transaction open; must be
             longer than two checkpoint intervals plus the restart delay (checked at submit) and
             at most the broker's ``transaction.max.timeout.ms`` (15 min by default).
+        operation_timeout: seconds one call to the broker may take (delivering the records of a
+            batch or a transaction; initialising, committing or aborting a transaction) before the
+            attempt fails and the job restarts from its latest checkpoint. A transactional call that
+            librdkafka does not end by itself (confluentinc/librdkafka#3779, after a lost
+            coordinator) is given up 15 s after it.
         config: further librdkafka producer settings.
     """
+
+    #: (a class default too: a sink pickled before the option existed reads it)
+    operation_timeout: float = 60.0
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, *, guarantee: str = EXACTLY_ONCE,
                  value: Callable[[Any], Any] | None = None, key: Callable[[Any], Any] | None = None,
@@ -66,8 +74,12 @@ class KafkaSink(Sink):
                  headers: Callable[[Any], list[tuple[str, bytes]] | None] | None = None,
                  value_serializer: Serde = "auto", key_serializer: Serde = "auto",
                  transactional_id_prefix: str | None = None, transaction_timeout: float = 60.0,
-                 config: dict[str, Any] | None = None, metadata_timeout: float = 10.0) -> None:
+                 config: dict[str, Any] | None = None, metadata_timeout: float = 10.0,
+                 operation_timeout: float = 60.0) -> None:
         check_bootstrap(bootstrap_servers, "KafkaSink")
+        if not operation_timeout > 0:
+            raise PlanError(f"KafkaSink operation_timeout must be a positive number of seconds, "
+                            f"got {operation_timeout!r}")
         if (topic is None) == (topic_selector is None):
             raise PlanError("KafkaSink takes either topic='name' or topic_selector=fn(record), "
                             "not both and not neither")
@@ -94,6 +106,7 @@ class KafkaSink(Sink):
         self.transaction_timeout = transaction_timeout
         self.config = dict(config or {})
         self.metadata_timeout = metadata_timeout
+        self.operation_timeout = float(operation_timeout)
 
     def __repr__(self) -> str:
         return f"KafkaSink({self.bootstrap_servers}, topic={self.topic!r}, guarantee={self.guarantee!r})"

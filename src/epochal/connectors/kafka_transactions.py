@@ -66,9 +66,10 @@ class Committable(NamedTuple):
 class _Producer:
     """A ``confluent_kafka.Producer`` whose failed deliveries are collected and raised at flush."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], timeout: float = OPERATION_TIMEOUT) -> None:
         from confluent_kafka import Producer
 
+        self.timeout = timeout
         self.failures: list[str] = []
         self.producer = Producer({**config, "delivery.report.only.error": True, "on_delivery": self._delivered})
 
@@ -99,10 +100,10 @@ class _Producer:
         poll(0)
 
     def flush(self, what: str) -> None:
-        deadline = time.monotonic() + OPERATION_TIMEOUT
+        deadline = time.monotonic() + self.timeout
         while self.producer.flush(1.0) > 0:
             if time.monotonic() > deadline:
-                raise KafkaError(f"{what}: records not delivered within {OPERATION_TIMEOUT:g} s (broker unreachable?)")
+                raise KafkaError(f"{what}: records not delivered within {self.timeout:g} s (broker unreachable?)")
         if self.failures:
             failures, self.failures = self.failures, []
             raise KafkaError(f"{what}: {len(failures)} record(s) not delivered, first: {failures[0]}")
@@ -115,7 +116,7 @@ class KafkaAtLeastOnceWriter(SinkWriter):
         self.sink = sink
         self.producer = _Producer(client_config(sink.bootstrap_servers, sink.config, **{
             "enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 1_000_000}))
+            "queue.buffering.max.messages": 1_000_000}), sink.operation_timeout)
 
     def write_batch(self, records: list[Any]) -> None:
         self.producer.send(self.sink.serialize_batch(records))
@@ -157,8 +158,9 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
     def _init(self, transactional_id: str) -> _Producer:
         """A producer of ``transactional_id``, initialised: the broker fences every earlier
         producer of the id and aborts the transaction it left open."""
-        producer = _Producer(self._config(transactional_id))
-        self._call(lambda: producer.producer.init_transactions(OPERATION_TIMEOUT), transactional_id, "initialising")
+        producer = _Producer(self._config(transactional_id), self.sink.operation_timeout)
+        self._call(lambda: producer.producer.init_transactions(self.sink.operation_timeout), transactional_id,
+                   "initialising")
         return producer
 
     def _own(self) -> _Producer:
@@ -170,7 +172,8 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         from confluent_kafka import KafkaException
 
         try:
-            return bounded(action, OPERATION_TIMEOUT + STUCK_MARGIN, f"{doing} the transaction of '{transactional_id}'")
+            return bounded(action, self.sink.operation_timeout + STUCK_MARGIN,
+                           f"{doing} the transaction of '{transactional_id}'")
         except KafkaException as exception:
             error = exception.args[0]
             codes = type(error)
@@ -197,8 +200,8 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         marker = TopicPartition(committable.marker_topic, 0, committable.checkpoint_id,
                                 f"{committable.job_id}:{committable.checkpoint_id}")
         self._call(lambda: producer.producer.send_offsets_to_transaction(
-            [marker], markers.consumer_group_metadata(), OPERATION_TIMEOUT), tid, "marking")
-        self._call(lambda: producer.producer.commit_transaction(OPERATION_TIMEOUT), tid, "committing")
+            [marker], markers.consumer_group_metadata(), self.sink.operation_timeout), tid, "marking")
+        self._call(lambda: producer.producer.commit_transaction(self.sink.operation_timeout), tid, "committing")
 
     def _write_again(self, producer: _Producer, committable: Committable, markers: Any) -> None:
         """Write an epoch's records in a new transaction and commit it with its marker."""
@@ -262,7 +265,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
                 raise
             # the broker aborted the transaction (it timed out, or lost it in a restart): abort
             # here too and write the epoch again from its records
-            self._call(lambda: producer.producer.abort_transaction(OPERATION_TIMEOUT), self.transactional_id,
+            self._call(lambda: producer.producer.abort_transaction(self.sink.operation_timeout), self.transactional_id,
                        "aborting")
             self._write_again(producer, live, markers)
         self.live = None
@@ -307,7 +310,8 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
-            found = markers.committed([TopicPartition(committable.marker_topic, 0)], timeout=OPERATION_TIMEOUT)[0]
+            found = markers.committed([TopicPartition(committable.marker_topic, 0)],
+                                      timeout=self.sink.operation_timeout)[0]
         except KafkaException as exception:
             raise KafkaError(f"KafkaSink: reading the commit marker of '{committable.transactional_id}' failed: "
                              f"{exception.args[0].str()}") from None
