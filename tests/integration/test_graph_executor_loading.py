@@ -105,12 +105,14 @@ def source_of(case: dict, how: str, spark, directed: bool) -> GraphSource:
     return GraphSource.dataframes(vertices, edges, directed=directed, weight_column="w")
 
 
-# each (kind, algorithm) once at a parallelism from 1 to 4, from files or DataFrames by turns; the
-# whole matrix is the slow test below
+# each (kind, algorithm) once at a parallelism from 1 to 4, from files or DataFrames by turns: the
+# quick subset (-m "not slow") of the whole matrix, the slow test below, which replaces it in a run
+# of both (subset_of: tests/integration/conftest.py)
 QUICK = [(kind, name, 1 + (i + j) % 4, ("files", "dataframes")[(i + j) % 2])
          for i, kind in enumerate(KINDS) for j, name in enumerate(ALGORITHMS)]
 
 
+@pytest.mark.subset_of("test_the_whole_matrix_of_graphs_algorithms_sources_and_parallelisms")
 @pytest.mark.parametrize(("kind", "name", "parallelism", "how"), QUICK)
 def test_every_algorithm_equals_its_reference_output_loaded_on_the_executors(graphs, spark, make_env, kind, name,
                                                                              parallelism, how):
@@ -135,6 +137,8 @@ def test_the_whole_matrix_of_graphs_algorithms_sources_and_parallelisms(graphs, 
         result = run_graph(source_of(case, how, spark, kind == "directed"), prog, parallelism=parallelism,
                            environment=make_env(parallelism))
         assert_reference(result, case["graph"], prog)
+        assert (result.load.num_vertices, result.load.num_edges) == (case["graph"].num_vertices,
+                                                                     case["graph"].num_edges)
 
 
 @pytest.mark.parametrize("kind", KINDS)
