@@ -5,9 +5,13 @@ own Spark ``local[2]``), leader and standby, on the file-based HA services or a 
 started here. The job counts ``--keys`` distinct keys (the first records write every key once:
 keyed state of that many entries), then goes on over the same keys at full speed, checkpointing
 every second. Once a checkpoint covering every key completed (and the standby is warm), the
-leader's driver is SIGKILLed; measured from the kill: ``elected_s`` (the standby won the
-election), ``started_s`` (its Spark job submitted) and ``first_record_s`` (a worker of the new
-leader processed its first record, after restoring the state). Goal (the issue): the first record
+leader's driver is SIGKILLed; the timeline, each measured from the kill: ``elected_s`` (the
+standby won the election), ``started_s`` (it leads: its Spark warm-up joined, it starts the job),
+``submitted_s`` (the job planned, the HA store read, orphans removed, its Spark job submitted:
+``execute_async`` returned), ``running_s`` (every worker deployed, connected and its state
+restored: the JobMaster saw every ``Ready``) and ``first_record_s`` (a worker of the new leader
+processed its first record). Rows written before the timeline have no ``submitted_s`` and
+``running_s``. Goal (the issue): the first record
 within 10 s of the kill with the default lease/session timeout (5 s), and within the timeout + 3 s
 in general.
 
@@ -60,8 +64,12 @@ def driver(uri: str, work: str, keys: int, timeout: float) -> None:
     env.enable_high_availability(uri, lease_timeout=timeout)
     (env.from_generator(lambda i: i % keys).map(mark).key_by(lambda k: k).count()
         .filter(lambda kv: kv[0] == 0 and kv[1] % 100_000 == 0).print())
-    try:
-        env.execute("ha-takeover")
+    try:  # the timeline's marks, in the log's format (its first field: the time)
+        client = env.execute_async("ha-takeover")
+        print(f"{time.time():.3f} bench SUBMITTED", flush=True)
+        client.wait_until_running(600)
+        print(f"{time.time():.3f} bench RUNNING", flush=True)
+        client.result()
     except epochal.EpochalError as error:
         print(f"ENDED {type(error).__name__}: {error}", flush=True)
 
@@ -131,7 +139,9 @@ def run(store: str, uri: str, keys: int, timeout: float) -> dict[str, Any]:
         killed = time.time()
         leader.stop()
         elected = standby.wait(r"elected for job", 120)
-        started = standby.wait(r"leads it", 300)
+        leads = standby.wait(r"leads it", 300)
+        submitted = standby.wait(r"bench SUBMITTED", 300)
+        running = standby.wait(r"bench RUNNING", 300)
         deadline = time.monotonic() + 300
         while True:
             fresh = [f for f in os.listdir(work / "first") if f not in before]
@@ -143,7 +153,8 @@ def run(store: str, uri: str, keys: int, timeout: float) -> dict[str, Any]:
                 raise RuntimeError("the new leader processed no record")
             time.sleep(0.05)
         return {"store": store, "keys": keys, "timeout_s": timeout, "elected_s": round(elected - killed, 3),
-                "started_s": round(started - killed, 3), "first_record_s": round(first - killed, 3),
+                "started_s": round(leads - killed, 3), "submitted_s": round(submitted - killed, 3),
+                "running_s": round(running - killed, 3), "first_record_s": round(first - killed, 3),
                 "loadavg": round(os.getloadavg()[0], 2)}
     finally:
         leader.stop()

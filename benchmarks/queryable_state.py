@@ -21,6 +21,7 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
 
     python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
+    python -m benchmarks.queryable_state --experiments cost --records 4000000   # the cost only
 
 Writes ``queryable_state_lookups.csv`` (one row per client process and run),
 ``queryable_state_throughput.csv`` (one row per job run) and ``queryable_state.png`` into
@@ -181,6 +182,7 @@ def start_client(out: Path, level: str, seconds: float, keys_per_call: int = 1,
                              "--rate", str(rate)], env=os.environ.copy())
 
 
+
 # ---------------------------------------------------------------------- the measurements
 #: The cost runs: a job without queryable state (the workers then look for queries every 0.2 s
 #: only), with one and no client, and with one client looking up 1,000 words a second.
@@ -224,17 +226,18 @@ def lookups_of_job(spark: Any, work: Path, seconds: float, job_name: str, rate: 
     return reports
 
 
-def cost(spark: Any, work: Path, records: int, rounds: int) -> list[JobRun]:
+def cost(spark: Any, work: Path, records: int, rounds: int, configs: Sequence[str] = COST_CONFIGS) -> list[JobRun]:
     import epochal
 
     runs = []
     for round_ in range(rounds):
-        for config in COST_CONFIGS[round_ % 3:] + COST_CONFIGS[:round_ % 3]:
+        turn = round_ % len(configs)
+        for config in [*configs[turn:], *configs[:turn]]:
             wait_unregistered()
             load = os.getloadavg()[0]
             client = None
             out = work / f"cost-{round_}.json"
-            if config == "1000/s":
+            if config.startswith("1000/s"):
                 client = start_client(out, "read_uncommitted", 0.0, 1, rate=1000.0)
             env = epochal.Environment(2, spark=spark)
             env.enable_checkpointing(1.0, storage=str(work / "checkpoints"))
@@ -257,16 +260,18 @@ def cost(spark: Any, work: Path, records: int, rounds: int) -> list[JobRun]:
 
 def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "queryable_state_lookups.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*asdict(reports[0]), "lookups_per_s"])
-        writer.writeheader()
-        for report in reports:
-            writer.writerow({**asdict(report), "lookups_per_s": f"{report.lookups_per_s:.1f}"})
-    with (out / "queryable_state_throughput.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
-        writer.writeheader()
-        for run in runs:
-            writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
+    if reports:
+        with (out / "queryable_state_lookups.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=[*asdict(reports[0]), "lookups_per_s"])
+            writer.writeheader()
+            for report in reports:
+                writer.writerow({**asdict(report), "lookups_per_s": f"{report.lookups_per_s:.1f}"})
+    if runs:
+        with (out / "queryable_state_throughput.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
+            writer.writeheader()
+            for run in runs:
+                writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
     import matplotlib
 
     matplotlib.use("Agg")
@@ -295,12 +300,20 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     middle.set_xlabel("latency per call (ms)")
     middle.set_title("latency per call, as the client sees it")
     middle.legend(fontsize=8)
-    configs = COST_CONFIGS
+    if not runs:
+        right.set_visible(False)
+        fig.tight_layout()
+        fig.savefig(out / "queryable_state.png", dpi=120)
+        plt.close(fig)
+        return
+    configs = list(dict.fromkeys(r.config for r in runs))
     speeds = {c: [r.records_per_s for r in runs if r.config == c] for c in configs}
     medians = [statistics.median(speeds[c]) for c in configs]
     errors = [[m - min(speeds[c]) for c, m in zip(configs, medians, strict=True)],
               [max(speeds[c]) - m for c, m in zip(configs, medians, strict=True)]]
-    bars = right.bar(configs, medians, yerr=errors, capsize=6, color=["#cccccc", "#999999", "#dd8452"])
+    colours = {"not queryable": "#cccccc", "none": "#999999", "1000/s": "#dd8452"}
+    bars = right.bar([c.replace(", ", "\n") for c in configs], medians, yerr=errors, capsize=6,
+                     color=[colours.get(c, "#4c72b0") for c in configs])
     right.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     loads = [r.load_1min for r in runs]
     right.set_ylabel("records / s (median, min-max)")
@@ -338,21 +351,25 @@ def line(mine: list[ClientReport]) -> str:
 
 
 def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
-    print("\nlookups while the job ran:")
-    for name in dict.fromkeys(r.run for r in reports):
-        print(f"  {name:>44}: {line([r for r in reports if r.run == name])}")
-    speeds = {c: [r.records_per_s for r in runs if r.config == c] for c in COST_CONFIGS}
-    none, queried = statistics.median(speeds["none"]), statistics.median(speeds["1000/s"])
-    work = {c: statistics.median(r.spark_cpu_s / r.records * 1e6 for r in runs if r.config == c)
-            for c in COST_CONFIGS}
-    plain = statistics.median(speeds["not queryable"])
-    print(f"\njob without queryable state: {plain:,.0f} records/s (min {min(speeds['not queryable']):,.0f}, max "
-          f"{max(speeds['not queryable']):,.0f}); Spark CPU per million records {work['not queryable']:.2f} s")
-    print(f"\njob throughput (median of rounds): none {none:,.0f} records/s (min {min(speeds['none']):,.0f}, max "
-          f"{max(speeds['none']):,.0f}); 1000/s {queried:,.0f} (min {min(speeds['1000/s']):,.0f}, max "
-          f"{max(speeds['1000/s']):,.0f}): x{queried / none:.3f} (goal: at least x{1 - COST_GOAL:.2f})")
-    print(f"Spark CPU per million records: none {work['none']:.2f} s, 1000/s {work['1000/s']:.2f} s "
-          f"(x{work['1000/s'] / work['none']:.3f})")
+    if reports:
+        print("\nlookups while the job ran:")
+        for name in dict.fromkeys(r.run for r in reports):
+            print(f"  {name:>44}: {line([r for r in reports if r.run == name])}")
+    speeds = {c: [r.records_per_s for r in runs if r.config == c] for c in dict.fromkeys(r.config for r in runs)}
+    work = {c: statistics.median(r.spark_cpu_s / r.records * 1e6 for r in runs if r.config == c) for c in speeds}
+    if "not queryable" in speeds:
+        plain = speeds["not queryable"]
+        print(f"\njob without queryable state: {statistics.median(plain):,.0f} records/s (min {min(plain):,.0f}, max "
+              f"{max(plain):,.0f}); Spark CPU per million records {work['not queryable']:.2f} s")
+    for none_, queried_ in (("none", "1000/s"),):
+        if none_ not in speeds or queried_ not in speeds:
+            continue
+        none, queried = statistics.median(speeds[none_]), statistics.median(speeds[queried_])
+        print(f"\njob throughput (median of rounds): {none_} {none:,.0f} records/s (min {min(speeds[none_]):,.0f}, "
+              f"max {max(speeds[none_]):,.0f}); {queried_} {queried:,.0f} (min {min(speeds[queried_]):,.0f}, max "
+              f"{max(speeds[queried_]):,.0f}): x{queried / none:.3f} (goal: at least x{1 - COST_GOAL:.2f})")
+        print(f"Spark CPU per million records: {none_} {work[none_]:.2f} s, {queried_} {work[queried_]:.2f} s "
+              f"(x{work[queried_] / work[none_]:.3f})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -361,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per lookup run (default 10)")
     parser.add_argument("--records", type=int, default=12_000_000, help="records per cost run (default 12,000,000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of none / 1000/s (default 3)")
+    parser.add_argument("--experiments", nargs="+", choices=("lookups", "cost"), default=["lookups", "cost"])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and summary from the CSVs in --out")
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
@@ -383,10 +401,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="epochal-queryable-bench-"))
     os.environ["EPOCHAL_HOME"] = str(work / "home")  # the clients find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-queryable-state")
+    reports: list[ClientReport] = []
+    runs: list[JobRun] = []
     try:
-        reports = lookups(spark, work, args.seconds)
-        wait_unregistered()
-        runs = cost(spark, work, args.records, args.rounds)
+        if "lookups" in args.experiments:
+            reports = lookups(spark, work, args.seconds)
+            wait_unregistered()
+        if "cost" in args.experiments:
+            runs = cost(spark, work, args.records, args.rounds)
     finally:
         spark.stop()
     write(args.out, reports, runs)

@@ -12,7 +12,6 @@ repeats input.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 
@@ -189,11 +188,6 @@ def test_restores_at_other_parallelisms_carry_offsets_and_transactions(kafka_bro
     assert not open_transactions_block(kafka_broker, out)  # none stays open
 
 
-@pytest.mark.skipif(os.environ.get("EPOCHAL_RUN_KNOWN_FLAKY") != "1",
-                    reason="known bug, open: after a broker bounce the job sometimes never recovers: seen as "
-                           "InsufficientSlotsError after 60 s (the failed attempt's workers do not end) and as attempt "
-                           "0 hanging without a failure until the test's 300 s timeout (1 of 17 runs on 2026-11-26); "
-                           "EPOCHAL_RUN_KNOWN_FLAKY=1 runs it")
 def test_the_broker_stopped_and_started_again_mid_job(make_env, tmp_path):
     from epochal.testing.kafka_broker import KafkaBroker
 

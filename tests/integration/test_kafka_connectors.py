@@ -44,10 +44,12 @@ def test_records_carry_key_value_topic_partition_offset_timestamp_and_headers(ka
     source = KafkaSource(kafka_broker.bootstrap, topic, bounded=True, key_deserializer="str", value_deserializer="json",
                          config=QUIET)
     reader = reader_of(source)
+    assert source.progress_unit == "offsets" and reader.progress() == (0, 1)  # bounded: its end known
     [record] = read_all(reader, 1)
     assert (record.key, record.value, record.topic, record.partition, record.offset, record.timestamp,
             record.headers) == ("k1", {"a": 1}, topic, 0, 0, 1234, [("h", b"v")])
     assert read_all(reader, 1, timeout=5) == []  # bounded: ended
+    assert reader.progress() == (1, 1)
     assert reader.read_batch(10) is None
     reader.close()
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from epochal.config import CheckpointConfig, EngineConfig
 from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster import JobMaster
+from epochal.control.kinds import KindCoordinator
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.rest import server as rest_server
 from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline
@@ -25,20 +26,22 @@ OUTLINE = JobOutline("dataflow", 2, (
 
 @contextlib.contextmanager
 def served_jobs(tmp_path) -> Iterator[Callable[..., JobMaster]]:
-    """Yields ``start(name, checkpoints=False, outline=OUTLINE)``: a served job of 2 workers that are not there
+    """Yields ``start(name, checkpoints=False, outline=OUTLINE, kind=None)``: a served job of 2 workers (of
+    ``kind``'s coordination; None: a dataflow job's) that are not there
     yet (the caller sets EPOCHAL_HOME). Every job is cancelled at the end, and the server waited
     for until it stopped."""
     started: list[JobMaster] = []
     idle, rest_server.IDLE_S = rest_server.IDLE_S, 0.0  # the server stops as its last job ends
 
-    def start(name: str, checkpoints: bool = False, outline: JobOutline = OUTLINE) -> JobMaster:
+    def start(name: str, checkpoints: bool = False, outline: JobOutline = OUTLINE,
+              kind: KindCoordinator | None = None) -> JobMaster:
         coordinator = None
         if checkpoints:
             config = CheckpointConfig(interval=3600.0, storage=str(tmp_path / "chk"), savepoint_dir="")
             coordinator = CheckpointCoordinator(config, CheckpointStorage(str(tmp_path / "chk" / name)), name,
                                                 {(0, 0): "v", (0, 1): "v"}, {0: 2}, 128)
         jm = JobMaster(name, uuid.uuid4().hex[:12], b"deployment", 2, EngineConfig(cancel_timeout=0.5), b"\0" * 32,
-                       "127.0.0.1", DataflowCoordination(2, coordinator), submit_spark_job=lambda jm: None,
+                       "127.0.0.1", kind or DataflowCoordination(2, coordinator), submit_spark_job=lambda jm: None,
                        cancel_spark_job=lambda: jm.spark_finished(None, None))
         started.append(jm)
 

@@ -112,9 +112,43 @@ def test_the_coordinator_replaces_lost_workers_and_finishes_when_all_are_done():
     assert report(coordination, 1, StageDone(1), 3.0) == [] and report(coordination, 2, StageDone(2), 3.0) == []
     assert report(coordination, 0, StageDone(0), 4.0) == [KindCommand(FinishJob())]
     recoveries, workers = coordination.tables({1: {"records_in": 5, "frames": 2}})
-    assert recoveries.rows == [(0, pytest.approx(0.6), pytest.approx(0.7), "load_s 0.100s")]
+    assert recoveries.rows == [(0, pytest.approx(0.6), pytest.approx(0.7), None, None, None, "load_s 0.100s")]
     assert workers.columns[:3] == ("worker", "records in", "records out")
-    assert workers.rows == [(1, 5, None, 2, None, None, None)]
+    assert workers.rows == [(1, 5, None, None, None, None, None, None, None, 2, None, None)]
+
+
+def test_the_coordinator_shows_g_checks_extent_and_replay_per_worker_and_recovery():
+    """The tables and kind metrics come from the workers' heartbeat counters and the recovery
+    history: a recovery's replay size is its replacement's caught-up count, known for a worker's
+    newest recovery only."""
+    coordination = CecCoordination(2)
+    for lost, rebuilt in ((1.0, 1.5), (5.0, 5.25)):
+        coordination.worker_lost(1, lost)
+        report(coordination, 1, Rejoined(1, {"reconstruct_s": 0.1, "extent": 700.0, "windows": 40.0}), rebuilt)
+    report(coordination, 1, Resumed(1), 5.5)
+    metrics = {0: {"records_in": 900, "frames": 3, "bytes_logged": 4096, "replayed_frames": 2},
+               1: {"records_in": 50, "window_g_check": 12, "window_g_open": 40, "open_windows": 38, "extent": 650,
+                   "extent_input": 80, "window_caught_up": 33}}
+    recoveries, workers = coordination.tables(metrics)
+    assert [row[:6] for row in recoveries.rows] == [(1, 0.5, None, 700, 40, None), (1, 0.25, 0.5, 700, 40, 33)]
+    assert recoveries.rows[0][6] == "reconstruct_s 0.100s"
+    by_title = dict(zip(workers.columns, workers.rows[1], strict=True))
+    assert {k: by_title[k] for k in ("G_checks", "G_opens", "open windows", "extent", "replayed tuples")} == \
+        {"G_checks": 12, "G_opens": 40, "open windows": 38, "extent": 650, "replayed tuples": 33}
+    found = {(m.name, dict(m.labels)["worker"]): (m.kind, m.value) for m in coordination.kind_metrics(metrics)}
+    assert found[("epochal_cec_g_checks", "1")] == ("counter", 12)
+    assert found[("epochal_cec_extent_tuples", "1")] == ("gauge", 650)
+    assert found[("epochal_cec_extent_input_tuples", "1")] == ("gauge", 80)
+    assert found[("epochal_cec_replayed_tuples", "1")] == ("counter", 33)
+    assert found[("epochal_cec_replayed_frames", "0")] == ("counter", 2)
+    assert ("epochal_cec_g_checks", "0") not in found  # a worker without a window operator
+    assert found[("epochal_cec_recoveries", "1")] == ("counter", 2)
+    assert found[("epochal_cec_last_recovery_rebuilt_seconds", "1")] == ("gauge", 0.25)
+    assert found[("epochal_cec_last_recovery_resumed_seconds", "1")] == ("gauge", 0.5)
+    # one name, one kind and help, whatever the worker
+    kinds = {}
+    for m in coordination.kind_metrics(metrics):
+        assert kinds.setdefault(m.name, (m.kind, m.help, [k for k, _ in m.labels])) == (m.kind, m.help, ["worker"])
 
 
 # ---------------------------------------------------------------- the sink's commit log

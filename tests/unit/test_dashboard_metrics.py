@@ -189,3 +189,74 @@ def test_the_vertices_view_shows_rates_busy_time_and_the_plan_its_edges(jobs):
         assert error.code == 401
     for end in ends:
         end.close()
+
+
+def test_a_cec_jobs_g_checks_extent_and_replay_reach_the_job_detail_and_prometheus(jobs):
+    """A CEC job's own numbers (its coordinator's ``kind_metrics``, from the workers' heartbeats)
+    in ``GET /jobs/{id}`` and on ``/metrics`` under the same names, and in its kind tables."""
+    from epochal.cec.coordination import CecCoordination
+    from epochal.rest.outline import JobOutline, VertexOutline
+
+    outline = JobOutline("cec", 1, (VertexOutline(0, "Source", 1), VertexOutline(1, "Window sum", 1)))
+    job = jobs("cec-scraped", outline=outline, kind=CecCoordination(2))
+    window = {"pid": 1001, "uptime": 2.0, "records_in": 500, "window_g_check": 17, "window_g_open": 60,
+              "open_windows": 44, "extent": 120, "extent_input": 90, "window_caught_up": 0, "frames": 9}
+    ends = run_workers(job, {0: {"pid": 1000, "uptime": 2.0, "source_records": 500, "replayed_frames": 3},
+                             1: window})
+    (entry, *_) = Registry().entries()
+    bearer = {"Authorization": f"Bearer {entry.token}"}
+    deadline = time.monotonic() + 10
+    while True:
+        detail = json.loads(request(f"/jobs/{job.job_id}", headers=bearer)[2])
+        shown = {(m["name"], m["labels"]["worker"]): m["value"] for m in detail["kind_metrics"]}
+        if ("epochal_cec_g_checks", "1") in shown:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert shown[("epochal_cec_g_checks", "1")] == 17 and shown[("epochal_cec_extent_tuples", "1")] == 120
+    assert shown[("epochal_cec_extent_input_tuples", "1")] == 90 and shown[("epochal_cec_replayed_frames", "0")] == 3
+    found = families(request("/metrics", headers=bearer)[2].decode())
+    labels = {"job_id": job.job_id, "job_name": "cec-scraped", "worker": "1"}
+    assert [(s.name, s.labels, s.value) for s in found["epochal_cec_g_checks"] if s.name.endswith("_total")] == \
+        [("epochal_cec_g_checks_total", labels, 17)]
+    assert [(s.labels, s.value) for s in found["epochal_cec_extent_tuples"]] == [(labels, 120)]
+    tables = json.loads(request(f"/jobs/{job.job_id}/kind", headers=bearer)[2])["tables"]
+    workers = next(t for t in tables if t["title"] == "Workers")
+    assert dict(zip(workers["columns"], workers["rows"][1], strict=True))["G_checks"] == 17
+    for end in ends:
+        end.close()
+
+
+def test_a_file_sources_progress_in_bytes_reaches_the_vertices_view(jobs):
+    """A source vertex whose source counts its progress in bytes: the vertices view sums its
+    subtasks' ``source_progress`` once both reported (what the page's progress bar reads)."""
+    from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
+
+    outline = JobOutline("dataflow", 2, (
+        VertexOutline(0, "Source: text", 2, (OperatorOutline("source", "Source: text"),), progress_unit="bytes"),
+        VertexOutline(1, "Sink", 2, (OperatorOutline("sink", "Sink"),))), (EdgeOutline(0, 1, "hash"),))
+    job = jobs("files", outline=outline)
+    ends = run_workers(job)
+    (entry, *_) = Registry().entries()
+    bearer = {"Authorization": f"Bearer {entry.token}"}
+
+    def source_progress() -> dict | None:
+        return json.loads(request("/jobs/files/vertices", headers=bearer)[2])["vertices"][0]["source_progress"]
+
+    def report(worker: int, done: int) -> dict:
+        return {"pid": 1000 + worker, "uptime": 1.0, "subtasks": {f"0/{worker}": {
+            **subtask({"source": (done, done)}), "source_progress": (done, 1000)}}}
+
+    heartbeat(job, 0, report(0, 250))
+    deadline = time.monotonic() + 10
+    while json.loads(request("/jobs/files/vertices", headers=bearer)[2])["vertices"][0]["records_in"] != 250:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert source_progress() is None  # subtask 1 has not said yet
+    heartbeat(job, 1, report(1, 750))
+    while source_progress() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert source_progress() == {"unit": "bytes", "done": 1000, "total": 2000, "share": 0.5}
+    for end in ends:
+        end.close()

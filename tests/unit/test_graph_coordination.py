@@ -145,3 +145,31 @@ def test_its_tables_show_each_superstep_and_the_restores():
     assert supersteps.title == "Supersteps" and restores.rows == [(1, 1)]
     assert [row[:3] for row in supersteps.rows] == [(0, 2, 2), (1, 2, 2), (2, 2, 2)]  # active, messages summed
     assert [row[3] for row in supersteps.rows] == [1.0, 1.0, 1.0] and not any(row[4] for row in supersteps.rows)
+
+
+def test_a_new_leader_resumes_from_the_metadata_another_driver_wrote(tmp_path):
+    """High availability: a coordinator in another driver takes the job over from the latest
+    complete checkpoint's metadata alone, restores it and extends its chains as the first did."""
+    storage = CheckpointStorage(str(tmp_path))
+    first = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=2, full_every=8)
+    started(first, 0.0)
+    for n in range(5):
+        finish(first, n, n % 2 == 0, n == 0)
+    taker = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=2, full_every=8)
+    taker.resume(4, storage.read_metadata(4))
+    request = taker.restore_request(0)
+    assert (request.storage, request.checkpoint_id) == (storage, 4)
+    assert started(taker, 1.0) == [RunSuperstep(5, {"total": 3}, False, False)]
+    assert taker.restores == [4] and taker.chains == first.chains
+    finish(taker, 5, False)
+    finish(taker, 6, True)  # a delta on the resumed chain
+    assert taker.chains[0] == [[0, handle(0)], [2, handle(20)], [4, handle(40)], [6, handle(60)]]
+
+
+def test_resuming_refuses_metadata_of_another_superstep(tmp_path):
+    import pytest
+
+    storage = CheckpointStorage(str(tmp_path))
+    coordination = GraphCoordination("job", Ten(), 2, storage, checkpoint_interval=1)
+    with pytest.raises(ValueError, match="not a graph checkpoint"):
+        coordination.resume(3, {"kind": checkpoints.KIND, "superstep": 2, "workers": {}})

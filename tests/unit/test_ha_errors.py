@@ -73,3 +73,54 @@ def epochal_driver():
     from epochal.control.ha.records import DriverInfo
 
     return DriverInfo.this_process()
+
+
+def test_a_cec_job_is_refused_with_why(tmp_path):
+    env = epochal.Environment(2)
+    env.enable_cec(log_dir=str(tmp_path / "cec"))
+    env.enable_high_availability(str(tmp_path / "ha"))
+    env.from_collection([1]).print()
+    with pytest.raises(PlanError, match="cannot run with high availability: it has no job-wide checkpoint"):
+        env.execute_async("cec")
+    assert env._spark is None
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"fault_tolerance": "replication"}, "fault_tolerance='checkpoint'"),
+    ({"fault_tolerance": "checkpoint"}, "needs work_dir="),
+])
+def test_a_graph_job_says_what_high_availability_needs(tmp_path, options, message):
+    from epochal.graph.algorithms import PageRank
+    from epochal.graph.job import run_graph
+    from epochal.graph.model import Graph
+
+    env = epochal.Environment(2)
+    env.enable_high_availability(str(tmp_path / "ha"))
+    with pytest.raises(PlanError, match=message):
+        run_graph(Graph.from_edges([1, 2], [2, 1]), PageRank(2), environment=env, **options)
+    assert env._spark is None
+
+
+def test_a_graph_job_that_ended_reads_its_results_back_without_spark(tmp_path):
+    """A driver started after the job ended elsewhere returns the stored results from the work
+    directory; it starts no Spark."""
+    from epochal.graph.algorithms import PageRank
+    from epochal.graph.deployment import write_result
+    from epochal.graph.job import run_graph
+    from epochal.graph.model import Graph
+
+    ha = str(tmp_path / "ha")
+    services = FileHaServices(ha, stable_job_id("ranks"))
+    epoch = services.claim(services.observe(), epochal_driver())
+    services.put_result(epoch, JobResultRecord("FINISHED", time.time(), "driver z",
+                                               details={"supersteps": 4, "halt_reason": "converged"}))
+    work = tmp_path / "work"
+    (work / services.job_id).mkdir(parents=True)
+    write_result(str(work / services.job_id), 0, [3, 1], [0.3, 0.1])
+    write_result(str(work / services.job_id), 1, [2], [0.2])
+    env = epochal.Environment(2)
+    env.enable_high_availability(ha)
+    result = run_graph(Graph.from_edges([1, 2], [2, 3]), PageRank(2), environment=env, fault_tolerance="checkpoint",
+                       work_dir=str(work), job_name="ranks")
+    assert result.as_dict() == {1: 0.1, 2: 0.2, 3: 0.3} and result.supersteps == 4
+    assert result.halt_reason.startswith("ended under another driver (converged)") and env._spark is None

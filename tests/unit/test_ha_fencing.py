@@ -3,11 +3,10 @@ commits, and of its workers' sink commits (epochal.state.fencing), on real file-
 
 from __future__ import annotations
 
-from epochal.control.checkpointing.coordinator import EXPLICIT_IDS
 from epochal.control.checkpointing.files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
 from epochal.control.ha.driver import ElectionDriver
 from epochal.control.ha.election import ElectionTimings, Role
-from epochal.control.ha.fencing import ID_BLOCK, Leadership
+from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.files import FileHaServices
 from epochal.control.ha.records import DriverInfo
 from epochal.messages import CheckpointComplete, TriggerCheckpoint
@@ -37,14 +36,15 @@ def test_a_checkpoint_completes_only_through_the_fenced_pointer_and_a_deposed_le
     services = FileHaServices(str(tmp_path / "ha"), "job")
     storage = CheckpointStorage(str(tmp_path / "run"))
     old = lead(services, A)
-    assert (old.first_id, old.id_limit, services.checkpoint_counter()) == (1, 1 + ID_BLOCK, 1 + ID_BLOCK)
+    assert (old.first_id, services.checkpoint_counter()) == (1, 1)  # nothing reserved ahead
     files = CheckpointFiles(old)
     for checkpoint_id in (1, 2, 3):
+        assert files.reserve(checkpoint_id) is None
         assert write(files, storage, checkpoint_id) is None
     assert services.latest_checkpoints().ids == (2, 3)  # the retained ones, the latest last
 
     new = lead(FileHaServices(str(tmp_path / "ha"), "job"), B)  # another driver takes over
-    assert new.pointer.ids == (2, 3) and new.first_id == 1 + ID_BLOCK  # past the old leader's ids
+    assert new.pointer.ids == (2, 3) and new.first_id == 4  # right after the old leader's last id
     error = write(files, storage, 4)
     assert error is not None and "refused (fencing)" in error
     assert old.election.machine.role is Role.DEPOSED  # the refusal deposed the old leader
@@ -57,23 +57,26 @@ def test_a_checkpoint_completes_only_through_the_fenced_pointer_and_a_deposed_le
     assert services.latest_checkpoints().ids == (3, new.first_id)
 
 
-def test_ids_are_reserved_ahead_and_the_coordinator_keeps_below_them(tmp_path):
+def test_the_counter_is_exact_and_never_repeats_an_id_a_deposed_leader_started(tmp_path):
+    """Each id is taken from the store before its trigger reaches a worker: a new leader goes on
+    right after the last id started (Flink's exact CheckpointIDCounter, no block skipped), past one
+    that never completed, and a deposed leader can start no id at all."""
     services = FileHaServices(str(tmp_path / "ha"), "job")
-    leadership = lead(services, A)
-    coordinator = make(tmp_path, interval=0.5)
-    coordinator.next_id = leadership.first_id
-    leadership.attach(coordinator)
-    triggered = []
-    now = 1.0
-    while (out := coordinator.maybe_trigger(now, now)):
-        checkpoint_id = out[0].checkpoint_id
-        triggered.append(checkpoint_id)
-        coordinator.pending.pop(checkpoint_id)
-        now += 1.0
-    assert triggered == list(range(1, 1 + ID_BLOCK - EXPLICIT_IDS))  # the rest kept for savepoints
-    assert leadership.commit(str(tmp_path / "run"), triggered[-1]) is None  # completing one reserves more
-    assert coordinator.id_limit == triggered[-1] + ID_BLOCK == services.checkpoint_counter()
-    assert coordinator.maybe_trigger(now, now)
+    storage = CheckpointStorage(str(tmp_path / "run"))
+    old = lead(services, A)
+    files = CheckpointFiles(old)
+    for checkpoint_id in (1, 2):
+        assert files.reserve(checkpoint_id) is None and write(files, storage, checkpoint_id) is None
+    assert files.reserve(3) is None  # started (a 2PC sink may have begun transaction 3), never completed
+    assert services.checkpoint_counter() == 4 and services.latest_checkpoints().latest == 2
+    new = lead(FileHaServices(str(tmp_path / "ha"), "job"), B)
+    assert new.first_id == 4  # not 3 (started by the old leader), not 21 (a block)
+    refused = files.reserve(4)
+    assert refused is not None and "starting checkpoint 4 was refused" in refused
+    assert CheckpointFiles(new).reserve(4) is None and services.checkpoint_counter() == 5
+    third = lead(FileHaServices(str(tmp_path / "ha"), "job"), A)
+    assert third.first_id == 5
+    assert CheckpointFiles().reserve(7) is None  # without high availability nothing is asked
 
 
 def test_the_coordinator_stamps_the_leader_epoch_on_every_commit(tmp_path):

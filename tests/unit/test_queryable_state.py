@@ -307,6 +307,52 @@ def test_a_query_server_answers_a_client_over_tcp_between_polls():
         server.close()
 
 
+def test_a_client_that_stops_reading_is_dropped_within_the_send_timeout_and_others_are_served(monkeypatch):
+    """Answers are sent on non-blocking sockets: one ``send`` when the client's buffer takes it;
+    a client that asks for more than it reads holds the processing thread at most
+    SEND_TIMEOUT_S, then loses its connection, and other clients are answered as before."""
+    from epochal.runtime.queries import server as server_module
+
+    monkeypatch.setattr(server_module, "SEND_TIMEOUT_S", 0.3)
+    backend = HeapKeyedStateBackend(MAXP, GROUPS)
+    backend.get_state(ValueStateDescriptor("v", queryable="values"))
+    keys = mine(50)
+    for key in keys:
+        backend.owned_table("v")[key_group_of(key, MAXP)][key] = "x" * 20_000
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP)
+    server.attach([KeyedSource("u", 0, 2, backend)], restored=None)
+    server.serving()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as greedy, \
+                socket.create_connection(("127.0.0.1", server.port), timeout=5) as polite:
+            greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            frame_ = request_frame(TOKEN, pickle.dumps(Lookup(1, "values", tuple(keys))))
+            greedy.sendall(frame_ * 40)  # ~40 MB of answers asked, none read
+            started = time.monotonic()
+            while time.monotonic() - started < 5 and len(server.connections) < 2:
+                server.poll()
+            taken = 0.0
+            while time.monotonic() - started < 5 and len(server.connections) == 2:
+                before = time.monotonic()
+                server.poll()
+                taken = max(taken, time.monotonic() - before)
+            assert len(server.connections) == 1, "the client that does not read was not dropped"
+            assert taken < 0.3 + 0.5
+            polite.sendall(request_frame(TOKEN, pickle.dumps(Lookup(2, "values", (keys[0],)))))
+            deadline = time.monotonic() + 5
+            buffer = bytearray()
+            polite.setblocking(False)
+            while not (frames := split_frames(buffer)) and time.monotonic() < deadline:
+                server.poll()
+                try:
+                    buffer += polite.recv(65536)
+                except BlockingIOError:
+                    time.sleep(0.001)
+            assert frames and pickle.loads(frames[0]).found == (True,)
+    finally:
+        server.close()
+
+
 def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
     from epochal.runtime.queries.machine import ReadLive as Read
     from epochal.state.ttl import StateTtlConfig, set_clock

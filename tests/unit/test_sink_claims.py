@@ -77,21 +77,21 @@ def test_a_dead_drivers_claim_is_free_at_once(tmp_path):
 
 
 def test_a_remote_claim_is_a_lease_renewed_while_the_job_runs_and_taken_over_once_expired(tmp_path, monkeypatch):
-    monkeypatch.setattr(sink_claims, "LEASE_S", 0.3)
+    monkeypatch.setattr(sink_claims, "LEASE_S", 0.9)  # renewed every 0.3 s: room for a loaded machine
     out = f"file://{tmp_path}/out"
     first = SinkClaims("lease111", "remote", {out: "ParquetFileSink"})
     first.acquire()
     first.renew_while_held()
-    time.sleep(0.5)  # past one lease: the renewals keep it
+    time.sleep(1.2)  # past one lease: the renewals keep it
     with pytest.raises(SinkInUseError, match="job 'remote'"):
         SinkClaims("lease222", "fork", {out: "ParquetFileSink"}).acquire()
     first.release()
-    time.sleep(0.2)  # a renewal due now does not bring it back
+    time.sleep(0.4)  # a renewal due now does not bring it back
     assert read_holder(out) is None  # released when the job ended
 
     stale = SinkClaims("lease333", "vanished", {out: "ParquetFileSink"})
     stale.acquire()  # and never renewed: its driver is gone
-    time.sleep(0.4)
+    time.sleep(1.0)
     taker = SinkClaims("lease444", "next", {out: "ParquetFileSink"})
     taker.acquire()
     assert read_holder(out).job_id == "lease444"

@@ -138,7 +138,9 @@ class Environment:
         name given to ``execute``); a finished job is never run again under its id. Needs
         ``enable_checkpointing``. With it ``execute``/``execute_async`` first wait to lead the job,
         and ``execute`` returns a result with ``ended_elsewhere`` set when the job had already
-        finished under another driver.
+        finished under another driver. A graph job (``run_graph(..., environment=env)``) runs with
+        HA too, with ``fault_tolerance="checkpoint"`` and a shared ``work_dir``; a CEC or CRB job is
+        refused (it has no job-wide checkpoint to resume from).
         """
         self.ha_config = HighAvailabilityConfig(uri, job_id, lease_timeout, renew_interval, poll_interval,
                                                 connect_timeout)
@@ -336,6 +338,13 @@ class Environment:
         (:mod:`epochal.rest`): ``epochal list`` shows it.
         """
         if self.cec_config is not None:
+            if self.ha_config is not None:
+                raise PlanError(
+                    f"a {self.cec_config.mode.upper()} job cannot run with high availability: it has no job-wide "
+                    "checkpoint a new leader could resume from (each worker persists its own output and window "
+                    "checkpoints, and a lost worker is rebuilt from its live producers' replay, which needs the "
+                    "other workers running; a driver's loss takes every worker with it). Use checkpoints "
+                    "(enable_checkpointing) for a job that must survive its driver")
             if self.checkpoint_config.enabled:
                 raise PlanError("a job recovers either by checkpoints (enable_checkpointing) or by "
                                 f"{self.cec_config.mode.upper()} (enable_{self.cec_config.mode}), not both")

@@ -135,10 +135,19 @@ class WindowAggregate:
         return OutputBatch(out, control, len(self.windows), self._position())
 
     def metrics(self) -> dict[str, Any]:
-        """Its counters (``window_`` + :attr:`stats`), the windows open now, and the summed
-        response time of the closed windows (``window_response_s``, when :attr:`now` is set)."""
+        """Its counters (``window_`` + :attr:`stats`), the windows open now, the summed
+        response time of the closed windows (``window_response_s``, when :attr:`now` is set), and
+        the extent now (``extent``: output tuples since the oldest open window's footprint, what
+        an EC reconstruction would read back over; ``extent_input``: input tuples since then, what
+        producers would replay): :meth:`CheckpointPolicy.extent`, O(1). The heartbeat thread
+        calls it while the worker's thread changes the footprints: a read that met a change is
+        left out of this report (the next one has it)."""
+        try:
+            extent: dict[str, int] = dict(zip(("extent", "extent_input"), self.policy.extent(), strict=True))
+        except (RuntimeError, StopIteration):  # the footprints changed under the read
+            extent = {}
         return {**{f"window_{k}": v for k, v in self.stats.items()}, "open_windows": len(self.windows),
-                "window_response_s": self.response_s}
+                "window_response_s": self.response_s, **extent}
 
     # ------------------------------------------------------------------ the foreground path
     def _take(self, channel: int, seq: int, record: Any) -> None:

@@ -48,6 +48,13 @@ class SourceSplit(ABC):
     def seek(self, position: Any) -> None:
         """Continue reading at ``position``, a value returned earlier by :meth:`position`."""
 
+    def progress(self, position: Any) -> tuple[int, int] | None:
+        """How far a reader at ``position`` (a value of :meth:`position`) is through the split, and
+        the split's whole size, in its source's :attr:`Source.progress_unit` (a text file's
+        bytes): the console's progress line and the dashboard show it. None (the default):
+        unknown. Called from the heartbeat thread while the split is read: read only."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once, also after a failure."""
 
@@ -100,6 +107,12 @@ class SplitReader(ABC):
         when the source makes no watermarks or has none yet. Must never go backwards."""
         return None
 
+    def progress(self) -> tuple[int, int] | None:
+        """How far the reader is through its splits and their whole size, in the source's
+        :attr:`Source.progress_unit`, where it knows (a bounded Kafka source: records between the
+        start and end offsets); None (the default): unknown. Called from the heartbeat thread."""
+        return None
+
     def take_side_output(self) -> list[tuple[str, Any]]:
         """``(tag id, record)`` pairs for side outputs (records that failed to decode), emptied."""
         return []
@@ -120,6 +133,9 @@ class Source(ABC):
     #: True when the source's reader reports event time (``SplitReader.watermark``): event-time
     #: operators downstream then need no ``with_watermarks`` (planning checks that they get some).
     emits_watermarks: bool = False
+    #: What its splits' (or its split reader's) ``progress`` counts ("bytes" for text files), for
+    #: a source whose size is known in another unit than ``size_hint``'s records; None: none.
+    progress_unit: str | None = None
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:

@@ -26,7 +26,7 @@ from epochal.errors import SourceError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
-__all__ = ["FileRef", "FileSplit", "list_files"]
+__all__ = ["FileRef", "FileSplit", "file_sizes", "list_files"]
 
 
 class FileRef:
@@ -88,6 +88,19 @@ def list_files(location: str, kind: str) -> list[FileRef]:
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"{kind} source: cannot list {location!r}: {exc}") from exc
     raise SourceError(f"{kind} source: path {location!r} does not exist")
+
+
+def file_sizes(files: list[FileRef]) -> list[int | None]:
+    """The size in bytes now of each of ``files`` (what one :func:`list_files` call returned: one
+    filesystem), None where the filesystem cannot say: one listing call, on the driver at submit,
+    for the sources' progress."""
+    if not files:
+        return []
+    try:
+        infos = files[0].filesystem().get_file_info([f.path for f in files])
+    except (pa.ArrowException, OSError):
+        return [None] * len(files)
+    return [info.size if info.type == pafs.FileType.File and info.size is not None else None for info in infos]
 
 
 class FileSplit(SourceSplit):

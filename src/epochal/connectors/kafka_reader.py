@@ -50,6 +50,8 @@ class KafkaPartitionReader(SplitReader):
         group = source.group_id or f"epochal-{context.operator_name}"
         self.consumer = Consumer(source._consumer_config(group, **{"enable.partition.eof": True}))
         assignment = []
+        #: each split's offset at submit (its start), what its progress counts from
+        self.origins = {split.split_id: split.start for split in splits}
         for split in splits:
             start = restored.get(split.split_id, OFFSET_BEGINNING if context.restored else split.start)
             self.partitions[split.split_id] = _Partition(split.topic, split.partition, start, split.stop)
@@ -182,6 +184,19 @@ class KafkaPartitionReader(SplitReader):
     # ------------------------------------------------------------------ checkpoints and time
     def positions(self) -> list[tuple[str, Any]]:
         return [(sid, state.next) for sid, state in self.partitions.items()]
+
+    def progress(self) -> tuple[int, int] | None:
+        """Bounded: offsets read of those between each partition's start at submit and its end
+        (``KafkaSource.progress_unit``: offsets, which count transaction markers too); None when
+        unbounded, or for a partition created while the job ran (no end known)."""
+        done = total = 0
+        for sid, state in list(self.partitions.items()):
+            origin = self.origins.get(sid)
+            if state.stop is None or origin is None or origin < 0:
+                return None
+            size = max(state.stop - origin, 0)
+            done, total = done + min(max(state.next - origin, 0), size), total + size
+        return done, total
 
     def take_side_output(self) -> list[tuple[str, Any]]:
         side, self.side = self.side, []

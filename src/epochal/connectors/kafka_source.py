@@ -126,6 +126,8 @@ class KafkaSource(Source):
         self.group_id = group_id
         self.starting_offsets = starting_offsets
         self.bounded = bounded
+        #: bounded: its readers' progress counts offsets up to the end found at submit
+        self.progress_unit = "offsets" if bounded else None
         self.key_deserializer = resolve_serde(key_deserializer, DESERIALIZERS, "key_deserializer")
         self.value_deserializer = resolve_serde(value_deserializer, DESERIALIZERS, "value_deserializer")
         self.errors_tag = None if errors is None else _tag_id(errors)

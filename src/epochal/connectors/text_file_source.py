@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from epochal.connectors.base import Source, SourceSplit
-from epochal.connectors.file_splits import FileRef, FileSplit, list_files
+from epochal.connectors.file_splits import FileRef, FileSplit, file_sizes, list_files
 from epochal.connectors.filesystems import TEXT_CHUNK as _TEXT_CHUNK
 from epochal.errors import PlanError, SourceError
 
@@ -41,10 +41,12 @@ class _TextSplit(FileSplit):
 
     _TRANSIENT = ("_file", "_buf")
 
-    def __init__(self, file: FileRef, encoding: str) -> None:
+    def __init__(self, file: FileRef, encoding: str, size: int | None = None) -> None:
         self.file = file
         self.split_id = str(file)
         self.encoding = encoding
+        #: the file's bytes when the job was submitted (None: unknown)
+        self.size = size
         self._offset = 0  # file offset of _buf[0]
         self._pos = 0  # index in _buf of the next unread byte
         self._buf = b""
@@ -122,6 +124,12 @@ class _TextSplit(FileSplit):
             raise SourceError(f"cannot seek {self.file} to byte {position}")
         self._reset(position)
 
+    def progress(self, position: Any) -> tuple[int, int] | None:
+        """Bytes before ``position`` (a byte offset) of the file's size at submit."""
+        if self.size is None:
+            return None
+        return min(int(position), self.size), self.size
+
     def close(self) -> None:
         if self._file is not None:
             offset = self.position()
@@ -142,5 +150,8 @@ class TextFileSource(Source):
         self.path = path
         self.encoding = encoding
 
+    progress_unit = "bytes"
+
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [_TextSplit(f, self.encoding) for f in list_files(self.path, "text file")]
+        files = list_files(self.path, "text file")
+        return [_TextSplit(f, self.encoding, size) for f, size in zip(files, file_sizes(files), strict=True)]

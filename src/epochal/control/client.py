@@ -9,6 +9,7 @@ from typing import Any
 
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.kinds import KindCoordinator
+from epochal.control.source_progress import SourceVertex, job_share
 from epochal.errors import EpochalError, JobTimeoutError, SavepointError
 
 
@@ -88,10 +89,14 @@ class JobClient:
     reads goes through the JobMaster's query methods (which take its lock) or is a single
     reference to an immutable value (status, attempt, error)."""
 
-    def __init__(self, jobmaster: JobMaster, source_records: int | None = None, prints: bool = False) -> None:
+    def __init__(self, jobmaster: JobMaster, source_records: int | None = None, prints: bool = False,
+                 sources: tuple[SourceVertex, ...] = ()) -> None:
         self._jobmaster = jobmaster
         #: the records the job's sources will read in all, when every source knows (None: unknown)
         self.source_records = source_records
+        #: the source vertices, when every one reports progress in a unit of its own (a text
+        #: file source's bytes; see :mod:`epochal.control.source_progress`)
+        self.sources = sources
         #: whether the job has a ``print()`` sink (its workers write to the console)
         self.prints = prints
 
@@ -101,6 +106,13 @@ class JobClient:
         jm = self._jobmaster
         return jm.query(lambda kind: kind.records_base) + sum(
             m.get("source_records", 0) for m in jm.snapshot_metrics().values())
+
+    def source_share(self) -> float | None:
+        """The share of their input the sources read so far (0 to 1), where they know their size
+        (:func:`~epochal.control.source_progress.job_share`); None: unknown or unbounded."""
+        sources = self.sources
+        return job_share(self.records_read() if self.source_records else 0, self.source_records, sources,
+                         self._jobmaster.snapshot_metrics() if sources else {})
 
     @property
     def dashboard_url(self) -> str:

@@ -68,7 +68,7 @@ from epochal.control.restart import RestartStrategy
 from epochal.control.savepoints import IN_PROGRESS, SavepointStatus, check_writable, new_request
 from epochal.control.server import ControlServer
 from epochal.errors import EpochalError
-from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker
+from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker, TriggerCheckpoint
 from epochal.runtime.queries.wire import query_token
 from epochal.state.storage import CheckpointStorage
 
@@ -82,7 +82,6 @@ _INBOX = Dispatch("JobMaster inbox")
 _DO = Dispatch("JobMaster instructions")
 _ON = MESSAGES
 T = TypeVar("T")
-_log = logging.getLogger("epochal")
 
 
 class JobMaster:
@@ -302,6 +301,11 @@ class JobMaster:
 
     @_DO.on(Broadcast)
     def _broadcast(self, instruction: Broadcast) -> None:
+        message = instruction.message
+        if isinstance(message, TriggerCheckpoint) and (refused := self.files.reserve(message.checkpoint_id)):
+            # not started: no worker saw its id (it times out, or the deposed leader stops)
+            _log.warning("checkpoint %d of job '%s' not started: %s", message.checkpoint_id, self.job_name, refused)
+            return
         for connection in instruction.connections:
             self.server.send(connection, instruction.message)
 

@@ -92,6 +92,20 @@ class KindTable:
     rows: list[tuple[Any, ...]]
 
 
+@dataclass(frozen=True)
+class KindMetric:
+    """One number of a job kind's own (:meth:`KindCoordinator.kind_metrics`), as the REST job
+    detail and the Prometheus endpoint show it: ``name`` a Prometheus metric name (a counter's
+    without ``_total``, which the exposition adds), ``kind`` ``"counter"`` or ``"gauge"``,
+    ``labels`` beside the job's own (``job_id``, ``job_name``), ``value`` finite."""
+
+    name: str
+    help: str
+    kind: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
 class KindCoordinator:
     """A job kind's coordination on the JobMaster; subclasses override what their kind needs.
 
@@ -197,4 +211,10 @@ class KindCoordinator:
         """What the REST API and the dashboard show of this kind beyond what every kind shares
         (a graph job's supersteps and recoveries, a CEC job's recoveries and its workers' counters);
         ``metrics``: each worker's latest heartbeat metrics. Read under the JobMaster's lock: copy."""
+        return []
+
+    def kind_metrics(self, metrics: dict[int, dict[str, Any]]) -> list[KindMetric]:
+        """The kind's own numbers for the REST job detail and Prometheus (a CEC job's G_checks,
+        extents, replay sizes and recoveries per worker); ``metrics`` as for :meth:`tables`. The
+        same name always comes with the same kind, help and label names. Default: none."""
         return []

@@ -7,7 +7,8 @@ While the call waits, a thread redraws one line on standard error every :data:`I
 
 records read by the sources (each once, as ``JobResult.records_processed``) and their rate over the
 last seconds, how far the sources are where they know their size (``Source.size_hint``: a
-collection, a generator or sequence with a count), completed checkpoints and restarts, after the
+collection, a generator or sequence with a count; or their splits' progress, ``Source.progress_unit``:
+a text file's bytes; :mod:`epochal.control.source_progress`), completed checkpoints and restarts, after the
 job's status and the time since it started. The line is removed when the call returns, so what stays on the terminal is
 the job's own output.
 
@@ -111,9 +112,7 @@ class ProgressLine:
             readings.popleft()
         first_time, first_records = readings[0]
         rate = (records - first_records) / (now - first_time) if now - first_time >= 0.4 else None
-        expected = client.source_records
-        return {"status": client.status.value, "records": records, "rate": rate,
-                "share": min(records / expected, 1.0) if expected else None,
+        return {"status": client.status.value, "records": records, "rate": rate, "share": client.source_share(),
                 "checkpoints": sum(1 for c in client.checkpoint_stats() if c["status"] == "completed"),
                 "restarts": len(client.restarts()), "elapsed": now - self.started}
 

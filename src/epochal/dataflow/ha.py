@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochal.config import HighAvailabilityConfig
@@ -39,6 +40,7 @@ from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, HighAvailabilityError, LeadershipLostError, PlanError
 from epochal.plan.jobgraph import JobGraph
+from epochal.rest import server as rest_server
 from epochal.rest.registry import Registry, RegistryEntry
 from epochal.runtime.host.hooks import Fault
 from epochal.serialization import dumps_by_value
@@ -79,6 +81,8 @@ class HaRun:
         self.recorded = False
         #: this driver steps down (Ctrl-C) without ending the job: a standby takes over
         self.stepping_down = False
+        #: what the job's end adds to its stored result (a graph job: its supersteps), if anything
+        self.details: Callable[[], dict[str, Any]] | None = None
 
     def lost_error(self) -> LeadershipLostError:
         epoch = self.leadership.epoch if self.leadership else "?"
@@ -95,7 +99,8 @@ class HaRun:
             return
         status = jobmaster.status
         record = JobResultRecord(status.value.upper(), time.time(), self.election.me.describe(),
-                                 error=str(jobmaster.error).splitlines()[0] if jobmaster.error else "")
+                                 error=str(jobmaster.error).splitlines()[0] if jobmaster.error else "",
+                                 details=self.details() if self.details is not None and not jobmaster.error else {})
         try:
             self.services.put_result(self.leadership.epoch, record)
             self.recorded = True
@@ -135,13 +140,43 @@ class HaJobClient(JobClient):
 def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfig, *,
                   restore_from: str | None = None, allow_non_restored_state: bool = False,
                   faults: list[Fault] | None = None) -> JobClient:
-    """Wait until this driver leads the job (a standby meanwhile), then start it; returns its
-    client. Raises :class:`JobEndedElsewhere` if the job ended under another driver."""
+    """Wait until this driver leads the dataflow job (a standby meanwhile), then start it; returns
+    its client. Raises :class:`JobEndedElsewhere` if the job ended under another driver."""
     if not env.checkpoint_config.enabled:
         raise PlanError("high availability resumes a job from its checkpoints: call "
                         "env.enable_checkpointing(interval) too")
-    job_id = config.job_id or stable_job_id(job_name)
     fingerprint = plan_fingerprint(env.plan(), env.graph.runtime_mode)
+
+    def start(leadership: Leadership) -> JobClient:
+        return dataflow_job.execute_async(env, job_name, restore_from=restore_from,
+                                          allow_non_restored_state=allow_non_restored_state, faults=faults,
+                                          leadership=leadership)
+
+    return lead(env, job_name, config, HaJob("dataflow", fingerprint, lambda: dumps_by_value(env.plan()), start))
+
+
+@dataclasses.dataclass(frozen=True)
+class HaJob:
+    """What :func:`lead` needs of a job of any kind: the kind's name (``epochal list``), the
+    fingerprint that makes two drivers' jobs the same, the pickled job for the job store (made
+    only by a leader), how to start it once this driver leads (its checkpoint I/O fenced by the
+    :class:`Leadership` given), and what the job's end adds to its stored result (``details``)."""
+
+    kind: str
+    fingerprint: str
+    blob: Callable[[], bytes]
+    start: Callable[[Leadership], JobClient]
+    details: Callable[[], dict[str, Any]] | None = None
+
+
+def lead(env: Environment, job_name: str, config: HighAvailabilityConfig, job: HaJob) -> JobClient:
+    """Run ``job`` with high availability, whatever its kind: join the election under the job's
+    id, wait as a standby (Spark warmed up meanwhile) until this driver leads, then store the job
+    and start it with its :class:`Leadership`; returns its client. Raises
+    :class:`JobEndedElsewhere` if the job ended under another driver, and
+    :class:`~epochal.errors.LeadershipLostError` if deposed while it started."""
+    job_id = config.job_id or stable_job_id(job_name)
+    fingerprint = job.fingerprint
     services = open_services(config.uri, job_id, session_timeout=config.lease_timeout,
                              connect_timeout=config.connect_timeout)
     _check_plan(services, job_name, fingerprint)
@@ -153,7 +188,8 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     timings = ElectionTimings(config.lease_timeout, config.renew_every, config.poll_interval)
     election = ElectionDriver(services, me, timings).start()
     run = HaRun(services, election, job_name)
-    _announce(job_id, job_name, config.uri, "standby")
+    run.details = job.details
+    _announce(job_id, job_name, config.uri, "standby", job.kind)
     try:
         _log.info("job '%s' (id %s): %s joins the election at %s", job_name, job_id, me.describe(), config.uri)
         warm_up = _WarmUp(env)
@@ -169,16 +205,13 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
         assert election.epoch is not None
         fencing = os.environ.get(UNSAFE_NO_FENCING) != "1"
         _log.warning("job '%s' (id %s): %s leads it (epoch %d)", job_name, job_id, me.describe(), election.epoch)
-        stored = services.put_job(JobRecord(job_id, job_name, fingerprint, time.time(), me.describe()),
-                                  dumps_by_value(env.plan()))
+        stored = services.put_job(JobRecord(job_id, job_name, fingerprint, time.time(), me.describe()), job.blob())
         if stored.fingerprint != fingerprint:
             raise _other_plan(job_name, job_id, fingerprint, stored)
         run.leadership = Leadership(services, election, election.epoch, env.checkpoint_config.retained, fencing)
-        client = dataflow_job.execute_async(env, job_name, restore_from=restore_from,
-                                            allow_non_restored_state=allow_non_restored_state, faults=faults,
-                                            leadership=run.leadership)
+        client = job.start(run.leadership)
     except JobEndedElsewhere:
-        _announce(job_id, job_name, config.uri, "")
+        _announce(job_id, job_name, config.uri, "", job.kind)
         raise
     except Fenced as error:  # deposed while it started (its lease ran out meanwhile)
         run.lost = f"a fenced write was refused as it started the job: {error}"
@@ -201,18 +234,18 @@ def execute_async(env: Environment, job_name: str, config: HighAvailabilityConfi
     election.on_deposed.append(deposed)
     if election.deposed.is_set():  # deposed while it started
         deposed(election.deposed_reason)
-    _announce(job_id, job_name, config.uri, "leader")
+    _announce(job_id, job_name, config.uri, "leader", job.kind)
     return HaJobClient(jobmaster, run)
 
 
-def _announce(job_id: str, job_name: str, uri: str, role: str) -> None:
+def _announce(job_id: str, job_name: str, uri: str, role: str, kind: str) -> None:
     """This driver's entry in the per-user job registry, for ``epochal list``: a standby's (no
     address), the leader's (the served job's entry, marked), or none (``role`` empty)."""
     pid = os.getpid()
     try:
         registry = Registry()
         if role == "standby":
-            registry.add(RegistryEntry(job_id, job_name, "dataflow", "", "", pid, time.time(), role, uri))
+            registry.add(RegistryEntry(job_id, job_name, kind, "", "", pid, time.time(), role, uri))
             return
         served = [e for e in registry.entries() if e.job_id == job_id and e.pid == pid and e.served]
         if role and served:
@@ -263,9 +296,10 @@ def _other_plan(job_name: str, job_id: str, fingerprint: str, stored: JobRecord)
 
 
 class _WarmUp:
-    """While a standby: start the SparkSession and check the executors' Python on a thread of
-    its own, so that a takeover only submits the job, and a job that ends elsewhere meanwhile
-    is known at once. :meth:`join` waits for it and raises what it raised (Java missing ...)."""
+    """While a standby: start the SparkSession, check the executors' Python and import the REST
+    server's modules on a thread of its own, so that a takeover only submits the job, and a job
+    that ends elsewhere meanwhile is known at once. :meth:`join` waits for it and raises what it
+    raised (Java missing ...)."""
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -277,6 +311,8 @@ class _WarmUp:
         try:
             spark = self.env.spark
             executor_python.check_worker_python(spark, self.env.config.registration_timeout)
+            if self.env.config.rest_enabled:  # seconds at a takeover (FastAPI's imports and first app), paid now
+                rest_server.prepare()
             _log.info("high availability: Spark is ready for a takeover")
         except EpochalError as error:
             self.error = error

@@ -20,6 +20,7 @@ from epochal.connectors.base import JobSettings, Sink
 from epochal.connectors.memory import PrintSink
 from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
+from epochal.control.ha.orphans import discard_orphans
 from epochal.control.launch import launch
 from epochal.control.sink_claims import SinkClaims
 from epochal.dataflow.coordination import DataflowCoordination
@@ -100,6 +101,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         coordinator.job_id = job_id
         if leadership is not None:
             leadership.attach(coordinator)
+            discard_orphans(storage, leadership, pointer, below=first_id)  # what deposed leaders left
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
@@ -115,7 +117,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         claims.release()
         raise
     claims.renew_while_held()
-    return JobClient(jobmaster, source_records=shape.source_records,
+    return JobClient(jobmaster, source_records=shape.source_records, sources=shape.progress_sources(),
                      prints=any(isinstance(sink, PrintSink) for sink in _sinks(job)))
 
 
@@ -125,7 +127,8 @@ def outline(job: JobGraph, parallelism: int) -> JobOutline:
     sizes = [v.source.size_hint() for v in job.vertices if v.source is not None]
     return JobOutline("dataflow", parallelism, tuple(
         VertexOutline(v.id, v.name, v.parallelism,
-                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes))
+                      tuple(OperatorOutline(job.nodes[n].uid, job.nodes[n].name) for n in v.nodes),
+                      v.source.progress_unit if v.source is not None else None)
         for v in job.vertices), tuple(
         EdgeOutline(e.source_vertex, e.target_vertex, e.partitioner.strategy, e.back_edge, e.side_tag)
         for e in job.edges), sum(s for s in sizes if s is not None) if sizes and None not in sizes else None)

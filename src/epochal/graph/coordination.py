@@ -120,6 +120,20 @@ class GraphCoordination(KindCoordinator):
             return ResolveRestore(None, None, None)
         return ResolveRestore(self.storage, latest, None)
 
+    def resume(self, checkpoint_id: int, metadata: dict[str, Any]) -> None:
+        """Take over a job another driver ran (high availability): its latest complete checkpoint
+        ``checkpoint_id`` (the superstep) with ``metadata`` as written (each worker's chain and the
+        aggregates after it) is where the first attempt restores and resumes, and what this
+        coordinator's next checkpoints extend, as after a restart in the same driver."""
+        if metadata.get("kind") != checkpoints.KIND or int(metadata.get("superstep", -1)) != checkpoint_id:
+            raise ValueError(f"checkpoint {checkpoint_id} is not a graph checkpoint of that superstep: "
+                             f"kind {metadata.get('kind')!r}, superstep {metadata.get('superstep')!r}")
+        self.chains = {int(w): [list(entry) for entry in chain] for w, chain in metadata["workers"].items()}
+        self.written, self.written_chains = checkpoint_id, {w: list(c) for w, c in self.chains.items()}
+        self.supersteps.latest_checkpoint = checkpoint_id
+        self.supersteps.checkpoint_aggregates[checkpoint_id] = dict(metadata.get("aggregates", {}))
+        self.pending = {}
+
     def started(self, now: float, wall: float) -> list[KindOutput]:
         latest = self.latest_checkpoint
         if latest is not None:

@@ -33,7 +33,9 @@ from epochal.control import spark as spark_support
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from epochal.dataflow.ha import JobEndedElsewhere
 from epochal.errors import EpochalError, PlanError
+from epochal.graph import ha as graph_ha
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition
 from epochal.graph.executors.sources import GraphSource
@@ -53,6 +55,7 @@ from epochal.validation import check_number
 
 if TYPE_CHECKING:
     from epochal.api.environment import Environment
+    from epochal.control.ha.fencing import Leadership
 
 FAULT_TOLERANCE = ("none", "checkpoint", "replication")
 
@@ -116,13 +119,21 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
     from epochal.api.environment import Environment  # the API layer: Spark session and settings
 
     env = environment or Environment(parallelism=parallelism)
+    temporary = work_dir is None
+    job_id = uuid.uuid4().hex[:12]
+    if env.ha_config is not None:  # the same job id, and so the same work directory, for every leader
+        if isinstance(graph, GraphSource):
+            raise PlanError("a graph loaded on the executors (a GraphSource) cannot run with high availability yet: "
+                            "pass a Graph, or run it without enable_high_availability")
+        job_id = graph_ha.check(env.ha_config, fault_tolerance, work_dir, job_name)
+        assert work_dir is not None
+        if (ended := graph_ha.ended_elsewhere(env.ha_config, job_id, job_name)) is not None:
+            return _ended_elsewhere(ended, join(work_dir, job_id), program, parallelism)
     spark = env.spark
     if work_dir is None and not spark_support.is_local(spark):
         raise PlanError("a graph job on a cluster needs work_dir=, a directory every executor can read "
                          "(an HDFS, S3 or shared path): the driver writes the partitions there")
-    temporary = work_dir is None
     root = tempfile.mkdtemp(prefix="epochal-graph-") if work_dir is None else work_dir
-    job_id = uuid.uuid4().hex[:12]
     work_uri = join(root, job_id)
     keep = None
     try:
@@ -179,9 +190,22 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
         strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
     blob = serialize(deployment)
     started = time.monotonic()
-    client, _ = wait(lambda: JobClient(serve(env.config, JobOutline("graph", parallelism), lambda: launch(
-        env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=parallelism,
-        restart=strategy, kind=coordination))), job_name, timeout)
+
+    def start(fence: Leadership | None = None) -> JobClient:
+        return JobClient(serve(env.config, JobOutline("graph", parallelism), lambda: launch(
+            env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=parallelism,
+            restart=strategy, kind=coordination, fence=fence)))
+
+    if env.ha_config is None:
+        client, _ = wait(start, job_name, timeout)
+    else:
+        fingerprint = graph_ha.fingerprint(graph, program, parallelism, partitioner, checkpoint_interval,
+                                           full_checkpoint_every)
+        try:
+            client, _ = wait(lambda: graph_ha.submit(env, job_name, fingerprint, blob, coordination, factor, start),
+                             job_name, timeout)
+        except JobEndedElsewhere as ended:  # another driver ran it to its end: its results are in work_dir
+            return _ended_elsewhere(ended, work_uri, program, parallelism)
     duration = time.monotonic() - started
     results = [read_result(work_uri, w) for w in coordination.live_workers()]
     ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)
@@ -190,6 +214,19 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
     return GraphResult(ids, values, halted.superstep, halted.reason, factor,
                        coordination.supersteps.history, duration, client.restarts(), coordination.timings,
                        coordination.restores, replication.history if replication is not None else [])
+
+
+def _ended_elsewhere(ended: JobEndedElsewhere, work_uri: str, program: VectorProgram | VertexProgram,
+                     parallelism: int) -> GraphResult:
+    """The result of an HA graph job another driver ran to its end: read from the result files its
+    workers left in the shared work directory (a failed or cancelled job raises as it did there)."""
+    ended.result()  # FAILED and CANCELLED raise
+    details = ended.record.details
+    results = [read_result(work_uri, w) for w in range(parallelism)]  # checkpoints: no worker is retired
+    ids, values = in_id_order([r["ids"] for r in results], [r["values"] for r in results], program)
+    return GraphResult(ids, values, int(details.get("supersteps", -1)),
+                       f"ended under another driver ({details.get('halt_reason', '?')}): {ended.where}",
+                       float(details.get("replication_factor", 0.0)))
 
 
 def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | VertexProgram, env: Environment,

@@ -39,6 +39,12 @@ The names (Flink's metrics in Prometheus' conventions, ``epochal_`` first):
                                                     ``size_bytes``, ``alignment_seconds``,
                                                     ``sync_seconds``, ``timestamp_seconds``, ``id``
 ``epochal_worker_rss_bytes``                gauge   resident memory of each worker's process
+``epochal_cec_*``                           both    a CEC job's own, per ``worker``
+                                                    (``KindCoordinator.kind_metrics``): G_checks,
+                                                    G_opens, open windows, extent (output and
+                                                    input tuples), replayed tuples and frames,
+                                                    logged frames and bytes, recoveries and the
+                                                    latest one's seconds (``epochal.cec.coordination``)
 =========================================== ======= =================================================
 
 Counters of records are those of the current attempt for operators and subtasks (a restart
@@ -175,6 +181,11 @@ class JobCollector(Collector):
                     out.gauge("epochal_operator_state_bytes", "Bytes of the operator's state in the latest completed "
                               "checkpoint", ["vertex", "vertex_name", "operator_uid", "operator_name"]).add_metric(
                         [*job, str(vertex.id), vertex.name, operator.uid, operator.name], state[operator.uid])
+        for own in jm.query(lambda kind: kind.kind_metrics(metrics)):  # the job kind's own (CEC's)
+            names = [label for label, _ in own.labels]
+            family = out.counter(own.name, own.help, names) if own.kind == "counter" else \
+                out.gauge(own.name, own.help, names)
+            family.add_metric([*job, *(value for _, value in own.labels)], own.value)
         for worker, worker_metrics in sorted(metrics.items()):
             rss = _number(worker_metrics.get("rss_bytes"))
             if rss is not None:

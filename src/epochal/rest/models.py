@@ -74,15 +74,28 @@ class Restart(BaseModel):
     resumed_s: float | None = None
 
 
+class KindMetric(BaseModel):
+    """One number of the job kind's own (a CEC job's G_checks, extent, replay sizes and
+    recoveries per worker): the name it has on ``/metrics`` (a counter's without ``_total``),
+    ``counter`` or ``gauge``, its labels beside the job's, and its value now."""
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    labels: dict[str, str]
+    value: float
+
+
 class JobDetails(JobOverview):
     """``GET /jobs/{job_id}``: the overview, plus why it failed (``error``, its first line),
-    where its checkpoints and savepoints go, records its sources read, and its restarts."""
+    where its checkpoints and savepoints go, records its sources read, its restarts, and the
+    job kind's own numbers (``kind_metrics``; none for a dataflow job)."""
 
     error: str | None
     checkpoint_path: str | None
     savepoint_directory: str | None
     records_read: int
     restart_history: list[Restart]
+    kind_metrics: list[KindMetric] = Field(default_factory=list)
 
 
 class JobAccepted(BaseModel):
@@ -131,6 +144,16 @@ class Backpressure(BaseModel):
     ratio: float | None
 
 
+class SourceProgress(BaseModel):
+    """How far a source vertex's subtasks are through their splits: ``done`` of ``total`` in the
+    source's ``unit`` (a text file source's ``bytes``), ``share`` = done / total."""
+
+    unit: str
+    done: int
+    total: int
+    share: float
+
+
 class Vertex(BaseModel):
     """A vertex (a chain of operators; a CEC job's stage): records into its first operator and
     out of its last, the lowest watermark of its subtasks, its backpressure, its operators and
@@ -149,6 +172,8 @@ class Vertex(BaseModel):
     records_in_per_s: float | None = None
     records_out_per_s: float | None = None
     busy_ratio_max: float | None = None
+    #: a source vertex whose source knows its size in a unit of its own, once every subtask reported
+    source_progress: SourceProgress | None = None
 
 
 class VertexList(BaseModel):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from epochal.control.source_progress import SourceVertex
+
 
 @dataclass(frozen=True)
 class OperatorOutline:
@@ -21,12 +23,14 @@ class OperatorOutline:
 @dataclass(frozen=True)
 class VertexOutline:
     """A vertex: a chain of operators run as ``parallelism`` subtasks (a CEC job's stage; a graph
-    job has none)."""
+    job has none); ``progress_unit``: a source vertex's ``Source.progress_unit`` (its subtasks
+    report ``source_progress`` in it), None for others."""
 
     id: int
     name: str
     parallelism: int
     operators: tuple[OperatorOutline, ...] = ()
+    progress_unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,18 @@ class JobOutline:
     vertices: tuple[VertexOutline, ...] = ()
     edges: tuple[EdgeOutline, ...] = ()
     source_records: int | None = None
+
+    def progress_sources(self) -> tuple[SourceVertex, ...]:
+        """The source vertices as :func:`~epochal.control.source_progress.job_share` takes them:
+        all of them when every one reports progress in a unit of its own, else none."""
+        ids = self.source_ids
+        sources = [(v, v.progress_unit) for v in self.vertices if v.id in ids]
+        if not sources or any(unit is None for _, unit in sources):
+            return ()
+        return tuple(SourceVertex(v.id, v.parallelism, unit) for v, unit in sources if unit is not None)
+
+    @property
+    def source_ids(self) -> frozenset[int]:
+        """The vertices no edge (but a back-edge) leads into: the sources."""
+        fed = {e.target for e in self.edges if not e.back_edge}
+        return frozenset(v.id for v in self.vertices if v.id not in fed)

@@ -106,6 +106,17 @@ class RestServer:
         self.socket.close()
 
 
+def prepare() -> None:
+    """Pay now what starting the process's first server costs (seconds: importing uvicorn and
+    FastAPI, and FastAPI's first routes, which import more), so that a job submitted later (an HA
+    standby's at its takeover) does not wait for it. Builds one app and drops it."""
+    import uvicorn  # noqa: F401
+
+    from epochal.rest.app import create_app
+
+    create_app(JobDirectory(), secrets.token_urlsafe(8), "epochal_prepare")
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host``:``port``, or :class:`EnvironmentSetupError` saying why not."""
     try:

@@ -18,6 +18,7 @@ import itertools
 import pickle
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -350,6 +351,14 @@ class _Connection:
     def __init__(self, address: tuple[str, int], timeout: float) -> None:
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Blocking, with the timeout kept by the kernel: a socket with a Python timeout polls
+        # before every send and recv (two more system calls per lookup). A send or recv that
+        # times out raises BlockingIOError, an OSError like the others.
+        self.sock.settimeout(None)
+        seconds = max(timeout, 0.001)
+        interval = struct.pack("ll", int(seconds), int((seconds % 1) * 1_000_000))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
         self.buffer = bytearray()
         self.answers: list[bytes] = []
 

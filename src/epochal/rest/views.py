@@ -13,6 +13,7 @@ import time
 from typing import Any, Literal
 
 from epochal.control.savepoints import SavepointStatus
+from epochal.control.source_progress import SourceVertex, vertex_progress
 from epochal.rest.directory import ServedJob
 from epochal.rest.models import (
     Backpressure,
@@ -23,6 +24,7 @@ from epochal.rest.models import (
     JobDetails,
     JobOverview,
     JobPlan,
+    KindMetric,
     KindTable,
     KindTables,
     OperatorMetrics,
@@ -33,6 +35,7 @@ from epochal.rest.models import (
     QueryableStateRoute,
     Restart,
     SavepointReport,
+    SourceProgress,
     Spread,
     SubtaskMetrics,
     Vertex,
@@ -62,11 +65,15 @@ def details(served: ServedJob) -> JobDetails:
     checkpoint_path, savepoint_dir, records_base = jm.query(
         lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base))
     error = jm.error
-    read = records_base + sum(m.get("source_records", 0) for m in jm.snapshot_metrics().values())
+    metrics = jm.snapshot_metrics()
+    read = records_base + sum(m.get("source_records", 0) for m in metrics.values())
     history = [restart(r, jm.start_time - jm.started_at) for r in jm.restart_history()]
+    own = jm.query(lambda kind: kind.kind_metrics(metrics))
     return JobDetails(**_overview_fields(served), error=str(error).splitlines()[0] if error is not None else None,
                       checkpoint_path=checkpoint_path or None, savepoint_directory=savepoint_dir or None,
-                      records_read=int(read), restart_history=history)
+                      records_read=int(read), restart_history=history,
+                      kind_metrics=[KindMetric(name=m.name, kind=m.kind, labels=dict(m.labels),  # type: ignore[arg-type]
+                                               value=m.value) for m in own])
 
 
 def restart(entry: dict[str, Any], wall_minus_monotonic: float) -> Restart:
@@ -164,6 +171,12 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
     rates_in = [s.records_in_per_s for s in subtasks if s.records_in_per_s is not None]
     rates_out = [s.records_out_per_s for s in subtasks if s.records_out_per_s is not None]
     busy_ratios = [s.busy_ratio for s in subtasks if s.busy_ratio is not None]
+    progress = None
+    if outline.progress_unit is not None:
+        read = vertex_progress(SourceVertex(outline.id, outline.parallelism, outline.progress_unit),
+                               {0: {"subtasks": {key: report for key, (_, _, _, report) in reports.items()}}})
+        if read is not None:
+            progress = SourceProgress(unit=read.unit, done=read.done, total=read.total, share=read.share)
     return Vertex(id=outline.id, name=outline.name, parallelism=outline.parallelism,
                   records_in=sum(s.records_in for s in subtasks), records_out=sum(s.records_out for s in subtasks),
                   watermark=min(watermarks) if every_subtask else None,
@@ -173,7 +186,7 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
                              for o in outline.operators],
                   subtasks=subtasks, records_in_per_s=sum(rates_in) if rates_in else None,
                   records_out_per_s=sum(rates_out) if rates_out else None,
-                  busy_ratio_max=max(busy_ratios, default=None))
+                  busy_ratio_max=max(busy_ratios, default=None), source_progress=progress)
 
 
 def _backpressure(subtasks: list[SubtaskMetrics], parallelism: int) -> Backpressure:

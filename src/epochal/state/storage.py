@@ -250,19 +250,20 @@ class CheckpointStorage:
     def read_metadata(self, checkpoint_id: int) -> dict[str, Any]:
         return read_metadata_at(self.fs, f"{self.checkpoint_path(checkpoint_id)}/{METADATA}")
 
-    def completed(self) -> list[int]:
-        """Ids of the completed checkpoints under the root, oldest first."""
+    def checkpoint_dirs(self) -> list[int]:
+        """Ids of every ``chk-<n>`` directory under the root, completed or not, oldest first."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
         except OSError:
             return []
-        ids = []
-        for info in infos:
-            match = _CHK.search(info.path)
-            if match and info.type == pafs.FileType.Directory:
-                if self.fs.get_file_info(f"{info.path}/{METADATA}").type == pafs.FileType.File:
-                    ids.append(int(match.group(1)))
-        return sorted(ids)
+        return sorted(int(match.group(1)) for info in infos
+                      if info.type == pafs.FileType.Directory and (match := _CHK.search(info.path)))
+
+    def completed(self) -> list[int]:
+        """Ids of the completed checkpoints under the root (their metadata written), oldest first."""
+        return [checkpoint_id for checkpoint_id in self.checkpoint_dirs()
+                if self.fs.get_file_info(f"{self.checkpoint_path(checkpoint_id)}/{METADATA}").type
+                == pafs.FileType.File]
 
     def latest(self) -> int | None:
         done = self.completed()
@@ -287,6 +288,9 @@ class SavepointStorage(CheckpointStorage):
 
     def location(self, checkpoint_id: int) -> str:
         return self.uri.rstrip("/") if "://" in self.uri else self.root
+
+    def checkpoint_dirs(self) -> list[int]:
+        return []  # a savepoint is the user's: nothing in it is a checkpoint directory to clean up
 
     def completed(self) -> list[int]:
         try:

@@ -56,9 +56,21 @@ def jars_directory(version: str = KAFKA_VERSION) -> pathlib.Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port of 127.0.0.1 that nothing listens on now."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all bound at once, so the kernel cannot hand out one twice
+    (asked one after the other, a port freed by the first probe may come back for the second)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class KafkaBroker:
@@ -73,8 +85,7 @@ class KafkaBroker:
         self.directory = pathlib.Path(directory or tempfile.mkdtemp(prefix="epochal-kafka-"))
         self.version = version
         self.heap = heap
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port, self.controller_port = free_ports(2)
         self.properties = {
             "process.roles": "broker,controller",
             "node.id": 1,

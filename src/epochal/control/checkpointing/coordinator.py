@@ -38,10 +38,6 @@ from epochal.control.checkpointing.store import CompletedCheckpointStore
 from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, SavepointTarget, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage, SavepointStorage
 
-#: Checkpoint ids below a leader's reserved limit that periodic checkpoints leave to explicit ones
-#: (a savepoint, the final checkpoint), so those never wait for a reservation.
-EXPLICIT_IDS = 4
-
 #: What a coordinator call asks for, in order: messages to broadcast to every worker, and I/O.
 Outbox = list[TriggerCheckpoint | CheckpointComplete | CheckpointAbort | CheckpointIO]
 
@@ -80,11 +76,8 @@ class CheckpointCoordinator:
         #: savepoints aborted and why (read and cleared by the job kind's coordination)
         self.aborted_savepoints: dict[int, str] = {}
         #: with high availability: the epoch of this driver's leadership (stamped on every
-        #: ``CheckpointComplete``, which workers check before committing), and the first checkpoint
-        #: id not reserved for it in the HA store (ids keep increasing across leaders: a deposed
-        #: leader never uses one its successor will); None without
+        #: ``CheckpointComplete``, which workers check before committing); None without
         self.leader_epoch: int | None = None
-        self.id_limit: int | None = None
 
     # ---------------------------------------------------------------- views of the parts
     @property
@@ -125,8 +118,6 @@ class CheckpointCoordinator:
         its ``TriggerCheckpoint`` (nothing when none is due)."""
         if self.paused or self.config.interval is None:
             return []
-        if self.id_limit is not None and self.next_id >= self.id_limit - EXPLICIT_IDS:
-            return []  # wait for the HA store to reserve more ids
         running = [p for p in (*self.pending.values(), *self.writing.values()) if p.savepoint is None]
         if len(running) >= self.config.max_concurrent:  # a savepoint in progress does not hold them up
             return []

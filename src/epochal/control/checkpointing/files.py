@@ -32,6 +32,10 @@ class CheckpointFence(Protocol):
     def allows(self, action: str) -> str | None:
         """None while this driver still leads; else why ``action`` is refused."""
 
+    def reserve(self, checkpoint_id: int) -> str | None:
+        """Take ``checkpoint_id`` from the HA store's checkpoint id counter (fenced), before its
+        trigger reaches any worker: a later leader starts past it. None once done, else why not."""
+
     def commit(self, storage_uri: str, checkpoint_id: int) -> str | None:
         """Make checkpoint ``checkpoint_id`` of ``storage_uri`` the job's latest in the HA store
         (its commit point, fenced); None once done, else why it was refused."""
@@ -109,6 +113,11 @@ class CheckpointFiles:
         else:
             self.record_stats(instruction)
         return None
+
+    def reserve(self, checkpoint_id: int) -> str | None:
+        """Before checkpoint ``checkpoint_id`` is triggered: with a fence, take its id from the HA
+        store's counter; None once taken (or without a fence), else why it must not start."""
+        return self.fence.reserve(checkpoint_id) if self.fence is not None else None
 
     def write(self, instruction: WriteCheckpoint) -> str | None:
         """Write the metadata; returns None, or the error that kept it from being written."""

@@ -135,7 +135,8 @@ function jobPage(main, generation) {
     checkpoints: h("section", { id: "checkpoints-section" }, h("h2", {}, "Checkpoints"), h("div", { id: "checkpoints" })),
     savepoints: h("section", { id: "savepoints-section" }, h("h2", {}, "Savepoints"), h("ul", { id: "savepoints" })),
     restarts: h("section", { id: "restarts-section" }, h("h2", {}, "Restarts"), h("div", { id: "restarts" })),
-    kind: h("section", { id: "kind-section", hidden: true }, h("div", { id: "kind" })),
+    kind: h("section", { id: "kind-section", hidden: true }, h("div", { class: "charts", id: "kind-charts" }),
+      h("div", { id: "kind" })),
   };
   const actions = h("div", { class: "actions" },
     h("button", { id: "btn-savepoint", onclick: () => savepoint(id) }, "Savepoint"),
@@ -169,6 +170,7 @@ function jobPage(main, generation) {
       restartList(job);
     }
     if (changed("kind", kind.tables)) kindTables(kind);
+    if (changed("kind-metrics", job.kind_metrics)) kindCharts(job.kind_metrics);
   });
 }
 
@@ -185,11 +187,24 @@ function kindTables(kind) {
   const section = document.getElementById("kind-section");
   section.hidden = !kind.tables.length;
   const cell = (v) => (typeof v === "number" ? (Number.isInteger(v) ? number(v) : v.toFixed(3)) : v === null ? "–" : String(v));
-  document.getElementById("kind").replaceChildren(...kind.tables.map((table) => h("div", { class: "kind-table" },
+  document.getElementById("kind").replaceChildren(...kind.tables.map((table) => h("div", { class: "kind-table", "data-title": table.title },
     h("h2", {}, `${table.title} (${kind.kind})`),
     table.rows.length ? h("table", {}, h("thead", {}, h("tr", {}, table.columns.map((c) => h("th", {}, c)))),
       h("tbody", {}, table.rows.slice(-50).reverse().map((row) => h("tr", {}, row.map((v) => h("td", {}, cell(v)))))))
       : h("p", { class: "muted" }, "None yet."))));
+}
+
+// The job kind's own numbers charted per worker (a CEC job's): metric name -> chart title.
+const KIND_CHARTS = [["epochal_cec_g_checks", "G_checks per worker", "chart-cec-g-checks"],
+  ["epochal_cec_extent_tuples", "Extent per worker (tuples)", "chart-cec-extent"],
+  ["epochal_cec_replayed_tuples", "Replayed tuples per worker", "chart-cec-replayed"]];
+
+function kindCharts(metrics) {
+  const charts = KIND_CHARTS.map(([name, title, id]) => {
+    const points = metrics.filter((m) => m.name === name).map((m) => ({ id: Number(m.labels.worker), value: m.value }));
+    return points.length ? chart(title, points, (p) => p.value, number, id) : null;
+  }).filter(Boolean);
+  document.getElementById("kind-charts").replaceChildren(...charts);
 }
 
 function summary(job, vertices) {
@@ -203,10 +218,21 @@ function summary(job, vertices) {
   const sources = vertices.vertices.filter((v) => state.plan.edges.every((e) => e.target !== v.id || e.back_edge));
   const readRate = sources.reduce((sum, v) => sum + (v.records_out_per_s || 0), 0);
   facts.push(fact("read", rate(readRate), "job-rate"));
+  // how far the sources are: records of what they will read, or each source's own unit (a file's bytes)
+  const progress = sources.map((v) => v.source_progress);
+  let share = null;
+  let title = "";
   if (state.plan.source_records) {
-    const share = Math.min(job.records_read / state.plan.source_records, 1);
-    facts.push(h("div", {}, h("span", {}, "sources"), h("progress", { id: "job-progress", max: 1, value: share,
-      title: `${number(job.records_read)} of ${number(state.plan.source_records)}` }), ` ${(share * 100).toFixed(0)}%`));
+    share = Math.min(job.records_read / state.plan.source_records, 1);
+    title = `${number(job.records_read)} of ${number(state.plan.source_records)} records`;
+  } else if (progress.length && progress.every((p) => p)) {
+    share = progress.reduce((sum, p) => sum + p.share, 0) / progress.length;
+    title = progress.map((p) => (p.unit === "bytes" ? `${bytes(p.done)} of ${bytes(p.total)}`
+      : `${number(p.done)} of ${number(p.total)} ${p.unit}`)).join(", ");
+  }
+  if (share !== null) {
+    facts.push(h("div", {}, h("span", {}, "sources"), h("progress", { id: "job-progress", max: 1, value: share, title }),
+      h("span", { id: "job-progress-text" }, ` ${(share * 100).toFixed(0)}%`)));
   }
   if (job.error) facts.push(fact("error", job.error, "job-error"));
   document.getElementById("facts").replaceChildren(...facts);

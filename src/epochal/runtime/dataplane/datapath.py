@@ -40,13 +40,21 @@ def subtask_metrics(subtask: Subtask) -> dict[str, Any]:
     """What the REST API's vertex view shows of ``subtask`` (sent with heartbeats): its event time
     (the input watermark; a source's its reader's; None before any), whether output waits for
     credit now (backpressure, sampled at each heartbeat), the records a source read, its busy
-    seconds so far (None where batches are not timed: ``batch_time=None``), and each operator's
-    records in and out of its main output, by uid."""
+    seconds so far (None where batches are not timed: ``batch_time=None``), each operator's
+    records in and out of its main output, by uid, and a source's progress where it knows
+    (``source_progress``: done and total in its ``progress_unit``, :meth:`SourceReader.progress`)."""
     watermark = subtask.watermark if subtask.source_watermark == NO_WATERMARK else subtask.source_watermark
     sizer = subtask.sizer
-    return {"watermark": None if watermark == NO_WATERMARK else watermark, "backpressured": subtask.backlogged,
-            "records_read": subtask.records_read, "busy_s": None if sizer is None else sizer.busy_s,
-            "operators": {runner.uid: (runner.records_in, runner.records_out) for runner in subtask.runners}}
+    out = {"watermark": None if watermark == NO_WATERMARK else watermark, "backpressured": subtask.backlogged,
+           "records_read": subtask.records_read, "busy_s": None if sizer is None else sizer.busy_s,
+           "operators": {runner.uid: (runner.records_in, runner.records_out) for runner in subtask.runners}}
+    try:
+        progress = subtask.reader.progress() if subtask.reader is not None else None
+    except Exception:  # noqa: BLE001 - a source's own code: the heartbeat must go on without it
+        progress = None
+    if progress is not None:
+        out["source_progress"] = progress
+    return out
 
 
 def alignment_stats(subtask: Subtask) -> dict[str, int]:

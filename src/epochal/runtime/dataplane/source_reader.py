@@ -79,6 +79,23 @@ class SourceReader:
     def take_side_output(self) -> list[tuple[str, Any]]:
         return [] if self.split_reader is None else self.split_reader.take_side_output()
 
+    def progress(self) -> tuple[int, int] | None:
+        """``(done, total)`` over this subtask's splits, in the source's ``progress_unit``
+        (``SourceSplit.progress`` at each split's position: a restored one's until it opens), or
+        its split reader's; None when any split does not know. Read from the heartbeat thread
+        while the worker's thread reads: it only reads, and a split read to its end stays there."""
+        reader = self.split_reader
+        if reader is not None:
+            return reader.progress()
+        done = total = 0
+        restored = self.restored
+        for split in list(self.splits):
+            found = split.progress(restored.get(split.split_id, split.position()))
+            if found is None:
+                return None
+            done, total = done + found[0], total + found[1]
+        return done, total
+
     def positions(self) -> list[tuple[str, Any]]:
         """Read position of every split this subtask owns (not yet opened ones as restored)."""
         if self.split_reader is not None:

@@ -82,6 +82,13 @@ class ControlLink:
         self._deliver(JobMasterLost("the driver closed the control connection"))
 
     def close(self) -> None:
+        """Close the connection and end the reader thread. ``shutdown`` first: the reader's
+        file object keeps the descriptor open past ``close``, and a reader blocked in it would
+        stay there, a thread left behind in a Python worker that Spark reuses for the next task."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:

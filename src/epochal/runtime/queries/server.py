@@ -233,7 +233,7 @@ class QueryServer:
             if sock is None:
                 continue
             try:
-                sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+                send_all(sock, frames[0] if len(frames) == 1 else b"".join(frames))
             except OSError:
                 self._close_connection(CloseConnection(conn))
 
@@ -245,7 +245,7 @@ class QueryServer:
                 return
             except OSError:
                 return
-            sock.settimeout(SEND_TIMEOUT_S)
+            sock.setblocking(False)  # read when epoll says so; see send_all
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             fd = sock.fileno()
             self.connections[fd] = sock
@@ -317,7 +317,7 @@ class QueryServer:
         sock = self.connections.pop(instruction.conn, None)
         if frames and sock is not None:  # (a refusal before closing)
             try:
-                sock.sendall(b"".join(frames))
+                send_all(sock, b"".join(frames))
             except OSError:
                 pass
         self.buffers.pop(instruction.conn, None)
@@ -359,6 +359,24 @@ class QueryServer:
 
 
 _GONE = object()
+
+
+def send_all(sock: socket.socket, data: bytes) -> None:
+    """Send ``data`` on non-blocking ``sock``: one ``send`` call where the socket's buffer takes
+    it all (an answer always does, unless the client stopped reading), else wait for the rest up to
+    :data:`SEND_TIMEOUT_S`. A socket with a timeout would ``poll`` before every ``send`` and
+    ``recv``: two more system calls per query, each a turn of the interpreter lock for the other
+    threads of a busy worker. Raises OSError (TimeoutError past the timeout)."""
+    try:
+        sent = sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    if sent < len(data):
+        sock.settimeout(SEND_TIMEOUT_S)
+        try:
+            sock.sendall(memoryview(data)[sent:])
+        finally:
+            sock.setblocking(False)
 
 
 def visible(stored: Any, state_type: str, horizon: float) -> Any:
