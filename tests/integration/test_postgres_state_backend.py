@@ -11,6 +11,7 @@ import itertools
 import pytest
 
 from epochal.config import StateBackendConfig
+from epochal.errors import StateBackendError
 from epochal.plan.keygroups import key_group_of
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
@@ -21,7 +22,7 @@ from epochal.state.descriptors import (
 )
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.postgres import PostgresKeyedStateBackend
-from epochal.state.postgres_store import ensure_schema
+from epochal.state.postgres_store import Fenced, ensure_schema
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -177,8 +178,9 @@ def test_a_restore_commits_a_completed_checkpoint_whose_commit_was_lost_and_roll
 
 def test_two_phase_commit_is_necessary(make_backend, monkeypatch):
     """Without resolving the prepared transactions at a restore, the completed checkpoint whose
-    commit a failure interrupted is missing (the restore must refuse), and without the check the
-    job would run on an older state."""
+    commit a failure interrupted keeps the key groups locked (the restore cannot take their
+    fence) and is missing (the markers' check refuses), and without the check the job would run on
+    an older state."""
     import epochal.state.postgres_restore as module  # where a restore resolves the prepared transactions
 
     backend = make_backend()
@@ -189,6 +191,10 @@ def test_two_phase_commit_is_necessary(make_backend, monkeypatch):
     source2 = checkpoint([backend], 2)
     backend.dispose()
     monkeypatch.setattr(module, "resolve", lambda prepared, restored, groups: ([], []))
+    monkeypatch.setattr(module, "FENCE_WAIT_S", 0.5)
+    with pytest.raises(StateBackendError, match="stayed locked"):
+        make_backend(restore=source2)
+    monkeypatch.setattr(module, "take_fence", lambda *args, **kwargs: [])
     with pytest.raises(CheckpointError, match="is not in"):
         make_backend(restore=source2)
     monkeypatch.setattr(module.Store, "markers", lambda self, groups: dict.fromkeys(groups, 2))
@@ -341,3 +347,69 @@ def test_the_backend_is_checked_when_chosen_and_when_the_job_is_submitted(postgr
     env.set_state_backend("postgres", dsn="host=127.0.0.1 port=1 dbname=nowhere connect_timeout=2")
     with pytest.raises(PlanError, match="cannot connect"):
         _validate_state_backend(env)
+
+
+@pytest.mark.parametrize("mvcc", [False, True])
+def test_a_worker_of_a_failed_attempt_that_still_runs_cannot_write_after_the_restore(make_backend, postgres, mvcc):
+    """A zombie (a worker of the failed attempt still running: partitioned, or slow to stop)
+    uploads its epoch after the new attempt restored: refused by the key groups' fence, so it
+    neither leaves a prepared transaction (whose row locks would stall every later upload, and
+    which a later restore would commit) nor versions the new attempt reads."""
+    zombie = make_backend(mvcc=mvcc)
+    add(zombie, KEYS)
+    source1 = checkpoint([zombie], 1)
+    zombie.checkpoint_completed(1)
+    add(zombie, KEYS + ["zombie-only"], 10)
+    late = zombie.begin_snapshot(2)  # the barrier; its upload has not run when the attempt fails
+    restored = make_backend(restore=source1, mvcc=mvcc, attempt=1)
+    with pytest.raises(Fenced, match="restored by a later attempt"):
+        late.upload(None, 2, "x")
+    assert prepared(postgres, zombie) == []
+    add(restored, KEYS, 2)
+    source2 = checkpoint([restored], 2)  # the zombie's checkpoint id again (a restore_from goes on from 1)
+    restored.checkpoint_completed(2)
+    expected = {**dict.fromkeys(KEYS, 3), "zombie-only": None}
+    assert counts(restored, KEYS + ["zombie-only"]) == expected
+    restored.dispose()
+    again = make_backend(restore=source2, mvcc=mvcc, attempt=2)
+    assert counts(again, KEYS + ["zombie-only"]) == expected and prepared(postgres, again) == []
+
+
+def test_a_restore_waits_for_an_upload_in_flight_of_a_failed_attempt_and_rolls_it_back(make_backend, postgres):
+    """The zombie's upload began before the restore (it holds the key groups' markers): the
+    restore waits until it prepared, rolls it back and takes the fence; nothing of it stays."""
+    import threading
+
+    zombie = make_backend()
+    add(zombie, KEYS)
+    source1 = checkpoint([zombie], 1)
+    zombie.checkpoint_completed(1)
+    add(zombie, KEYS + ["zombie-only"], 10)
+    late = zombie.begin_snapshot(2)
+    reached, go = threading.Event(), threading.Event()
+    run = zombie.store._run
+
+    def gated(conn, statement, *args, **kwargs):
+        if "PREPARE TRANSACTION" in repr(statement):
+            reached.set()
+            go.wait(30)
+        return run(conn, statement, *args, **kwargs)
+
+    zombie.store._run = gated
+    uploaded = []
+    upload = threading.Thread(target=lambda: uploaded.append(late.upload(None, 2, "x")))
+    upload.start()
+    assert reached.wait(30)  # written, about to prepare, the markers locked
+    started = []
+    restore = threading.Thread(target=lambda: started.append(make_backend(restore=source1, attempt=1)))
+    restore.start()
+    restore.join(1.0)
+    assert restore.is_alive()  # waiting for the markers
+    go.set()
+    upload.join(30)
+    restore.join(30)
+    assert uploaded and started, "the zombie's upload or the restore did not finish"
+    restored = started[0]
+    assert restored.started["resolved_while_fencing"] == [uploaded[0]["gid"]]
+    assert prepared(postgres, restored) == []
+    assert counts(restored, KEYS + ["zombie-only"]) == {**dict.fromkeys(KEYS, 1), "zombie-only": None}

@@ -46,6 +46,7 @@ distinct keys here, as there).
 from __future__ import annotations
 
 import pickle
+import secrets
 import threading
 import time
 from typing import Any
@@ -109,6 +110,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._gc_due: list[tuple[int, list[tuple[int, bytes, int, bool]]]] = []
         self._gc_horizon = 0
         self.prefix = ""
+        #: this start's fencing token: it owns the subtask's key groups in the database until a
+        #: later start takes them, after which this one's uploads are refused
+        self.fence = secrets.randbits(62) + 1
         #: what the last start found and did, for logs and tests
         self.started: dict[str, Any] = {}
         self._processing_thread = threading.get_ident()
@@ -145,7 +149,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def _start_restored(self, checkpoint_id: int) -> None:
         assert self.store is not None
         self.started.update(resolve_restore(self.store, self.mvcc, self.namespace, self.table, self.uid, self.prefix,
-                                            self.key_groups, checkpoint_id))
+                                            self.key_groups, checkpoint_id, self.fence))
         self.log.committed = checkpoint_id
         self.committed_epoch = checkpoint_id
         self._completed_ids = [checkpoint_id]
@@ -158,7 +162,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         ``restore`` holds in another backend's format (a heap or RocksDB checkpoint, a savepoint)."""
         store = self.store
         assert store is not None
-        rolled_back = [] if self.mvcc else roll_back_all(store, self.prefix, self.key_groups)
+        rolled_back = roll_back_all(store, self.prefix, self.key_groups, self.fence)
         store.clear(self.key_groups)
         checkpoint_id = int(restore.checkpoint_id) if restore is not None else 0
         loaded = 0

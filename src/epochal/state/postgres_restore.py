@@ -2,23 +2,65 @@
 its own checkpoint resolves what earlier attempts left (non-MVCC: commits the prepared transactions
 of the restored checkpoint and earlier, rolls back later ones; MVCC: drops the versions written
 after it) and checks that the database holds that checkpoint; a fresh start rolls back every
-prepared transaction of the subtask's key groups. Nothing is loaded either way."""
+prepared transaction of the subtask's key groups. Nothing is loaded either way.
+
+Either way the subtask takes its key groups' fence (:func:`take_fence`) before it trusts their
+markers or drops versions: a worker of an earlier attempt that still runs (a zombie: partitioned,
+or slow to stop) is refused from then on, so it can neither prepare a transaction the restore
+would miss (and whose row locks would stall every later upload) nor write versions the restored
+state would read."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from epochal.errors import StateBackendError
 from epochal.state.postgres_epochs import resolve
 from epochal.state.postgres_store import Store
 from epochal.state.storage import CheckpointError
 
+#: How long a start waits for an earlier attempt's upload that holds its key groups' markers.
+FENCE_WAIT_S = 60.0
+
+
+def take_fence(store: Store, prefix: str, key_groups: range, fence: int, restored: int | None,
+               wait_s: float | None = None) -> list[str]:
+    """Make ``fence`` the owner of ``key_groups`` (:meth:`Store.take_fence`). An upload of an
+    earlier attempt that holds their markers is waited for; once it prepared, its transaction is
+    resolved as a restore of ``restored`` resolves it (committed if of a checkpoint up to
+    ``restored``, else rolled back; ``restored`` None: a start without a checkpoint of this
+    backend, rolled back) and the fence taken again. Returns the transactions resolved meanwhile."""
+    wait_s = FENCE_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    resolved: list[str] = []
+    while not store.take_fence(key_groups, fence):
+        if time.monotonic() > deadline:
+            raise StateBackendError(f"{store.what}: key groups {key_groups.start}-{key_groups.stop - 1} stayed locked "
+                                    f"for {wait_s:g} s by a transaction of an earlier attempt")
+        commit, rollback = _resolve(store, prefix, key_groups, restored)
+        resolved += commit + rollback
+    return resolved
+
+
+def _resolve(store: Store, prefix: str, key_groups: range, restored: int | None) -> tuple[list[str], list[str]]:
+    """Commit and roll back the prepared transactions of ``key_groups`` as a start from
+    ``restored`` decides (:func:`~epochal.state.postgres_epochs.resolve`); returns their ids."""
+    commit, rollback = resolve(store.prepared(prefix), restored, key_groups)
+    for gid in rollback:
+        store.finish_prepared(str(gid), commit=False)
+    for gid in commit:
+        store.finish_prepared(str(gid), commit=True)
+    return [str(g) for g in commit], [str(g) for g in rollback]
+
 
 def resolve_restore(store: Store, mvcc: bool, namespace: str, table: str, uid: str, prefix: str,
-                    key_groups: range, checkpoint_id: int) -> dict[str, Any]:
+                    key_groups: range, checkpoint_id: int, fence: int) -> dict[str, Any]:
     """Make the database hold checkpoint ``checkpoint_id`` of operator ``uid``'s ``key_groups``,
-    or raise :class:`CheckpointError` saying why it cannot; returns what was done (for the
-    backend's ``started`` statistics)."""
+    owned by ``fence`` (:func:`take_fence`, first), or raise :class:`CheckpointError` saying why
+    it cannot; returns what was done (for the backend's ``started`` statistics)."""
     if mvcc:
+        take_fence(store, prefix, key_groups, fence, checkpoint_id)  # before the failed attempt's versions go
         if store.committed_row(namespace) is None:
             raise CheckpointError(f"checkpoint {checkpoint_id}: namespace '{namespace}' has no state in "
                                   f"{table}_versions of this database (another database, or dropped?)")
@@ -32,11 +74,8 @@ def resolve_restore(store: Store, mvcc: bool, namespace: str, table: str, uid: s
         dropped = store.drop_after(key_groups, checkpoint_id)
         store.set_committed(namespace, checkpoint_id, forward_only=False)
         return {"mode": "restored", "checkpoint": checkpoint_id, "dropped_versions": dropped}
-    commit, rollback = resolve(store.prepared(prefix), checkpoint_id, key_groups)
-    for gid in rollback:
-        store.finish_prepared(str(gid), commit=False)
-    for gid in commit:
-        store.finish_prepared(str(gid), commit=True)
+    commit, rollback = _resolve(store, prefix, key_groups, checkpoint_id)
+    fenced = take_fence(store, prefix, key_groups, fence, checkpoint_id)  # usually at once: nothing holds them now
     markers = store.markers(key_groups)
     wrong = {g: markers.get(g) for g in key_groups if markers.get(g) != checkpoint_id}
     if wrong:
@@ -52,14 +91,12 @@ def resolve_restore(store: Store, mvcc: bool, namespace: str, table: str, uid: s
             f"checkpoint {checkpoint_id}: the state of operator '{uid}' in namespace '{namespace}' "
             f"is not in {table} of this database (key group: checkpoint {shown}); another database, "
             "or was the table changed?")
-    return {"mode": "restored", "checkpoint": checkpoint_id, "committed": [str(g) for g in commit],
-            "rolled_back": [str(g) for g in rollback]}
+    return {"mode": "restored", "checkpoint": checkpoint_id, "committed": commit, "rolled_back": rollback,
+            "resolved_while_fencing": fenced}
 
 
-def roll_back_all(store: Store, prefix: str, key_groups: range) -> list[str]:
-    """Roll back every prepared transaction of ``key_groups`` (a start without this backend's
-    checkpoint); returns their ids."""
-    _, rollback = resolve(store.prepared(prefix), None, key_groups)
-    for gid in rollback:
-        store.finish_prepared(str(gid), commit=False)
-    return [str(g) for g in rollback]
+def roll_back_all(store: Store, prefix: str, key_groups: range, fence: int) -> list[str]:
+    """Roll back every prepared transaction of ``key_groups`` and take their fence (a start
+    without this backend's checkpoint); returns the transactions' ids."""
+    _, rollback = _resolve(store, prefix, key_groups, None)
+    return rollback + take_fence(store, prefix, key_groups, fence, None)

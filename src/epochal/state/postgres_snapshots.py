@@ -60,7 +60,7 @@ class EpochUpload:
         assert isinstance(plan, UploadPlan)
         gid = None if backend.mvcc else str(Gid(backend.prefix, backend.key_groups.start, backend.key_groups.stop,
                                                 self.checkpoint_id, backend.attempt))
-        rows, written = store.write_epoch(plan.merged(), self.checkpoint_id, backend.key_groups, gid)
+        rows, written = store.write_epoch(plan.merged(), self.checkpoint_id, backend.key_groups, gid, backend.fence)
         with cond:
             kept = backend.log.prepared(plan, gid or "")
         if not kept:  # aborted while it was written: roll it back here, its epochs go with the next

@@ -11,8 +11,11 @@ Tables, named after the backend's ``table`` option ``T`` (created when a job is 
     T_states    (state serial, op int, name text)        one id per state name of an operator
     T           (op, kg, key, state) -> value            non-MVCC: the state of the last completed
                                                          checkpoint (value: the pickled value)
-    T_epochs    (op, kg) -> checkpoint                   non-MVCC: the checkpoint whose state each
-                                                         key group's rows hold
+    T_epochs    (op, kg) -> checkpoint, fence            non-MVCC: the checkpoint whose state each
+                                                         key group's rows hold; both variants: the
+                                                         fencing token of the subtask that owns the
+                                                         key group now (an upload of an earlier
+                                                         attempt's subtask is refused)
     T_versions  (op, kg, key, state, epoch) -> value     MVCC: every version, value NULL: removed
                                                          (indexed by (op, epoch) too: a restore
                                                          deletes a failed attempt's epochs
@@ -98,6 +101,7 @@ CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL,
                                        PRIMARY KEY (op, kg, key, state, epoch));
 CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
 CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
+ALTER TABLE {epochs} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
 """
 
 
@@ -130,6 +134,11 @@ def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
                         f"{describe(dsn)}: {first_line(exc)}") from exc
     finally:
         conn.close()
+
+
+class Fenced(StateBackendError):
+    """An upload of a subtask whose key groups a later attempt's subtask restored since: refused,
+    nothing written (that subtask's worker is a zombie of a failed attempt)."""
 
 
 class Store:
@@ -264,16 +273,28 @@ class Store:
         return ([p[0] for p in puts], [p[1] for p in puts], [p[2] for p in puts], [p[3] for p in puts],
                 [d[0] for d in dels], [d[1] for d in dels], [d[2] for d in dels])
 
-    def write_epoch(self, changes: Changes, checkpoint_id: int, groups: range, gid: str | None) -> tuple[int, int]:
+    def write_epoch(self, changes: Changes, checkpoint_id: int, groups: range, gid: str | None,
+                    fence: int) -> tuple[int, int]:
         """Write ``changes`` in one transaction: non-MVCC, upserts and deletes, the key groups'
         marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC, versions at epoch
-        ``checkpoint_id``, committed. Returns (rows, bytes). On failure the transaction is rolled
-        back (a lost connection rolls it back in the server) and the error raised."""
+        ``checkpoint_id``, committed. The transaction's first statement locks the key groups'
+        markers and checks that ``fence`` still owns them all (:meth:`take_fence`), else it raises
+        :class:`Fenced`: a later attempt's subtask restored them. Returns (rows, bytes). On failure
+        the transaction is rolled back (a lost connection rolls it back in the server) and the
+        error raised."""
         conn = self.write
         kgs, keys, states, values, dkgs, dkeys, dstates = self._rows(changes)
         written = sum(map(len, keys)) + sum(map(len, values)) + sum(map(len, dkeys))
         try:
             self._run(conn, "BEGIN")
+            owned = self._run(conn, self._q(
+                "UPDATE {epochs} SET checkpoint = CASE WHEN %s THEN checkpoint ELSE %s END "
+                "WHERE op = %s AND kg >= %s AND kg < %s AND fence = %s RETURNING kg"),
+                (self.mvcc, checkpoint_id, self.op, groups.start, groups.stop, fence), fetch=True)
+            if len(owned) != len(groups):
+                raise Fenced(f"{self.what}: checkpoint {checkpoint_id} is not written: key groups "
+                             f"{groups.start}-{groups.stop - 1} were restored by a later attempt (this subtask's "
+                             "fencing token no longer owns them): a worker of a failed attempt still running")
             if self.mvcc:
                 all_kgs, all_keys, all_states = kgs + dkgs, keys + dkeys, states + dstates
                 all_values = values + [None] * len(dkeys)
@@ -301,11 +322,6 @@ class Store:
                     "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
                     "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
                     (self.op, kgs[start:end], keys[start:end], states[start:end], values[start:end]))
-            self._run(conn, self._q(
-                "INSERT INTO {epochs} (op, kg, checkpoint) SELECT %s, g, %s "
-                "FROM generate_series(%s::int4, %s::int4) AS g "
-                "ON CONFLICT (op, kg) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"),
-                (self.op, checkpoint_id, groups.start, groups.stop - 1))
             self._run(conn, _sql().SQL("PREPARE TRANSACTION {}").format(_sql().Literal(gid)))
             return len(keys) + len(dkeys), written
         except BaseException:
@@ -374,8 +390,31 @@ class Store:
         else:
             self._run(self.read, self._q("DELETE FROM {rows} WHERE op = %s AND kg >= %s AND kg < %s"),
                       (self.op, groups.start, groups.stop))
-            self._run(self.read, self._q("DELETE FROM {epochs} WHERE op = %s AND kg >= %s AND kg < %s"),
+            self._run(self.read, self._q("UPDATE {epochs} SET checkpoint = 0 WHERE op = %s AND kg >= %s AND kg < %s"),
                       (self.op, groups.start, groups.stop))
+
+    def take_fence(self, groups: range, fence: int, wait_s: float = 0.2) -> bool:
+        """Make ``fence`` (a subtask's fencing token, new at each start) the owner of ``groups``
+        (their marker rows are created if missing, checkpoint 0). From then on an upload with
+        another token is refused (:meth:`write_epoch`). False when an upload of an earlier attempt
+        held the markers for ``wait_s`` (it is writing, or prepared and keeps their locks): the
+        caller resolves its prepared transactions and tries again."""
+        import psycopg
+
+        try:
+            with self.read.transaction():
+                self.read.execute(_sql().SQL("SET LOCAL lock_timeout = {}").format(
+                    _sql().Literal(f"{max(1, int(wait_s * 1000))}ms")))
+                self.read.execute(self._q(
+                    "INSERT INTO {epochs} (op, kg, checkpoint, fence) SELECT %s, g, 0, %s "
+                    "FROM generate_series(%s::int4, %s::int4) AS g "
+                    "ON CONFLICT (op, kg) DO UPDATE SET fence = EXCLUDED.fence"),
+                    (self.op, fence, groups.start, groups.stop - 1))
+            return True
+        except psycopg.errors.LockNotAvailable:
+            return False
+        except psycopg.Error as exc:
+            raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
 
     def set_markers(self, groups: range, checkpoint_id: int) -> None:
         self._run(self.read, self._q(
