@@ -22,7 +22,8 @@ from epochal.state.descriptors import (
 )
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.postgres import PostgresKeyedStateBackend
-from epochal.state.postgres_store import Fenced, ensure_schema
+from epochal.state.postgres_schema import ensure_schema
+from epochal.state.postgres_store import Fenced
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 

@@ -154,7 +154,7 @@ def _validate_state_backend(env: Environment) -> None:
     backend = env.state_backend
     if backend.kind != POSTGRES:
         return
-    from epochal.state.postgres_store import ensure_schema
+    from epochal.state.postgres_schema import ensure_schema
 
     checkpoint = env.checkpoint_config
     if not backend.mvcc and checkpoint.enabled and checkpoint.max_concurrent > 1:

@@ -53,10 +53,9 @@ from typing import Any
 
 from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
-from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
 from epochal.state.postgres_epochs import Changes, EpochLog, gid_prefix
-from epochal.state.postgres_restore import resolve_restore, roll_back_all
+from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
 from epochal.state.postgres_store import Store
 from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
@@ -143,7 +142,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if own:
             self._start_restored(checkpoint_id)
         else:
-            self._start_fresh(restore)
+            start_fresh(self, restore)
         self.started["open_s"] = time.monotonic() - started
 
     def _start_restored(self, checkpoint_id: int) -> None:
@@ -157,59 +156,6 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             group.complete = False
         self._incomplete = len(self._groups)
 
-    def _start_fresh(self, restore: Any | None) -> None:
-        """Start empty (this subtask's key groups of the namespace cleared), then load the state
-        ``restore`` holds in another backend's format (a heap or RocksDB checkpoint, a savepoint)."""
-        store = self.store
-        assert store is not None
-        rolled_back = roll_back_all(store, self.prefix, self.key_groups, self.fence)
-        store.clear(self.key_groups)
-        checkpoint_id = int(restore.checkpoint_id) if restore is not None else 0
-        loaded = 0
-        if restore is not None:
-            loaded = self._load_canonical(restore, checkpoint_id)
-        if self.mvcc:  # a new history: no version of it was collected
-            store.set_committed(self.namespace, checkpoint_id, forward_only=False)
-            store.set_horizon(checkpoint_id)
-        elif restore is not None:
-            store.set_markers(self.key_groups, checkpoint_id)
-        self.log.committed = checkpoint_id
-        self.committed_epoch = checkpoint_id
-        self._completed_ids = [checkpoint_id] if restore is not None else []
-        self.started.update(mode="loaded" if restore is not None else "fresh", checkpoint=checkpoint_id,
-                            loaded=loaded, rolled_back=rolled_back)
-
-    def _load_canonical(self, restore: Any, checkpoint_id: int) -> int:
-        """Write the key groups ``restore`` holds for this subtask (any other backend's format)
-        into the database, and into the cache while it has room; returns the entries loaded."""
-        store = self.store
-        assert store is not None
-        rows: list[tuple[int, bytes, int, bytes]] = []
-        loaded = 0
-        keep = self.config.cache_entries
-        for group, states in restore.keyed_groups(self.uid, self.key_groups):
-            cached = self._groups[group]
-            for name, entries in states.items():
-                state = self._state_id(name)
-                values = cached.values_of(state)
-                for key, value in entries.items():
-                    stored_key, stored = self._encode_key(key), _dumps(value)
-                    rows.append((group, stored_key, state, stored))
-                    if loaded < keep:
-                        values[stored_key] = stored
-                    loaded += 1
-            if len(rows) >= 20_000:
-                store.write_restored(rows, checkpoint_id)
-                rows = []
-        store.write_restored(rows, checkpoint_id)
-        if loaded > keep:  # the cache could not take it all: read what it lacks from the database
-            for cached in self._groups.values():
-                cached.drop()
-            self._incomplete = len(self._groups)
-        self._cached = min(loaded, keep)
-        return loaded
-
-    # ------------------------------------------------------------------ tables
     def _encode_key(self, key: Any) -> bytes:
         return _pickle(key, 5) if type(key) in SCALAR_KEYS else self._encoder(key)
 

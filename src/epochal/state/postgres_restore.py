@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 from epochal.errors import StateBackendError
+from epochal.serialization import dumps
 from epochal.state.postgres_epochs import resolve
-from epochal.state.postgres_store import Store
+from epochal.state.postgres_store import WRITE_CHUNK, Store
 from epochal.state.storage import CheckpointError
 
 #: How long a start waits for an earlier attempt's upload that holds its key groups' markers.
@@ -100,3 +101,57 @@ def roll_back_all(store: Store, prefix: str, key_groups: range, fence: int) -> l
     without this backend's checkpoint); returns the transactions' ids."""
     _, rollback = _resolve(store, prefix, key_groups, None)
     return rollback + take_fence(store, prefix, key_groups, fence, None)
+
+
+def start_fresh(backend: Any, restore: Any | None) -> None:
+    """Start ``backend`` (a :class:`~epochal.state.postgres.PostgresKeyedStateBackend` whose store
+    is open) empty: its prepared transactions rolled back and its key groups of the namespace
+    cleared; then load the state ``restore`` holds in another backend's format (a heap or RocksDB
+    checkpoint, a savepoint), if any."""
+    store = backend.store
+    rolled_back = roll_back_all(store, backend.prefix, backend.key_groups, backend.fence)
+    store.clear(backend.key_groups)
+    checkpoint_id = int(restore.checkpoint_id) if restore is not None else 0
+    loaded = 0
+    if restore is not None:
+        loaded = _load_canonical(backend, restore, checkpoint_id)
+    if backend.mvcc:  # a new history: no version of it was collected
+        store.set_committed(backend.namespace, checkpoint_id, forward_only=False)
+        store.set_horizon(checkpoint_id)
+    elif restore is not None:
+        store.set_markers(backend.key_groups, checkpoint_id)
+    backend.log.committed = checkpoint_id
+    backend.committed_epoch = checkpoint_id
+    backend._completed_ids = [checkpoint_id] if restore is not None else []
+    backend.started.update(mode="loaded" if restore is not None else "fresh", checkpoint=checkpoint_id,
+                           loaded=loaded, rolled_back=rolled_back)
+
+
+def _load_canonical(backend: Any, restore: Any, checkpoint_id: int) -> int:
+    """Write the key groups ``restore`` holds for ``backend``'s subtask (any other backend's
+    format) into the database, and into its cache while it has room; returns the entries loaded."""
+    store = backend.store
+    rows: list[tuple[int, bytes, int, bytes]] = []
+    loaded = 0
+    keep = backend.config.cache_entries
+    for group, states in restore.keyed_groups(backend.uid, backend.key_groups):
+        cached = backend._groups[group]
+        for name, entries in states.items():
+            state = backend._state_id(name)
+            values = cached.values_of(state)
+            for key, value in entries.items():
+                stored_key, stored = backend._encode_key(key), dumps(value)
+                rows.append((group, stored_key, state, stored))
+                if loaded < keep:
+                    values[stored_key] = stored
+                loaded += 1
+        if len(rows) >= WRITE_CHUNK:
+            store.write_restored(rows, checkpoint_id)
+            rows = []
+    store.write_restored(rows, checkpoint_id)
+    if loaded > keep:  # the cache could not take it all: read what it lacks from the database
+        for cached in backend._groups.values():
+            cached.drop()
+        backend._incomplete = len(backend._groups)
+    backend._cached = min(loaded, keep)
+    return loaded

@@ -101,7 +101,7 @@ class CanonicalSnapshot:
         store = backend.store
         assert store is not None
         if isolated:
-            from epochal.state.postgres_store import connect
+            from epochal.state.postgres_schema import connect
 
             self.conn = connect(store.dsn, backend.what)
             try:

@@ -3,7 +3,7 @@
 with ``unnest``: one round trip per record batch, per checkpoint chunk, never per record).
 
 Tables, named after the backend's ``table`` option ``T`` (created when a job is submitted,
-:func:`ensure_schema`)::
+:func:`epochal.state.postgres_schema.ensure_schema`)::
 
     T_operators (op serial, ns text, uid text, horizon)  one id per (namespace, operator uid); MVCC:
                                                          the oldest checkpoint of the operator whose
@@ -36,104 +36,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from epochal.errors import PlanError, StateBackendError
+from epochal.errors import StateBackendError
 from epochal.state.postgres_epochs import Changes, Gid, parse_gid
+from epochal.state.postgres_schema import connect, describe, first_line, names, psycopg_sql
 
 #: Rows per statement when an epoch or a restore is written.
 WRITE_CHUNK = 20_000
 #: Keys per statement when keys are read.
 READ_CHUNK = 8192
-
-
-def _sql() -> Any:
-    from psycopg import sql
-
-    return sql
-
-
-def names(table: str) -> dict[str, Any]:
-    """The identifiers of the backend's tables for the ``table`` option."""
-    sql = _sql()
-    schema, _, base = table.rpartition(".")
-
-    def ident(suffix: str) -> Any:
-        return sql.Identifier(schema, base + suffix) if schema else sql.Identifier(base + suffix)
-
-    return {"rows": ident(""), "operators": ident("_operators"), "states": ident("_states"),
-            "epochs": ident("_epochs"), "versions": ident("_versions"), "committed": ident("_committed"),
-            # an index is named without its schema (it lives in its table's)
-            "versions_by_epoch": sql.Identifier(base + "_versions_by_epoch")}
-
-
-def connect(dsn: str, what: str = "the PostgreSQL state backend") -> Any:
-    """An autocommit connection, or a :class:`StateBackendError` that says why not."""
-    import psycopg
-
-    try:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise StateBackendError(f"{what}: cannot connect to PostgreSQL ({describe(dsn)}): {first_line(exc)}") from exc
-
-
-def describe(dsn: str) -> str:
-    """Host, port and database of ``dsn``, never its password."""
-    from epochal.connectors.postgres_sql import describe_target
-
-    return describe_target(dsn)
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS {operators} (op serial PRIMARY KEY, ns text NOT NULL, uid text NOT NULL,
-                                        horizon bigint NOT NULL DEFAULT 0, UNIQUE (ns, uid));
-CREATE TABLE IF NOT EXISTS {states} (state serial PRIMARY KEY, op integer NOT NULL, name text NOT NULL,
-                                     UNIQUE (op, name));
-CREATE TABLE IF NOT EXISTS {rows} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
-                                   state integer NOT NULL, value bytea NOT NULL,
-                                   PRIMARY KEY (op, kg, key, state)) WITH (fillfactor = 80);
-CREATE TABLE IF NOT EXISTS {epochs} (op integer NOT NULL, kg integer NOT NULL, checkpoint bigint NOT NULL,
-                                     PRIMARY KEY (op, kg));
-CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
-                                       state integer NOT NULL, epoch bigint NOT NULL, value bytea,
-                                       PRIMARY KEY (op, kg, key, state, epoch));
-CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
-CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
-ALTER TABLE {epochs} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
-"""
-
-
-def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
-    """On the driver, when a job is submitted: the server answers, the tables exist (created if
-    not, under an advisory lock so that two jobs do not race), and the non-MVCC variant has
-    prepared transactions. Problems are :class:`~epochal.errors.PlanError`."""
-    sql = _sql()
-    try:
-        conn = connect(dsn, f"set_state_backend('postgres', table={table!r})")
-    except StateBackendError as exc:
-        raise PlanError(str(exc)) from exc
-    try:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"epochal-state:{table}",))
-            for statement in SCHEMA.strip().split(";\n"):
-                conn.execute(sql.SQL(statement.strip().rstrip(";")).format(**names(table)))
-        if not mvcc:
-            row = conn.execute("SHOW max_prepared_transactions").fetchone()
-            if not row or int(row[0]) < 1:
-                raise PlanError(
-                    f"set_state_backend('postgres'): the server ({describe(dsn)}) has max_prepared_transactions = 0; "
-                    "the backend pre-commits every checkpoint epoch as a prepared transaction (one per keyed "
-                    "operator subtask): set max_prepared_transactions (e.g. to 64) in postgresql.conf and restart "
-                    "the server, or use mvcc=True (no prepared transactions)")
-    except PlanError:
-        raise
-    except Exception as exc:
-        raise PlanError(f"set_state_backend('postgres'): cannot prepare the tables {table}* in "
-                        f"{describe(dsn)}: {first_line(exc)}") from exc
-    finally:
-        conn.close()
 
 
 class Fenced(StateBackendError):
@@ -171,7 +81,7 @@ class Store:
                     pass
 
     def _q(self, template: str, **extra: Any) -> Any:
-        return _sql().SQL(template).format(**self.t, **extra)
+        return psycopg_sql().SQL(template).format(**self.t, **extra)
 
     def _run(self, conn: Any, statement: Any, params: Any = None, *, fetch: bool = False,
              binary: bool = False) -> list[Any]:
@@ -322,7 +232,7 @@ class Store:
                     "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
                     "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
                     (self.op, kgs[start:end], keys[start:end], states[start:end], values[start:end]))
-            self._run(conn, _sql().SQL("PREPARE TRANSACTION {}").format(_sql().Literal(gid)))
+            self._run(conn, psycopg_sql().SQL("PREPARE TRANSACTION {}").format(psycopg_sql().Literal(gid)))
             return len(keys) + len(dkeys), written
         except BaseException:
             try:
@@ -363,7 +273,7 @@ class Store:
         ("busy") is waited for."""
         import psycopg
 
-        sql = _sql()
+        sql = psycopg_sql()
         statement = sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(sql.Literal(gid))
         deadline = time.monotonic() + 60
         while True:
@@ -403,8 +313,8 @@ class Store:
 
         try:
             with self.read.transaction():
-                self.read.execute(_sql().SQL("SET LOCAL lock_timeout = {}").format(
-                    _sql().Literal(f"{max(1, int(wait_s * 1000))}ms")))
+                self.read.execute(psycopg_sql().SQL("SET LOCAL lock_timeout = {}").format(
+                    psycopg_sql().Literal(f"{max(1, int(wait_s * 1000))}ms")))
                 self.read.execute(self._q(
                     "INSERT INTO {epochs} (op, kg, checkpoint, fence) SELECT %s, g, 0, %s "
                     "FROM generate_series(%s::int4, %s::int4) AS g "

@@ -1,0 +1,101 @@
+"""The PostgreSQL keyed-state backend's connection and tables: how a connection is opened (and
+what its errors say, never a password), the identifiers of the tables named after the backend's
+``table`` option, and :func:`ensure_schema`, which the driver runs when a job is submitted. The
+tables themselves are described in :mod:`epochal.state.postgres_store`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochal.errors import PlanError, StateBackendError
+
+
+def psycopg_sql() -> Any:
+    from psycopg import sql
+
+    return sql
+
+
+def names(table: str) -> dict[str, Any]:
+    """The identifiers of the backend's tables for the ``table`` option."""
+    sql = psycopg_sql()
+    schema, _, base = table.rpartition(".")
+
+    def ident(suffix: str) -> Any:
+        return sql.Identifier(schema, base + suffix) if schema else sql.Identifier(base + suffix)
+
+    return {"rows": ident(""), "operators": ident("_operators"), "states": ident("_states"),
+            "epochs": ident("_epochs"), "versions": ident("_versions"), "committed": ident("_committed"),
+            # an index is named without its schema (it lives in its table's)
+            "versions_by_epoch": sql.Identifier(base + "_versions_by_epoch")}
+
+
+def connect(dsn: str, what: str = "the PostgreSQL state backend") -> Any:
+    """An autocommit connection, or a :class:`StateBackendError` that says why not."""
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StateBackendError(f"{what}: cannot connect to PostgreSQL ({describe(dsn)}): {first_line(exc)}") from exc
+
+
+def describe(dsn: str) -> str:
+    """Host, port and database of ``dsn``, never its password."""
+    from epochal.connectors.postgres_sql import describe_target
+
+    return describe_target(dsn)
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {operators} (op serial PRIMARY KEY, ns text NOT NULL, uid text NOT NULL,
+                                        horizon bigint NOT NULL DEFAULT 0, UNIQUE (ns, uid));
+CREATE TABLE IF NOT EXISTS {states} (state serial PRIMARY KEY, op integer NOT NULL, name text NOT NULL,
+                                     UNIQUE (op, name));
+CREATE TABLE IF NOT EXISTS {rows} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
+                                   state integer NOT NULL, value bytea NOT NULL,
+                                   PRIMARY KEY (op, kg, key, state)) WITH (fillfactor = 80);
+CREATE TABLE IF NOT EXISTS {epochs} (op integer NOT NULL, kg integer NOT NULL, checkpoint bigint NOT NULL,
+                                     PRIMARY KEY (op, kg));
+CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL, key bytea NOT NULL,
+                                       state integer NOT NULL, epoch bigint NOT NULL, value bytea,
+                                       PRIMARY KEY (op, kg, key, state, epoch));
+CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
+CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
+ALTER TABLE {epochs} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
+"""
+
+
+def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
+    """On the driver, when a job is submitted: the server answers, the tables exist (created if
+    not, under an advisory lock so that two jobs do not race), and the non-MVCC variant has
+    prepared transactions. Problems are :class:`~epochal.errors.PlanError`."""
+    sql = psycopg_sql()
+    try:
+        conn = connect(dsn, f"set_state_backend('postgres', table={table!r})")
+    except StateBackendError as exc:
+        raise PlanError(str(exc)) from exc
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"epochal-state:{table}",))
+            for statement in SCHEMA.strip().split(";\n"):
+                conn.execute(sql.SQL(statement.strip().rstrip(";")).format(**names(table)))
+        if not mvcc:
+            row = conn.execute("SHOW max_prepared_transactions").fetchone()
+            if not row or int(row[0]) < 1:
+                raise PlanError(
+                    f"set_state_backend('postgres'): the server ({describe(dsn)}) has max_prepared_transactions = 0; "
+                    "the backend pre-commits every checkpoint epoch as a prepared transaction (one per keyed "
+                    "operator subtask): set max_prepared_transactions (e.g. to 64) in postgresql.conf and restart "
+                    "the server, or use mvcc=True (no prepared transactions)")
+    except PlanError:
+        raise
+    except Exception as exc:
+        raise PlanError(f"set_state_backend('postgres'): cannot prepare the tables {table}* in "
+                        f"{describe(dsn)}: {first_line(exc)}") from exc
+    finally:
+        conn.close()
