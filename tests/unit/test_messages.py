@@ -67,7 +67,6 @@ from epochal.runtime.host.mailbox import (
     PeerData,
     PeerEvent,
     PeerJoined,
-    QueriesWaiting,
 )
 from epochal.runtime.operators.inband import CheckpointBarrier
 
@@ -121,7 +120,6 @@ SAMPLES: dict[type, object] = {
     PeerClosed: PeerClosed(2, "closed the connection"),
     PeerJoined: PeerJoined(2, None, 1),
     JobMasterLost: JobMasterLost("the driver closed the control connection"),
-    QueriesWaiting: QueriesWaiting(),
     SnapshotUpload: SnapshotUpload(3, 0, 1, {"map-0": {"keyed": None, "operator": {"positions": [("s", 4)]}}},
                                    {"alignment_s": 0.0, "sync_s": 0.01}),
     HookPoint: HookPoint("after_ack", worker=1, job_attempt=0, checkpoint_id=3, processing_s=1.5,

@@ -17,6 +17,7 @@ import epochal
 from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.rest.state_routes import Routes
+from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries.committed import CommittedViews
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -274,8 +275,7 @@ def test_a_query_server_answers_a_client_over_tcp_between_polls():
     keys = mine(3)
     for i, key in enumerate(keys):
         backend.owned_table("v")[key_group_of(key, MAXP)][key] = i
-    woken = []
-    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, woken.append)
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
     server.attach([KeyedSource("u", 0, 2, backend)], restored=4)
     server.serving()
     stop = threading.Event()
@@ -305,6 +305,44 @@ def test_a_query_server_answers_a_client_over_tcp_between_polls():
         stop.set()
         thread.join()
         server.close()
+
+
+def test_a_sleeping_processing_thread_wakes_for_a_query_and_for_a_mailbox_event_and_nothing_else():
+    """:meth:`QueryServer.wait` sleeps in one epoll over the query sockets and the mailbox's
+    eventfd: a client's request or an event put by another thread ends it at once, a timeout
+    otherwise; a put while nobody sleeps writes no eventfd (the next sleep is not cut short)."""
+    backend = HeapKeyedStateBackend(MAXP, GROUPS)
+    backend.get_state(ValueStateDescriptor("v", queryable="values"))
+    mailbox = Mailbox()
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, mailbox)
+    server.attach([KeyedSource("u", 0, 2, backend)], restored=None)
+    server.serving()
+    try:
+        started = time.monotonic()
+        server.wait(0.05)
+        assert 0.04 <= time.monotonic() - started < 1.0  # nothing came: the timeout
+        mailbox.put("early")  # queued while nobody sleeps: the next sleep returns at once, no eventfd
+        started = time.monotonic()
+        server.wait(5.0)
+        assert time.monotonic() - started < 0.5 and mailbox.get_nowait() == "early"
+        server.wait(0.01)  # (and nothing is left to cut the next one short)
+        threading.Timer(0.1, mailbox.put, ("late",)).start()
+        started = time.monotonic()
+        server.wait(5.0)
+        assert 0.05 < time.monotonic() - started < 2.0 and mailbox.get_nowait() == "late"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            for _ in range(2):  # the connection, then its request
+                started = time.monotonic()
+                if _ == 1:
+                    threading.Timer(0.1, sock.sendall, (request_frame(TOKEN, pickle.dumps(
+                        Lookup(1, "values", ("k0",)))),)).start()
+                server.wait(5.0)
+                assert time.monotonic() - started < 2.0
+                server.poll()
+            assert server.answered == 1
+    finally:
+        server.close()
+        mailbox.close()
 
 
 def test_a_client_that_stops_reading_is_dropped_within_the_send_timeout_and_others_are_served(monkeypatch):

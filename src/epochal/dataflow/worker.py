@@ -64,7 +64,7 @@ from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.runtime.host.events import Registered, Tick
 from epochal.runtime.host.links import Bootstrap
-from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent, QueriesWaiting
+from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
@@ -168,7 +168,7 @@ class Worker(WorkerShell):
         if not keyed:  # nothing to query here
             return
         self.queries = QueryServer(self.bootstrap.token, self.index, self.bootstrap.bind_host,
-                                   deployment.graph.job.max_parallelism, self.mailbox.put)
+                                   deployment.graph.job.max_parallelism, self.mailbox)
         self.queries.attach(keyed, self.restore.checkpoint_id if self.restore is not None else None)
         self.data.safe_point = self.queries.poll
 
@@ -187,11 +187,6 @@ class Worker(WorkerShell):
     @_DATA.on(PeerEvent)
     def _on_event(self, event: PeerEvent) -> None:
         self.data.deliver_local(event.channel, False, event.event)
-
-    @_DATA.on(QueriesWaiting)
-    def _on_queries(self, event: QueriesWaiting) -> None:
-        if self.queries is not None:
-            self.queries.poll()
 
     @_DATA.on(PeerCredit)
     def _on_credit(self, event: PeerCredit) -> None:
@@ -345,10 +340,8 @@ class Worker(WorkerShell):
                 due = data.next_processing_time() if data.timed else None
                 if due is not None:  # a timer, an async result: wake for it
                     timeout = max(0.0, min(timeout, due - time.time()))
-                if queries is not None:  # its watcher wakes the loop when a query arrives
-                    queries.idle(True)
-                    self._drain_mailbox(timeout)
-                    queries.idle(False)
+                if queries is not None:  # wakes for a mailbox event or a query (handled next turn)
+                    queries.wait(timeout)
                 else:
                     self._drain_mailbox(timeout)
 

@@ -1,7 +1,7 @@
-"""What a worker's threads hand each other: mailbox events and snapshot upload jobs.
+"""What a worker's threads hand each other: the mailbox, its events, and snapshot upload jobs.
 
-The mailbox (a ``SimpleQueue``) is fed by one reader thread per peer connection and one for the
-control connection; the mailbox thread takes events out and dispatches on their type (see
+The mailbox (:class:`Mailbox`, a ``SimpleQueue`` underneath) is fed by one reader thread per peer
+connection and one for the control connection; the mailbox thread takes events out and dispatches on their type (see
 ``Worker._drain_mailbox``). A mailbox event is one of the classes below or a
 :class:`~epochal.messages.ToWorker` control message from the JobMaster, put in as it arrived.
 
@@ -17,6 +17,9 @@ The uploader thread has its own queue of :class:`SnapshotUpload` jobs (``None`` 
 
 from __future__ import annotations
 
+import os
+import queue
+import select
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,10 +82,68 @@ class JobMasterLost:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class QueriesWaiting:
-    """A query of a queryable state arrived while the processing thread waited for work
-    (:mod:`epochal.runtime.queries.server`): poll the query server."""
+MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | PeerJoined | JobMasterLost | ToWorker
 
 
-MailboxEvent = PeerData | PeerEvent | PeerCredit | PeerClosed | PeerJoined | JobMasterLost | QueriesWaiting | ToWorker
+class Mailbox:
+    """The worker's mailbox: any thread puts events in, the processing thread takes them out.
+
+    ``get``, ``get_nowait`` and ``empty`` are the ``SimpleQueue``'s own. The processing thread may
+    also wait for an event *and* for file descriptors of its own at once (:meth:`sleep`, used by
+    a worker whose query server must answer a query that arrives while it has no work): while it
+    sleeps there, a :meth:`put` also writes the mailbox's eventfd, which that wait watches. A put
+    while the processing thread works costs one flag test more than ``SimpleQueue.put``, and no
+    other thread is woken for a query that arrives while it works (it is answered at the next
+    safe point)."""
+
+    __slots__ = ("_queue", "get", "get_nowait", "empty", "_sleeping", "_fd")
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[MailboxEvent] = queue.SimpleQueue()
+        self.get = self._queue.get
+        self.get_nowait = self._queue.get_nowait
+        self.empty = self._queue.empty
+        self._sleeping = False
+        self._fd = -1
+
+    def put(self, event: MailboxEvent) -> None:
+        """Queue ``event`` (any thread); wake the processing thread if it sleeps in :meth:`sleep`."""
+        self._queue.put(event)
+        if self._sleeping:
+            try:
+                os.eventfd_write(self._fd, 1)
+            except OSError:  # closed: the worker is ending
+                pass
+
+    def wakeup_fd(self) -> int:
+        """The eventfd a :meth:`put` writes while the processing thread sleeps: register it (for
+        reading) in the poller handed to :meth:`sleep`."""
+        if self._fd < 0:
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        return self._fd
+
+    def sleep(self, poller: select.epoll, timeout: float) -> list[tuple[int, int]]:
+        """On the processing thread: wait up to ``timeout`` seconds until an event is queued or a
+        descriptor of ``poller`` (which holds :meth:`wakeup_fd`) is ready. Returns ``poller``'s
+        ready descriptors, the eventfd among them read back to zero ([] if an event was queued
+        already). May return early for no reason; the caller looks at its queue and descriptors."""
+        self._sleeping = True  # a put from now on writes the eventfd ...
+        try:
+            if not self._queue.empty():  # ... and one before was queued: seen here
+                return []
+            ready = poller.poll(timeout)
+        finally:
+            self._sleeping = False
+        for fd, _ in ready:
+            if fd == self._fd:
+                try:
+                    os.eventfd_read(self._fd)
+                except OSError:  # read meanwhile (or closed)
+                    pass
+        return ready
+
+    def close(self) -> None:
+        """Release the eventfd (the queue needs nothing)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)

@@ -27,7 +27,7 @@ from epochal.runtime.host.entry import WARMED_FOR, task_started
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send, StopWorker, Tick
 from epochal.runtime.host.hooks import HookPoint, WorkerHook
 from epochal.runtime.host.links import Bootstrap, ControlLink, accept_replacements, connect_peers
-from epochal.runtime.host.mailbox import JobMasterLost, MailboxEvent, PeerClosed, PeerJoined
+from epochal.runtime.host.mailbox import JobMasterLost, Mailbox, PeerClosed, PeerJoined
 from epochal.runtime.host.memory_limit import OUT_OF_MEMORY, MemoryLimit, WorkerMemoryLimitError, data_bytes
 from epochal.runtime.host.peers import PeerConnection
 from epochal.runtime.host.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
@@ -53,7 +53,7 @@ class WorkerShell:
         self.index = index
         self.task_attempt = task_attempt
         self.job_attempt = bootstrap.job_attempt
-        self.mailbox: queue.SimpleQueue[MailboxEvent] = queue.SimpleQueue()
+        self.mailbox = Mailbox()
         self.link: ControlLink | None = None
         self.listener: socket.socket | None = None
         self.peers: dict[int, PeerConnection] = {}
@@ -272,6 +272,7 @@ class WorkerShell:
             self.listener.close()
         if self.link is not None:
             self.link.close()
+        self.mailbox.close()
 
 
 def register_shell_executors(table: Dispatch) -> None:

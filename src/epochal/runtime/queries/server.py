@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.runtime.host.mailbox import QueriesWaiting
+from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries.committed import Views
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -57,7 +57,7 @@ from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 REFRESH_S = 0.2
 #: Seconds a reply may wait for a client that does not read.
 SEND_TIMEOUT_S = 2.0
-#: False answers queries on the watcher thread, at once, while the processing thread may be in
+#: False answers queries on a thread of their own, at once, while the processing thread may be in
 #: the middle of an update: the safe points switched off, for the test that shows they are needed
 #: (tests/integration/test_queryable_state.py, whose job switches it off in its workers). Every new
 #: server switches it on again: PySpark reuses worker processes.
@@ -80,13 +80,13 @@ class KeyedSource:
 class QueryServer:
     """The query server of worker ``worker`` of a job whose token is ``job_token``.
 
-    While the processing thread works it polls the server between batches. While it waits for
-    work (:meth:`idle`) a watcher thread waits on the same sockets and wakes it with
-    :class:`QueriesWaiting` (``wake``, the worker's mailbox), so an idle worker answers at once;
-    the watcher sleeps while the worker works, so it takes no turn at the interpreter then."""
+    While the processing thread works it polls the server between batches (:meth:`poll`). When
+    it has no work it sleeps in :meth:`wait`, one ``epoll`` over the query sockets and the
+    ``mailbox``'s eventfd, so a query that arrives then is answered at once, and no other thread
+    is woken (or takes the interpreter lock) for a query that arrives while it works."""
 
     def __init__(self, job_token: bytes, worker: int, bind_host: str, max_parallelism: int,
-                 wake: Callable[[QueriesWaiting], None] | None = None) -> None:
+                 mailbox: Mailbox | None = None) -> None:
         global SAFE_POINTS
         SAFE_POINTS = True
         self.machine = QueryMachine(query_token(job_token), worker)
@@ -109,42 +109,35 @@ class QueryServer:
         self._do: dict[type, Callable[[Any], None]] = {
             Reply: self._reply, ReadLive: self._read_live, ScanLive: self._scan_live,
             CloseConnection: self._close_connection}
-        self.wake = wake
-        self.waiting = threading.Event()  # set while the processing thread waits for work
+        self.mailbox = mailbox
         self.closed = False
-        self.watcher_poller = select.epoll()
-        self.watcher_poller.register(self.listener.fileno(), select.EPOLLIN)
-        self._watcher: int | None = None
-        if wake is not None:
-            threading.Thread(target=self._watch, name=f"epochal-queries-{worker}", daemon=True).start()
+        #: what :meth:`wait` sleeps on: the same sockets as :attr:`poller`, and the mailbox's eventfd
+        self.idle_poller = select.epoll()
+        self.idle_poller.register(self.listener.fileno(), select.EPOLLIN)
+        if mailbox is not None:
+            self.idle_poller.register(mailbox.wakeup_fd(), select.EPOLLIN)
+        #: the thread answering at once while :data:`SAFE_POINTS` is off (the test switch)
+        self._unsafe: int | None = None
 
-    def idle(self, waiting: bool) -> None:
-        """The processing thread is about to wait for work (True), or works again (False)."""
-        if waiting:
-            self.waiting.set()
+    def wait(self, timeout: float) -> None:
+        """On the processing thread, which has no work: sleep up to ``timeout`` seconds, until a
+        mailbox event, a query or a client arrives. The caller then drains its mailbox and polls."""
+        if self.mailbox is None:
+            self.idle_poller.poll(timeout)
         else:
-            self.waiting.clear()
+            self.mailbox.sleep(self.idle_poller, timeout)
 
-    def _watch(self) -> None:
-        """While the processing thread waits: wake it when a query (or a client) arrives."""
-        self._watcher = threading.get_ident()
-        while not self.closed:
-            if not SAFE_POINTS:  # (the test switch: answer here, whatever the processing thread does)
-                try:
-                    if self.watcher_poller.poll(0.05):
-                        self.poll()
-                except (OSError, ValueError):
-                    return
-                continue
-            if not self.waiting.wait(0.5):
-                continue
+    def _answer_unsafely(self) -> None:
+        """The test switch (:data:`SAFE_POINTS` off): answer every query at once on this thread,
+        whatever the processing thread is doing, as Flink's queryable state did."""
+        self._unsafe = threading.get_ident()
+        while not self.closed and not SAFE_POINTS:
+            time.sleep(0.0005)
             try:
-                ready = self.watcher_poller.poll(0.5)
+                self.poll()
             except (OSError, ValueError):  # closed
                 return
-            if ready and self.waiting.is_set() and not self.closed:
-                self.waiting.clear()
-                self.wake(QueriesWaiting())  # type: ignore[misc]
+        self._unsafe = None
 
     # ------------------------------------------------------------------ set-up and checkpoints
     def attach(self, sources: Iterable[KeyedSource], restored: int | None) -> None:
@@ -201,7 +194,10 @@ class QueryServer:
     def poll(self) -> None:
         """Accept connections and answer every complete request received (never blocks). Until a
         state is declared queryable, only every :data:`REFRESH_S` (a clock read otherwise)."""
-        if not SAFE_POINTS and threading.get_ident() != self._watcher:
+        if not SAFE_POINTS and threading.get_ident() != self._unsafe:
+            if self._unsafe is None:  # (the test switch was just turned off)
+                self._unsafe = -1
+                threading.Thread(target=self._answer_unsafely, name="epochal-queries-unsafe", daemon=True).start()
             return
         if not self.machine.states:
             now = time.monotonic()
@@ -251,7 +247,7 @@ class QueryServer:
             self.connections[fd] = sock
             self.buffers[fd] = bytearray()
             self.poller.register(fd, select.EPOLLIN)
-            self.watcher_poller.register(fd, select.EPOLLIN)
+            self.idle_poller.register(fd, select.EPOLLIN)
 
     def _receive(self, fd: int) -> None:
         sock = self.connections.get(fd)
@@ -322,7 +318,7 @@ class QueryServer:
                 pass
         self.buffers.pop(instruction.conn, None)
         if sock is not None:
-            for poller in (self.poller, self.watcher_poller):
+            for poller in (self.poller, self.idle_poller):
                 try:
                     poller.unregister(instruction.conn)
                 except (OSError, ValueError):
@@ -348,12 +344,11 @@ class QueryServer:
 
     def close(self) -> None:
         self.closed = True
-        self.waiting.set()
         for conn in list(self.connections):
             self._close_connection(CloseConnection(conn))
         try:
             self.poller.close()
-            self.watcher_poller.close()
+            self.idle_poller.close()
         finally:
             self.listener.close()
 
