@@ -12,6 +12,7 @@ the thread only waits for its report.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 import time
@@ -118,10 +119,15 @@ class Uploader:
 
     def _run(self) -> None:
         while (upload := self.jobs.get()) is not None:
-            if isinstance(upload, ForkedSnapshot):
-                self.forked(upload)
-            else:
-                self.upload(upload)
+            try:
+                if isinstance(upload, ForkedSnapshot):
+                    self.forked(upload)
+                else:
+                    self.upload(upload)
+            except OSError as error:
+                if getattr(error, "errno", None) != errno.EBADF:
+                    raise
+                return  # the control connection was closed: the task ends, nobody waits for this
 
     def forked(self, snapshot: ForkedSnapshot) -> None:
         """Wait for a forked snapshot's child to report, then acknowledge (or decline)."""
