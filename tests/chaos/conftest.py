@@ -41,14 +41,21 @@ EXTERNAL = {"postgres", "postgres-mvcc"}
 
 
 def backends_for(function: object) -> list[str]:
-    """The backends a test runs on: all, but the external ones for a test of keyed-state files."""
-    files = any(getattr(m, "name", "") == "keyed_state_files" for m in getattr(function, "pytestmark", []))
+    """The backends a test runs on: those its ``backends`` mark names, else all, but the external
+    ones for a test of keyed-state files."""
+    marks = getattr(function, "pytestmark", [])
+    for mark in marks:
+        if getattr(mark, "name", "") == "backends":
+            return list(mark.args)
+    files = any(getattr(m, "name", "") == "keyed_state_files" for m in marks)
     return [b for b in BACKENDS if not (files and b in EXTERNAL)]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "keyed_state_files: the test reads or damages keyed state's checkpoint "
                                        "files (not run on backends that keep keyed state in a database)")
+    config.addinivalue_line("markers", "backends(*names): the only backends the test runs on (a test that shows a "
+                                       "mechanism is necessary needs one; CI time)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -118,6 +118,7 @@ def test_read_committed_never_goes_back_across_worker_kills(make_env, tmp_path, 
     assert seen.committed[-1][0] is not None and highest and len(highest) == KEYS
 
 
+@pytest.mark.backends("rocksdb")  # that the views are needed shows on one backend
 def test_without_committed_views_read_committed_goes_back(make_env, tmp_path):
     seen, _ = run_with_kills(make_env, tmp_path, broken=True)
     highest: dict[str, int] = {}
