@@ -4,6 +4,7 @@ database: epochs, one prepared transaction at a time, completion, aborts, restor
 from __future__ import annotations
 
 from epochal.state.postgres_epochs import SKIP, WAIT, EpochLog, Gid, UploadPlan, gid_prefix, parse_gid, resolve
+from epochal.state.postgres_spill import merge
 
 
 def changes(**values):
@@ -42,7 +43,7 @@ def test_an_aborted_prepared_epoch_is_rolled_back_and_goes_with_the_next_checkpo
     assert log.aborted(1) == "g1"  # the caller rolls g1 back
     plan = log.plan(2)
     assert [e.checkpoint_id for e in plan.epochs] == [1, 2]
-    assert plan.merged() == {(1, 0): {b"a": b"2", b"b": b"1"}}  # the newer value wins
+    assert list(merge(plan.layers())) == [(0, b"a", 1, b"2"), (0, b"b", 1, b"1")]  # the newer value wins
     assert log.prepared(plan, "g2")
     commit, done = log.completed(2)
     assert commit == ["g2"] and [e.checkpoint_id for e in done] == [1, 2]

@@ -6,9 +6,10 @@ triggerSnapshot() is invoked. Once the global snapshot is complete, then pre-com
 fully-committed". For one keyed operator subtask that is:
 
 - **Epochs.** Between two barriers the subtask's changes collect in its write-ahead log (in
-  memory). At the barrier of checkpoint *n* the log is frozen as epoch *n* (:meth:`EpochLog.begin`)
-  and a new one starts. An epoch stays readable (the subtask reads its own uncommitted changes
-  first) until a completed checkpoint has committed it.
+  memory, past a budget spilled to local disk: :mod:`epochal.state.postgres_spill`; an epoch
+  carries its spilled part, opaque here). At the barrier of checkpoint *n* the log is frozen as
+  epoch *n* (:meth:`EpochLog.begin`) and a new one starts. An epoch stays readable (the
+  subtask reads its own uncommitted changes first) until a completed checkpoint has committed it.
 - **Upload.** The uploader thread writes every epoch not yet held by a prepared transaction, oldest
   first, and prepares them as one transaction ``PREPARE TRANSACTION '<gid of n>'``
   (:meth:`EpochLog.plan`, :meth:`EpochLog.prepared`). A prepared transaction keeps its row locks,
@@ -44,6 +45,8 @@ from typing import Any, NamedTuple
 
 #: (state id, key group) -> stored key -> stored value, or None for a removed key
 Changes = dict[tuple[int, int], dict[bytes, Any]]
+#: one change as an upload writes it: (key group, stored key, state id, stored value or None: removed)
+Entry = tuple[int, bytes, int, "bytes | None"]
 
 
 class _Signal:
@@ -65,11 +68,16 @@ class Epoch:
     """The changes between two barriers, frozen at checkpoint ``checkpoint_id``'s barrier.
 
     ``holder``: the checkpoint whose transaction holds them (prepared, or in the MVCC variant
-    written); None while no upload has written them."""
+    written); None while no upload has written them. ``spill``: those of the changes that left
+    memory (a :class:`~epochal.state.postgres_spill.SpilledChanges`, older than ``changes``; None
+    if none did), and ``size`` the driver's estimate of the bytes ``changes`` holds in memory:
+    both the driver's, never read here."""
 
     checkpoint_id: int
     changes: Changes
     holder: int | None = None
+    spill: Any = None
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,19 +87,11 @@ class UploadPlan:
     checkpoint_id: int
     epochs: tuple[Epoch, ...]
 
-    def merged(self) -> Changes:
-        """The changes of every epoch, a later value of a key replacing an earlier one."""
-        if len(self.epochs) == 1:
-            return self.epochs[0].changes
-        out: Changes = {}
-        for epoch in self.epochs:
-            for slot, entries in epoch.changes.items():
-                mine = out.get(slot)
-                if mine is None:
-                    out[slot] = dict(entries)
-                else:
-                    mine.update(entries)
-        return out
+    def layers(self) -> list[tuple[Changes, Any]]:
+        """(changes in memory, spilled changes or None) of every epoch, newest first: what
+        :func:`epochal.state.postgres_spill.merge` streams (taken under the backend's lock: a
+        spill moves an epoch's changes from the first to the second)."""
+        return [(epoch.changes, epoch.spill) for epoch in reversed(self.epochs)]
 
 
 @dataclass
@@ -110,9 +110,10 @@ class EpochLog:
     #: the newest checkpoint completed (0: none)
     committed: int = 0
 
-    def begin(self, checkpoint_id: int, changes: Changes) -> Epoch:
-        """Checkpoint ``checkpoint_id``'s barrier: the write-ahead log so far becomes its epoch."""
-        epoch = Epoch(checkpoint_id, changes)
+    def begin(self, checkpoint_id: int, changes: Changes, spill: Any = None, size: int = 0) -> Epoch:
+        """Checkpoint ``checkpoint_id``'s barrier: the write-ahead log so far (``changes`` in
+        memory, ``spill`` on disk) becomes its epoch."""
+        epoch = Epoch(checkpoint_id, changes, spill=spill, size=size)
         self.epochs.append(epoch)
         return epoch
 
