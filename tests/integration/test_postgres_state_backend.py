@@ -435,10 +435,17 @@ def test_a_worker_of_a_failed_attempt_that_still_runs_cannot_write_after_the_res
     assert counts(again, KEYS + ["zombie-only"]) == expected and prepared(postgres, again) == []
 
 
-def test_a_restore_waits_for_an_upload_in_flight_of_a_failed_attempt_and_rolls_it_back(make_backend, postgres):
-    """The zombie's upload began before the restore (it holds the key groups' markers): the
-    restore waits until it prepared, rolls it back and takes the fence; nothing of it stays."""
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_backend, postgres, monkeypatch, ended):
+    """The zombie's upload began before the restore and stalls (it holds the key groups'
+    markers): the restore terminates its connection (found by its application_name), which rolls
+    its transaction back, and takes the fence at once; the zombie's upload fails and nothing of it
+    stays. Where its connection cannot be ended (``ended`` False: as if the role may not signal
+    it) the restore waits until the upload prepared, and rolls it back."""
     import threading
+    import time
+
+    from epochal.state.postgres_store import Store
 
     zombie = make_backend()
     add(zombie, KEYS)
@@ -457,19 +464,37 @@ def test_a_restore_waits_for_an_upload_in_flight_of_a_failed_attempt_and_rolls_i
 
     zombie.store._run = gated
     uploaded = []
-    upload = threading.Thread(target=lambda: uploaded.append(late.upload(None, 2, "x")))
-    upload.start()
+
+    def upload():
+        try:
+            uploaded.append(late.upload(None, 2, "x"))
+        except StateBackendError as exc:
+            uploaded.append(exc)
+
+    uploading = threading.Thread(target=upload)
+    uploading.start()
     assert reached.wait(30)  # written, about to prepare, the markers locked
+    if not ended:
+        monkeypatch.setattr(Store, "end_earlier_sessions", lambda self: [])
     started = []
+    began = time.monotonic()
     restore = threading.Thread(target=lambda: started.append(make_backend(restore=source1, attempt=1)))
     restore.start()
-    restore.join(1.0)
-    assert restore.is_alive()  # waiting for the markers
-    go.set()
-    upload.join(30)
-    restore.join(30)
-    assert uploaded and started, "the zombie's upload or the restore did not finish"
+    restore.join(5.0 if ended else 1.0)
+    if ended:
+        took = time.monotonic() - began
+        assert started, "the restore waited for the zombie's upload"
+        assert took < 5.0
+        go.set()
+        uploading.join(30)
+        assert isinstance(uploaded[0], StateBackendError)  # its connection was terminated
+    else:
+        assert restore.is_alive()  # waiting for the markers
+        go.set()
+        uploading.join(30)
+        restore.join(30)
+        assert uploaded and started, "the zombie's upload or the restore did not finish"
+        assert started[0].started["resolved_while_fencing"] == [uploaded[0]["gid"]]
     restored = started[0]
-    assert restored.started["resolved_while_fencing"] == [uploaded[0]["gid"]]
     assert prepared(postgres, restored) == []
     assert counts(restored, KEYS + ["zombie-only"]) == {**dict.fromkeys(KEYS, 1), "zombie-only": None}

@@ -3,7 +3,18 @@ database: epochs, one prepared transaction at a time, completion, aborts, restor
 
 from __future__ import annotations
 
-from epochal.state.postgres_epochs import SKIP, WAIT, EpochLog, Gid, UploadPlan, gid_prefix, parse_gid, resolve
+from epochal.state.postgres_epochs import (
+    SKIP,
+    WAIT,
+    EpochLog,
+    Gid,
+    Session,
+    UploadPlan,
+    gid_prefix,
+    parse_gid,
+    parse_session,
+    resolve,
+)
 from epochal.state.postgres_spill import merge
 
 
@@ -109,3 +120,15 @@ def test_a_restore_commits_up_to_the_restored_checkpoint_and_rolls_back_later_on
     commit, rollback = resolve(old, 5, range(43, 86))  # overlaps both old subtasks
     assert commit == [old[0], old[1]] and rollback == [old[2], old[3]]
     assert resolve(old, None, range(0, 128)) == ([], old)  # a start without this backend's checkpoint
+
+
+def test_a_session_name_fits_postgresql_and_names_the_earlier_starts_of_the_key_groups():
+    prefix = gid_prefix("epochal_state", "job", "count")
+    new = Session(prefix, 32768, 65536, (1 << 62) - 1)
+    assert len(str(new)) <= 63 and parse_session(str(new), prefix) == new
+    assert parse_session(str(new), gid_prefix("epochal_state", "job", "other")) is None
+    assert parse_session("psql", prefix) is None
+    old = Session(prefix, 0, 40000, 7)
+    assert old.earlier_than(new) and not new.earlier_than(new)  # the start itself is not ended
+    assert not Session(prefix, 0, 32768, 7).earlier_than(new)  # other key groups
+    assert not Session(gid_prefix("epochal_state", "job", "other"), 0, 40000, 7).earlier_than(new)

@@ -56,7 +56,7 @@ from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
 from epochal.runtime.checkpointing.alignment import local_directory
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.postgres_epochs import Changes, EpochLog, gid_prefix
+from epochal.state.postgres_epochs import Changes, EpochLog, Session, gid_prefix
 from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
 from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory, merge
@@ -152,9 +152,10 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
                     f"mvcc={not self.mvcc}), or move between the variants through a savepoint")
             self.namespace = own[0]["namespace"]
             self.table = own[0].get("table", self.table)
-        self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what)
-        self.store.register(self.namespace, self.uid)
         self.prefix = gid_prefix(self.table, self.namespace, self.uid)
+        self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what,
+                           Session(self.prefix, self.key_groups.start, self.key_groups.stop, self.fence))
+        self.store.register(self.namespace, self.uid)
         self.spill_directory = SpillDirectory(self.config.local_dir or local_directory(),
                                               f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
         self.started["spills_removed"] = len(self.spill_directory.sweep())  # those of killed workers

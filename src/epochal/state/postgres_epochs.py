@@ -224,6 +224,39 @@ def parse_gid(gid: str, prefix: str) -> Gid | None:
     return Gid(prefix, first, end, checkpoint, attempt)
 
 
+class Session(NamedTuple):
+    """The ``application_name`` of one subtask start's connections:
+    ``<prefix>:<first key group>-<end key group>:f<fencing token, hex>``, so that a later start
+    of the key groups can find the connections of an earlier one (a zombie's upload that holds
+    their markers) in ``pg_stat_activity`` and end them. At most 63 bytes (PostgreSQL's limit)."""
+
+    prefix: str
+    first: int
+    end: int
+    fence: int
+
+    def __str__(self) -> str:
+        return f"{self.prefix}:{self.first}-{self.end}:f{self.fence:x}"
+
+    def earlier_than(self, other: Session) -> bool:
+        """Whether this is another start's session (another fence) of key groups ``other`` takes."""
+        return (self.prefix == other.prefix and self.fence != other.fence
+                and self.first < other.end and other.first < self.end)
+
+
+_SESSION = re.compile(r"(\d+)-(\d+):f([0-9a-f]+)")
+
+
+def parse_session(name: str, prefix: str) -> Session | None:
+    """``name`` (an ``application_name``) if it is a session of ``prefix``'s, else None."""
+    if not name.startswith(prefix + ":"):
+        return None
+    match = _SESSION.fullmatch(name[len(prefix) + 1:])
+    if match is None:
+        return None
+    return Session(prefix, int(match.group(1)), int(match.group(2)), int(match.group(3), 16))
+
+
 def resolve(prepared: list[Gid], restored: int | None, key_groups: range) -> tuple[list[Gid], list[Gid]]:
     """At a subtask's start, of the transactions earlier attempts left prepared: those whose key
     groups overlap ``key_groups`` to commit (checkpoints up to ``restored``, oldest first) and to

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from epochal.errors import StateBackendError
-from epochal.state.postgres_epochs import Entry, Gid, parse_gid
+from epochal.state.postgres_epochs import Entry, Gid, Session, parse_gid, parse_session
 from epochal.state.postgres_schema import connect, describe, first_line, names, psycopg_sql
 
 #: Rows per statement when an epoch or a restore is written.
@@ -57,21 +57,27 @@ class Store:
     for the processing thread (reads, commits, restores), ``write`` for the uploader thread (an
     epoch's transaction). Errors become :class:`StateBackendError`."""
 
-    def __init__(self, dsn: str, table: str, mvcc: bool, what: str) -> None:
+    def __init__(self, dsn: str, table: str, mvcc: bool, what: str, session: Session | None = None) -> None:
         self.dsn = dsn
         self.table = table
         self.mvcc = mvcc
         self.what = what
+        #: the name of both connections in ``pg_stat_activity`` (:meth:`end_earlier_sessions`)
+        self.session = session
         self.t = names(table)
-        self.read = connect(dsn, what)
+        self.read = connect(dsn, what, self._name)
         self._write: Any = None
         self.op = 0
 
     @property
     def write(self) -> Any:
         if self._write is None:
-            self._write = connect(self.dsn, self.what)
+            self._write = connect(self.dsn, self.what, self._name)
         return self._write
+
+    @property
+    def _name(self) -> str | None:
+        return None if self.session is None else str(self.session)
 
     def close(self) -> None:
         for conn in (self.read, self._write):
@@ -317,6 +323,25 @@ class Store:
             return False
         except psycopg.Error as exc:
             raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
+
+    def end_earlier_sessions(self) -> list[int]:
+        """End (``pg_terminate_backend``) the connections of every earlier start of key groups
+        this start (:attr:`session`) takes: a zombie's upload that holds their markers is rolled
+        back at once and its locks released, instead of being waited for. Returns the server
+        processes ended; none where the role may not signal them (then the caller waits)."""
+        mine = self.session
+        if mine is None:
+            return []
+        rows = self._run(self.read, "SELECT pid, application_name FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND starts_with(application_name, %s) AND pid <> "
+                                    "pg_backend_pid()", (mine.prefix + ":",), fetch=True)
+        earlier = [pid for pid, name in rows
+                   if (other := parse_session(name, mine.prefix)) is not None and other.earlier_than(mine)]
+        if not earlier:
+            return []
+        ended = self._run(self.read, "SELECT pid FROM unnest(%s::int4[]) AS pid WHERE pg_terminate_backend(pid)",
+                          (earlier,), fetch=True)
+        return [pid for (pid,) in ended]
 
     def set_markers(self, groups: range, checkpoint_id: int) -> None:
         self._run(self.read, self._q(
