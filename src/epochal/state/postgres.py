@@ -54,7 +54,6 @@ from typing import Any
 
 from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
-from epochal.runtime.checkpointing.alignment import local_directory
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
 from epochal.state.postgres_epochs import Changes, EpochLog, Session, gid_prefix
 from epochal.state.postgres_restore import resolve_restore, start_fresh
@@ -156,7 +155,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what,
                            Session(self.prefix, self.key_groups.start, self.key_groups.stop, self.fence))
         self.store.register(self.namespace, self.uid)
-        self.spill_directory = SpillDirectory(self.config.local_dir or local_directory(),
+        from epochal.state.backends import local_root
+
+        self.spill_directory = SpillDirectory(local_root(self.config),
                                               f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
         self.started["spills_removed"] = len(self.spill_directory.sweep())  # those of killed workers
         if own:
