@@ -213,14 +213,20 @@ def gid_prefix(table: str, namespace: str, uid: str) -> str:
 _GID = re.compile(r"(\d+)-(\d+):c(\d+):a(\d+)")
 
 
+def _after_prefix(name: str, prefix: str, pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """The groups of ``pattern`` matching what follows ``<prefix>:`` in ``name``, or None."""
+    if not name.startswith(prefix + ":"):
+        return None
+    match = pattern.fullmatch(name[len(prefix) + 1:])
+    return None if match is None else match.groups()
+
+
 def parse_gid(gid: str, prefix: str) -> Gid | None:
     """``gid`` if it is one of ``prefix``'s, else None."""
-    if not gid.startswith(prefix + ":"):
+    groups = _after_prefix(gid, prefix, _GID)
+    if groups is None:
         return None
-    match = _GID.fullmatch(gid[len(prefix) + 1:])
-    if match is None:
-        return None
-    first, end, checkpoint, attempt = map(int, match.groups())
+    first, end, checkpoint, attempt = map(int, groups)
     return Gid(prefix, first, end, checkpoint, attempt)
 
 
@@ -249,12 +255,10 @@ _SESSION = re.compile(r"(\d+)-(\d+):f([0-9a-f]+)")
 
 def parse_session(name: str, prefix: str) -> Session | None:
     """``name`` (an ``application_name``) if it is a session of ``prefix``'s, else None."""
-    if not name.startswith(prefix + ":"):
+    groups = _after_prefix(name, prefix, _SESSION)
+    if groups is None:
         return None
-    match = _SESSION.fullmatch(name[len(prefix) + 1:])
-    if match is None:
-        return None
-    return Session(prefix, int(match.group(1)), int(match.group(2)), int(match.group(3), 16))
+    return Session(prefix, int(groups[0]), int(groups[1]), int(groups[2], 16))
 
 
 def resolve(prepared: list[Gid], restored: int | None, key_groups: range) -> tuple[list[Gid], list[Gid]]:
