@@ -9,6 +9,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from epochal.config import StateBackendConfig
+from epochal.errors import PlanError
 from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory, entry_key, merge, sorted_changes
 
 
@@ -72,3 +76,10 @@ def test_the_sweep_removes_the_spill_directories_of_processes_that_are_gone(tmp_
     spill.remove()
     mine.remove()
     assert os.listdir(mine.base) == []
+
+
+def test_the_budget_is_an_option_of_the_postgres_backend():
+    assert StateBackendConfig(kind="postgres", dsn="host=db").wal_memory_bytes == 256 << 20
+    assert StateBackendConfig(kind="postgres", dsn="host=db", wal_memory_bytes=0).wal_memory_bytes == 0
+    with pytest.raises(PlanError, match="wal_memory_bytes"):
+        StateBackendConfig(kind="postgres", dsn="host=db", wal_memory_bytes=-1)
