@@ -160,22 +160,24 @@ class Driver:
 
 
 def run(spark: Any, args: argparse.Namespace, experiment: str, backend: str, keys: int, parallelism: int,
-        repeat: int, kill: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        repeat: int, kill: bool, cache_entries: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One job: checkpoints until ``--checkpoints`` steady ones completed, then (``kill``) a
     worker killed and the restored job's first checkpoint. Returns the run's row and its
-    checkpoints' rows."""
+    checkpoints' rows. ``cache_entries``: the PostgreSQL backends' read cache (0: its default)."""
     storage_dir = tempfile.mkdtemp(prefix="epochal-fig9-", dir=args.tmp)
     env = epochal.Environment(parallelism, spark=spark)
     extra: dict[str, Any] = {"local_dir": storage_dir} if backend == "rocksdb" else {}
     if BACKENDS[backend]["kind"] == "postgres":
         extra["dsn"] = args.dsn
+        if cache_entries:
+            extra["cache_entries"] = cache_entries
     env.set_state_backend(**BACKENDS[backend], **extra)
     env.enable_checkpointing(args.interval, storage=storage_dir, retained=10_000, timeout=args.checkpoint_timeout)
     env.set_restart_strategy(FixedDelayRestart(attempts=1, delay=args.restart_delay))
     hot = min(keys, args.hot_keys) if args.hot_keys else max(1, int(keys * args.hot))
     build(env, keys, hot)
     tags = {"experiment": experiment, "backend": backend, "keys": keys, "hot_keys": hot,
-            "parallelism": parallelism, "repeat": repeat}
+            "parallelism": parallelism, "repeat": repeat, "cache_entries": cache_entries}
     load = os.getloadavg()[0]
     cpu = ForkAwareCpuWatch()
     started = time.monotonic()
@@ -235,22 +237,23 @@ def run(spark: Any, args: argparse.Namespace, experiment: str, backend: str, key
 
 
 def summarise(runs: list[dict[str, Any]], checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (experiment, backend, keys, parallelism): medians over the steady checkpoints
-    (and over the runs, for recovery)."""
+    """One row per (experiment, backend, keys, parallelism, cache_entries): medians over the
+    steady checkpoints (and over the runs, for recovery)."""
     summary = []
-    groups = sorted({(r["experiment"], r["backend"], r["keys"], r["parallelism"]) for r in runs},
-                    key=lambda g: (g[0], list(BACKENDS).index(g[1]), g[2], g[3]))
-    for experiment, backend, keys, parallelism in groups:
+    groups = sorted({(r["experiment"], r["backend"], r["keys"], r["parallelism"], r["cache_entries"]) for r in runs},
+                    key=lambda g: (g[0], list(BACKENDS).index(g[1]), g[2], g[3], g[4]))
+    for experiment, backend, keys, parallelism, cache in groups:
         def mine(rows: list[dict[str, Any]], e: str = experiment, b: str = backend, k: int = keys,
-                 p: int = parallelism) -> list[dict[str, Any]]:
-            return [r for r in rows if (r["experiment"], r["backend"], r["keys"], r["parallelism"]) == (e, b, k, p)]
+                 p: int = parallelism, c: int = cache) -> list[dict[str, Any]]:
+            return [r for r in rows if (r["experiment"], r["backend"], r["keys"], r["parallelism"],
+                                        r["cache_entries"]) == (e, b, k, p, c)]
 
         done = [c for c in mine(checkpoints) if c["status"] == "completed"]
         steady = [c for c in done if c["phase"] == "steady"]
         restored = [c for c in done if c["phase"] == "restored"]
         my_runs = mine(runs)
         row = {"experiment": experiment, "backend": backend, "keys": keys, "parallelism": parallelism,
-               "runs": len(my_runs), "ok_runs": sum(1 for r in my_runs if r["status"] == "ok"),
+               "cache_entries": cache, "runs": len(my_runs), "ok_runs": sum(1 for r in my_runs if r["status"] == "ok"),
                "steady_checkpoints": len(steady),
                "aborted_checkpoints": sum(1 for c in mine(checkpoints) if c["status"] != "completed"),
                "state_mb": max((c["state_bytes"] for c in steady), default=0) / 1e6,
@@ -278,8 +281,10 @@ def plot(summary: list[dict[str, Any]], out: Path, title: str) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     sizes = [r for r in summary if r["experiment"] == "sizes"]
+    first_cache = {r["backend"]: r["cache_entries"] for r in reversed(sizes)}  # one line per backend: its first
     for backend, marker in zip(BACKENDS, "os^Dv", strict=True):
-        rows = sorted((r for r in sizes if r["backend"] == backend), key=lambda r: r["keys"])
+        rows = sorted((r for r in sizes if r["backend"] == backend and r["cache_entries"] == first_cache.get(backend)),
+                      key=lambda r: r["keys"])
         if not rows:
             continue
         xs = [r["keys"] for r in rows]
@@ -342,16 +347,20 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints and RocksDB go (default: the temp dir)")
     parser.add_argument("--out", default="benchmarks/results/state-snapshots")
+    parser.add_argument("--cache-entries", type=int, nargs="+", default=[0],
+                        help="the PostgreSQL backends' read cache (values per subtask; 0: the default); each "
+                             "value is a run of its own, beside the others")
     parser.add_argument("--dsn", default=None, help="the PostgreSQL server of the postgres backends (default: "
                                                     "one started for the run, tests/postgres_server.py)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    plan = [("sizes", b, k, args.parallelism, True) for k in args.sizes for b in args.backends
+    plan = [("sizes", b, k, args.parallelism, True, c) for k in args.sizes for b in args.backends
+            for c in (args.cache_entries if BACKENDS[b]["kind"] == "postgres" else [0])
             if "sizes" in args.experiments]
-    plan += [("parallelism", args.align_backend, args.align_keys, p, False) for p in args.align_parallelism
+    plan += [("parallelism", args.align_backend, args.align_keys, p, False, 0) for p in args.align_parallelism
              if "parallelism" in args.experiments]
-    slots = max([2, *(p for *_, p, _ in plan)])
+    slots = max([2, *(p for *_, p, _, _ in plan)])
     about = f"{machine()}; Spark local[{slots}]"
     (out / "machine.txt").write_text(about + "\n")
     print(about, flush=True)
@@ -373,13 +382,14 @@ def main() -> None:
     checkpoints: list[dict[str, Any]] = []
     try:
         for repeat in range(args.repeats):
-            for experiment, backend, keys, parallelism, kill in plan:
-                row, rows = run(spark, args, experiment, backend, keys, parallelism, repeat, kill)
+            for experiment, backend, keys, parallelism, kill, cache in plan:
+                row, rows = run(spark, args, experiment, backend, keys, parallelism, repeat, kill, cache)
                 runs.append(row)
                 checkpoints.extend(rows)
                 steady = [c for c in rows if c["phase"] == "steady"]
                 state_mb = max((c["state_bytes"] for c in steady), default=0) / 1e6
-                print(f"[{repeat}] {experiment:>11} {backend:>16} {keys:>9,} keys p={parallelism}: {row['status']}, "
+                print(f"[{repeat}] {experiment:>11} {backend:>16} {keys:>9,} keys p={parallelism}"
+                      + (f" cache {cache:,}" if cache else "") + f": {row['status']}, "
                       f"{row['seconds']:5.1f} s, state {state_mb:6.1f} MB, "
                       f"snapshot {median(c['duration_s'] for c in steady):5.2f} s (stall "
                       f"{median(c['sync_s_max'] for c in steady) * 1e3:5.1f} ms), alignment "

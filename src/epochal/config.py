@@ -209,6 +209,7 @@ class StateBackendConfig:
             at most ``full_every`` files per old subtask).
         local_dir: RocksDB: where the databases live (None: Spark's local directory, else the
             temp directory); local disk, with room for the state and its local checkpoints.
+            PostgreSQL: where the write-ahead log spills.
         write_buffer_bytes, block_cache_bytes: RocksDB: memtable size per state, and the read
             cache per operator subtask (with the OS page cache, what bounds its memory).
         dsn: PostgreSQL (``kind="postgres"``): the libpq connection string or URI of the database
@@ -227,6 +228,10 @@ class StateBackendConfig:
             advances the committed epoch, and any retained checkpoint can be restored.
         cache_entries: PostgreSQL: how many values of the database each keyed operator subtask
             keeps in its read cache (whole key groups are dropped when it is full).
+        wal_memory_bytes: PostgreSQL: how many bytes of changes not yet committed (this epoch's
+            write-ahead log and the epochs waiting for their checkpoint, estimated per key) each
+            keyed operator subtask keeps in memory; past it they are spilled to local disk under
+            ``local_dir`` (:mod:`epochal.state.postgres_spill`).
         retained: PostgreSQL with ``mvcc``: versions needed by the last ``retained`` completed
             checkpoints are kept, older ones collected (``execute`` sets it from
             ``enable_checkpointing(retained=...)``).
@@ -245,6 +250,7 @@ class StateBackendConfig:
     mvcc: bool = False
     cache_entries: int = 2_000_000
     retained: int = 1
+    wal_memory_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         from epochal.errors import PlanError
@@ -264,6 +270,7 @@ class StateBackendConfig:
             if not isinstance(self.mvcc, bool):
                 raise PlanError(f"mvcc must be True or False, got {self.mvcc!r}")
             check_number(self.cache_entries, "cache_entries", minimum=0, strict=False, integer=True)
+            check_number(self.wal_memory_bytes, "wal_memory_bytes", minimum=0, strict=False, integer=True)
             check_number(self.retained, "retained", minimum=1, strict=False, integer=True)
         for name in ("write_buffer_bytes", "block_cache_bytes"):
             check_number(getattr(self, name), name, minimum=1 << 16, integer=True)

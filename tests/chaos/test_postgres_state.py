@@ -8,12 +8,15 @@ prepared transaction of the job is left open after any run."""
 from __future__ import annotations
 
 import collections
+import os
+import re
 import time
 
 import pytest
 
 from epochal.connectors.transactional import read_committed_lines
 from epochal.control.restart import FixedDelayRestart
+from epochal.state.postgres_spill import SpillDirectory
 from epochal.testing import Fault, random_faults
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.chaos.test_exactly_once import ORACLE, running_count_job
@@ -27,9 +30,10 @@ def open_prepared(postgres) -> list[str]:
         return [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'epochal-state-%'")]
 
 
-def run(make_env, tmp_path, postgres, parallelism, faults, *, mvcc=False, user_state=False, name="pg-chaos"):
+def run(make_env, tmp_path, postgres, parallelism, faults, *, mvcc=False, user_state=False, name="pg-chaos",
+        **backend):
     env = make_env(parallelism)
-    env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=mvcc)
+    env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=mvcc, **backend)
     env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
     env.set_restart_strategy(FixedDelayRestart(attempts=len(faults) + 1, delay=0.2))
     out = tmp_path / "out"
@@ -38,14 +42,25 @@ def run(make_env, tmp_path, postgres, parallelism, faults, *, mvcc=False, user_s
     return result, collections.Counter(read_committed_lines(str(out)))
 
 
-@pytest.mark.parametrize("mvcc,user_state,seed", [(False, True, 31), (True, False, 37)])
-def test_random_kills_exactly_once(make_env, tmp_path, postgres, mvcc, user_state, seed):
+@pytest.mark.parametrize("mvcc,user_state,seed,spill", [(False, True, 31, True), (True, False, 37, False)])
+def test_random_kills_exactly_once(make_env, tmp_path, postgres, mvcc, user_state, seed, spill):
+    """With ``spill`` the write-ahead log's budget (4 KiB) is about 1.5 epochs of a subtask's
+    changes (18 keys of ~150 bytes), so that every epoch is spilled to local disk before its
+    upload: spilled changes lost would show in the output (shown once by a spill that wrote
+    nothing: the counts went wrong)."""
     faults = random_faults(seed, 2, count=2, window=(0.3, 1.0))
+    local = tmp_path / "local"
+    backend = {"wal_memory_bytes": 4096, "local_dir": str(local)} if spill else {}
     result, committed = run(make_env, tmp_path, postgres, 2, faults, mvcc=mvcc, user_state=user_state,
-                            name=f"pg-random-{int(mvcc)}")
+                            name=f"pg-random-{int(mvcc)}", **backend)
     assert len(result.restarts) == 2, result.restarts
     assert committed == ORACLE
     assert open_prepared(postgres) == []
+    if spill:  # made at the first spill; every worker still running removed its own
+        spills = local / SpillDirectory.BASE
+        assert spills.is_dir()
+        left = [int(re.search(r"-p(\d+)-", d.name).group(1)) for d in spills.iterdir()]
+        assert not [pid for pid in left if os.path.exists(f"/proc/{pid}")], left
 
 
 def test_a_kill_between_completion_and_commit_is_committed_by_the_restore(make_env, tmp_path, postgres):

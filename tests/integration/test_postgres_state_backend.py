@@ -7,6 +7,7 @@ variant (older checkpoints restorable, failed attempts' versions dropped, garbag
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -23,6 +24,7 @@ from epochal.state.descriptors import (
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.postgres import PostgresKeyedStateBackend
 from epochal.state.postgres_schema import ensure_schema
+from epochal.state.postgres_spill import DiskSpill, SpillDirectory, sorted_changes
 from epochal.state.postgres_store import Fenced
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
@@ -54,9 +56,10 @@ def make_backend(postgres):
     made = []
 
     def make(key_groups=range(MAXP), restore=None, *, mvcc=False, uid="op", retained=1, cache_entries=2_000_000,
-             attempt=0):
+             attempt=0, wal_memory_bytes=256 << 20, local_dir=None):
         config = StateBackendConfig(kind="postgres", dsn=postgres.dsn, namespace=namespace, mvcc=mvcc,
-                                    retained=retained, cache_entries=cache_entries)
+                                    retained=retained, cache_entries=cache_entries,
+                                    wal_memory_bytes=wal_memory_bytes, local_dir=local_dir)
         backend = PostgresKeyedStateBackend(MAXP, key_groups, config, uid, namespace, attempt)
         backend.open_state(restore)
         made.append(backend)
@@ -175,6 +178,62 @@ def test_a_restore_commits_a_completed_checkpoint_whose_commit_was_lost_and_roll
     again = make_backend(restore=source2)
     assert len(again.started["rolled_back"]) == 1 and prepared(postgres, again) == []
     assert set(counts(again, KEYS).values()) == {2}
+
+
+@pytest.mark.parametrize("mvcc", [False, True])
+def test_the_log_spills_past_its_budget_and_reads_uploads_savepoints_and_restores_see_every_change(
+        make_backend, tmp_path, mvcc):
+    spills = tmp_path / "local" / SpillDirectory.BASE
+    backend = make_backend(mvcc=mvcc, wal_memory_bytes=2_000, local_dir=str(tmp_path / "local"))
+    add(backend, KEYS)  # 200 new keys of ~140 bytes each against 2,000: spills every ~14 keys
+    assert backend.spilled_entries >= 180 and backend._wal_bytes <= 2_000
+    assert set(counts(backend, KEYS).values()) == {1}
+    checkpoint([backend], 1)
+    add(backend, KEYS[:100])  # epoch 2 spills too, and moves what epoch 1 kept in memory to disk
+    table = backend.owned_table("count")
+    for key in KEYS[:10]:
+        del table[key_group_of(key, MAXP)][key]
+    expected = {key: None if i < 10 else 2 if i < 100 else 1 for i, key in enumerate(KEYS)}
+    assert counts(backend, KEYS) == expected  # memory, then this epoch's spill, then epoch 1's
+    group = key_group_of(KEYS[50], MAXP)
+    assert dict(table[group].items()) == {k: v for k, v in expected.items()
+                                          if v is not None and key_group_of(k, MAXP) == group}
+    captured = backend.capture()  # a savepoint's copy reads the spills back
+    assert {k: v for g in captured.values() for k, v in g["count"].items()} == {
+        k: v for k, v in expected.items() if v is not None}
+    assert len(os.listdir(next(spills.iterdir()))) == 2  # one RocksDB directory per spilled epoch
+    backend.checkpoint_completed(1)
+    assert len(os.listdir(next(spills.iterdir()))) == 1  # epoch 1 is committed: its spill is gone
+    assert counts(backend, KEYS) == expected
+    source = checkpoint([backend], 2)
+    assert source.metadata["operators"]["op"]["subtasks"]["0"]["keyed"]["spilled_epochs"] == 1
+    backend.checkpoint_completed(2)
+    assert os.listdir(next(spills.iterdir())) == []
+    backend.dispose()
+    assert list(spills.iterdir()) == []  # the backend's directory too
+    restored = make_backend(restore=source, mvcc=mvcc)
+    assert counts(restored, KEYS) == expected
+
+
+def test_the_spilled_changes_are_necessary(make_backend, tmp_path, monkeypatch):
+    """A spill that loses what it is given loses state: the restored counts are wrong."""
+    monkeypatch.setattr(DiskSpill, "add", lambda self, changes: len(sorted_changes(changes)))  # writes nothing
+    backend = make_backend(wal_memory_bytes=2_000, local_dir=str(tmp_path))
+    add(backend, KEYS)
+    source = checkpoint([backend], 1)
+    backend.checkpoint_completed(1)
+    backend.dispose()
+    lost = [k for k, v in counts(make_backend(restore=source), KEYS).items() if v is None]
+    assert len(lost) >= 180
+
+
+def test_within_its_budget_the_log_stays_in_memory(make_backend, tmp_path):
+    backend = make_backend(local_dir=str(tmp_path))
+    add(backend, KEYS)
+    checkpoint([backend], 1)
+    add(backend, KEYS)
+    backend.checkpoint_completed(1)  # no transaction left prepared: it would lock the table
+    assert backend.spilled_entries == 0 and not (tmp_path / SpillDirectory.BASE).exists()
 
 
 def test_two_phase_commit_is_necessary(make_backend, monkeypatch):
@@ -376,10 +435,17 @@ def test_a_worker_of_a_failed_attempt_that_still_runs_cannot_write_after_the_res
     assert counts(again, KEYS + ["zombie-only"]) == expected and prepared(postgres, again) == []
 
 
-def test_a_restore_waits_for_an_upload_in_flight_of_a_failed_attempt_and_rolls_it_back(make_backend, postgres):
-    """The zombie's upload began before the restore (it holds the key groups' markers): the
-    restore waits until it prepared, rolls it back and takes the fence; nothing of it stays."""
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_backend, postgres, monkeypatch, ended):
+    """The zombie's upload began before the restore and stalls (it holds the key groups'
+    markers): the restore terminates its connection (found by its application_name), which rolls
+    its transaction back, and takes the fence at once; the zombie's upload fails and nothing of it
+    stays. Where its connection cannot be ended (``ended`` False: as if the role may not signal
+    it) the restore waits until the upload prepared, and rolls it back."""
     import threading
+    import time
+
+    from epochal.state.postgres_store import Store
 
     zombie = make_backend()
     add(zombie, KEYS)
@@ -398,19 +464,37 @@ def test_a_restore_waits_for_an_upload_in_flight_of_a_failed_attempt_and_rolls_i
 
     zombie.store._run = gated
     uploaded = []
-    upload = threading.Thread(target=lambda: uploaded.append(late.upload(None, 2, "x")))
-    upload.start()
+
+    def upload():
+        try:
+            uploaded.append(late.upload(None, 2, "x"))
+        except StateBackendError as exc:
+            uploaded.append(exc)
+
+    uploading = threading.Thread(target=upload)
+    uploading.start()
     assert reached.wait(30)  # written, about to prepare, the markers locked
+    if not ended:
+        monkeypatch.setattr(Store, "end_earlier_sessions", lambda self: [])
     started = []
+    began = time.monotonic()
     restore = threading.Thread(target=lambda: started.append(make_backend(restore=source1, attempt=1)))
     restore.start()
-    restore.join(1.0)
-    assert restore.is_alive()  # waiting for the markers
-    go.set()
-    upload.join(30)
-    restore.join(30)
-    assert uploaded and started, "the zombie's upload or the restore did not finish"
+    restore.join(5.0 if ended else 1.0)
+    if ended:
+        took = time.monotonic() - began
+        assert started, "the restore waited for the zombie's upload"
+        assert took < 5.0
+        go.set()
+        uploading.join(30)
+        assert isinstance(uploaded[0], StateBackendError)  # its connection was terminated
+    else:
+        assert restore.is_alive()  # waiting for the markers
+        go.set()
+        uploading.join(30)
+        restore.join(30)
+        assert uploaded and started, "the zombie's upload or the restore did not finish"
+        assert started[0].started["resolved_while_fencing"] == [uploaded[0]["gid"]]
     restored = started[0]
-    assert restored.started["resolved_while_fencing"] == [uploaded[0]["gid"]]
     assert prepared(postgres, restored) == []
     assert counts(restored, KEYS + ["zombie-only"]) == {**dict.fromkeys(KEYS, 1), "zombie-only": None}

@@ -3,7 +3,19 @@ database: epochs, one prepared transaction at a time, completion, aborts, restor
 
 from __future__ import annotations
 
-from epochal.state.postgres_epochs import SKIP, WAIT, EpochLog, Gid, UploadPlan, gid_prefix, parse_gid, resolve
+from epochal.state.postgres_epochs import (
+    SKIP,
+    WAIT,
+    EpochLog,
+    Gid,
+    Session,
+    UploadPlan,
+    gid_prefix,
+    parse_gid,
+    parse_session,
+    resolve,
+)
+from epochal.state.postgres_spill import merge
 
 
 def changes(**values):
@@ -42,7 +54,7 @@ def test_an_aborted_prepared_epoch_is_rolled_back_and_goes_with_the_next_checkpo
     assert log.aborted(1) == "g1"  # the caller rolls g1 back
     plan = log.plan(2)
     assert [e.checkpoint_id for e in plan.epochs] == [1, 2]
-    assert plan.merged() == {(1, 0): {b"a": b"2", b"b": b"1"}}  # the newer value wins
+    assert list(merge(plan.layers())) == [(0, b"a", 1, b"2"), (0, b"b", 1, b"1")]  # the newer value wins
     assert log.prepared(plan, "g2")
     commit, done = log.completed(2)
     assert commit == ["g2"] and [e.checkpoint_id for e in done] == [1, 2]
@@ -108,3 +120,15 @@ def test_a_restore_commits_up_to_the_restored_checkpoint_and_rolls_back_later_on
     commit, rollback = resolve(old, 5, range(43, 86))  # overlaps both old subtasks
     assert commit == [old[0], old[1]] and rollback == [old[2], old[3]]
     assert resolve(old, None, range(0, 128)) == ([], old)  # a start without this backend's checkpoint
+
+
+def test_a_session_name_fits_postgresql_and_names_the_earlier_starts_of_the_key_groups():
+    prefix = gid_prefix("epochal_state", "job", "count")
+    new = Session(prefix, 32768, 65536, (1 << 62) - 1)
+    assert len(str(new)) <= 63 and parse_session(str(new), prefix) == new
+    assert parse_session(str(new), gid_prefix("epochal_state", "job", "other")) is None
+    assert parse_session("psql", prefix) is None
+    old = Session(prefix, 0, 40000, 7)
+    assert old.earlier_than(new) and not new.earlier_than(new)  # the start itself is not ended
+    assert not Session(prefix, 0, 32768, 7).earlier_than(new)  # other key groups
+    assert not Session(gid_prefix("epochal_state", "job", "other"), 0, 40000, 7).earlier_than(new)

@@ -149,7 +149,7 @@ class Environment:
     def set_state_backend(self, kind: str = "heap", *, snapshot: str | None = None, incremental: bool = False,
                           full_every: int = 8, local_dir: str | None = None, dsn: str | None = None,
                           table: str = "epochal_state", namespace: str | None = None, mvcc: bool = False,
-                          cache_entries: int = 2_000_000) -> Environment:
+                          cache_entries: int = 2_000_000, wal_memory_bytes: int = 256 << 20) -> Environment:
         """Choose where keyed state lives and how snapshots are taken (see
         :class:`~epochal.config.StateBackendConfig`): ``snapshot="fork"`` (default where the
         platform has it) writes each snapshot from a copy-on-write child process, so the
@@ -160,10 +160,13 @@ class Environment:
         checkpointed incrementally. ``kind="postgres"``: keyed state in the PostgreSQL database
         ``dsn`` (tables named after ``table``, this job's rows under ``namespace``, default the
         job's name), committed with each checkpoint by two-phase commit, or with ``mvcc=True`` as
-        versions per checkpoint epoch (:mod:`epochal.state.postgres`); a restore loads nothing."""
+        versions per checkpoint epoch (:mod:`epochal.state.postgres`); a restore loads nothing.
+        Its changes not yet committed stay in memory up to ``wal_memory_bytes`` per subtask, then
+        spill to ``local_dir``."""
         self.state_backend = StateBackendConfig(kind, snapshot or StateBackendConfig().snapshot, incremental,
                                                 full_every, local_dir, dsn=dsn, table=table, namespace=namespace,
-                                                mvcc=mvcc, cache_entries=cache_entries)
+                                                mvcc=mvcc, cache_entries=cache_entries,
+                                                wal_memory_bytes=wal_memory_bytes)
         return self
 
     def enable_cec(self, *, q_target: int = 1_000, u_target: int = 1_000_000, interval: float = 0.005,

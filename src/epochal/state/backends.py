@@ -11,6 +11,12 @@ from epochal.state.backend import KeyedStateBackend
 from epochal.state.heap import HeapKeyedStateBackend
 
 
+def local_root(config: StateBackendConfig) -> str:
+    """Where a backend keeps files on the worker's local disk: ``config.local_dir``, else Spark's
+    local directory (``SPARK_LOCAL_DIRS``), else the temp directory."""
+    return config.local_dir or (os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or tempfile.gettempdir())
+
+
 def create_backend(config: StateBackendConfig, max_parallelism: int, key_groups: range,
                    name: str, *, uid: str = "", job_name: str = "", attempt: int = 0) -> KeyedStateBackend:
     """A backend for one keyed operator subtask (``name``: its uid and index, for directories;
@@ -31,8 +37,7 @@ def create_backend(config: StateBackendConfig, max_parallelism: int, key_groups:
     from epochal.state.rocksdb import RocksDBKeyedStateBackend
     from epochal.state.rocksdb_checkpoints import RocksDBSnapshots
 
-    root = config.local_dir or (os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or tempfile.gettempdir())
-    base = os.path.join(root, "epochal-rocksdb")
+    base = os.path.join(local_root(config), "epochal-rocksdb")
     os.makedirs(base, exist_ok=True)
     owned = tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] + "-", dir=base)
     backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, os.path.join(owned, "db"),

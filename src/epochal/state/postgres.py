@@ -8,14 +8,15 @@ committed externally". ``env.set_state_backend("postgres", dsn=...)`` chooses it
 paper's variants are here:
 
 - **Non-MVCC** (default, §4.1 (1)). The table holds each key's value as of the last completed
-  checkpoint. A subtask keeps its changes since the last barrier in a write-ahead log in memory,
-  reads its own uncommitted changes first and the database second (through a read cache), and at
-  the barrier hands the epoch's log to the uploader thread, which writes it in batches and
-  pre-commits it as one prepared transaction per subtask (``PREPARE TRANSACTION``). When the
-  checkpoint completes the subtask commits it (``COMMIT PREPARED``); the protocol is the state
-  machine of :mod:`epochal.state.postgres_epochs`. Needs ``max_prepared_transactions`` > 0, and
-  one checkpoint at a time (``max_concurrent=1``): an epoch's prepared transaction holds its row
-  locks, so the next epoch's upload waits for its commit.
+  checkpoint. A subtask keeps its changes since the last barrier in a write-ahead log in memory
+  (past ``wal_memory_bytes``, with those of its epochs not yet committed, spilled to local disk:
+  :mod:`epochal.state.postgres_spill`), reads its own uncommitted changes first and the database
+  second (through a read cache), and at the barrier hands the epoch's log to the uploader thread,
+  which writes it in batches and pre-commits it as one prepared transaction per subtask
+  (``PREPARE TRANSACTION``). When the checkpoint completes the subtask commits it (``COMMIT
+  PREPARED``); the protocol is the state machine of :mod:`epochal.state.postgres_epochs`. Needs
+  ``max_prepared_transactions`` > 0, and one checkpoint at a time (``max_concurrent=1``): an
+  epoch's prepared transaction holds its row locks, so the next epoch's upload waits for its commit.
 - **MVCC** (``mvcc=True``, §4.1 (2)). Every row carries the epoch (checkpoint id) whose upload
   wrote it, and an upload commits at once; reads take each key's newest version at or below the
   last completed checkpoint, plus the subtask's own pending epochs from memory. Completing a
@@ -54,9 +55,10 @@ from typing import Any
 from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.postgres_epochs import Changes, EpochLog, gid_prefix
+from epochal.state.postgres_epochs import Changes, EpochLog, Session, gid_prefix
 from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
+from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory, merge
 from epochal.state.postgres_store import Store
 from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
 from epochal.state.rocksdb_keys import KeyEncoder
@@ -95,6 +97,19 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._wal: dict[int, dict[int, dict[bytes, bytes | None]]] = {}
         #: the changes of the epochs not yet committed, newest first (what reads see after the log)
         self._pending: list[Changes] = []
+        #: the write-ahead log's memory budget (config ``wal_memory_bytes``): the estimated bytes of
+        #: this epoch's log in memory, what is left for it beside the epochs' (``_wal_room``), the
+        #: part of this epoch's log spilled to local disk, and whether any epoch spilled (reads
+        #: then look at the spills: :meth:`spilled_read`), with (changes, spill) of the epochs
+        #: not yet committed, newest first
+        self._wal_bytes = 0
+        self._wal_room = config.wal_memory_bytes
+        self._wal_spill: DiskSpill | None = None
+        self._spilled = False
+        self._layers: list[tuple[Changes, DiskSpill | None]] = []
+        self.spill_directory: SpillDirectory | None = None
+        #: changes moved to local disk over the backend's life
+        self.spilled_entries = 0
         self._groups = {group: Group(group, True) for group in key_groups}
         self._incomplete = 0
         self._cached = 0
@@ -136,9 +151,15 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
                     f"mvcc={not self.mvcc}), or move between the variants through a savepoint")
             self.namespace = own[0]["namespace"]
             self.table = own[0].get("table", self.table)
-        self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what)
-        self.store.register(self.namespace, self.uid)
         self.prefix = gid_prefix(self.table, self.namespace, self.uid)
+        self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what,
+                           Session(self.prefix, self.key_groups.start, self.key_groups.stop, self.fence))
+        self.store.register(self.namespace, self.uid)
+        from epochal.state.backends import local_root
+
+        self.spill_directory = SpillDirectory(local_root(self.config),
+                                              f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
+        self.started["spills_removed"] = len(self.spill_directory.sweep())  # those of killed workers
         if own:
             self._start_restored(checkpoint_id)
         else:
@@ -295,21 +316,125 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             self._evict(set())
 
     def _refresh_pending(self) -> None:
-        self._pending = [epoch.changes for epoch in reversed(self.log.epochs)]
+        epochs = self.log.epochs
+        self._pending = [epoch.changes for epoch in reversed(epochs)]
+        self._layers = [(epoch.changes, epoch.spill) for epoch in reversed(epochs)]
+        self._spilled = self._wal_spill is not None or any(epoch.spill is not None for epoch in epochs)
+        self._wal_room = self.config.wal_memory_bytes - sum(epoch.size for epoch in epochs)
 
-    # ------------------------------------------------------------------ snapshots
-    def begin_snapshot(self, checkpoint_id: int) -> EpochUpload:
-        """The barrier: this epoch's log becomes epoch ``checkpoint_id`` (copied, the live dicts
-        emptied in place: the views hold them) and a plan the uploader thread writes."""
-        self._processing_thread = threading.get_ident()
+    # ------------------------------------------------------------------ the log past its budget
+    def _take_wal(self) -> Changes:
+        """This epoch's log in memory, copied; the live dicts emptied in place (the views hold them)."""
         changes: Changes = {}
         for state, groups in self._wal.items():
             for group, entries in groups.items():
                 if entries:
                     changes[(state, group)] = entries.copy()
                     entries.clear()
+        return changes
+
+    def spill(self) -> int:
+        """The log is over ``wal_memory_bytes`` (:class:`~epochal.state.postgres_views.GroupView`
+        counts each new key's bytes): move every change held in memory, this epoch's and the
+        frozen epochs', to their epochs' spills on local disk. Returns how many moved."""
+        directory = self.spill_directory
+        if directory is None:
+            raise RuntimeError("the PostgreSQL state backend is used before open_state()")
+        moved = 0
+        current = self._take_wal()
+        if current:
+            if self._wal_spill is None:
+                self._wal_spill = directory.new_spill()
+            moved += self._wal_spill.add(current)
+        for epoch in self.log.epochs:
+            if epoch.changes:
+                spill = epoch.spill or directory.new_spill()
+                moved += spill.add(epoch.changes)
+                with self._cond:  # an upload takes (changes, spill) under the lock: both hold them now
+                    epoch.spill = spill
+                    epoch.changes = {}
+                    epoch.size = 0
+        self._wal_bytes = 0
+        self.spilled_entries += moved
+        self._refresh_pending()
+        return moved
+
+    def spilled_read(self, slot: tuple[int, int], stored_key: bytes) -> Any:
+        """The value of ``stored_key`` in ``slot`` after this epoch's log in memory, while some
+        epoch spilled: this epoch's spill, then each epoch not yet committed (memory, then
+        spill), newest first; :data:`~epochal.state.postgres_spill.MISS` if none changed it."""
+        if self._wal_spill is not None:
+            value = self._wal_spill.get(slot, stored_key)
+            if value is not MISS:
+                return value
+        for changes, spill in self._layers:
+            entries = changes.get(slot)
+            if entries is not None:
+                value = entries.get(stored_key, MISS)
+                if value is not MISS:
+                    return value
+            if spill is not None:
+                value = spill.get(slot, stored_key)
+                if value is not MISS:
+                    return value
+        return MISS
+
+    def group_changes(self, state: int, group: int) -> list[Any]:
+        """The uncommitted changes of ``state`` in key group ``group``, oldest first: iterables of
+        (stored key, value or None) to apply in order over the database's values."""
+        slot = (state, group)
+        out: list[Any] = []
+        for changes, spill in reversed(self._layers):
+            if spill is not None:
+                out.append(spill.group(state, group))
+            entries = changes.get(slot)
+            if entries:
+                out.append(entries.items())
+        if self._wal_spill is not None:
+            out.append(self._wal_spill.group(state, group))
+        return out
+
+    def overlays(self) -> list[Changes]:
+        """Every uncommitted change, oldest first, copied (spilled ones read back into memory):
+        for a savepoint's copy."""
+        out: list[Changes] = []
+        for epoch in self.log.epochs:
+            if epoch.spill is not None:
+                out.append(epoch.spill.changes())
+            out.append(epoch.changes)
+        if self._wal_spill is not None:
+            out.append(self._wal_spill.changes())
+        current: Changes = {}
+        for state, groups in self._wal.items():
+            for group, entries in groups.items():
+                if entries:
+                    current[(state, group)] = entries.copy()
+        out.append(current)
+        return out
+
+    def _forget_cache(self) -> None:
+        """Empty the read cache: every key is read from the database again."""
+        for group in self._groups.values():
+            group.drop()
+        self._incomplete = len(self._groups)
+        self._cached = 0
+
+    def _remove_spills(self) -> None:
+        for spill in [self._wal_spill, *(epoch.spill for epoch in self.log.epochs)]:
+            if spill is not None:
+                spill.remove()
+        if self.spill_directory is not None:
+            self.spill_directory.remove()
+
+    # ------------------------------------------------------------------ snapshots
+    def begin_snapshot(self, checkpoint_id: int) -> EpochUpload:
+        """The barrier: this epoch's log becomes epoch ``checkpoint_id`` (copied, the live dicts
+        emptied in place: the views hold them) and a plan the uploader thread writes."""
+        self._processing_thread = threading.get_ident()
+        changes = self._take_wal()
         with self._cond:
-            self.log.begin(checkpoint_id, changes)
+            self.log.begin(checkpoint_id, changes, self._wal_spill, self._wal_bytes)
+        self._wal_spill, self._wal_bytes = None, 0
         self._refresh_pending()
         return EpochUpload(self, checkpoint_id)
 
@@ -349,8 +474,14 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if self.mvcc:
             self.committed_epoch = checkpoint_id
             self._collectable(checkpoint_id, done)
-        for epoch in done:
-            self._fold(epoch.changes)
+        spilled = [epoch.spill for epoch in done if epoch.spill is not None]
+        if spilled:  # their values are the database's now: rather than read them back, read it again
+            self._forget_cache()
+            for spill in spilled:
+                spill.remove()
+        else:
+            for epoch in done:
+                self._fold(epoch.changes)
         self._refresh_pending()
 
     def checkpoint_aborted(self, checkpoint_id: int) -> None:
@@ -374,7 +505,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         uploader's queue those no retained checkpoint reads older versions of."""
         for epoch in done:
             entries = [(group, stored_key, state, value is None)
-                       for (state, group), values in epoch.changes.items() for stored_key, value in values.items()]
+                       for group, stored_key, state, value in merge([(epoch.changes, epoch.spill)])]
             if entries and epoch.holder is not None:
                 self._gc.append((epoch.holder, entries))
         self._completed_ids.append(checkpoint_id)
@@ -422,7 +553,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         return sum(len(entries) for states in self.capture().values() for entries in states.values())
 
     def dispose(self) -> None:
-        """Close the connections. Prepared transactions stay: a completed checkpoint's are
-        committed by the restore that follows, later ones rolled back by it."""
+        """Close the connections and remove the spilled log. Prepared transactions stay: a
+        completed checkpoint's are committed by the restore that follows, later ones rolled back
+        by it."""
+        self._remove_spills()
         if self.store is not None:
             self.store.close()

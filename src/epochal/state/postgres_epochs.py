@@ -6,9 +6,10 @@ triggerSnapshot() is invoked. Once the global snapshot is complete, then pre-com
 fully-committed". For one keyed operator subtask that is:
 
 - **Epochs.** Between two barriers the subtask's changes collect in its write-ahead log (in
-  memory). At the barrier of checkpoint *n* the log is frozen as epoch *n* (:meth:`EpochLog.begin`)
-  and a new one starts. An epoch stays readable (the subtask reads its own uncommitted changes
-  first) until a completed checkpoint has committed it.
+  memory, past a budget spilled to local disk: :mod:`epochal.state.postgres_spill`; an epoch
+  carries its spilled part, opaque here). At the barrier of checkpoint *n* the log is frozen as
+  epoch *n* (:meth:`EpochLog.begin`) and a new one starts. An epoch stays readable (the
+  subtask reads its own uncommitted changes first) until a completed checkpoint has committed it.
 - **Upload.** The uploader thread writes every epoch not yet held by a prepared transaction, oldest
   first, and prepares them as one transaction ``PREPARE TRANSACTION '<gid of n>'``
   (:meth:`EpochLog.plan`, :meth:`EpochLog.prepared`). A prepared transaction keeps its row locks,
@@ -44,6 +45,8 @@ from typing import Any, NamedTuple
 
 #: (state id, key group) -> stored key -> stored value, or None for a removed key
 Changes = dict[tuple[int, int], dict[bytes, Any]]
+#: one change as an upload writes it: (key group, stored key, state id, stored value or None: removed)
+Entry = tuple[int, bytes, int, "bytes | None"]
 
 
 class _Signal:
@@ -65,11 +68,16 @@ class Epoch:
     """The changes between two barriers, frozen at checkpoint ``checkpoint_id``'s barrier.
 
     ``holder``: the checkpoint whose transaction holds them (prepared, or in the MVCC variant
-    written); None while no upload has written them."""
+    written); None while no upload has written them. ``spill``: those of the changes that left
+    memory (a :class:`~epochal.state.postgres_spill.SpilledChanges`, older than ``changes``; None
+    if none did), and ``size`` the driver's estimate of the bytes ``changes`` holds in memory:
+    both the driver's, never read here."""
 
     checkpoint_id: int
     changes: Changes
     holder: int | None = None
+    spill: Any = None
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,19 +87,11 @@ class UploadPlan:
     checkpoint_id: int
     epochs: tuple[Epoch, ...]
 
-    def merged(self) -> Changes:
-        """The changes of every epoch, a later value of a key replacing an earlier one."""
-        if len(self.epochs) == 1:
-            return self.epochs[0].changes
-        out: Changes = {}
-        for epoch in self.epochs:
-            for slot, entries in epoch.changes.items():
-                mine = out.get(slot)
-                if mine is None:
-                    out[slot] = dict(entries)
-                else:
-                    mine.update(entries)
-        return out
+    def layers(self) -> list[tuple[Changes, Any]]:
+        """(changes in memory, spilled changes or None) of every epoch, newest first: what
+        :func:`epochal.state.postgres_spill.merge` streams (taken under the backend's lock: a
+        spill moves an epoch's changes from the first to the second)."""
+        return [(epoch.changes, epoch.spill) for epoch in reversed(self.epochs)]
 
 
 @dataclass
@@ -110,9 +110,10 @@ class EpochLog:
     #: the newest checkpoint completed (0: none)
     committed: int = 0
 
-    def begin(self, checkpoint_id: int, changes: Changes) -> Epoch:
-        """Checkpoint ``checkpoint_id``'s barrier: the write-ahead log so far becomes its epoch."""
-        epoch = Epoch(checkpoint_id, changes)
+    def begin(self, checkpoint_id: int, changes: Changes, spill: Any = None, size: int = 0) -> Epoch:
+        """Checkpoint ``checkpoint_id``'s barrier: the write-ahead log so far (``changes`` in
+        memory, ``spill`` on disk) becomes its epoch."""
+        epoch = Epoch(checkpoint_id, changes, spill=spill, size=size)
         self.epochs.append(epoch)
         return epoch
 
@@ -212,15 +213,52 @@ def gid_prefix(table: str, namespace: str, uid: str) -> str:
 _GID = re.compile(r"(\d+)-(\d+):c(\d+):a(\d+)")
 
 
+def _after_prefix(name: str, prefix: str, pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """The groups of ``pattern`` matching what follows ``<prefix>:`` in ``name``, or None."""
+    if not name.startswith(prefix + ":"):
+        return None
+    match = pattern.fullmatch(name[len(prefix) + 1:])
+    return None if match is None else match.groups()
+
+
 def parse_gid(gid: str, prefix: str) -> Gid | None:
     """``gid`` if it is one of ``prefix``'s, else None."""
-    if not gid.startswith(prefix + ":"):
+    groups = _after_prefix(gid, prefix, _GID)
+    if groups is None:
         return None
-    match = _GID.fullmatch(gid[len(prefix) + 1:])
-    if match is None:
-        return None
-    first, end, checkpoint, attempt = map(int, match.groups())
+    first, end, checkpoint, attempt = map(int, groups)
     return Gid(prefix, first, end, checkpoint, attempt)
+
+
+class Session(NamedTuple):
+    """The ``application_name`` of one subtask start's connections:
+    ``<prefix>:<first key group>-<end key group>:f<fencing token, hex>``, so that a later start
+    of the key groups can find the connections of an earlier one (a zombie's upload that holds
+    their markers) in ``pg_stat_activity`` and end them. At most 63 bytes (PostgreSQL's limit)."""
+
+    prefix: str
+    first: int
+    end: int
+    fence: int
+
+    def __str__(self) -> str:
+        return f"{self.prefix}:{self.first}-{self.end}:f{self.fence:x}"
+
+    def earlier_than(self, other: Session) -> bool:
+        """Whether this is another start's session (another fence) of key groups ``other`` takes."""
+        return (self.prefix == other.prefix and self.fence != other.fence
+                and self.first < other.end and other.first < self.end)
+
+
+_SESSION = re.compile(r"(\d+)-(\d+):f([0-9a-f]+)")
+
+
+def parse_session(name: str, prefix: str) -> Session | None:
+    """``name`` (an ``application_name``) if it is a session of ``prefix``'s, else None."""
+    groups = _after_prefix(name, prefix, _SESSION)
+    if groups is None:
+        return None
+    return Session(prefix, int(groups[0]), int(groups[1]), int(groups[2], 16))
 
 
 def resolve(prepared: list[Gid], restored: int | None, key_groups: range) -> tuple[list[Gid], list[Gid]]:

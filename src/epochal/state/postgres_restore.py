@@ -28,10 +28,13 @@ FENCE_WAIT_S = 60.0
 def take_fence(store: Store, prefix: str, key_groups: range, fence: int, restored: int | None,
                wait_s: float | None = None) -> list[str]:
     """Make ``fence`` the owner of ``key_groups`` (:meth:`Store.take_fence`). An upload of an
-    earlier attempt that holds their markers is waited for; once it prepared, its transaction is
-    resolved as a restore of ``restored`` resolves it (committed if of a checkpoint up to
-    ``restored``, else rolled back; ``restored`` None: a start without a checkpoint of this
-    backend, rolled back) and the fence taken again. Returns the transactions resolved meanwhile."""
+    earlier start that holds their markers is ended: its connections are terminated
+    (:meth:`Store.end_earlier_sessions`), which rolls back a transaction not yet prepared; a
+    prepared one is resolved as a restore of ``restored`` resolves it (committed if of a
+    checkpoint up to ``restored``, else rolled back; ``restored`` None: a start without a
+    checkpoint of this backend, rolled back) and the fence taken again. Where the connections
+    cannot be ended (the role may not signal them) the upload is waited for, at most ``wait_s``
+    (:data:`FENCE_WAIT_S`). Returns the transactions resolved meanwhile."""
     wait_s = FENCE_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     resolved: list[str] = []
@@ -39,6 +42,7 @@ def take_fence(store: Store, prefix: str, key_groups: range, fence: int, restore
         if time.monotonic() > deadline:
             raise StateBackendError(f"{store.what}: key groups {key_groups.start}-{key_groups.stop - 1} stayed locked "
                                     f"for {wait_s:g} s by a transaction of an earlier attempt")
+        store.end_earlier_sessions()
         commit, rollback = _resolve(store, prefix, key_groups, restored)
         resolved += commit + rollback
     return resolved

@@ -30,11 +30,14 @@ def names(table: str) -> dict[str, Any]:
             "versions_by_epoch": sql.Identifier(base + "_versions_by_epoch")}
 
 
-def connect(dsn: str, what: str = "the PostgreSQL state backend") -> Any:
-    """An autocommit connection, or a :class:`StateBackendError` that says why not."""
+def connect(dsn: str, what: str = "the PostgreSQL state backend", application_name: str | None = None) -> Any:
+    """An autocommit connection (named ``application_name`` if given), or a
+    :class:`StateBackendError` that says why not."""
     import psycopg
 
     try:
+        if application_name is not None:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=10, application_name=application_name)
         return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise StateBackendError(f"{what}: cannot connect to PostgreSQL ({describe(dsn)}): {first_line(exc)}") from exc

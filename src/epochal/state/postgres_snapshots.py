@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from epochal.errors import StateBackendError
 from epochal.state.backend import Captured
 from epochal.state.postgres_epochs import SKIP, WAIT, Changes, Gid, UploadPlan
+from epochal.state.postgres_spill import merge
 from epochal.state.ttl import CLOCK, drop_expired
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class EpochUpload:
                         f"transaction of checkpoint {backend.log.waiting_on(self.checkpoint_id)} is neither committed "
                         "nor rolled back (the PostgreSQL backend commits one checkpoint at a time)")
                 cond.wait(min(left, 1.0))
+            layers = plan.layers() if isinstance(plan, UploadPlan) else []
         handle: dict[str, Any] = {"format": POSTGRES_FORMAT, "mvcc": backend.mvcc, "table": backend.table,
                                   "namespace": backend.namespace, "uid": backend.uid,
                                   "key_groups": [backend.key_groups.start, backend.key_groups.stop],
@@ -60,7 +62,7 @@ class EpochUpload:
         assert isinstance(plan, UploadPlan)
         gid = None if backend.mvcc else str(Gid(backend.prefix, backend.key_groups.start, backend.key_groups.stop,
                                                 self.checkpoint_id, backend.attempt))
-        rows, written = store.write_epoch(plan.merged(), self.checkpoint_id, backend.key_groups, gid, backend.fence)
+        rows, written = store.write_epoch(merge(layers), self.checkpoint_id, backend.key_groups, gid, backend.fence)
         with cond:
             kept = backend.log.prepared(plan, gid or "")
         if not kept:  # aborted while it was written: roll it back here, its epochs go with the next
@@ -74,7 +76,8 @@ class EpochUpload:
             return handle
         if backend.mvcc:
             handle["collected"] = backend.collect_garbage()
-        handle.update(gid=gid, rows=rows, written_bytes=written, epochs=[e.checkpoint_id for e in plan.epochs])
+        handle.update(gid=gid, rows=rows, written_bytes=written, epochs=[e.checkpoint_id for e in plan.epochs],
+                      spilled_epochs=sum(spill is not None for _, spill in layers))
         return handle
 
 
@@ -87,13 +90,7 @@ class CanonicalSnapshot:
     def __init__(self, backend: PostgresKeyedStateBackend, isolated: bool = True) -> None:
         self.backend = backend
         self.committed = backend.committed_epoch
-        self.overlays: list[Changes] = list(reversed(backend._pending))  # oldest first (frozen dicts)
-        current: Changes = {}
-        for state, groups in backend._wal.items():
-            for group, entries in groups.items():
-                if entries:
-                    current[(state, group)] = entries.copy()
-        self.overlays.append(current)
+        self.overlays: list[Changes] = backend.overlays()  # oldest first (spilled ones read back)
         self.state_types = dict(backend.state_types)
         self.ttl = dict(backend.ttl_configs)
         self.now = CLOCK.now()

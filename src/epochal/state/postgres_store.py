@@ -32,12 +32,13 @@ range of an operator is one index range: a restore at another parallelism reads 
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from epochal.errors import StateBackendError
-from epochal.state.postgres_epochs import Changes, Gid, parse_gid
+from epochal.state.postgres_epochs import Entry, Gid, Session, parse_gid, parse_session
 from epochal.state.postgres_schema import connect, describe, first_line, names, psycopg_sql
 
 #: Rows per statement when an epoch or a restore is written.
@@ -56,21 +57,27 @@ class Store:
     for the processing thread (reads, commits, restores), ``write`` for the uploader thread (an
     epoch's transaction). Errors become :class:`StateBackendError`."""
 
-    def __init__(self, dsn: str, table: str, mvcc: bool, what: str) -> None:
+    def __init__(self, dsn: str, table: str, mvcc: bool, what: str, session: Session | None = None) -> None:
         self.dsn = dsn
         self.table = table
         self.mvcc = mvcc
         self.what = what
+        #: the name of both connections in ``pg_stat_activity`` (:meth:`end_earlier_sessions`)
+        self.session = session
         self.t = names(table)
-        self.read = connect(dsn, what)
+        self.read = connect(dsn, what, self._name)
         self._write: Any = None
         self.op = 0
 
     @property
     def write(self) -> Any:
         if self._write is None:
-            self._write = connect(self.dsn, self.what)
+            self._write = connect(self.dsn, self.what, self._name)
         return self._write
+
+    @property
+    def _name(self) -> str | None:
+        return None if self.session is None else str(self.session)
 
     def close(self) -> None:
         for conn in (self.read, self._write):
@@ -167,34 +174,18 @@ class Store:
             raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
 
     # ------------------------------------------------------------------ writes
-    def _rows(self, changes: Changes) -> tuple[list[Any], ...]:
-        """Arrays of the changes, sorted by (key group, key, state) so that the index is written
-        in order: (kg, key, state, value) of the values set, (kg, key, state) of those removed."""
-        puts: list[tuple[int, bytes, int, bytes]] = []
-        dels: list[tuple[int, bytes, int]] = []
-        for (state, kg), entries in changes.items():
-            for key, value in entries.items():
-                if value is None:
-                    dels.append((kg, key, state))
-                else:
-                    puts.append((kg, key, state, value))
-        puts.sort()
-        dels.sort()
-        return ([p[0] for p in puts], [p[1] for p in puts], [p[2] for p in puts], [p[3] for p in puts],
-                [d[0] for d in dels], [d[1] for d in dels], [d[2] for d in dels])
-
-    def write_epoch(self, changes: Changes, checkpoint_id: int, groups: range, gid: str | None,
+    def write_epoch(self, entries: Iterable[Entry], checkpoint_id: int, groups: range, gid: str | None,
                     fence: int) -> tuple[int, int]:
-        """Write ``changes`` in one transaction: non-MVCC, upserts and deletes, the key groups'
-        marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC, versions at epoch
-        ``checkpoint_id``, committed. The transaction's first statement locks the key groups'
-        markers and checks that ``fence`` still owns them all (:meth:`take_fence`), else it raises
-        :class:`Fenced`: a later attempt's subtask restored them. Returns (rows, bytes). On failure
-        the transaction is rolled back (a lost connection rolls it back in the server) and the
-        error raised."""
+        """Write ``entries`` (an epoch's changes, in key-group order: :func:`epochal.state.postgres_spill.merge`,
+        streamed ``WRITE_CHUNK`` at a time) in one transaction: non-MVCC, upserts and deletes, the
+        key groups' marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC,
+        versions at epoch ``checkpoint_id``, committed. The transaction's first statement locks the
+        key groups' markers and checks that ``fence`` still owns them all (:meth:`take_fence`),
+        else it raises :class:`Fenced`: a later attempt's subtask restored them. Returns (rows,
+        bytes). On failure the transaction is rolled back (a lost connection rolls it back in the
+        server) and the error raised."""
         conn = self.write
-        kgs, keys, states, values, dkgs, dkeys, dstates = self._rows(changes)
-        written = sum(map(len, keys)) + sum(map(len, values)) + sum(map(len, dkeys))
+        rows = written = 0
         try:
             self._run(conn, "BEGIN")
             owned = self._run(conn, self._q(
@@ -205,41 +196,48 @@ class Store:
                 raise Fenced(f"{self.what}: checkpoint {checkpoint_id} is not written: key groups "
                              f"{groups.start}-{groups.stop - 1} were restored by a later attempt (this subtask's "
                              "fencing token no longer owns them): a worker of a failed attempt still running")
+            stream = iter(entries)
+            while chunk := list(itertools.islice(stream, WRITE_CHUNK)):
+                rows += len(chunk)
+                written += sum(len(e[1]) + len(e[3] or b"") for e in chunk)
+                self._write_chunk(conn, chunk, checkpoint_id)
             if self.mvcc:
-                all_kgs, all_keys, all_states = kgs + dkgs, keys + dkeys, states + dstates
-                all_values = values + [None] * len(dkeys)
-                for start in range(0, len(all_keys), WRITE_CHUNK):
-                    end = start + WRITE_CHUNK
-                    self._run(conn, self._q(
-                        "INSERT INTO {versions} (op, kg, key, state, epoch, value) "
-                        "SELECT %b, b.kg, b.key, b.state, %b, b.value "
-                        "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
-                        "ON CONFLICT (op, kg, key, state, epoch) DO UPDATE SET value = EXCLUDED.value"),
-                        (self.op, checkpoint_id, all_kgs[start:end], all_keys[start:end], all_states[start:end],
-                         all_values[start:end]))
                 self._run(conn, "COMMIT")
-                return len(all_keys), written
-            for start in range(0, len(dkeys), WRITE_CHUNK):
-                end = start + WRITE_CHUNK
-                self._run(conn, self._q(
-                    "DELETE FROM {rows} s USING unnest(%b::int4[], %b::bytea[], %b::int4[]) AS b(kg, key, state) "
-                    "WHERE s.op = %b AND s.kg = b.kg AND s.key = b.key AND s.state = b.state"),
-                    (dkgs[start:end], dkeys[start:end], dstates[start:end], self.op))
-            for start in range(0, len(keys), WRITE_CHUNK):
-                end = start + WRITE_CHUNK
-                self._run(conn, self._q(
-                    "INSERT INTO {rows} (op, kg, key, state, value) SELECT %b, b.kg, b.key, b.state, b.value "
-                    "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
-                    "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
-                    (self.op, kgs[start:end], keys[start:end], states[start:end], values[start:end]))
-            self._run(conn, psycopg_sql().SQL("PREPARE TRANSACTION {}").format(psycopg_sql().Literal(gid)))
-            return len(keys) + len(dkeys), written
+            else:
+                self._run(conn, psycopg_sql().SQL("PREPARE TRANSACTION {}").format(psycopg_sql().Literal(gid)))
+            return rows, written
         except BaseException:
             try:
                 conn.execute("ROLLBACK")
             except Exception:  # the connection is gone, and with it the transaction
                 pass
             raise
+
+    def _write_chunk(self, conn: Any, chunk: list[Entry], checkpoint_id: int) -> None:
+        """One chunk of an epoch's entries: MVCC, versions of ``checkpoint_id`` (removals as NULL);
+        else the removed rows deleted and the others upserted."""
+        if self.mvcc:
+            self._run(conn, self._q(
+                "INSERT INTO {versions} (op, kg, key, state, epoch, value) "
+                "SELECT %b, b.kg, b.key, b.state, %b, b.value "
+                "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                "ON CONFLICT (op, kg, key, state, epoch) DO UPDATE SET value = EXCLUDED.value"),
+                (self.op, checkpoint_id, [e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk],
+                 [e[3] for e in chunk]))
+            return
+        dels = [e for e in chunk if e[3] is None]
+        puts = [e for e in chunk if e[3] is not None] if dels else chunk
+        if dels:
+            self._run(conn, self._q(
+                "DELETE FROM {rows} s USING unnest(%b::int4[], %b::bytea[], %b::int4[]) AS b(kg, key, state) "
+                "WHERE s.op = %b AND s.kg = b.kg AND s.key = b.key AND s.state = b.state"),
+                ([e[0] for e in dels], [e[1] for e in dels], [e[2] for e in dels], self.op))
+        if puts:
+            self._run(conn, self._q(
+                "INSERT INTO {rows} (op, kg, key, state, value) SELECT %b, b.kg, b.key, b.state, b.value "
+                "FROM unnest(%b::int4[], %b::bytea[], %b::int4[], %b::bytea[]) AS b(kg, key, state, value) "
+                "ON CONFLICT (op, kg, key, state) DO UPDATE SET value = EXCLUDED.value"),
+                (self.op, [e[0] for e in puts], [e[1] for e in puts], [e[2] for e in puts], [e[3] for e in puts]))
 
     def write_restored(self, rows: Sequence[tuple[int, bytes, int, bytes]], epoch: int) -> None:
         """Load restored ``(kg, key, state, value)`` rows (autocommit: a restore that fails is
@@ -325,6 +323,25 @@ class Store:
             return False
         except psycopg.Error as exc:
             raise StateBackendError(f"{self.what}: PostgreSQL ({describe(self.dsn)}): {first_line(exc)}") from exc
+
+    def end_earlier_sessions(self) -> list[int]:
+        """End (``pg_terminate_backend``) the connections of every earlier start of key groups
+        this start (:attr:`session`) takes: a zombie's upload that holds their markers is rolled
+        back at once and its locks released, instead of being waited for. Returns the server
+        processes ended; none where the role may not signal them (then the caller waits)."""
+        mine = self.session
+        if mine is None:
+            return []
+        rows = self._run(self.read, "SELECT pid, application_name FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND starts_with(application_name, %s) AND pid <> "
+                                    "pg_backend_pid()", (mine.prefix + ":",), fetch=True)
+        earlier = [pid for pid, name in rows
+                   if (other := parse_session(name, mine.prefix)) is not None and other.earlier_than(mine)]
+        if not earlier:
+            return []
+        ended = self._run(self.read, "SELECT pid FROM unnest(%s::int4[]) AS pid WHERE pg_terminate_backend(pid)",
+                          (earlier,), fetch=True)
+        return [pid for (pid,) in ended]
 
     def set_markers(self, groups: range, checkpoint_id: int) -> None:
         self._run(self.read, self._q(

@@ -10,6 +10,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from epochal.serialization import dumps as _dumps
+from epochal.state.postgres_spill import ENTRY_OVERHEAD, MISS
 
 if TYPE_CHECKING:
     from epochal.state.postgres import PostgresKeyedStateBackend
@@ -18,7 +19,7 @@ _loads = pickle.loads
 _pickle = pickle.dumps
 #: key types stored as their plain pickle (others by the RocksDB backend's key encoder)
 SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
-_MISS: Any = object()
+_MISS: Any = MISS
 
 
 class Group:
@@ -56,7 +57,8 @@ class GroupView(MutableMapping[Any, Any]):
     """One key group of one state as ``{key: value}``: the subtask's write-ahead log first, then
     its epochs not yet committed (newest first), then the read cache, then the database. Values
     read are fresh copies (unpickled), so one changed in place must be written back (the backend
-    interface's rule). Writes go to the log only."""
+    interface's rule). Writes go to the log only; each key new to it counts its bytes against
+    the log's memory budget, past which the backend spills (:meth:`_log`)."""
 
     __slots__ = ("_backend", "_slot", "_wal", "_group", "_values", "_encode")
 
@@ -76,8 +78,11 @@ class GroupView(MutableMapping[Any, Any]):
         value = self._wal.get(stored_key, _MISS)
         if value is not _MISS:
             return value
-        pending = self._backend._pending
-        if pending:
+        if self._backend._spilled:
+            value = self._backend.spilled_read(self._slot, stored_key)
+            if value is not _MISS:
+                return value
+        elif pending := self._backend._pending:
             slot = self._slot
             for changes in pending:
                 entries = changes.get(slot)
@@ -104,8 +109,21 @@ class GroupView(MutableMapping[Any, Any]):
             raise KeyError(key)
         return _loads(value)
 
+    def _log(self, stored_key: bytes, value: bytes | None) -> None:
+        """Write the log; a key new to it counts against the budget (its bytes and
+        :data:`~epochal.state.postgres_spill.ENTRY_OVERHEAD`), which past ``wal_memory_bytes``
+        spills the log."""
+        wal = self._wal
+        size = len(wal)
+        wal[stored_key] = value
+        if len(wal) != size:
+            backend = self._backend
+            backend._wal_bytes += len(stored_key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if backend._wal_bytes > backend._wal_room:
+                backend.spill()
+
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._wal[_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)] = _dumps(value)
+        self._log(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key), _dumps(value))
 
     def __contains__(self, key: object) -> bool:
         return self._stored(self._key(key)) is not None
@@ -114,7 +132,7 @@ class GroupView(MutableMapping[Any, Any]):
         stored_key = self._key(key)
         if self._stored(stored_key) is None:
             raise KeyError(key)
-        self._wal[stored_key] = None
+        self._log(stored_key, None)
 
     def pop(self, key: Any, default: Any = _MISS) -> Any:
         stored_key = self._key(key)
@@ -123,24 +141,21 @@ class GroupView(MutableMapping[Any, Any]):
             if default is _MISS:
                 raise KeyError(key)
             return default
-        self._wal[stored_key] = None
+        self._log(stored_key, None)
         return _loads(value)
 
     def _merged(self) -> dict[bytes, bytes]:
         """Every stored key and value of the group as this subtask sees it (loads the group)."""
         self._backend._load_group(self._group)
         merged: dict[bytes, bytes | None] = dict(self._values)
-        slot = self._slot
-        for changes in reversed(self._backend._pending):  # oldest first
-            entries = changes.get(slot)
-            if entries:
-                merged.update(entries)
+        for entries in self._backend.group_changes(*self._slot):  # oldest first
+            merged.update(entries)
         merged.update(self._wal)
         return {k: v for k, v in merged.items() if v is not None}
 
     def clear(self) -> None:
         for stored_key in self._merged():
-            self._wal[stored_key] = None
+            self._log(stored_key, None)
 
     def __iter__(self) -> Iterator[Any]:
         return iter([_loads(k) for k in self._merged()])
