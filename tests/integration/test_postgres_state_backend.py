@@ -186,7 +186,7 @@ def test_the_log_spills_past_its_budget_and_reads_uploads_savepoints_and_restore
     spills = tmp_path / "local" / SpillDirectory.BASE
     backend = make_backend(mvcc=mvcc, wal_memory_bytes=2_000, local_dir=str(tmp_path / "local"))
     add(backend, KEYS)  # 200 new keys of ~140 bytes each against 2,000: spills every ~14 keys
-    assert backend.spilled_entries >= 180 and backend._wal_bytes <= 2_000
+    assert backend.wal.spilled_entries >= 180 and backend.wal.bytes <= 2_000
     assert set(counts(backend, KEYS).values()) == {1}
     checkpoint([backend], 1)
     add(backend, KEYS[:100])  # epoch 2 spills too, and moves what epoch 1 kept in memory to disk
@@ -233,7 +233,7 @@ def test_within_its_budget_the_log_stays_in_memory(make_backend, tmp_path):
     checkpoint([backend], 1)
     add(backend, KEYS)
     backend.checkpoint_completed(1)  # no transaction left prepared: it would lock the table
-    assert backend.spilled_entries == 0 and not (tmp_path / SpillDirectory.BASE).exists()
+    assert backend.wal.spilled_entries == 0 and not (tmp_path / SpillDirectory.BASE).exists()
 
 
 def test_two_phase_commit_is_necessary(make_backend, monkeypatch):

@@ -9,14 +9,15 @@ paper's variants are here:
 
 - **Non-MVCC** (default, §4.1 (1)). The table holds each key's value as of the last completed
   checkpoint. A subtask keeps its changes since the last barrier in a write-ahead log in memory
-  (past ``wal_memory_bytes``, with those of its epochs not yet committed, spilled to local disk:
-  :mod:`epochal.state.postgres_spill`), reads its own uncommitted changes first and the database
-  second (through a read cache), and at the barrier hands the epoch's log to the uploader thread,
-  which writes it in batches and pre-commits it as one prepared transaction per subtask
-  (``PREPARE TRANSACTION``). When the checkpoint completes the subtask commits it (``COMMIT
-  PREPARED``); the protocol is the state machine of :mod:`epochal.state.postgres_epochs`. Needs
-  ``max_prepared_transactions`` > 0, and one checkpoint at a time (``max_concurrent=1``): an
-  epoch's prepared transaction holds its row locks, so the next epoch's upload waits for its commit.
+  (:mod:`epochal.state.postgres_wal`; past ``wal_memory_bytes``, with those of its epochs not yet
+  committed, spilled to local disk: :mod:`epochal.state.postgres_spill`), reads its own
+  uncommitted changes first and the database second (through a read cache), and at the barrier
+  hands the epoch's log to the uploader thread, which writes it in batches and pre-commits it as
+  one prepared transaction per subtask (``PREPARE TRANSACTION``). When the checkpoint completes
+  the subtask commits it (``COMMIT PREPARED``); the protocol is the state machine of
+  :mod:`epochal.state.postgres_epochs`. Needs ``max_prepared_transactions`` > 0, and one
+  checkpoint at a time (``max_concurrent=1``): an epoch's prepared transaction holds its row
+  locks, so the next epoch's upload waits for its commit.
 - **MVCC** (``mvcc=True``, §4.1 (2)). Every row carries the epoch (checkpoint id) whose upload
   wrote it, and an upload commits at once; reads take each key's newest version at or below the
   last completed checkpoint, plus the subtask's own pending epochs from memory. Completing a
@@ -58,9 +59,10 @@ from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
 from epochal.state.postgres_epochs import Changes, EpochLog, Session, gid_prefix
 from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
-from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory, merge
+from epochal.state.postgres_spill import SpillDirectory, merge
 from epochal.state.postgres_store import Store
 from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
+from epochal.state.postgres_wal import WriteAheadLog
 from epochal.state.rocksdb_keys import KeyEncoder
 from epochal.state.storage import CheckpointError
 
@@ -93,23 +95,8 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.log = EpochLog(sequential=not self.mvcc)
         self._cond = threading.Condition()
         self._encoder = KeyEncoder()
-        #: state id -> key group -> stored key -> stored value (None: removed): this epoch's log
-        self._wal: dict[int, dict[int, dict[bytes, bytes | None]]] = {}
-        #: the changes of the epochs not yet committed, newest first (what reads see after the log)
-        self._pending: list[Changes] = []
-        #: the write-ahead log's memory budget (config ``wal_memory_bytes``): the estimated bytes of
-        #: this epoch's log in memory, what is left for it beside the epochs' (``_wal_room``), the
-        #: part of this epoch's log spilled to local disk, and whether any epoch spilled (reads
-        #: then look at the spills: :meth:`spilled_read`), with (changes, spill) of the epochs
-        #: not yet committed, newest first
-        self._wal_bytes = 0
-        self._wal_room = config.wal_memory_bytes
-        self._wal_spill: DiskSpill | None = None
-        self._spilled = False
-        self._layers: list[tuple[Changes, DiskSpill | None]] = []
-        self.spill_directory: SpillDirectory | None = None
-        #: changes moved to local disk over the backend's life
-        self.spilled_entries = 0
+        #: this epoch's changes and those of the epochs not yet committed (memory and spills)
+        self.wal = WriteAheadLog(self.log, self._cond, config.wal_memory_bytes)
         self._groups = {group: Group(group, True) for group in key_groups}
         self._incomplete = 0
         self._cached = 0
@@ -157,9 +144,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.store.register(self.namespace, self.uid)
         from epochal.state.backends import local_root
 
-        self.spill_directory = SpillDirectory(local_root(self.config),
-                                              f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
-        self.started["spills_removed"] = len(self.spill_directory.sweep())  # those of killed workers
+        directory = self.wal.directory = SpillDirectory(local_root(self.config),
+                                                        f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
+        self.started["spills_removed"] = len(directory.sweep())  # those of killed workers
         if own:
             self._start_restored(checkpoint_id)
         else:
@@ -187,15 +174,6 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
                 raise RuntimeError("the PostgreSQL state backend is used before open_state()")
             state = self._state_ids[name] = self.store.state_id(name)
         return state
-
-    def _wal_of(self, state: int, group: int) -> dict[bytes, bytes | None]:
-        groups = self._wal.get(state)
-        if groups is None:
-            groups = self._wal[state] = {}
-        wal = groups.get(group)
-        if wal is None:
-            wal = groups[group] = {}
-        return wal
 
     def owned_table(self, name: str) -> GroupTables:
         table = self._tables.get(name)
@@ -315,103 +293,6 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if self._cached > self.config.cache_entries:
             self._evict(set())
 
-    def _refresh_pending(self) -> None:
-        epochs = self.log.epochs
-        self._pending = [epoch.changes for epoch in reversed(epochs)]
-        self._layers = [(epoch.changes, epoch.spill) for epoch in reversed(epochs)]
-        self._spilled = self._wal_spill is not None or any(epoch.spill is not None for epoch in epochs)
-        self._wal_room = self.config.wal_memory_bytes - sum(epoch.size for epoch in epochs)
-
-    # ------------------------------------------------------------------ the log past its budget
-    def _take_wal(self) -> Changes:
-        """This epoch's log in memory, copied; the live dicts emptied in place (the views hold them)."""
-        changes: Changes = {}
-        for state, groups in self._wal.items():
-            for group, entries in groups.items():
-                if entries:
-                    changes[(state, group)] = entries.copy()
-                    entries.clear()
-        return changes
-
-    def spill(self) -> int:
-        """The log is over ``wal_memory_bytes`` (:class:`~epochal.state.postgres_views.GroupView`
-        counts each new key's bytes): move every change held in memory, this epoch's and the
-        frozen epochs', to their epochs' spills on local disk. Returns how many moved."""
-        directory = self.spill_directory
-        if directory is None:
-            raise RuntimeError("the PostgreSQL state backend is used before open_state()")
-        moved = 0
-        current = self._take_wal()
-        if current:
-            if self._wal_spill is None:
-                self._wal_spill = directory.new_spill()
-            moved += self._wal_spill.add(current)
-        for epoch in self.log.epochs:
-            if epoch.changes:
-                spill = epoch.spill or directory.new_spill()
-                moved += spill.add(epoch.changes)
-                with self._cond:  # an upload takes (changes, spill) under the lock: both hold them now
-                    epoch.spill = spill
-                    epoch.changes = {}
-                    epoch.size = 0
-        self._wal_bytes = 0
-        self.spilled_entries += moved
-        self._refresh_pending()
-        return moved
-
-    def spilled_read(self, slot: tuple[int, int], stored_key: bytes) -> Any:
-        """The value of ``stored_key`` in ``slot`` after this epoch's log in memory, while some
-        epoch spilled: this epoch's spill, then each epoch not yet committed (memory, then
-        spill), newest first; :data:`~epochal.state.postgres_spill.MISS` if none changed it."""
-        if self._wal_spill is not None:
-            value = self._wal_spill.get(slot, stored_key)
-            if value is not MISS:
-                return value
-        for changes, spill in self._layers:
-            entries = changes.get(slot)
-            if entries is not None:
-                value = entries.get(stored_key, MISS)
-                if value is not MISS:
-                    return value
-            if spill is not None:
-                value = spill.get(slot, stored_key)
-                if value is not MISS:
-                    return value
-        return MISS
-
-    def group_changes(self, state: int, group: int) -> list[Any]:
-        """The uncommitted changes of ``state`` in key group ``group``, oldest first: iterables of
-        (stored key, value or None) to apply in order over the database's values."""
-        slot = (state, group)
-        out: list[Any] = []
-        for changes, spill in reversed(self._layers):
-            if spill is not None:
-                out.append(spill.group(state, group))
-            entries = changes.get(slot)
-            if entries:
-                out.append(entries.items())
-        if self._wal_spill is not None:
-            out.append(self._wal_spill.group(state, group))
-        return out
-
-    def overlays(self) -> list[Changes]:
-        """Every uncommitted change, oldest first, copied (spilled ones read back into memory):
-        for a savepoint's copy."""
-        out: list[Changes] = []
-        for epoch in self.log.epochs:
-            if epoch.spill is not None:
-                out.append(epoch.spill.changes())
-            out.append(epoch.changes)
-        if self._wal_spill is not None:
-            out.append(self._wal_spill.changes())
-        current: Changes = {}
-        for state, groups in self._wal.items():
-            for group, entries in groups.items():
-                if entries:
-                    current[(state, group)] = entries.copy()
-        out.append(current)
-        return out
-
     def _forget_cache(self) -> None:
         """Empty the read cache: every key is read from the database again."""
         for group in self._groups.values():
@@ -419,23 +300,12 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._incomplete = len(self._groups)
         self._cached = 0
 
-    def _remove_spills(self) -> None:
-        for spill in [self._wal_spill, *(epoch.spill for epoch in self.log.epochs)]:
-            if spill is not None:
-                spill.remove()
-        if self.spill_directory is not None:
-            self.spill_directory.remove()
-
     # ------------------------------------------------------------------ snapshots
     def begin_snapshot(self, checkpoint_id: int) -> EpochUpload:
         """The barrier: this epoch's log becomes epoch ``checkpoint_id`` (copied, the live dicts
         emptied in place: the views hold them) and a plan the uploader thread writes."""
         self._processing_thread = threading.get_ident()
-        changes = self._take_wal()
-        with self._cond:
-            self.log.begin(checkpoint_id, changes, self._wal_spill, self._wal_bytes)
-        self._wal_spill, self._wal_bytes = None, 0
-        self._refresh_pending()
+        self.wal.freeze(checkpoint_id)
         return EpochUpload(self, checkpoint_id)
 
     def begin_savepoint(self, checkpoint_id: int, native: bool) -> CanonicalSnapshot:
@@ -482,7 +352,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         else:
             for epoch in done:
                 self._fold(epoch.changes)
-        self._refresh_pending()
+        self.wal.refresh()
 
     def checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` will never complete: its prepared transaction (if any) is
@@ -556,6 +426,6 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         """Close the connections and remove the spilled log. Prepared transactions stay: a
         completed checkpoint's are committed by the restore that follows, later ones rolled back
         by it."""
-        self._remove_spills()
+        self.wal.remove_spills()
         if self.store is not None:
             self.store.close()

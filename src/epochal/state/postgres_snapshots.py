@@ -90,7 +90,7 @@ class CanonicalSnapshot:
     def __init__(self, backend: PostgresKeyedStateBackend, isolated: bool = True) -> None:
         self.backend = backend
         self.committed = backend.committed_epoch
-        self.overlays: list[Changes] = backend.overlays()  # oldest first (spilled ones read back)
+        self.overlays: list[Changes] = backend.wal.overlays()  # oldest first (spilled ones read back)
         self.state_types = dict(backend.state_types)
         self.ttl = dict(backend.ttl_configs)
         self.now = CLOCK.now()

@@ -60,12 +60,13 @@ class GroupView(MutableMapping[Any, Any]):
     interface's rule). Writes go to the log only; each key new to it counts its bytes against
     the log's memory budget, past which the backend spills (:meth:`_log`)."""
 
-    __slots__ = ("_backend", "_slot", "_wal", "_group", "_values", "_encode")
+    __slots__ = ("_backend", "_slot", "_wal", "_entries", "_group", "_values", "_encode")
 
     def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: Group) -> None:
         self._backend = backend
         self._slot = (state, group.index)
-        self._wal = backend._wal_of(state, group.index)
+        self._wal = backend.wal
+        self._entries = backend.wal.of(state, group.index)
         self._group = group
         self._values = group.values_of(state)
         self._encode = backend._encoder
@@ -75,14 +76,15 @@ class GroupView(MutableMapping[Any, Any]):
 
     def _stored(self, stored_key: bytes) -> bytes | None:
         """The stored value of ``stored_key`` as this subtask sees it now, or None."""
-        value = self._wal.get(stored_key, _MISS)
+        value = self._entries.get(stored_key, _MISS)
         if value is not _MISS:
             return value
-        if self._backend._spilled:
-            value = self._backend.spilled_read(self._slot, stored_key)
+        wal = self._wal
+        if wal.spilled:
+            value = wal.spilled_read(self._slot, stored_key)
             if value is not _MISS:
                 return value
-        elif pending := self._backend._pending:
+        elif pending := wal.pending:
             slot = self._slot
             for changes in pending:
                 entries = changes.get(slot)
@@ -113,14 +115,14 @@ class GroupView(MutableMapping[Any, Any]):
         """Write the log; a key new to it counts against the budget (its bytes and
         :data:`~epochal.state.postgres_spill.ENTRY_OVERHEAD`), which past ``wal_memory_bytes``
         spills the log."""
-        wal = self._wal
-        size = len(wal)
-        wal[stored_key] = value
-        if len(wal) != size:
-            backend = self._backend
-            backend._wal_bytes += len(stored_key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
-            if backend._wal_bytes > backend._wal_room:
-                backend.spill()
+        entries = self._entries
+        size = len(entries)
+        entries[stored_key] = value
+        if len(entries) != size:
+            wal = self._wal
+            wal.bytes += len(stored_key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
+            if wal.bytes > wal.room:
+                wal.spill()
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._log(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key), _dumps(value))
@@ -148,9 +150,9 @@ class GroupView(MutableMapping[Any, Any]):
         """Every stored key and value of the group as this subtask sees it (loads the group)."""
         self._backend._load_group(self._group)
         merged: dict[bytes, bytes | None] = dict(self._values)
-        for entries in self._backend.group_changes(*self._slot):  # oldest first
+        for entries in self._wal.group_changes(*self._slot):  # oldest first
             merged.update(entries)
-        merged.update(self._wal)
+        merged.update(self._entries)
         return {k: v for k, v in merged.items() if v is not None}
 
     def clear(self) -> None:
