@@ -98,6 +98,25 @@ class PostgresServer:
 
         return psycopg.connect(self.dsn.replace("dbname=postgres", f"dbname={dbname}"), autocommit=True)
 
+    def roll_back_prepared(self, table: str) -> list[str]:
+        """Roll back every prepared transaction that holds a lock on ``table`` or its companions
+        (``<table>_*``) in the ``postgres`` database, and return their ids: what a failed test
+        left, which would block the next ``ensure_schema`` (its ``ALTER TABLE`` waits for them)."""
+        from psycopg import sql
+
+        with self.connect() as conn:
+            gids = [row[0] for row in conn.execute(
+                "SELECT DISTINCT p.gid FROM pg_prepared_xacts p"  # its locks: those of its xid lock's holder
+                " JOIN pg_locks x ON x.locktype = 'transactionid' AND x.transactionid = p.transaction"
+                " JOIN pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.locktype = 'relation'"
+                " JOIN pg_class c ON c.oid = l.relation"
+                " WHERE p.database = current_database()"
+                " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND (c.relname = %s OR starts_with(c.relname, %s))", (table, table + "_"))]
+            for gid in gids:
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+        return gids
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while True:

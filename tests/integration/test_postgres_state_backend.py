@@ -51,6 +51,10 @@ class Sum:
 
 @pytest.fixture
 def make_backend(postgres):
+    """Makes opened backends of one namespace of the ``epochal_state`` tables; disposes of them
+    at the end. Before and after, the prepared transactions a failed test left on those tables
+    are rolled back: they would make the next ``ensure_schema`` wait for their locks."""
+    postgres.roll_back_prepared("epochal_state")
     ensure_schema(postgres.dsn, "epochal_state", False)
     namespace = f"ns{next(_NAMESPACES)}"
     made = []
@@ -68,6 +72,7 @@ def make_backend(postgres):
     yield make
     for backend in made:
         backend.dispose()
+    postgres.roll_back_prepared("epochal_state")
 
 
 def prepared(postgres, backend) -> list[str]:
@@ -178,6 +183,36 @@ def test_a_restore_commits_a_completed_checkpoint_whose_commit_was_lost_and_roll
     again = make_backend(restore=source2)
     assert len(again.started["rolled_back"]) == 1 and prepared(postgres, again) == []
     assert set(counts(again, KEYS).values()) == {2}
+
+
+def test_the_fixture_rolls_back_what_a_failed_test_left_prepared_and_only_on_the_state_tables(
+        make_backend, make_pg_table, postgres):
+    """A failed test leaves its epoch prepared: its row locks stop the next ``ensure_schema``'s
+    ``ALTER TABLE`` (it waited 300 s); :meth:`PostgresServer.roll_back_prepared`, which
+    ``make_backend`` runs before and after each test, rolls back that transaction and no other."""
+    backend = make_backend()
+    add(backend, KEYS[:5])
+    checkpoint([backend], 1)  # never completes: the test "failed" here
+    other = make_pg_table("id int")
+    with postgres.connect() as conn:
+        conn.execute("BEGIN")
+        conn.execute(f"INSERT INTO {other} VALUES (1)")
+        conn.execute("PREPARE TRANSACTION 'not-epochal-state'")
+    try:
+        with postgres.connect() as conn:
+            conn.execute("SET lock_timeout = '50ms'")
+            with pytest.raises(Exception, match="lock timeout"):
+                conn.execute("ALTER TABLE epochal_state_epochs ADD COLUMN IF NOT EXISTS fence bigint")
+        left = prepared(postgres, backend)
+        assert len(left) == 1
+        assert postgres.roll_back_prepared("epochal_state") == left
+        assert prepared(postgres, backend) == []
+        ensure_schema(postgres.dsn, "epochal_state", False)  # does not wait
+    finally:
+        with postgres.connect() as conn:
+            gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts")]
+            conn.execute("ROLLBACK PREPARED 'not-epochal-state'")
+    assert "not-epochal-state" in gids
 
 
 @pytest.mark.parametrize("mvcc", [False, True])
@@ -480,7 +515,7 @@ def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_bac
     began = time.monotonic()
     restore = threading.Thread(target=lambda: started.append(make_backend(restore=source1, attempt=1)))
     restore.start()
-    restore.join(5.0 if ended else 1.0)
+    restore.join(5.0 if ended else 0.5)  # not ended: resolved_while_fencing below shows it waited
     if ended:
         took = time.monotonic() - began
         assert started, "the restore waited for the zombie's upload"
