@@ -375,7 +375,7 @@ def test_a_client_that_stops_reading_is_dropped_within_the_send_timeout_and_othe
                 server.poll()
                 taken = max(taken, time.monotonic() - before)
             assert len(server.connections) == 1, "the client that does not read was not dropped"
-            assert taken < 0.3 + 0.5
+            assert taken < 0.3 + 2.0  # the timeout, and a loaded machine's scheduling
             polite.sendall(request_frame(TOKEN, pickle.dumps(Lookup(2, "values", (keys[0],)))))
             deadline = time.monotonic() + 5
             buffer = bytearray()
