@@ -135,8 +135,8 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
     # the window operator's worker (stage 1: worker 1) SIGKILLs itself mid-input, after 20,000 records
     client = env.execute_async("cec-on-the-page", faults=[Fault("records", worker=WINDOW, after=20_000)])
     try:
+        page.goto(client.dashboard_url)  # served from the start: the page sees the whole run
         client.wait_until_running()
-        page.goto(client.dashboard_url)
         # the graph picture: the stages and the edge between them; the source stage's records per
         # second (from its worker's heartbeats), while it reads
         page.wait_for_function("() => Number(document.querySelector("

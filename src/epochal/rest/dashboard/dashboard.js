@@ -6,6 +6,8 @@
 const POLL_MS = 1000;
 // how often the page polls while it is hidden
 const HIDDEN_POLL_MS = 30000;
+// a job kind that showed no tables of its own is asked for them once in this many polls
+const KIND_IDLE_POLLS = 10;
 const SVG = "http://www.w3.org/2000/svg";
 const state = { route: null, timer: null, tick: null, plan: null, graph: null, jobId: null, requests: new Map(),
   generation: 0 };
@@ -230,10 +232,15 @@ function jobPage(main, generation) {
   sections.summary.append(h("h1", { id: "job-name" }, h("span", { id: "job-title" }), " ",
     h("span", { class: "status", id: "job-status" })), summarySkeleton(), actions, h("div", { id: "action-message" }));
   main.append(...Object.values(sections));
+  let polls = 0;
+  let kindTablesShown = false;
   every(generation, async () => {
     if (!state.plan) state.plan = await api(`/jobs/${id}/plan`);
+    // a kind that shows no tables of its own (a dataflow job's) is asked again only now and then
+    const askKind = kindTablesShown || polls % KIND_IDLE_POLLS === 0;
+    polls += 1;
     const [job, vertices, checkpoints, kind] = await Promise.all([api(`/jobs/${id}`), api(`/jobs/${id}/vertices`),
-      api(`/jobs/${id}/checkpoints?history=60`), api(`/jobs/${id}/kind`)]);
+      api(`/jobs/${id}/checkpoints?history=60`), askKind ? api(`/jobs/${id}/kind`) : null]);
     const requests = [...state.requests.values()].filter((r) => r.job === state.jobId);
     await Promise.all(requests.filter((r) => r.status === "IN_PROGRESS").map(async (r) => {
       try {
@@ -255,7 +262,10 @@ function jobPage(main, generation) {
     if (changed("restarts", [job.restart_history.length, job.restart_history.map((r) => r.recovered_s)])) {
       restartList(job);
     }
-    if (changed("kind", kind.tables)) kindTables(kind);
+    if (kind !== null) {
+      kindTablesShown = kind.tables.length > 0;
+      if (changed("kind", kind.tables)) kindTables(kind);
+    }
     if (changed("kind-metrics", job.kind_metrics)) kindCharts(job.kind_metrics);
   });
 }
