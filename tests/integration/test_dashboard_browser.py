@@ -174,7 +174,8 @@ def test_the_job_page_of_a_job_of_20_vertices_loads_within_a_second(browser, tmp
     """A served job of 20 vertices (real JobMaster and server, its workers stood in for by control
     connections whose heartbeats report every subtask, as tests/unit/test_rest_api.py does): the
     page, opened with the token, has drawn all 20 vertices with their numbers within 1 s of the
-    navigation (the fastest of three loads: this machine is shared)."""
+    navigation (the fastest of three loads: this machine is shared); the job list shows the job,
+    its row kept while its duration goes on."""
     from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
     from epochal.rest.registry import HOME_ENV
     from tests.unit.served_jobs import served_jobs
@@ -207,6 +208,16 @@ def test_the_job_page_of_a_job_of_20_vertices_loads_within_a_second(browser, tmp
             assert page.locator("#graph .edge").count() == len(edges)
             assert page.locator('#graph .vertex[data-vertex-id="5"]').get_attribute("class") == "vertex high"
             page.screenshot(path=str(artifacts() / "dashboard-20-vertices.png"), full_page=True)
+            # the job list: a row per job, kept across polls while its duration goes on
+            page.evaluate("location.hash = '#/'")
+            row = page.locator(f'#jobs tr.job-row[data-job-id="{job.job_id}"]')
+            row.wait_for()
+            assert row.locator("a").text_content() == "twenty" and row.locator(".status").text_content() == "running"
+            the_row = "document.querySelector(`#jobs tr[data-job-id='${id}']`)"
+            page.evaluate(f"(id) => {{ const row = {the_row}; row.epochalMark = row.cells[7].textContent; }}",
+                          job.job_id)
+            page.wait_for_function(f"(id) => {{ const row = {the_row}; return row.epochalMark !== undefined "
+                                   "&& row.epochalMark !== row.cells[7].textContent; }", arg=job.job_id, timeout=10_000)
         finally:
             for end in ends:
                 end.close()
