@@ -23,7 +23,6 @@ of each variant.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import subprocess
@@ -212,12 +211,10 @@ def report(costs: list[PageCost]) -> None:
 
 
 def write(out: Path, costs: list[PageCost]) -> None:
+    from benchmarks.graph.measure import write_csv
+
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "dashboard_browser_cost.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*asdict(costs[0]), "cpu_per_s"])
-        writer.writeheader()
-        for cost in costs:
-            writer.writerow({**asdict(cost), "cpu_per_s": f"{cost.cpu_per_s:.4f}"})
+    write_csv(out / "dashboard_browser_cost.csv", [{**asdict(c), "cpu_per_s": c.cpu_per_s} for c in costs])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
