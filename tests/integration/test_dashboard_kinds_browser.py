@@ -140,7 +140,7 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
         # the graph picture: the stages and the edge between them; the source stage's records per
         # second (from its worker's heartbeats), while it reads
         page.wait_for_function("() => Number(document.querySelector("
-                               "'#graph .vertex[data-vertex-id=\"0\"]').dataset.recordsOutPerS) > 0", timeout=30_000)
+                               "'#graph .vertex[data-vertex-id=\"0\"]')?.dataset.recordsOutPerS) > 0", timeout=30_000)
         assert page.locator("#graph .vertex").count() == 2 and page.locator("#graph .edge").count() == 1
         assert "/s" in (page.locator('#graph .vertex[data-vertex-id="0"] .rates').text_content() or "")
         # the window worker's G_checks show

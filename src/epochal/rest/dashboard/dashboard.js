@@ -222,7 +222,7 @@ function jobPage(main, generation) {
     checkpoints: h("section", { id: "checkpoints-section" }, h("h2", {}, "Checkpoints"), checkpointSkeleton()),
     savepoints: h("section", { id: "savepoints-section" }, h("h2", {}, "Savepoints"), h("ul", { id: "savepoints" })),
     restarts: h("section", { id: "restarts-section" }, h("h2", {}, "Restarts"), h("div", { id: "restarts" })),
-    kind: h("section", { id: "kind-section", hidden: true }, h("div", { class: "charts", id: "kind-charts" },
+    kind: h("section", { id: "kind-section", hidden: true }, h("div", { class: "charts", id: "kind-charts", hidden: true },
       KIND_CHARTS.map(([, title, chartId]) => chart(title, chartId, number, true))), h("div", { id: "kind" })),
   };
   const actions = h("div", { class: "actions" },
@@ -309,12 +309,15 @@ const KIND_CHARTS = [["epochal_cec_g_checks", "G_checks per worker", "chart-cec-
   ["epochal_cec_replayed_tuples", "Replayed tuples per worker", "chart-cec-replayed"]];
 
 function kindCharts(metrics) {
+  let any = false;
   for (const [name, , id] of KIND_CHARTS) {
     const points = metrics.filter((m) => m.name === name).map((m) => ({ id: Number(m.labels.worker), value: m.value }));
     const canvas = document.getElementById(id);
     show(canvas.parentElement, points.length > 0);
     if (points.length) draw(canvas, points, (p) => p.value);
+    any = any || points.length > 0;
   }
+  show(document.getElementById("kind-charts"), any);
 }
 
 function summarySkeleton() {
