@@ -45,15 +45,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter
 from benchmarks.rest_overhead import wait_unregistered
 
 CONFIGS = ("off", "watched", "polled")
 #: What the dashboard's job page asks every second (``{id}``: the job), beside ``/plan`` once.
-PAGE_PATHS = ("/jobs/{id}", "/jobs/{id}/vertices", "/jobs/{id}/checkpoints?history=60", "/jobs/{id}/kind")
+PAGE_PATHS = ("/jobs/{id}", "/jobs/{id}/vertices", "/jobs/{id}/checkpoints?history=60")
+#: ... and once in this many polls (a dataflow job's kind shows no tables of its own: the page
+#: asks again only now and then)
+KIND_PATH, KIND_EVERY = "/jobs/{id}/kind", 10
 GOAL = 0.02
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: What a ``watched`` run records of :class:`~benchmarks.dashboard_browser_cost.PageCost`.
+PAGE_COST = ("chromium_cpu_s", "polls", "layouts_per_poll", "style_recalcs_per_poll", "script_ms_per_poll",
+             "task_ms_per_poll")
 
 
 @dataclass
@@ -69,6 +73,15 @@ class Run:
     #: CPU seconds of the watcher's process tree (Playwright, Chromium) while the job ran (its
     #: start-up, before the job, not counted)
     watcher_cpu_s: float = 0.0
+    #: ``watched``: CPU seconds of Chromium's processes alone from the page's load to the job's
+    #: end (what the page costs the browser, whatever the load), and the page's work per poll
+    #: (CDP Performance metrics: layouts, style recalculations, script and task milliseconds)
+    chromium_cpu_s: float = 0.0
+    polls: int = 0
+    layouts_per_poll: float = 0.0
+    style_recalcs_per_poll: float = 0.0
+    script_ms_per_poll: float = 0.0
+    task_ms_per_poll: float = 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -110,8 +123,11 @@ def poll(directory: Path) -> None:
         connection = http.client.HTTPConnection(host, int(port), timeout=5)
         paths = [f"/jobs/{entry.job_id}/plan"]
         next_at = time.monotonic()
+        polls = 0
         while not (directory / "stop").exists():
-            for path in [*paths, *(p.format(id=entry.job_id) for p in PAGE_PATHS), "/metrics"]:
+            kind = [KIND_PATH] if polls % KIND_EVERY == 0 else []
+            polls += 1
+            for path in [*paths, *(p.format(id=entry.job_id) for p in (*PAGE_PATHS, *kind)), "/metrics"]:
                 try:
                     connection.request("GET", path, headers=headers)
                     connection.getresponse().read()
@@ -145,6 +161,7 @@ def watch(directory: Path) -> None:
             time.sleep(0.02)
             entries = Registry().entries()
         scrapes = [0]
+        page_cost: dict[str, Any] = {}
         if entries:
             entry = entries[0]
             done = threading.Event()
@@ -165,22 +182,31 @@ def watch(directory: Path) -> None:
 
             scraper = threading.Thread(target=scrape, daemon=True)
             scraper.start()
+            meter = None
             try:
+                meter = PageMeter(page.context, page)  # counts every request of the page, too
+                meter.start()
                 page.goto(f"http://{entry.address}/dashboard?token={entry.token}#/jobs/{entry.job_id}")
-                page.evaluate("performance.setResourceTimingBufferSize(1000000)")  # count every request
             except Exception:  # noqa: BLE001 - the job may have ended already
                 pass
             while not (directory / "stop").exists():
                 time.sleep(0.1)  # the page polls by itself; Playwright is not asked anything meanwhile
             done.set()
             scraper.join(5)
+            try:
+                if meter is not None:
+                    cost = meter.stop("watched", 0)
+                    page_cost = {name: value for name, value in asdict(cost).items() if name in PAGE_COST}
+            except Exception:  # noqa: BLE001 - the page may have gone
+                pass
         requests = 0
         try:  # what the page fetched, from its own record (nothing listened while the job ran)
             requests = page.evaluate("performance.getEntriesByType('resource').length")
         except Exception:  # noqa: BLE001 - the page may have gone
             pass
         browser.close()
-    (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes[0], "page_requests": requests}))
+    (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes[0], "page_requests": requests,
+                                                        **page_cost}))
 
 
 def tree_cpu(pid: int) -> float:
@@ -234,10 +260,16 @@ def measure(records: int, rounds: int) -> list[Run]:
                     (directory / "stop").touch()
                     watcher.wait(60)
                     counts = json.loads((directory / "counts.json").read_text())
-                    run.scrapes, run.page_requests = counts["scrapes"], counts["page_requests"]
+                    run.scrapes, run.page_requests = counts.pop("scrapes"), counts.pop("page_requests")
+                    for name, value in counts.items():  # the watched page's own cost
+                        setattr(run, name, value)
                 runs.append(run)
                 watched = (f", {run.scrapes} scrapes, {run.page_requests} page requests, watcher CPU "
                            f"{run.watcher_cpu_s:.1f} s") if watcher is not None else ""
+                if run.polls:
+                    watched += (f", Chromium {run.chromium_cpu_s / seconds:.3f} CPU-s/s, per poll "
+                                f"{run.layouts_per_poll:.1f} layouts, script {run.script_ms_per_poll:.1f} ms, "
+                                f"tasks {run.task_ms_per_poll:.1f} ms")
                 print(f"[{round_}] {config:>7}: {seconds:6.2f} s, {run.records_per_s:>9,.0f} records/s "
                       f"(load {load:.1f}){watched}", flush=True)
     finally:
@@ -254,6 +286,7 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
     return {"median": median, "min": {c: min(v) for c, v in speed.items()},
             "watcher_cpu": {c: statistics.median(r.watcher_cpu_s / r.seconds for r in runs if r.config == c)
                             for c in CONFIGS[1:]},
+            "chromium_cpu": statistics.median(r.chromium_cpu_s / r.seconds for r in runs if r.config == "watched"),
             "max": {c: max(v) for c, v in speed.items()},
             "ratio": {c: median[c] / median["off"] for c in CONFIGS[1:]}, "round_ratios": ratios,
             "spread": max((max(v) - min(v)) / statistics.median(v) for v in speed.values())}
@@ -274,6 +307,8 @@ def report(summary: dict[str, Any]) -> None:
         cpu = summary["watcher_cpu"][config]
         print(f"    its watcher used {cpu:.3f} CPU-s per second of job (median) = {cpu / cores:.1%} of the machine's "
               f"{cores} cores")
+        if config == "watched":
+            print(f"    of which Chromium's own processes {summary['chromium_cpu']:.3f} CPU-s/s (median)")
 
 
 def write(out: Path, runs: list[Run], summary: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Playwright; no
 browser is downloaded), against a keyed job with an exactly-once sink running on Spark: without
 the token there is no page; with the URL the driver gives, the job page shows every vertex of the
-graph, records and checkpoints that grow between two reads, a worker killed with SIGKILL as a
+graph, records and checkpoints that grow between two reads (shown by the same elements: the
+page updates in place), a worker killed with SIGKILL as a
 restart with its cause, and a savepoint taken with its button (its path appears, and it is a
 savepoint on disk); cancelling through the page ends the job.
 
@@ -68,6 +69,20 @@ def read(page) -> dict[str, float]:
     }""")
 
 
+#: Marks elements of the job page (a property of the element object, which only that object has)
+MARK = """() => {
+    document.querySelector('#graph .vertex').epochalMark = true;
+    document.querySelector('#vertices tbody tr').epochalMark = true;
+    document.querySelector('#chart-duration').epochalMark = true;
+    document.querySelector('#checkpoint-history tbody tr:last-child').epochalMark = true;
+}"""
+#: Whether the elements marked are still those on the page
+MARKED = """() => ({vertex: Boolean(document.querySelector('#graph .vertex').epochalMark),
+    row: Boolean(document.querySelector('#vertices tbody tr').epochalMark),
+    chart: Boolean(document.querySelector('#chart-duration').epochalMark),
+    checkpoint: [...document.querySelectorAll('#checkpoint-history tbody tr')].some(tr => tr.epochalMark)})"""
+
+
 def test_the_dashboard_shows_a_running_job_and_steers_it(browser, make_env, tmp_path):
     page = browser
     env = make_env(2)
@@ -105,13 +120,17 @@ def test_the_dashboard_shows_a_running_job_and_steers_it(browser, make_env, tmp_
         wait_for_output(tmp_path / "out", 100)
         page.wait_for_function("() => Number(document.querySelector('#checkpoint-completed').textContent) > 0")
         first = read(page)
+        page.evaluate(MARK)
         time.sleep(3.0)
         page.wait_for_function("() => [...document.querySelectorAll('#graph .vertex')].some("
                                "v => Number(v.dataset.recordsOutPerS) > 0)")
         second = read(page)
         assert second["records"] > first["records"] and second["checkpoints"] > first["checkpoints"], (first, second)
         assert second["rate"] > 0
-        assert page.locator("#chart-duration rect.bar").count() > 0
+        assert int(page.locator("#chart-duration").get_attribute("data-points") or 0) > 0
+        # the polls in between updated the page in place: the same elements show the new numbers
+        assert page.evaluate(MARKED) == {"vertex": True, "row": True, "chart": True, "checkpoint": True}
+        assert page.locator("#btn-savepoint").is_visible() and page.locator("#btn-stop").is_visible()
 
         # a worker killed: a restart with its cause
         pid = client.workers()[0]["pid"]
@@ -155,7 +174,8 @@ def test_the_job_page_of_a_job_of_20_vertices_loads_within_a_second(browser, tmp
     """A served job of 20 vertices (real JobMaster and server, its workers stood in for by control
     connections whose heartbeats report every subtask, as tests/unit/test_rest_api.py does): the
     page, opened with the token, has drawn all 20 vertices with their numbers within 1 s of the
-    navigation (the fastest of three loads: this machine is shared)."""
+    navigation (the fastest of three loads: this machine is shared); the job list shows the job,
+    its row kept while its duration goes on."""
     from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
     from epochal.rest.registry import HOME_ENV
     from tests.unit.served_jobs import served_jobs
@@ -188,6 +208,16 @@ def test_the_job_page_of_a_job_of_20_vertices_loads_within_a_second(browser, tmp
             assert page.locator("#graph .edge").count() == len(edges)
             assert page.locator('#graph .vertex[data-vertex-id="5"]').get_attribute("class") == "vertex high"
             page.screenshot(path=str(artifacts() / "dashboard-20-vertices.png"), full_page=True)
+            # the job list: a row per job, kept across polls while its duration goes on
+            page.evaluate("location.hash = '#/'")
+            row = page.locator(f'#jobs tr.job-row[data-job-id="{job.job_id}"]')
+            row.wait_for()
+            assert row.locator("a").text_content() == "twenty" and row.locator(".status").text_content() == "running"
+            the_row = "document.querySelector(`#jobs tr[data-job-id='${id}']`)"
+            page.evaluate(f"(id) => {{ const row = {the_row}; row.epochalMark = row.cells[7].textContent; }}",
+                          job.job_id)
+            page.wait_for_function(f"(id) => {{ const row = {the_row}; return row.epochalMark !== undefined "
+                                   "&& row.epochalMark !== row.cells[7].textContent; }", arg=job.job_id, timeout=10_000)
         finally:
             for end in ends:
                 end.close()

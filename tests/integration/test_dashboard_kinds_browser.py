@@ -106,6 +106,9 @@ def test_a_graph_jobs_supersteps_fill_in_on_its_page(browser, make_env, tmp_path
                            "'#kind .kind-table[data-title=\"Supersteps\"] tbody tr').length > 0", timeout=60_000)
     first = kind_rows(page, "Supersteps")
     assert page.locator("#job-status").text_content() == "running"
+    # a graph job takes no savepoints: no buttons for them; cancel stays
+    assert page.locator("#btn-savepoint").is_hidden() and page.locator("#btn-stop").is_hidden()
+    assert page.locator("#btn-cancel").is_visible()
     thread.join(120)
     assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
     result = outcome["result"]
@@ -132,8 +135,14 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
     # the window operator's worker (stage 1: worker 1) SIGKILLs itself mid-input, after 20,000 records
     client = env.execute_async("cec-on-the-page", faults=[Fault("records", worker=WINDOW, after=20_000)])
     try:
+        page.goto(client.dashboard_url)  # served from the start: the page sees the whole run
         client.wait_until_running()
-        page.goto(client.dashboard_url)
+        # the graph picture: the stages and the edge between them; the source stage's records per
+        # second (from its worker's heartbeats), while it reads
+        page.wait_for_function("() => Number(document.querySelector("
+                               "'#graph .vertex[data-vertex-id=\"0\"]')?.dataset.recordsOutPerS) > 0", timeout=30_000)
+        assert page.locator("#graph .vertex").count() == 2 and page.locator("#graph .edge").count() == 1
+        assert "/s" in (page.locator('#graph .vertex[data-vertex-id="0"] .rates').text_content() or "")
         # the window worker's G_checks show
         page.wait_for_function("""() => {
             const table = document.querySelector('#kind .kind-table[data-title="Workers"] table');
@@ -143,8 +152,11 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
                 const text = tr.querySelectorAll('td')[column].textContent;
                 return text !== '–' && Number(text.replace(/,/g, '')) > 0; });
         }""", timeout=60_000)
-        assert page.locator("#chart-cec-g-checks rect.bar").count() >= 1
-        assert page.locator("#chart-cec-extent rect.bar").count() >= 1
+        assert int(page.locator("#chart-cec-g-checks").get_attribute("data-points") or 0) >= 1
+        assert int(page.locator("#chart-cec-extent").get_attribute("data-points") or 0) >= 1
+        # a CEC job takes no savepoints: no buttons for them; cancel stays
+        assert page.locator("#btn-savepoint").is_hidden() and page.locator("#btn-stop").is_hidden()
+        assert page.locator("#btn-cancel").is_visible()
         result = client.result(120)
     finally:
         client.cancel(timeout=60)
@@ -173,7 +185,7 @@ def test_a_cec_jobs_g_checks_extent_and_recovery_on_its_page(browser, make_env, 
     assert shown(row[3]) == int(recovery["phases"]["extent"]) > 0, context  # what its rebuild read back over
     assert shown(row[4]) == int(recovery["phases"]["windows"]), context
     assert shown(row[5]) == final["window_caught_up"] > 0, context  # the tuples replayed to the replacement
-    assert page.locator("#chart-cec-replayed rect.bar").count() >= 1
+    assert int(page.locator("#chart-cec-replayed").get_attribute("data-points") or 0) >= 1
     screenshot(page, "dashboard-cec.png")
 
 

@@ -197,6 +197,33 @@ def test_vertices_show_what_the_workers_report(jobs):
         end.close()
 
 
+def test_a_stage_without_operators_reports_its_own_records_and_its_kind_takes_no_savepoints(jobs):
+    """A CEC job's vertex (a stage) names no operators: its subtasks' ``records`` are its counts
+    (their rates are taken as a dataflow subtask's), and backpressure, which a stage does not sample, is
+    unknown; the job's kind refuses savepoints, which its details say."""
+    from epochal.cec.coordination import CecCoordination
+    from epochal.rest.outline import EdgeOutline, JobOutline, VertexOutline
+
+    outline = JobOutline("cec", 2, (VertexOutline(0, "source", 1), VertexOutline(1, "window", 1)),
+                         (EdgeOutline(0, 1, "hash"),))
+    job = jobs("staged", outline=outline, kind=CecCoordination(2))
+    ends = run_workers(job, {w: {"pid": 10 + w, "uptime": 1.0, "subtasks": {f"{w}/0": {"records": (50 * w, 40 + w)}}}
+                             for w in (0, 1)})
+    api = client()
+    deadline = time.monotonic() + 10
+    while not (vertices := api.get("/jobs/staged/vertices")["vertices"])[1]["subtasks"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    source, window = vertices
+    assert (source["records_in"], source["records_out"], window["records_in"], window["records_out"]) == (0, 40, 50, 41)
+    assert source["backpressure"] == window["backpressure"] == {"level": "unknown", "ratio": None}
+    assert window["subtasks"][0]["worker"] == 1
+    details = api.get("/jobs/staged")
+    assert details["takes_savepoints"] is False and details["kind"] == "cec"
+    for end in ends:
+        end.close()
+
+
 def test_the_openapi_description_names_every_endpoint(jobs):
     jobs("described")
     paths = client().get("/openapi.json")["paths"]

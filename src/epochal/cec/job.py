@@ -20,7 +20,7 @@ from epochal.control.launch import launch
 from epochal.control.restart import NoRestart
 from epochal.errors import PlanError
 from epochal.plan.execution import build_execution_graph, ship_module_by_value
-from epochal.rest.outline import JobOutline, VertexOutline
+from epochal.rest.outline import EdgeOutline, JobOutline, VertexOutline
 from epochal.rest.server import serve
 from epochal.runtime.host.hooks import Fault, FaultInjector
 from epochal.serialization import dumps_by_value
@@ -54,7 +54,10 @@ def execute_async(env: Environment, job_name: str, faults: list[Fault] | None = 
         raise PlanError(f"the job cannot be shipped to the workers: {type(error).__name__}: {error}") from error
     coordination = CecCoordination(deployment.num_workers)
     outline = JobOutline("cec", env.parallelism,
-                         tuple(VertexOutline(stage.index, stage.name, stage.parallelism) for stage in stages))
+                         tuple(VertexOutline(stage.index, stage.name, stage.parallelism) for stage in stages),
+                         tuple(EdgeOutline(stage.upstream, stage.index, partitioner.strategy) for stage in stages
+                               if stage.upstream is not None
+                               and (partitioner := stages[stage.upstream].partitioner) is not None))
     return JobClient(serve(env.config, outline, lambda: launch(
         env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob,
         num_workers=deployment.num_workers, restart=NoRestart(), kind=coordination)))

@@ -132,6 +132,12 @@ class CecWorker(WorkerShell):
     def metrics(self) -> dict[str, Any]:
         out = {**super().metrics(), **self.counters}
         out.update({"source_records": self.records_read} if self.source is not None else {})
+        if self.deployment is not None and self.stage is not None:
+            # the stage instance as a subtask of the job's outline (a vertex per stage): its records
+            # in and out, which the REST API turns into rates per worker, as a dataflow subtask's
+            _, subtask = self.deployment.locate(self.index)
+            out["subtasks"] = {f"{self.stage.index}/{subtask}": {
+                "records": (self.counters["records_in"], self.counters["records_out"])}}
         if self.aggregate is not None:
             pauses = self.background
             out.update(self.aggregate.metrics(), checkpoint_pause_s=pauses.pause_s if pauses else 0.0,

@@ -164,6 +164,9 @@ class KindCoordinator:
 
     #: how errors name this kind's jobs
     kind_name: ClassVar[str] = "these"
+    #: whether :meth:`request_savepoint` may take one (False: it always refuses; the dashboard
+    #: shows no savepoint buttons for such a job)
+    takes_savepoints: ClassVar[bool] = False
 
     def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
         """The driver carried out a :class:`~epochal.control.checkpointing.files.WriteCheckpoint`

@@ -40,6 +40,7 @@ class DataflowCoordination(KindCoordinator):
 
     worker_body: ClassVar[type] = Worker
     messages: ClassVar[frozenset[type]] = frozenset({Ack, Decline, Committed, LoopReady, LoopVote, Collect})
+    takes_savepoints: ClassVar[bool] = True
 
     def __init__(self, num_workers: int, coordinator: CheckpointCoordinator | None = None,
                  restore: dict[str, Any] | None = None, loops: dict[int, int] | None = None,

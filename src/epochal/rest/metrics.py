@@ -215,9 +215,10 @@ class JobCollector(Collector):
                                 operator_labels).add_metric(labels, records_in)
                     out.counter("epochal_operator_records_out", "Records out of the operator's main output "
                                 "(this attempt)", operator_labels).add_metric(labels, records_out)
-                out.gauge("epochal_subtask_backpressured", "1 while the subtask's output waits for credit (sampled "
-                          "at its last heartbeat)", subtask_labels).add_metric(
-                    where, 1.0 if report.get("backpressured") else 0.0)
+                if "backpressured" in report:  # a CEC stage's subtask samples none
+                    out.gauge("epochal_subtask_backpressured", "1 while the subtask's output waits for credit "
+                              "(sampled at its last heartbeat)", subtask_labels).add_metric(
+                        where, 1.0 if report.get("backpressured") else 0.0)
                 busy = _number(report.get("busy_s"))
                 if busy is not None:
                     out.counter("epochal_subtask_busy_seconds", "Seconds the subtask spent processing (this "

@@ -87,12 +87,14 @@ class KindMetric(BaseModel):
 
 class JobDetails(JobOverview):
     """``GET /jobs/{job_id}``: the overview, plus why it failed (``error``, its first line),
-    where its checkpoints and savepoints go, records its sources read, its restarts, and the
-    job kind's own numbers (``kind_metrics``; none for a dataflow job)."""
+    where its checkpoints and savepoints go, whether its kind takes savepoints at all
+    (``takes_savepoints``; graph and CEC jobs refuse every request), records its sources read, its
+    restarts, and the job kind's own numbers (``kind_metrics``; none for a dataflow job)."""
 
     error: str | None
     checkpoint_path: str | None
     savepoint_directory: str | None
+    takes_savepoints: bool
     records_read: int
     restart_history: list[Restart]
     kind_metrics: list[KindMetric] = Field(default_factory=list)

@@ -62,8 +62,8 @@ def _overview_fields(served: ServedJob) -> dict[str, Any]:
 
 def details(served: ServedJob) -> JobDetails:
     jm = served.jobmaster
-    checkpoint_path, savepoint_dir, records_base = jm.query(
-        lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base))
+    checkpoint_path, savepoint_dir, records_base, takes_savepoints = jm.query(
+        lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base, kind.takes_savepoints))
     error = jm.error
     metrics = jm.snapshot_metrics()
     read = records_base + sum(m.get("source_records", 0) for m in metrics.values())
@@ -71,6 +71,7 @@ def details(served: ServedJob) -> JobDetails:
     own = jm.query(lambda kind: kind.kind_metrics(metrics))
     return JobDetails(**_overview_fields(served), error=str(error).splitlines()[0] if error is not None else None,
                       checkpoint_path=checkpoint_path or None, savepoint_directory=savepoint_dir or None,
+                      takes_savepoints=takes_savepoints,
                       records_read=int(read), restart_history=history,
                       kind_metrics=[KindMetric(name=m.name, kind=m.kind, labels=dict(m.labels),  # type: ignore[arg-type]
                                                value=m.value) for m in own])
@@ -157,8 +158,10 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
             if uid in totals:
                 totals[uid][0] += int(records_in)
                 totals[uid][1] += int(records_out)
-        first = counts.get(uids[0], (0, 0)) if uids else (0, 0)
-        last = counts.get(uids[-1], (0, 0)) if uids else (0, 0)
+        # a vertex whose outline names no operators (a CEC stage): the subtask's own ``records``
+        whole = report.get("records") or (0, 0)
+        first = counts.get(uids[0], (0, 0)) if uids else whole
+        last = counts.get(uids[-1], (0, 0)) if uids else whole
         busy = _finite(report.get("busy_s"))
         rate = served.rates.observe(key, pid, Reading(clock, int(first[0]), int(last[1]), busy))
         subtasks.append(SubtaskMetrics(index=index, worker=worker, records_in=int(first[0]),
@@ -167,6 +170,8 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
                                        records_in_per_s=rate.records_in_per_s,
                                        records_out_per_s=rate.records_out_per_s, busy_ratio=rate.busy_ratio))
     watermarks = [s.watermark for s in subtasks if s.watermark is not None]
+    # whether the subtasks sample backpressure at all (a CEC stage's do not)
+    sampled = any("backpressured" in reports[f"{outline.id}/{s.index}"][3] for s in subtasks)
     every_subtask = len(watermarks) == outline.parallelism > 0
     rates_in = [s.records_in_per_s for s in subtasks if s.records_in_per_s is not None]
     rates_out = [s.records_out_per_s for s in subtasks if s.records_out_per_s is not None]
@@ -180,7 +185,8 @@ def _vertex(served: ServedJob, outline: Any, reports: dict[str, tuple[int, int, 
     return Vertex(id=outline.id, name=outline.name, parallelism=outline.parallelism,
                   records_in=sum(s.records_in for s in subtasks), records_out=sum(s.records_out for s in subtasks),
                   watermark=min(watermarks) if every_subtask else None,
-                  backpressure=_backpressure(subtasks, outline.parallelism),
+                  backpressure=_backpressure(subtasks, outline.parallelism) if sampled else
+                  Backpressure(level="unknown", ratio=None),
                   operators=[OperatorMetrics(uid=o.uid, name=o.name, records_in=totals[o.uid][0],
                                              records_out=totals[o.uid][1], state_bytes=state.get(o.uid))
                              for o in outline.operators],
