@@ -1,0 +1,106 @@
+"""The canonical layout of a savepoint's keyed state: the one layout every state backend writes
+for a ``canonical`` savepoint and every backend restores (docs/savepoints.md, "Formats").
+
+A subtask's keyed state of one operator is one file of per-key-group blobs (each group's
+``[offset, length, crc]`` in the handle, as in a checkpoint, so a restore at any parallelism
+reads only the groups it owns). Each blob is the pickle of ::
+
+    {state name: (keys, values)}     # two lists of bytes of equal length
+
+``keys[i]`` is the canonical bytes of a user key: :class:`~epochal.state.rocksdb_keys.KeyEncoder`'s
+pickle (protocol 5, memo-free for composite keys), which is what the RocksDB backend stores after
+its 2-byte key-group prefix; ``values[i]`` is :func:`epochal.serialization.dumps` of its value
+(read back with ``pickle.loads``), which is what RocksDB stores as the value. So a RocksDB
+savepoint copies its stored bytes into the file without decoding any of them, and a RocksDB
+restore writes them back as they are; the heap backends encode (savepoint) and decode (restore)
+each key and value. The handle says ``"encoding": "pickled-entries"`` (:data:`ENCODING`); the
+savepoint's metadata ``"layout": 2`` (:data:`LAYOUT`).
+
+Layout 1 (savepoints before 2026-11-27, and the heap backends' checkpoints to this day) pickles
+``{state name: {key: value}}`` per group; its handles carry no ``encoding``. Readers read both:
+:func:`stored_states` and :func:`decoded_states` turn either into what the caller wants. A handle
+with an encoding this version does not know, or metadata of a later layout, is refused with a
+message that says which epochal wrote it (:func:`check_layout`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Collection
+from typing import Any
+
+from epochal.serialization import dumps as _dumps
+from epochal.state.rocksdb_keys import KeyEncoder
+from epochal.state.storage import CheckpointError
+
+#: The ``encoding`` of a keyed-state handle in the canonical layout.
+ENCODING = "pickled-entries"
+#: The canonical layout's version, in a savepoint's metadata (``savepoint.layout``).
+LAYOUT = 2
+
+#: One key group's state as stored: state name -> (key bytes, value bytes)
+Stored = dict[str, tuple[list[bytes], list[bytes]]]
+
+_loads = pickle.loads
+_pickle = pickle.dumps
+
+
+def encode_states(states: dict[str, dict[Any, Any]], encode_key: KeyEncoder | None = None) -> Stored:
+    """``{name: {key: value}}`` as the canonical ``{name: (key bytes, value bytes)}``, in the
+    dicts' order; states without entries are left out. Raises what
+    :func:`epochal.serialization.dumps` raises for a value nothing can pickle."""
+    encode = encode_key or KeyEncoder()
+    out: Stored = {}
+    for name, entries in states.items():
+        if not entries:
+            continue
+        keys = list(map(encode, entries))
+        try:  # plain pickle for the whole group first: the fallback costs a second try only on failure
+            values = [_pickle(value, 5) for value in entries.values()]
+        except Exception:
+            values = list(map(_dumps, entries.values()))
+        out[name] = (keys, values)
+    return out
+
+
+def decode_states(stored: Stored, names: Collection[str] | None = None) -> dict[str, dict[Any, Any]]:
+    """The canonical ``{name: (key bytes, value bytes)}`` as ``{name: {key: value}}`` (``names``:
+    only these states). Keys that decode equal (``1`` and ``1.0`` from a RocksDB savepoint,
+    which keeps them apart) merge, the later one winning, as a heap backend's dict merges them."""
+    return {name: dict(zip(map(_loads, keys), map(_loads, values), strict=True))
+            for name, (keys, values) in stored.items() if names is None or name in names}
+
+
+def check_encoding(handle: dict[str, Any], path: str) -> bool:
+    """Whether keyed-state ``handle`` (a file of per-group blobs) is in the canonical layout
+    (else it is layout 1, pickled dicts). Raises :class:`CheckpointError` for an encoding this
+    version of epochal cannot read."""
+    encoding = handle.get("encoding")
+    if encoding is None:
+        return False
+    if encoding != ENCODING:
+        raise CheckpointError(f"keyed state file {path} is encoded as {encoding!r}, which this version of epochal "
+                              f"cannot read (it reads {ENCODING!r}): restore it with the epochal that wrote it",
+                              path=path)
+    return True
+
+
+def stored_states(blob: Any, canonical: bool, encode_key: KeyEncoder | None = None) -> Stored:
+    """One group blob, unpickled, as stored bytes (a layout-1 blob is encoded)."""
+    return blob if canonical else encode_states(blob, encode_key)
+
+
+def decoded_states(blob: Any, canonical: bool, names: Collection[str] | None = None) -> dict[str, dict[Any, Any]]:
+    """One group blob, unpickled, as ``{name: {key: value}}`` (``names``: only these states)."""
+    if canonical:
+        return decode_states(blob, names)
+    return blob if names is None else {name: entries for name, entries in blob.items() if name in names}
+
+
+def check_layout(metadata: dict[str, Any], location: str) -> None:
+    """Refuse (:class:`CheckpointError`) a savepoint whose metadata names a canonical layout later
+    than this version of epochal reads; layouts 1 and 2 pass."""
+    layout = (metadata.get("savepoint") or {}).get("layout", 1)
+    if not isinstance(layout, int) or layout > LAYOUT:
+        raise CheckpointError(f"savepoint {location} is in canonical layout {layout!r}, written by a later "
+                              f"epochal; this version reads layouts 1 to {LAYOUT}", path=location)
