@@ -30,7 +30,7 @@ from collections.abc import Collection
 from typing import Any
 
 from epochal.serialization import dumps as _dumps
-from epochal.state.rocksdb_keys import KeyEncoder
+from epochal.state.rocksdb_keys import _SCALAR_KEYS, KeyEncoder
 from epochal.state.storage import CheckpointError
 
 #: The ``encoding`` of a keyed-state handle in the canonical layout.
@@ -54,7 +54,7 @@ def encode_states(states: dict[str, dict[Any, Any]], encode_key: KeyEncoder | No
     for name, entries in states.items():
         if not entries:
             continue
-        keys = list(map(encode, entries))
+        keys = [_pickle(key, 5) if type(key) in _SCALAR_KEYS else encode(key) for key in entries]
         try:  # plain pickle for the whole group first: the fallback costs a second try only on failure
             values = [_pickle(value, 5) for value in entries.values()]
         except Exception:

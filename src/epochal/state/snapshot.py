@@ -162,7 +162,7 @@ class RestoreSource:
     """The state of one completed checkpoint, read lazily by the subtasks that restore from it."""
 
     def __init__(self, storage: CheckpointStorage, checkpoint_id: int, metadata: dict[str, Any]) -> None:
-        check_layout(metadata, storage.location(checkpoint_id))
+        check_layout(metadata, f"checkpoint {checkpoint_id}" if storage is None else storage.location(checkpoint_id))
         self.storage = storage
         self.checkpoint_id = checkpoint_id
         self.metadata = metadata
