@@ -45,24 +45,23 @@ def entries() -> dict:
     return out
 
 
-def heap(groups: range, state: dict | None = None) -> HeapKeyedStateBackend:
-    backend = HeapKeyedStateBackend(MAX_P, groups)
+def filled(backend, state: dict | None):
+    """``backend`` with state ``v`` = ``state``'s entries of the key groups it owns."""
     value = backend.get_state(ValueStateDescriptor("v"))
     for key, item in (state or {}).items():
-        if key_group_of(key, MAX_P) in groups:
+        if key_group_of(key, MAX_P) in backend.key_groups:
             backend.set_current_key(key)
             value.update(item)
     return backend
+
+
+def heap(groups: range, state: dict | None = None) -> HeapKeyedStateBackend:
+    return filled(HeapKeyedStateBackend(MAX_P, groups), state)
 
 
 def rocksdb(tmp_path, name: str, groups: range, state: dict | None = None):
-    backend = create_backend(StateBackendConfig(ROCKSDB, local_dir=str(tmp_path / "local")), MAX_P, groups, name)
-    value = backend.get_state(ValueStateDescriptor("v"))
-    for key, item in (state or {}).items():
-        if key_group_of(key, MAX_P) in groups:
-            backend.set_current_key(key)
-            value.update(item)
-    return backend
+    config = StateBackendConfig(ROCKSDB, local_dir=str(tmp_path / "local"))
+    return filled(create_backend(config, MAX_P, groups, name), state)
 
 
 def savepoint(backend, storage: CheckpointStorage, subtask: int, checkpoint_id: int = 3) -> dict:
