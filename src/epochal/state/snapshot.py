@@ -12,7 +12,7 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from epochal.state.canonical import (
     check_encoding,
     check_layout,
     decoded_states,
+    dump_stored,
     encode_states,
     stored_states,
 )
@@ -48,12 +49,14 @@ def _group_blobs(keyed: dict[int, Any]) -> tuple[bytes, dict[str, list[int]]]:
     return group_blobs(sorted(keyed.items()))
 
 
-def group_blobs(keyed: Iterable[tuple[int, Any]]) -> tuple[bytes, dict[str, list[int]]]:
+def group_blobs(keyed: Iterable[tuple[int, Any]],
+                dump: Callable[[Any], bytes] = serialization.dumps) -> tuple[bytes, dict[str, list[int]]]:
     """:func:`_group_blobs` of ``(group, {state name: {key: value}})`` pairs in group order (a
-    backend that reads its groups one at a time hands them over without a dict of all of them)."""
+    backend that reads its groups one at a time hands them over without a dict of all of them);
+    ``dump``: how a group becomes bytes."""
     chunks, groups, offset = [], {}, 0
     for group, states in keyed:
-        blob = serialization.dumps(states)
+        blob = dump(states)
         chunks.append(blob)
         groups[str(group)] = [offset, len(blob), crc(blob)]
         offset += len(blob)
@@ -62,7 +65,7 @@ def group_blobs(keyed: Iterable[tuple[int, Any]]) -> tuple[bytes, dict[str, list
 
 def _write_groups(storage: CheckpointStorage, checkpoint_id: int, name: str, pairs: Iterable[tuple[int, Any]],
                   encoding: str | None) -> dict[str, Any]:
-    data, groups = group_blobs(pairs)
+    data, groups = group_blobs(pairs, serialization.dumps if encoding is None else dump_stored)
     written = storage.write_file(checkpoint_id, name, data)
     handle = {"file": written["file"], "size": written["size"], "groups": groups}
     if encoding is not None:
