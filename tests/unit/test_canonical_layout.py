@@ -1,7 +1,8 @@
-"""The canonical savepoint layout (state/canonical.py) without Spark: every backend writes the same
-``{state name: (key bytes, value bytes)}`` blobs per key group, every backend restores them (RocksDB
-writes the bytes back as they are, the heap decodes them), layout-1 files (pickled dicts: older
-savepoints and heap checkpoints) are still read, and what a later epochal wrote is refused."""
+"""The canonical savepoint layout (state/canonical.py) without Spark: RocksDB writes its stored bytes
+(``{state name: (key bytes, value bytes)}`` per key group) and the heap its pickled dicts, every
+backend restores either (RocksDB writes the bytes back as they are, the heap decodes them), the
+bytes are the same whichever backend held the state, layout-1 savepoints are still read, and what
+a later epochal wrote is refused."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
 from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.state.backend import CANONICAL
 from epochal.state.backends import create_backend
 from epochal.state.canonical import ENCODING, LAYOUT, decode_states, encode_states
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.rocksdb_keys import END, START, scan
-from epochal.state.snapshot import CanonicalCopy, RestoreSource, materialize
+from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 from tests.unit.snapshot_helpers import metadata
 
@@ -85,20 +85,33 @@ def test_encode_decode_round_trip_with_every_key_kind_and_a_by_value_fallback():
     assert decode_states(stored, names={"fn"}).keys() == {"fn"}
 
 
-def test_a_heap_savepoint_is_written_in_the_canonical_layout_and_its_checkpoint_is_not(tmp_path):
+def test_rocksdb_writes_stored_bytes_and_the_heap_pickled_dicts(tmp_path):
     storage = CheckpointStorage(str(tmp_path / "sp"))
-    backend = heap(range(MAX_P), entries())
-    assert backend.begin_savepoint(3, native=False) is CANONICAL
-    assert backend.begin_savepoint(3, native=True) is None  # native: its checkpoint files
-    assert isinstance(backend.capture_snapshot(CANONICAL), CanonicalCopy)
-    handle = savepoint(backend, storage, 0)["keyed"]
+    handle = savepoint(rocksdb(tmp_path, "s", range(MAX_P), entries()), storage, 0)["keyed"]
     assert handle["encoding"] == ENCODING
     blob = pickle.loads(storage.read_file(3, handle, *handle["groups"][next(iter(handle["groups"]))]))
     keys, values = blob["v"]
-    assert all(type(b) is bytes for b in keys + values)
-    checkpoint = materialize(storage, 4, 0, {UID: {"keyed": backend.capture_snapshot(None)}})[UID]["keyed"]
-    assert "encoding" not in checkpoint  # a heap checkpoint stays layout 1 (pickled dicts)
-    assert savepoint(heap(range(MAX_P)), storage, 1) == {}  # no state: no file
+    assert len(keys) == len(values) and all(type(b) is bytes for b in keys + values)
+    handle = savepoint(heap(range(MAX_P), entries()), storage, 1)["keyed"]
+    assert "encoding" not in handle  # the objects encoding: one pickle of {name: {key: value}} per group
+    blob = pickle.loads(storage.read_file(3, handle, *handle["groups"][next(iter(handle["groups"]))]))
+    assert all(type(entries) is dict for entries in blob.values())
+
+
+def test_the_stored_bytes_are_the_same_whichever_backend_held_the_state(tmp_path):
+    """A RocksDB restore of a heap savepoint encodes its keys as RocksDB does: the database holds
+    the same bytes as one filled directly (so every key is found: ``1`` and ``("t", 1)`` alike)."""
+    state = entries()
+    storage = CheckpointStorage(str(tmp_path / "sp"))
+    handles = {0: savepoint(heap(range(MAX_P), state), storage, 0)}
+    target = rocksdb(tmp_path, "t", range(MAX_P))
+    for group, stored in RestoreSource(storage, 3, metadata(UID, handles)).keyed_groups(
+            UID, range(MAX_P), skip_rocksdb=True, stored=True):
+        target.restore_stored_group(group, stored)
+    direct = rocksdb(tmp_path, "d", range(MAX_P), state)
+    assert stored_bytes(target) == stored_bytes(direct)
+    target.dispose()
+    direct.dispose()
 
 
 @pytest.mark.parametrize("source,target,parallelism", [("heap", "rocksdb", 3), ("rocksdb", "rocksdb", 1),

@@ -34,15 +34,6 @@ from epochal.state.ttl import CLOCK, IncrementalCleanup, KeyCursor, StateTtlConf
 GroupTables = MutableMapping[int, MutableMapping[Any, Any]]
 #: What ``capture`` returns: key group -> state name -> key -> value (a copy)
 Captured = dict[int, dict[str, dict[Any, Any]]]
-#: The plan of a canonical savepoint of a backend without ``snapshots`` (:meth:`KeyedStateBackend.begin_savepoint`)
-CANONICAL = "canonical"
-
-
-def canonical_copy(captured: Captured) -> Any:
-    """``captured`` to be written in the canonical layout."""
-    from epochal.state.snapshot import CanonicalCopy
-
-    return CanonicalCopy(captured)
 
 
 class KeyedStateBackend(ABC):
@@ -142,30 +133,22 @@ class KeyedStateBackend(ABC):
         return None if self.snapshots is None else self.snapshots.begin(checkpoint_id)
 
     def begin_savepoint(self, checkpoint_id: int, native: bool) -> Any:
-        """At a savepoint's barrier: a plan for a copy of every key group in the canonical layout
-        every backend restores (:data:`CANONICAL`: :meth:`capture_snapshot` copies the state and
-        the uploader encodes it), or, for ``native``, the backend's own format (its checkpoint
-        files, all of them, sharing none with a checkpoint: ``None`` for the heap backends, whose
-        checkpoint files are layout 1 of the canonical format, RocksDB's SST files). Nothing of a
-        savepoint becomes the base of a later snapshot. A backend with ``snapshots`` plans a
-        canonical savepoint itself (``begin_canonical``: a plan that writes the canonical layout
+        """At a savepoint's barrier: None, a copy of every key group (the canonical layout every
+        backend restores), or, for ``native`` where the backend has a format of its own (RocksDB's
+        SST files), a plan that writes all of its files, sharing none with a checkpoint. Nothing
+        of a savepoint becomes the base of a later snapshot. A backend with ``snapshots`` plans a
+        canonical savepoint too (``begin_canonical``: a plan that writes the canonical layout
         off the processing thread)."""
         if self.snapshots is None:
-            return None if native else CANONICAL
+            return None
         if native:
             return self.snapshots.begin(checkpoint_id, whole=True)
         return self.snapshots.begin_canonical(checkpoint_id)
 
     def capture_snapshot(self, plan: Any) -> Any:
         """What to hand to the writer for ``plan`` (from :meth:`begin_snapshot`): :meth:`capture`
-        without a plan; for :data:`CANONICAL`, that copy written in the canonical layout
-        (:class:`~epochal.state.snapshot.CanonicalCopy`); else the plan,
-        which writes itself (``plan.upload``)."""
-        if plan is None:
-            return self.capture()
-        if plan is CANONICAL:
-            return canonical_copy(self.capture())
-        return plan
+        without a plan; else the plan, which writes itself (``plan.upload``)."""
+        return self.capture() if plan is None else plan
 
     def snapshot_written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:
         """The files of checkpoint ``checkpoint_id`` are written; ``handle``: its keyed-state
@@ -214,8 +197,8 @@ class KeyedStateBackend(ABC):
         """Load one key group's state (``{state name: {key: value}}``) before the operator opens."""
 
     def restore_stored_group(self, group: int, stored: dict[str, tuple[list[bytes], list[bytes]]]) -> None:
-        """:meth:`restore_group` of a group as the canonical layout stores it (``{state name: (key
-        bytes, value bytes)}``, :mod:`epochal.state.canonical`): decoded here; a backend that
+        """:meth:`restore_group` of a group as the canonical layout's stored bytes (``{state name:
+        (key bytes, value bytes)}``, :mod:`epochal.state.canonical`): decoded here; a backend that
         stores these bytes (RocksDB) writes them as they are."""
         from epochal.state.canonical import decode_states
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochal.state.backend import CANONICAL, Captured, KeyedStateBackend
+from epochal.state.backend import Captured, KeyedStateBackend
 from epochal.state.incremental import DELETED, BatchLog, DeltaTracker, IncrementalCapture, SnapshotPlan, TrackedDict
 from epochal.state.ttl import CLOCK, drop_expired
 
@@ -118,10 +118,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def capture_snapshot(self, plan: Any) -> Any:
         """A full copy (no plan, or a full incremental checkpoint), or the entries ``plan``
-        changed: each key's value now, or :data:`~epochal.state.incremental.DELETED`. A canonical
-        savepoint's (:data:`~epochal.state.backend.CANONICAL`): a full copy, encoded when written."""
-        if plan is None or plan is CANONICAL:
-            return super().capture_snapshot(plan)
+        changed: each key's value now, or :data:`~epochal.state.incremental.DELETED`."""
+        if plan is None:
+            return self.capture()
         if plan.full:
             return IncrementalCapture(plan, self.capture())
         data: dict[int, dict[str, dict[Any, Any]]] = {}

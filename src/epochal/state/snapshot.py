@@ -13,7 +13,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from epochal import serialization
@@ -24,7 +23,6 @@ from epochal.state.canonical import (
     check_layout,
     decoded_states,
     dump_stored,
-    encode_states,
     stored_states,
 )
 from epochal.state.incremental import IncrementalCapture, apply_delta
@@ -75,35 +73,19 @@ def _write_groups(storage: CheckpointStorage, checkpoint_id: int, name: str, pai
 
 def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
                      keyed: Iterable[tuple[int, dict[str, dict[Any, Any]]]]) -> dict[str, Any]:
-    """Write ``(group, {state name: {key: value}})`` pairs (in group order) in the canonical
-    layout (:mod:`epochal.state.canonical`: every key and value encoded) as file ``name`` of
-    checkpoint ``checkpoint_id``; returns its keyed-state handle (``file``, ``size``, ``groups``,
-    ``encoding``), the layout every backend restores."""
-    encode = KeyEncoder()
-    return write_stored_groups(storage, checkpoint_id, name,
-                               ((group, encode_states(states, encode)) for group, states in keyed))
+    """Write ``(group, {state name: {key: value}})`` pairs (in group order) as file ``name`` of
+    checkpoint ``checkpoint_id`` in the canonical layout's object encoding (one pickle per group,
+    :mod:`epochal.state.canonical`); returns its keyed-state handle (``file``, ``size``,
+    ``groups``), which every backend restores."""
+    return _write_groups(storage, checkpoint_id, name, keyed, None)
 
 
 def write_stored_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
                         stored: Iterable[tuple[int, Stored]]) -> dict[str, Any]:
-    """:func:`write_key_groups` of groups already encoded (``(group, {name: (key bytes, value
-    bytes)})``, as a RocksDB database stores them); groups without entries are left out."""
+    """:func:`write_key_groups` of groups as a RocksDB database stores them (``(group, {name: (key
+    bytes, value bytes)})``), in the canonical layout's stored-bytes encoding (the handle's
+    ``encoding``); groups without entries are left out."""
     return _write_groups(storage, checkpoint_id, name, ((g, s) for g, s in stored if s), ENCODING)
-
-
-@dataclass
-class CanonicalCopy:
-    """A canonical savepoint's copy of a heap backend's keyed state (``{group: {name: {key:
-    value}}}``, taken at the barrier), encoded and written by the uploader (``upload``, as
-    :class:`~epochal.state.rocksdb_checkpoints.CanonicalPlan` for RocksDB)."""
-
-    groups: dict[int, dict[str, dict[Any, Any]]]
-
-    def upload(self, storage: CheckpointStorage, checkpoint_id: int, stem: str) -> dict[str, Any] | None:
-        """Write the ``<stem>.keyed`` file; returns its handle (None, nothing written: no state)."""
-        if not self.groups:
-            return None
-        return write_key_groups(storage, checkpoint_id, f"{stem}.keyed", sorted(self.groups.items()))
 
 
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:
@@ -115,10 +97,8 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
         handle: dict[str, Any] = {}
         keyed = parts.get("keyed")
         upload = getattr(keyed, "upload", None)
-        if upload is not None:  # a plan that writes itself (RocksDB's files, a canonical savepoint)
-            written = upload(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}")
-            if written is not None:
-                handle["keyed"] = written
+        if upload is not None:  # a backend that writes its own files (RocksDB)
+            handle["keyed"] = upload(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}")
         elif isinstance(keyed, IncrementalCapture):
             plan = keyed.plan
             data, groups = _group_blobs(keyed.data)
@@ -127,8 +107,8 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
             link = {"file": written["file"], "size": written["size"], "groups": groups, "kind": kind}
             handle["keyed"] = {"format": "chain", "chain": [*plan.base, link]}
         elif keyed:
-            handle["keyed"] = _write_groups(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed",
-                                            sorted(keyed.items()), None)
+            handle["keyed"] = write_key_groups(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed",
+                                               sorted(keyed.items()))
         operator = parts.get("operator")
         if operator:
             handle["operator"] = storage.write_file(checkpoint_id, f"{file_stem(uid)}-{subtask}.operator",

@@ -22,7 +22,7 @@ from epochal.messages import Ack, Decline, ToJobMaster
 from epochal.runtime.checkpointing.events import Capture, SnapshotUpload
 from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill_running, wait_report
 from epochal.runtime.operators.iteration import IterationHead
-from epochal.state.snapshot import CanonicalCopy, handle_bytes, materialize
+from epochal.state.snapshot import handle_bytes, materialize
 from epochal.state.storage import CheckpointStorage
 
 if TYPE_CHECKING:
@@ -70,11 +70,7 @@ def add_back_edge_log(upload: SnapshotUpload, head: IterationHead, log: list[Any
     parts = head.log_state(log, max_parallelism)
     mine = upload.captured[head.uid]
     if parts["keyed"]:
-        keyed = mine.get("keyed")
-        if isinstance(keyed, CanonicalCopy):  # a canonical savepoint's copy: the log goes into it
-            keyed.groups = {**keyed.groups, **parts["keyed"]}
-        else:
-            mine["keyed"] = {**(keyed or {}), **parts["keyed"]}
+        mine["keyed"] = {**(mine.get("keyed") or {}), **parts["keyed"]}
     if parts["operator"]:
         mine["operator"] = {**(mine.get("operator") or {}), **parts["operator"]}
     upload.stats["loop_log_records"] = len(log)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.canonical import LAYOUT
 from epochal.state.dataframes.snapshot_view import SnapshotView, StateDataFrameError
-from epochal.state.snapshot import CanonicalCopy, RestoreSource, materialize
+from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import SavepointStorage, open_filesystem, storage_of
 
 if TYPE_CHECKING:
@@ -329,7 +329,7 @@ def write_subtask(task: _Task, target: _Target, entries: Iterable[Entry]) -> tup
     storage = SavepointStorage(target.path)
     states = dict(task.states)
     counts = {name: sum(len(by_group.get(name, ())) for by_group in groups.values()) for name in states}
-    handles = materialize(storage, 0, task.index, {task.uid: {"keyed": CanonicalCopy(groups), "operator": operator,
+    handles = materialize(storage, 0, task.index, {task.uid: {"keyed": groups, "operator": operator,
                                                               "states": states, "entries": counts}})
     return task.uid, task.index, handles.get(task.uid, {})
 
