@@ -37,7 +37,7 @@ from epochal.serialization import dumps as _dumps
 from epochal.state.rocksdb_keys import _SCALAR_KEYS, KeyEncoder
 from epochal.state.storage import CheckpointError
 
-#: The ``encoding`` of a keyed-state handle in the canonical layout.
+#: The ``encoding`` of a keyed-state handle whose groups hold stored bytes.
 ENCODING = "pickled-entries"
 #: The canonical layout's version, in a savepoint's metadata (``savepoint.layout``).
 LAYOUT = 2
@@ -50,7 +50,7 @@ _pickle = pickle.dumps
 
 
 def encode_states(states: dict[str, dict[Any, Any]], encode_key: KeyEncoder | None = None) -> Stored:
-    """``{name: {key: value}}`` as the canonical ``{name: (key bytes, value bytes)}``, in the
+    """``{name: {key: value}}`` as stored bytes, ``{name: (key bytes, value bytes)}``, in the
     dicts' order; states without entries are left out. Raises what
     :func:`epochal.serialization.dumps` raises for a value nothing can pickle."""
     encode = encode_key or KeyEncoder()
@@ -78,7 +78,7 @@ def dump_stored(stored: Stored) -> bytes:
 
 
 def decode_states(stored: Stored, names: Collection[str] | None = None) -> dict[str, dict[Any, Any]]:
-    """The canonical ``{name: (key bytes, value bytes)}`` as ``{name: {key: value}}`` (``names``:
+    """Stored bytes, ``{name: (key bytes, value bytes)}``, as ``{name: {key: value}}`` (``names``:
     only these states). Keys that decode equal (``1`` and ``1.0`` from a RocksDB savepoint,
     which keeps them apart) merge, the later one winning, as a heap backend's dict merges them."""
     return {name: dict(zip(map(_loads, keys), map(_loads, values), strict=True))
@@ -86,9 +86,9 @@ def decode_states(stored: Stored, names: Collection[str] | None = None) -> dict[
 
 
 def check_encoding(handle: dict[str, Any], path: str) -> bool:
-    """Whether keyed-state ``handle`` (a file of per-group blobs) is in the canonical layout
-    (else it is layout 1, pickled dicts). Raises :class:`CheckpointError` for an encoding this
-    version of epochal cannot read."""
+    """Whether keyed-state ``handle`` (a file of per-group blobs) holds stored bytes (else pickled
+    dicts: the objects encoding, also layout 1's and a heap checkpoint's). Raises
+    :class:`CheckpointError` for an encoding this version of epochal cannot read."""
     encoding = handle.get("encoding")
     if encoding is None:
         return False
@@ -99,14 +99,15 @@ def check_encoding(handle: dict[str, Any], path: str) -> bool:
     return True
 
 
-def stored_states(blob: Any, canonical: bool, encode_key: KeyEncoder | None = None) -> Stored:
-    """One group blob, unpickled, as stored bytes (a layout-1 blob is encoded)."""
-    return blob if canonical else encode_states(blob, encode_key)
+def stored_states(blob: Any, as_bytes: bool, encode_key: KeyEncoder | None = None) -> Stored:
+    """One group blob, unpickled, as stored bytes (``as_bytes``: it is; else its dicts are encoded)."""
+    return blob if as_bytes else encode_states(blob, encode_key)
 
 
-def decoded_states(blob: Any, canonical: bool, names: Collection[str] | None = None) -> dict[str, dict[Any, Any]]:
-    """One group blob, unpickled, as ``{name: {key: value}}`` (``names``: only these states)."""
-    if canonical:
+def decoded_states(blob: Any, as_bytes: bool, names: Collection[str] | None = None) -> dict[str, dict[Any, Any]]:
+    """One group blob, unpickled, as ``{name: {key: value}}`` (``as_bytes``: it holds stored bytes;
+    ``names``: only these states)."""
+    if as_bytes:
         return decode_states(blob, names)
     return blob if names is None else {name: entries for name, entries in blob.items() if name in names}
 

@@ -253,14 +253,14 @@ class RestoreSource:
     def _groups_of(self, keyed: dict[str, Any], key_groups: range, stored: bool = False,
                    names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """The owned groups of one file of per-group blobs (a checkpoint's, or the canonical layout),
-        decoded or (``stored``) as stored bytes; of the canonical layout only ``names`` decoded."""
-        canonical = check_encoding(keyed, self._path(keyed))
+        decoded (only ``names``) or (``stored``) as stored bytes, whichever encoding it holds."""
+        as_bytes = check_encoding(keyed, self._path(keyed))
         for group_text in keyed["groups"]:
             group = int(group_text)
             if group in key_groups:
                 blob = self._group(keyed, group_text)
-                yield group, stored_states(blob, canonical, self._encode_key) if stored \
-                    else decoded_states(blob, canonical, names)
+                yield group, stored_states(blob, as_bytes, self._encode_key) if stored \
+                    else decoded_states(blob, as_bytes, names)
 
     def _chain_groups(self, chain: list[dict[str, Any]], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
         """An incremental chain's owned groups, each merged from its links oldest first and
