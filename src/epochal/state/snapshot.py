@@ -180,8 +180,9 @@ class RestoreSource:
         these states (RocksDB then scans only their column families; of the heap formats a
         group is read whole and the others dropped); groups without any of them are left out.
         ``stored``: each group as ``{state name: (key bytes, value bytes)}`` instead
-        (:mod:`epochal.state.canonical`; a canonical savepoint's groups as they are, nothing
-        decoded), for a RocksDB backend's restore (``skip_rocksdb`` too, and no ``names``)."""
+        (:mod:`epochal.state.canonical`; a RocksDB canonical savepoint's groups as they are,
+        nothing decoded; pickled dicts encoded), for a RocksDB backend's restore (``skip_rocksdb``
+        too, and no ``names``)."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
             if not keyed:
@@ -252,7 +253,7 @@ class RestoreSource:
 
     def _groups_of(self, keyed: dict[str, Any], key_groups: range, stored: bool = False,
                    names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """The owned groups of one file of per-group blobs (a checkpoint's, or the canonical layout),
+        """The owned groups of one file of per-group blobs (a heap checkpoint's, or a canonical savepoint's),
         decoded (only ``names``) or (``stored``) as stored bytes, whichever encoding it holds."""
         as_bytes = check_encoding(keyed, self._path(keyed))
         for group_text in keyed["groups"]:
