@@ -92,6 +92,10 @@ def test_rocksdb_writes_stored_bytes_and_the_heap_pickled_dicts(tmp_path):
     blob = pickle.loads(storage.read_file(3, handle, *handle["groups"][next(iter(handle["groups"]))]))
     keys, values = blob["v"]
     assert len(keys) == len(values) and all(type(b) is bytes for b in keys + values)
+    # the DataFrame reader's path: decoded, one state by name
+    read = RestoreSource(storage, 3, metadata(UID, {0: {"keyed": handle}})).keyed_groups(
+        UID, range(MAX_P), names=frozenset({"v"}))
+    assert {key: value for _, states in read for key, value in states["v"].items()} == entries()
     handle = savepoint(heap(range(MAX_P), entries()), storage, 1)["keyed"]
     assert "encoding" not in handle  # the objects encoding: one pickle of {name: {key: value}} per group
     blob = pickle.loads(storage.read_file(3, handle, *handle["groups"][next(iter(handle["groups"]))]))
