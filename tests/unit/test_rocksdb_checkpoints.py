@@ -163,7 +163,7 @@ def test_a_restore_from_local_storage_links_sst_files_and_still_checks_them(tmp_
 
 def test_a_canonical_savepoint_is_a_local_checkpoint_at_the_barrier_written_as_key_groups_later(tmp_path):
     """The barrier only links a local checkpoint; changes after it are not in the savepoint; its
-    file is the canonical layout (one pickle per key group), which the heap restores."""
+    file is the canonical layout (one pickle of stored bytes per key group), which the heap restores."""
     from epochal.state.snapshot import materialize
 
     storage = CheckpointStorage(str(tmp_path / "checkpoints"))
@@ -184,6 +184,7 @@ def test_a_canonical_savepoint_is_a_local_checkpoint_at_the_barrier_written_as_k
         captured = subtask.backend.capture_snapshot(plan)
         handles[subtask.index] = materialize(storage, 7, subtask.index, {UID: {"keyed": captured}})[UID]
         assert not os.path.exists(plan.directory)  # the local checkpoint is gone once written
-        assert set(handles[subtask.index]["keyed"]) == {"file", "size", "groups"}  # canonical, not SST files
+        # canonical, not SST files
+        assert set(handles[subtask.index]["keyed"]) == {"file", "size", "groups", "encoding"}
     back = restored(storage, 7, metadata(UID, handles), 3, str(tmp_path / "restored"))
     assert {key: value for states in back.values() for key, value in states["v"].items()} == expected

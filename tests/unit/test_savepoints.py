@@ -95,7 +95,8 @@ def test_a_savepoint_is_written_to_its_directory_and_is_neither_retained_nor_res
     assert coordinator.latest_completed is None and 1 in coordinator.pending  # supersedes nothing
     storage, restored_id = resolve_restore_path(location)  # restorable from its own directory
     assert isinstance(storage, SavepointStorage) and restored_id == 2
-    assert storage.read_metadata(2)["savepoint"] == {"format": "canonical", "job_id": "job-1", "stop": False}
+    assert storage.read_metadata(2)["savepoint"] == {"format": "canonical", "job_id": "job-1", "stop": False,
+                                                          "layout": 2}
     assert not (tmp_path / "job" / "chk-2").exists()
 
 

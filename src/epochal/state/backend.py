@@ -196,6 +196,14 @@ class KeyedStateBackend(ABC):
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
         """Load one key group's state (``{state name: {key: value}}``) before the operator opens."""
 
+    def restore_stored_group(self, group: int, stored: dict[str, tuple[list[bytes], list[bytes]]]) -> None:
+        """:meth:`restore_group` of a group as the canonical layout's stored bytes (``{state name:
+        (key bytes, value bytes)}``, :mod:`epochal.state.canonical`): decoded here; a backend that
+        stores these bytes (RocksDB) writes them as they are."""
+        from epochal.state.canonical import decode_states
+
+        self.restore_group(group, decode_states(stored))
+
     @abstractmethod
     def entry_count(self) -> int:
         """Number of (state name, key) entries held."""

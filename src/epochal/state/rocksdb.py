@@ -55,6 +55,7 @@ from rocksdict import (
 
 from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
+from epochal.state.canonical import Stored
 from epochal.state.rocksdb_keys import (
     END,
     START,
@@ -66,7 +67,7 @@ from epochal.state.rocksdb_keys import (
     scan_keys,
 )
 
-__all__ = ["RocksDBKeyedStateBackend", "read_key_groups"]
+__all__ = ["RocksDBKeyedStateBackend", "read_key_groups", "read_stored_groups"]
 
 _loads = pickle.loads
 
@@ -108,6 +109,31 @@ def read_key_groups(checkpoint_dir: str, key_groups: range,
                 entries = {_loads(stored[2:]): _loads(raw) for stored, raw in scan(cf, lower, upper)}
                 if entries:
                     states[name] = entries
+            if states:
+                yield group, states
+    finally:
+        _close(db, cfs)
+
+
+def read_stored_groups(checkpoint_dir: str, key_groups: range) -> Iterator[tuple[int, Stored]]:
+    """:func:`read_key_groups` without decoding: ``(group, {state name: (key bytes, value
+    bytes)})`` (:mod:`epochal.state.canonical`: the key without its group prefix, the value as
+    stored), in group order, for a canonical savepoint. Nothing is unpickled; the scans read
+    ahead and keep no block in the cache (``scan(..., bulk=True)``)."""
+    db, cfs = _open_read_only(checkpoint_dir)
+    try:
+        for group in key_groups:
+            lower, upper = group_prefix(group), group_prefix(group + 1)
+            states: Stored = {}
+            for name, cf in cfs.items():
+                keys: list[bytes] = []
+                values: list[bytes] = []
+                add_key, add_value = keys.append, values.append
+                for stored, raw in scan(cf, lower, upper, bulk=True):
+                    add_key(stored[2:])
+                    add_value(raw)
+                if keys:
+                    states[name] = (keys, values)
             if states:
                 yield group, states
     finally:
@@ -228,6 +254,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             batch.delete_range(prefix, upper, handle)
             for key, value in entries.items():
                 batch.put(prefix + self._encode(key), _dumps(value), handle)
+            del handle  # a live handle keeps the database (and its lock) open after close()
+        self._db.write(batch, self._write_options)
+
+    def restore_stored_group(self, group: int, stored: Stored) -> None:
+        """:meth:`restore_group` of a group in the canonical layout's bytes: written as they are
+        (the canonical key bytes are this backend's key encoding, the value bytes its values)."""
+        if group not in self.key_groups:
+            raise ValueError(f"key group {group} is not owned by this backend ({self.key_groups})")
+        prefix, upper = group_prefix(group), group_prefix(group + 1)
+        batch = WriteBatch(raw_mode=True)
+        for name, (keys, values) in stored.items():
+            self._column_family(name)
+            handle = self._db.get_column_family_handle(name)
+            batch.delete_range(prefix, upper, handle)
+            for key, value in zip(keys, values, strict=True):
+                batch.put(prefix + key, value, handle)
             del handle  # a live handle keeps the database (and its lock) open after close()
         self._db.write(batch, self._write_options)
 

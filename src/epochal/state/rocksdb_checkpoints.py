@@ -77,22 +77,23 @@ class RocksDBPlan:
 @dataclass
 class CanonicalPlan:
     """A canonical savepoint of one RocksDB backend: a local checkpoint taken at the barrier
-    (milliseconds), read by key group and written in the canonical layout (one pickle per key
-    group, as the heap backend writes) on the uploader thread, so that the processing thread does
-    not stall for a scan of the whole database."""
+    (milliseconds), read by key group and written in the canonical layout on the uploader thread,
+    so that the processing thread does not stall for a scan of the whole database. The keys and
+    values go into the file as RocksDB stores them (:mod:`epochal.state.canonical`): nothing is
+    unpickled or pickled again."""
 
     directory: str
     key_groups: range
 
     def upload(self, storage: CheckpointStorage, checkpoint_id: int, stem: str) -> dict[str, Any]:
         """Write the canonical ``<stem>.keyed`` file; returns its handle (``file``, ``size``,
-        ``groups``). The local checkpoint directory is removed whatever happens."""
-        from epochal.state.rocksdb import read_key_groups
-        from epochal.state.snapshot import write_key_groups
+        ``groups``, ``encoding``). The local checkpoint directory is removed whatever happens."""
+        from epochal.state.rocksdb import read_stored_groups
+        from epochal.state.snapshot import write_stored_groups
 
         try:
-            return write_key_groups(storage, checkpoint_id, f"{stem}.keyed",
-                                    read_key_groups(self.directory, self.key_groups))
+            return write_stored_groups(storage, checkpoint_id, f"{stem}.keyed",
+                                       read_stored_groups(self.directory, self.key_groups))
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -12,12 +12,22 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from epochal import serialization
+from epochal.state.canonical import (
+    ENCODING,
+    Stored,
+    check_encoding,
+    check_layout,
+    decoded_states,
+    dump_stored,
+    stored_states,
+)
 from epochal.state.incremental import IncrementalCapture, apply_delta
 from epochal.state.operator_state import redistribute
+from epochal.state.rocksdb_keys import KeyEncoder
 from epochal.state.storage import CheckpointError, CheckpointStorage, crc
 
 Captured = dict[str, dict[str, Any]]  # uid -> {"keyed": {group: {name: {key: value}}}, "operator": {...}}
@@ -37,26 +47,45 @@ def _group_blobs(keyed: dict[int, Any]) -> tuple[bytes, dict[str, list[int]]]:
     return group_blobs(sorted(keyed.items()))
 
 
-def group_blobs(keyed: Iterable[tuple[int, Any]]) -> tuple[bytes, dict[str, list[int]]]:
+def group_blobs(keyed: Iterable[tuple[int, Any]],
+                dump: Callable[[Any], bytes] = serialization.dumps) -> tuple[bytes, dict[str, list[int]]]:
     """:func:`_group_blobs` of ``(group, {state name: {key: value}})`` pairs in group order (a
-    backend that reads its groups one at a time hands them over without a dict of all of them)."""
+    backend that reads its groups one at a time hands them over without a dict of all of them);
+    ``dump``: how a group becomes bytes."""
     chunks, groups, offset = [], {}, 0
     for group, states in keyed:
-        blob = serialization.dumps(states)
+        blob = dump(states)
         chunks.append(blob)
         groups[str(group)] = [offset, len(blob), crc(blob)]
         offset += len(blob)
     return b"".join(chunks), groups
 
 
-def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
-                     keyed: Iterable[tuple[int, Any]]) -> dict[str, Any]:
-    """Write ``(group, {state name: {key: value}})`` pairs (in group order) as the canonical file
-    ``name`` of checkpoint ``checkpoint_id``; returns its keyed-state handle (``file``, ``size``,
-    ``groups``), the layout every backend restores."""
-    data, groups = group_blobs(keyed)
+def _write_groups(storage: CheckpointStorage, checkpoint_id: int, name: str, pairs: Iterable[tuple[int, Any]],
+                  encoding: str | None) -> dict[str, Any]:
+    data, groups = group_blobs(pairs, serialization.dumps if encoding is None else dump_stored)
     written = storage.write_file(checkpoint_id, name, data)
-    return {"file": written["file"], "size": written["size"], "groups": groups}
+    handle = {"file": written["file"], "size": written["size"], "groups": groups}
+    if encoding is not None:
+        handle["encoding"] = encoding
+    return handle
+
+
+def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
+                     keyed: Iterable[tuple[int, dict[str, dict[Any, Any]]]]) -> dict[str, Any]:
+    """Write ``(group, {state name: {key: value}})`` pairs (in group order) as file ``name`` of
+    checkpoint ``checkpoint_id`` in the canonical layout's object encoding (one pickle per group,
+    :mod:`epochal.state.canonical`); returns its keyed-state handle (``file``, ``size``,
+    ``groups``), which every backend restores."""
+    return _write_groups(storage, checkpoint_id, name, keyed, None)
+
+
+def write_stored_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
+                        stored: Iterable[tuple[int, Stored]]) -> dict[str, Any]:
+    """:func:`write_key_groups` of groups as a RocksDB database stores them (``(group, {name: (key
+    bytes, value bytes)})``), in the canonical layout's stored-bytes encoding (the handle's
+    ``encoding``); groups without entries are left out."""
+    return _write_groups(storage, checkpoint_id, name, ((g, s) for g, s in stored if s), ENCODING)
 
 
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:
@@ -116,9 +145,11 @@ class RestoreSource:
     """The state of one completed checkpoint, read lazily by the subtasks that restore from it."""
 
     def __init__(self, storage: CheckpointStorage, checkpoint_id: int, metadata: dict[str, Any]) -> None:
+        check_layout(metadata, f"checkpoint {checkpoint_id}" if storage is None else storage.location(checkpoint_id))
         self.storage = storage
         self.checkpoint_id = checkpoint_id
         self.metadata = metadata
+        self._encode_key = KeyEncoder()
 
     def _subtasks(self, uid: str) -> list[dict[str, Any]]:
         operator = self.metadata.get("operators", {}).get(uid)
@@ -141,13 +172,17 @@ class RestoreSource:
         return out
 
     def keyed_groups(self, uid: str, key_groups: range, skip_rocksdb: bool = False,
-                     names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+                     names: frozenset[str] | None = None, stored: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(group, {state name: {key: value}})`` for every owned key group with state; of an
         incremental checkpoint, each old subtask's chain is read oldest first, only the ranges
         of the owned groups of each file. ``skip_rocksdb``: leave out what RocksDB subtasks
         wrote (a RocksDB backend ingests it: :meth:`rocksdb_checkpoints`). ``names``: only
         these states (RocksDB then scans only their column families; of the heap formats a
-        group is read whole and the others dropped); groups without any of them are left out."""
+        group is read whole and the others dropped); groups without any of them are left out.
+        ``stored``: each group as ``{state name: (key bytes, value bytes)}`` instead
+        (:mod:`epochal.state.canonical`; a RocksDB canonical savepoint's groups as they are,
+        nothing decoded; pickled dicts encoded), for a RocksDB backend's restore (``skip_rocksdb``
+        too, and no ``names``)."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
             if not keyed:
@@ -165,9 +200,13 @@ class RestoreSource:
                         "set_state_backend('postgres', dsn=...), or take a savepoint of the job (savepoints are "
                         "canonical) to move its state to another backend")
                 continue
-            groups = self._groups_of(keyed, key_groups) if "chain" not in keyed \
-                else self._chain_groups(keyed["chain"], key_groups)
-            if names is None:
+            if "chain" not in keyed:
+                groups = self._groups_of(keyed, key_groups, stored, names)
+            else:
+                groups = self._chain_groups(keyed["chain"], key_groups)
+                if stored:
+                    groups = ((g, stored_states(s, False, self._encode_key)) for g, s in groups)
+            if names is None or stored:
                 yield from groups
                 continue
             for group, states in groups:
@@ -212,11 +251,17 @@ class RestoreSource:
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
-    def _groups_of(self, keyed: dict[str, Any], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
+    def _groups_of(self, keyed: dict[str, Any], key_groups: range, stored: bool = False,
+                   names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The owned groups of one file of per-group blobs (a heap checkpoint's, or a canonical savepoint's),
+        decoded (only ``names``) or (``stored``) as stored bytes, whichever encoding it holds."""
+        as_bytes = check_encoding(keyed, self._path(keyed))
         for group_text in keyed["groups"]:
             group = int(group_text)
             if group in key_groups:
-                yield group, self._group(keyed, group_text)
+                blob = self._group(keyed, group_text)
+                yield group, stored_states(blob, as_bytes, self._encode_key) if stored \
+                    else decoded_states(blob, as_bytes, names)
 
     def _chain_groups(self, chain: list[dict[str, Any]], key_groups: range) -> Iterator[tuple[int, dict[str, Any]]]:
         """An incremental chain's owned groups, each merged from its links oldest first and

@@ -36,6 +36,7 @@ from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
 from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, SavepointTarget, TriggerCheckpoint
+from epochal.state.canonical import LAYOUT as CANONICAL_LAYOUT
 from epochal.state.storage import CheckpointStorage, SavepointStorage
 
 #: What a coordinator call asks for, in order: messages to broadcast to every worker, and I/O.
@@ -156,6 +157,8 @@ class CheckpointCoordinator:
             if pending.savepoint is not None:
                 metadata["savepoint"] = {"format": pending.savepoint.format, "job_id": self.job_id,
                                          "stop": pending.savepoint.stop}
+                if pending.savepoint.format == "canonical":  # its keyed-state files' layout
+                    metadata["savepoint"]["layout"] = CANONICAL_LAYOUT
             return result, [WriteCheckpoint(self.storage_of(pending), checkpoint_id, metadata)]
         return result, []
 

@@ -158,7 +158,7 @@ class Subtask:
             # a predecessor's checkpoint that holds all of its groups becomes its database as it
             # is (restored at the same parallelism, or fewer subtasks before); otherwise each
             # predecessor's share is copied as stored into SST files it ingests. Everything else
-            # arrives per key group.
+            # arrives per key group (as bytes to write: see epochal.state.canonical).
             ingest = getattr(backend, "ingest_key_groups", None)
             adopt = getattr(backend, "adopt_checkpoint", None)
             checkpoints = getattr(restore, "rocksdb_checkpoints", None)
@@ -171,8 +171,9 @@ class Subtask:
                         adopt(directory)
                     else:
                         ingest(directory, wanted)
-                for group, states in restore.keyed_groups(runner.uid, key_groups, skip_rocksdb=True):
-                    backend.restore_group(group, states)
+                # the rest as stored bytes: a canonical savepoint's are written as they are
+                for group, stored in restore.keyed_groups(runner.uid, key_groups, skip_rocksdb=True, stored=True):
+                    backend.restore_stored_group(group, stored)
         if isinstance(runner.operator, IterationHead):
             runner.operator.restore_log(restore, key_groups, self.index, self.parallelism)
         lists = restore.operator_lists(runner.uid, self.index, self.parallelism)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.state.canonical import LAYOUT
 from epochal.state.dataframes.snapshot_view import SnapshotView, StateDataFrameError
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import SavepointStorage, open_filesystem, storage_of
@@ -261,7 +262,7 @@ class SavepointWriter:
         return {"checkpoint_id": int(base.get("checkpoint_id") or 1), "job": base.get("job") or "bootstrap",
                 "timestamp": time.time(), "max_parallelism": self.max_parallelism,
                 "split_layout": dict(base.get("split_layout") or {}), "operators": entries,
-                "savepoint": {"format": "canonical",
+                "savepoint": {"format": "canonical", "layout": LAYOUT,
                               "job_id": savepoint.get("job_id") or f"written-{uuid.uuid4().hex[:8]}",
                               "stop": bool(savepoint.get("stop", False)), "written_by": "SavepointWriter"}}
 
