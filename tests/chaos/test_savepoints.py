@@ -186,6 +186,10 @@ def test_a_job_restored_from_a_savepoint_needs_none_of_its_files_after_its_first
         time.sleep(0.1)
     epochal.dispose_savepoint(taken)
     kill_worker(client, 1)
+    deadline = time.monotonic() + 60
+    while not client.restarts():  # (the metrics of the killed attempt may already count 1000 records)
+        assert time.monotonic() < deadline, "the killed worker caused no restart"
+        time.sleep(0.05)
     run_until_records(client, 1000)  # the new attempt, restored from the job's own checkpoint
     assert len(client.restarts()) == 1
     client.stop_with_savepoint(savepoints, timeout=90)
