@@ -109,6 +109,8 @@ def test_a_graph_jobs_supersteps_fill_in_on_its_page(browser, make_env, tmp_path
     # a graph job takes no savepoints: no buttons for them; cancel stays
     assert page.locator("#btn-savepoint").is_hidden() and page.locator("#btn-stop").is_hidden()
     assert page.locator("#btn-cancel").is_visible()
+    # nor the dataflow's graph picture and vertex table, which a graph job has nothing for
+    assert page.locator("#graph-section").is_hidden() and page.locator("#vertices-section").is_hidden()
     thread.join(120)
     assert not thread.is_alive() and "error" not in outcome, outcome.get("error")
     result = outcome["result"]

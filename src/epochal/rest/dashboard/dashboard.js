@@ -251,7 +251,12 @@ function jobPage(main, generation) {
       }
     }));
     if (generation !== state.generation) return;
-    if (!state.graph) state.graph = { picture: graph(state.plan), table: vertexTable(state.plan) };
+    if (!state.graph) {
+      state.graph = { picture: graph(state.plan), table: vertexTable(state.plan) };
+      const hasVertices = state.plan.vertices.length > 0; // (a graph job has none: no empty sections)
+      show(document.getElementById("graph-section"), hasVertices);
+      show(document.getElementById("vertices-section"), hasVertices);
+    }
     summary(job, vertices);
     updateGraph(state.graph.picture, vertices);
     updateVertexTable(state.graph.table, vertices);
