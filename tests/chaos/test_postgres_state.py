@@ -25,6 +25,13 @@ from tests.chaos.test_state_backends import _run_until_checkpoints
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
 
+@pytest.fixture(autouse=True)
+def nothing_prepared_left_by_a_failed_test(postgres):
+    """A test that failed may leave an epoch prepared, whose locks would hold the next job's
+    ``ensure_schema`` until its timeout: roll back what is left before each test (one query)."""
+    postgres.roll_back_prepared("epochal_state")
+
+
 def open_prepared(postgres) -> list[str]:
     with postgres.connect() as conn:
         return [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'epochal-state-%'")]
