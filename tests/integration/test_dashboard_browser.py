@@ -52,6 +52,8 @@ def browser(tmp_path):
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=ARGS,
             viewport={"width": 1400, "height": 1000})
+        # the page's refresh choice (3 s by default): 1 s, so the tests see numbers change sooner
+        context.add_init_script("localStorage.setItem('epochal.refresh_ms', '1000')")
         try:
             yield context.pages[0] if context.pages else context.new_page()
         finally:
@@ -108,6 +110,11 @@ def test_the_dashboard_shows_a_running_job_and_steers_it(browser, make_env, tmp_
         page.wait_for_selector("#graph .vertex")
         assert "token=" not in page.url and page.url.endswith(f"/dashboard/#/jobs/{client.job_id}")
         assert time.monotonic() - started < 5
+        # the refresh: as chosen (the fixture's 1 s), 3 s when nothing or something unknown is chosen
+        assert page.locator("#refresh").input_value() == "1000"
+        assert page.evaluate("() => { localStorage.setItem('epochal.refresh_ms', '7'); return refreshMs(); }") == 3000
+        assert page.evaluate("() => { localStorage.removeItem('epochal.refresh_ms'); return refreshMs(); }") == 3000
+        page.evaluate("() => localStorage.setItem('epochal.refresh_ms', '1000')")
         plan = env.plan()
         shown = page.eval_on_selector_all("#graph .vertex", "vs => vs.map(v => Number(v.dataset.vertexId))")
         assert sorted(shown) == sorted(v.id for v in plan.vertices)

@@ -3,7 +3,8 @@
 It is three files shipped inside the package (``index.html``, ``dashboard.js``,
 ``dashboard.css``: plain JavaScript, inline SVG, no framework, no CDN, nothing fetched from the
 network), which read the REST API's own endpoints (``/jobs/overview``, ``/jobs/{id}``,
-``.../plan``, ``.../vertices``, ``.../checkpoints``) once a second and call its savepoint, stop
+``.../plan``, ``.../vertices``, ``.../checkpoints``) every 3 s (1 s or 10 s as chosen on the
+page) and call its savepoint, stop
 and cancel endpoints. The page is the browser's: the server only hands out the files.
 
 Access is the API's (:class:`epochal.rest.app.BearerToken`): the URL the driver prints,

@@ -1,9 +1,19 @@
 // The epochal dashboard: plain JavaScript, inline SVG and canvas, nothing loaded from the network.
-// It reads the REST API of the server that served it (the cookie carries the token) once a
-// second while shown: #/ lists the jobs, #/jobs/<id> shows one job, updated in place.
+// It reads the REST API of the server that served it (the cookie carries the token) every few
+// seconds while shown: #/ lists the jobs, #/jobs/<id> shows one job, updated in place.
 "use strict";
 
-const POLL_MS = 1000;
+// How often the page polls while it is shown: every 3 s by default (Flink's web UI refreshes as
+// often), 1 s or 10 s as chosen in the header (kept in the browser). Each poll costs the browser
+// layout, paint and software raster of what changed: on a machine whose cores the job fills,
+// the refresh rate is what a watching browser costs the job (docs/operating.md).
+const REFRESH_CHOICES = [1000, 3000, 10000];
+const DEFAULT_REFRESH_MS = 3000;
+let POLL_MS = refreshMs();
+function refreshMs() {
+  const chosen = Number(localStorage.getItem("epochal.refresh_ms"));
+  return REFRESH_CHOICES.includes(chosen) ? chosen : DEFAULT_REFRESH_MS;
+}
 // how often the page polls while it is hidden
 const HIDDEN_POLL_MS = 30000;
 // a job kind that showed no tables of its own is asked for them once in this many polls
@@ -176,6 +186,17 @@ function every(generation, work) {
   state.tick = tick;
   tick();
 }
+
+(() => {
+  const select = document.getElementById("refresh");
+  if (!select) return;
+  select.value = String(POLL_MS);
+  select.addEventListener("change", () => {
+    POLL_MS = Number(select.value);
+    localStorage.setItem("epochal.refresh_ms", select.value);
+    if (state.tick) state.tick();
+  });
+})();
 
 document.addEventListener("visibilitychange", () => {
   if (!document.hidden && state.tick) state.tick();
