@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rocksdict import (
@@ -244,31 +244,27 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def restore_group(self, group: int, states: dict[str, dict[Any, Any]]) -> None:
         """Replace the state of ``group`` (owned) for each name in ``states``, in one write batch."""
-        if group not in self.key_groups:
-            raise ValueError(f"key group {group} is not owned by this backend ({self.key_groups})")
-        prefix, upper = group_prefix(group), group_prefix(group + 1)
-        batch = WriteBatch(raw_mode=True)
-        for name, entries in states.items():
-            self._column_family(name)
-            handle = self._db.get_column_family_handle(name)
-            batch.delete_range(prefix, upper, handle)
-            for key, value in entries.items():
-                batch.put(prefix + self._encode(key), _dumps(value), handle)
-            del handle  # a live handle keeps the database (and its lock) open after close()
-        self._db.write(batch, self._write_options)
+        encode = self._encode
+        self._replace_group(group, {name: ((encode(key), _dumps(value)) for key, value in entries.items())
+                                    for name, entries in states.items()})
 
     def restore_stored_group(self, group: int, stored: Stored) -> None:
         """:meth:`restore_group` of a group in the canonical layout's bytes: written as they are
         (the canonical key bytes are this backend's key encoding, the value bytes its values)."""
+        self._replace_group(group, {name: zip(keys, values, strict=True) for name, (keys, values) in stored.items()})
+
+    def _replace_group(self, group: int, entries: dict[str, Iterable[tuple[bytes, bytes]]]) -> None:
+        """Replace ``group``'s entries of each state in ``entries`` (key without the group prefix,
+        value as stored) in one write batch."""
         if group not in self.key_groups:
             raise ValueError(f"key group {group} is not owned by this backend ({self.key_groups})")
         prefix, upper = group_prefix(group), group_prefix(group + 1)
         batch = WriteBatch(raw_mode=True)
-        for name, (keys, values) in stored.items():
+        for name, pairs in entries.items():
             self._column_family(name)
             handle = self._db.get_column_family_handle(name)
             batch.delete_range(prefix, upper, handle)
-            for key, value in zip(keys, values, strict=True):
+            for key, value in pairs:
                 batch.put(prefix + key, value, handle)
             del handle  # a live handle keeps the database (and its lock) open after close()
         self._db.write(batch, self._write_options)
