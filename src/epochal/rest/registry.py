@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from epochal.processes import alive
+
 #: The environment variable naming the registry's directory.
 HOME_ENV = "EPOCHAL_HOME"
 FILE, LOCK = "jobs.json", "jobs.lock"
@@ -79,19 +81,6 @@ def home() -> pathlib.Path:
     if runtime and os.path.isdir(runtime):
         return pathlib.Path(runtime) / "epochal"
     return pathlib.Path.home() / ".epochal"
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0 checks without sending anything)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
 
 
 class Registry:

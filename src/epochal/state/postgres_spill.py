@@ -32,6 +32,7 @@ from typing import Any, Protocol, cast
 
 from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
+from epochal.processes import alive
 from epochal.state.postgres_epochs import Changes, Entry
 from epochal.state.rocksdb_keys import scan
 
@@ -144,21 +145,11 @@ class SpillDirectory:
             return removed
         for name in names:
             match = re.search(r"-p(\d+)-[^-]*$", name)
-            if match is None or _alive(int(match.group(1))):
+            if match is None or alive(int(match.group(1))):
                 continue
             shutil.rmtree(os.path.join(self.base, name), ignore_errors=True)
             removed.append(name)
         return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class DiskSpill:
