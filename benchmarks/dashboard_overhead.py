@@ -8,8 +8,14 @@ with ``env.execute``; the timed quantity is the wall time around it. Two configu
 
 * ``off``: ``EngineConfig(rest_enabled=False)``: no REST server, no dashboard, no metrics;
 * ``watched``: the REST server on; a watcher process (started and ready before the job) opens the
-  job's dashboard page in a headless Chromium (Debian's, driven by Playwright: it polls the API
-  once a second and redraws the graph, tables and charts) and scrapes ``/metrics`` every second;
+  job's dashboard page in a headless Chromium (Debian's, started with the page's URL on its
+  command line, as a person's browser: nothing drives or observes it while the job runs; the
+  page polls the API at its default refresh and redraws the graph, tables and charts) and
+  scrapes ``/metrics`` every second. Once the job ended, the watcher attaches to the browser
+  (Chrome DevTools Protocol) only to read how many requests the page made. With
+  ``--automation`` the page is driven by Playwright instead, which also records the page's
+  work per poll (CDP Performance metrics, every request event): Playwright's own traffic and
+  process then take their share of the machine too;
 * ``polled``: the same requests from a plain Python client instead of the browser (the page's
   :data:`PAGE_PATHS` and the scrape, every second): what the job pays when the browser runs on
   another machine, as it would, since a browser on the job's own machine takes CPU from it.
@@ -144,10 +150,77 @@ def poll(directory: Path) -> None:
     (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes, "page_requests": requests}))
 
 
+def watch_plain(directory: Path) -> None:
+    """The ``watched`` watcher without automation: start Chromium on a blank page, say ``ready``;
+    for the job that appears in the registry, open its dashboard in a new tab (one request to
+    Chromium's DevTools HTTP endpoint; nothing stays attached) and scrape ``/metrics`` once a
+    second until ``stop`` appears; then attach over CDP once to read how many requests the page
+    made, and write counts and Chromium's CPU while the job ran."""
+    import shutil
+
+    from epochal.rest.registry import Registry
+
+    profile = Path(tempfile.mkdtemp(prefix="epochal-dashboard-chromium-"))
+    browser = subprocess.Popen([CHROMIUM, *ARGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                "--window-size=1400,1000", "about:blank"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (profile / "DevToolsActivePort").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    devtools = f"http://127.0.0.1:{(profile / 'DevToolsActivePort').read_text().split()[0]}"
+    (directory / "ready").touch()
+    entries = []
+    while not entries and not (directory / "stop").exists():
+        time.sleep(0.02)
+        entries = Registry().entries()
+    scrapes = requests = 0
+    chromium_cpu = 0.0
+    if entries:
+        entry = entries[0]
+        before = tree_cpu(browser.pid)
+        blank = json.loads(urllib.request.urlopen(f"{devtools}/json/list", timeout=10).read())
+        url = f"http://{entry.address}/dashboard?token={entry.token}#/jobs/{entry.job_id}"
+        opened = urllib.request.Request(f"{devtools}/json/new?{url}", method="PUT")
+        urllib.request.urlopen(opened, timeout=10).read()
+        for tab in blank:  # the blank page goes: one page open, as a person's tab
+            urllib.request.urlopen(f"{devtools}/json/close/{tab['id']}", timeout=10).read()
+        request = urllib.request.Request(f"http://{entry.address}/metrics",
+                                         headers={"Authorization": f"Bearer {entry.token}"})
+        next_at = time.monotonic()
+        while not (directory / "stop").exists():
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    response.read()
+                scrapes += 1
+            except OSError:
+                pass  # the job ended and its server with it
+            next_at += 1.0
+            while not (directory / "stop").exists() and time.monotonic() < next_at:
+                time.sleep(0.1)
+        chromium_cpu = tree_cpu(browser.pid) - before
+        try:  # what the page fetched, from its own record, read once the job ended
+            from playwright.sync_api import sync_playwright
+
+            with sync_playwright() as playwright:
+                attached = playwright.chromium.connect_over_cdp(devtools)
+                page = next(p for c in attached.contexts for p in c.pages if "/dashboard" in p.url)
+                requests = page.evaluate("performance.getEntriesByType('resource').length")
+        except Exception:  # noqa: BLE001 - the count is a check of the run, not its result
+            requests = -1
+    browser.terminate()
+    try:
+        browser.wait(10)
+    except subprocess.TimeoutExpired:
+        browser.kill()
+    shutil.rmtree(profile, ignore_errors=True)
+    (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes, "page_requests": requests,
+                                                        "chromium_cpu_s": chromium_cpu}))
+
+
 def watch(directory: Path) -> None:
-    """The ``watched`` watcher: launch Chromium, say ``ready``; for the job that appears in the
-    registry, open its dashboard page and scrape ``/metrics`` once a second until ``stop``
-    appears; write counts."""
+    """The ``watched`` watcher with ``--automation``: launch Chromium under Playwright, say ``ready``;
+    for the job that appears in the registry, open its dashboard page and scrape ``/metrics`` once
+    a second until ``stop`` appears; write counts."""
     from playwright.sync_api import sync_playwright
 
     from epochal.rest.registry import Registry
@@ -227,7 +300,7 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def measure(records: int, rounds: int) -> list[Run]:
+def measure(records: int, rounds: int, automation: bool = False) -> list[Run]:
     from epochal.control.spark import create_session
 
     work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-bench-"))
@@ -244,8 +317,9 @@ def measure(records: int, rounds: int) -> list[Run]:
                 if config != "off":
                     directory = work / f"{config}-{round_}"
                     directory.mkdir()
+                    how = ["--automation"] if automation else []
                     watcher = subprocess.Popen([sys.executable, "-m", "benchmarks.dashboard_overhead", f"--{config}",
-                                                str(directory)], env=os.environ.copy())
+                                                str(directory), *how], env=os.environ.copy())
                     deadline = time.monotonic() + 60
                     while not (directory / "ready").exists():
                         if watcher.poll() is not None or time.monotonic() > deadline:
@@ -357,11 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=2_000_000, help="records per run (default 2,000,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of off/watched/polled (default 5)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--automation", action="store_true",
+                        help="drive the watched page with Playwright and record its work per poll (Playwright's "
+                             "own traffic then weighs on the job too)")
     parser.add_argument("--watched", type=Path, help=argparse.SUPPRESS)  # the watchers' own processes
     parser.add_argument("--polled", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.watched is not None:
-        watch(args.watched)
+        (watch if args.automation else watch_plain)(args.watched)
         return 0
     if args.polled is not None:
         poll(args.polled)
@@ -369,9 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.path.exists(CHROMIUM):
         print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
         return 1
-    print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs; "
+    print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs, "
+          f"browser {'driven by Playwright' if args.automation else 'on its own'}; "
           f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
-    runs = measure(args.records, args.rounds)
+    runs = measure(args.records, args.rounds, args.automation)
     summary = summarise(runs)
     write(args.out, runs, summary)
     report(summary)
