@@ -125,7 +125,7 @@ def test_the_subtask_driver_blocks_releases_and_opens_a_loop_heads_log_after_its
     log: list = []
     clock = iter([0.0, 0.5, 1.0, 2.0, 3.0])
     barriers = SubtaskBarriers([r0, r1, back], aligned=True,
-                               on_aligned=lambda cid, secs: log.append(("snapshot", cid, secs, r0.blocked)),
+                               on_aligned=lambda cid, secs, savepoint: log.append(("snapshot", cid, secs, r0.blocked)),
                                on_released=lambda channels: log.append(("released", [c.id for c in channels])),
                                on_loop_closed=lambda cid: log.append(("log complete", cid)),
                                clock=lambda: next(clock))
@@ -139,3 +139,19 @@ def test_the_subtask_driver_blocks_releases_and_opens_a_loop_heads_log_after_its
     barriers.abort(2, "timeout")
     barriers.on_barrier(r0, 2)
     assert not r0.blocked  # an aborted checkpoint's late barrier
+
+
+def test_the_subtask_driver_hands_the_savepoint_a_barrier_carried_to_the_snapshot():
+    r0, r1 = Channel(0), Channel(1)
+    log: list = []
+    barriers = SubtaskBarriers([r0, r1], aligned=True, clock=lambda: 0.0,
+                               on_aligned=lambda cid, secs, savepoint: log.append((cid, savepoint)))
+    barriers.on_barrier(r0, 1, "target-1")
+    barriers.on_barrier(r1, 1, "target-1")
+    barriers.on_barrier(r0, 2)
+    barriers.on_barrier(r1, 2)
+    barriers.on_barrier(r0, 3, "target-3")
+    barriers.abort(3, "timeout")
+    barriers.on_barrier(r0, 4)
+    barriers.on_barrier(r1, 4)
+    assert log == [(1, "target-1"), (2, None), (4, None)] and not barriers.savepoints

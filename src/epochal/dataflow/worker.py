@@ -40,7 +40,7 @@ from epochal.dataflow.protocol import (
 )
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.errors import RestoreError
-from epochal.messages import Collect, CollectPayload, Dispatch
+from epochal.messages import Collect, CollectPayload, Dispatch, SavepointTarget
 from epochal.plan.execution import Deployment
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
@@ -212,7 +212,8 @@ class Worker(WorkerShell):
     # ------------------------------------------------------------------ the subtasks' instructions
     @_DO.on(EmitBarrier)
     def _do_barrier(self, instruction: EmitBarrier) -> None:
-        self.by_key[instruction.key].broadcast_event(CheckpointBarrier(instruction.checkpoint_id, time.time()))
+        self.by_key[instruction.key].broadcast_event(CheckpointBarrier(instruction.checkpoint_id, time.time(),
+                                                                       instruction.savepoint))
 
     @_DO.on(StartAlignment)
     def _do_start_alignment(self, instruction: StartAlignment) -> None:
@@ -259,8 +260,9 @@ class Worker(WorkerShell):
             self.queries.checkpoint_aborted(instruction.checkpoint_id)
 
     # ------------------------------------------------------------------ snapshots
-    def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float) -> None:
-        self._feed(Aligned(key_of(subtask), checkpoint_id, alignment, alignment_stats(subtask)))
+    def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float,
+                    savepoint: SavepointTarget | None = None) -> None:
+        self._feed(Aligned(key_of(subtask), checkpoint_id, alignment, alignment_stats(subtask), savepoint))
 
     def _on_loop_closed(self, subtask: Subtask, checkpoint_id: int) -> None:
         self._feed(LoopClosed(key_of(subtask), checkpoint_id))

@@ -151,7 +151,7 @@ class LocalRunner:
                     node.operator.interval = self.watermark_interval
             path = self.paths[worker]
             peers: Any = {w: _InProcessPeer(self, w, self.serialize) for w in range(len(deployments)) if w != worker}
-            callbacks = WorkerCallbacks(path.deliver_local, self._to_driver, lambda subtask, cid, secs: None,
+            callbacks = WorkerCallbacks(path.deliver_local, self._to_driver, lambda subtask, cid, secs, savepoint: None,
                                         path.schedule_buffered, lambda subtask, cid: None)
             path.attach(wire_worker(worker, deployment, NONE, peers, callbacks, 0, None))
 

@@ -57,12 +57,14 @@ class SubtaskFinished:
 
 @dataclass(frozen=True)
 class Aligned:
-    """A subtask received barrier ``checkpoint_id`` on every input (alignment took ``alignment_s``)."""
+    """A subtask received barrier ``checkpoint_id`` on every input (alignment took ``alignment_s``).
+    ``savepoint``: the target a barrier carried (the checkpoint is a savepoint's)."""
 
     key: SubtaskKey
     checkpoint_id: int
     alignment_s: float
     stats: dict[str, int] = field(default_factory=dict)
+    savepoint: SavepointTarget | None = None
 
 
 @dataclass(frozen=True)
@@ -120,10 +122,12 @@ class InputEnded:
 
 @dataclass(frozen=True)
 class EmitBarrier:
-    """Subtask ``key`` sends barrier ``checkpoint_id`` on all its outputs."""
+    """Subtask ``key`` sends barrier ``checkpoint_id`` on all its outputs; ``savepoint``: the
+    target the barrier carries when the checkpoint is a savepoint."""
 
     key: SubtaskKey
     checkpoint_id: int
+    savepoint: SavepointTarget | None = None
 
 
 @dataclass(frozen=True)

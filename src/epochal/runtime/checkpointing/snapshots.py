@@ -97,7 +97,7 @@ class SnapshotPipeline:
             if key in self.finished:
                 out += self.on_finished(key)
             elif info.source:
-                out.append(EmitBarrier(key, checkpoint_id))
+                out.append(EmitBarrier(key, checkpoint_id, savepoint))
                 out.append(self._capture(key, checkpoint_id))
             elif info.loop is not None and info.loop.head and info.barriers:
                 out.append(StartAlignment(key, checkpoint_id))  # only if no barrier can bring it any more
@@ -110,12 +110,16 @@ class SnapshotPipeline:
     def on_aligned(self, event: Aligned) -> list[CheckpointingInstruction]:
         """Forward the barrier and snapshot, unless the checkpoint was already aborted or
         completed (then nothing: no barrier downstream, no snapshot, no upload). A checkpoint
-        not triggered here yet is snapshotted: its barrier may overtake the trigger."""
+        not triggered here yet is snapshotted: its barrier may overtake the trigger, and then the
+        barrier says whether it is a savepoint's (``event.savepoint``), so that it is written as one."""
         if event.checkpoint_id <= self.completed or event.checkpoint_id in self.aborted:
             return []
+        if event.savepoint is not None:
+            self.savepoints.setdefault(event.checkpoint_id, event.savepoint)
         info = self.subtasks[event.key]
         hold = info.loop is not None and info.loop.head and self.iteration_log
-        return [ReachPoint("alignment", event.checkpoint_id), EmitBarrier(event.key, event.checkpoint_id),
+        return [ReachPoint("alignment", event.checkpoint_id),
+                EmitBarrier(event.key, event.checkpoint_id, self.savepoints.get(event.checkpoint_id)),
                 self._capture(event.key, event.checkpoint_id, event.alignment_s, event.stats, hold=hold)]
 
     def on_loop_inputs_ended(self, key: SubtaskKey) -> list[CheckpointingInstruction]:

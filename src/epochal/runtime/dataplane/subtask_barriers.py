@@ -34,13 +34,14 @@ class SubtaskBarriers:
     Args:
         inputs: the subtask's input channels, back-edges included.
         aligned: block inputs whose barrier arrived (exactly-once and synchronous modes).
-        on_aligned: ``on_aligned(checkpoint_id, alignment_seconds)``: snapshot now.
+        on_aligned: ``on_aligned(checkpoint_id, alignment_seconds, savepoint)``: snapshot now
+            (``savepoint``: the target a barrier of the checkpoint carried, or None).
         on_released: ``on_released(channels)`` after blocked channels were unblocked.
         on_loop_closed: ``on_loop_closed(checkpoint_id)``: the back-edge log is complete.
         clock: monotonic seconds (the alignment time).
     """
 
-    def __init__(self, inputs: Sequence[Any], aligned: bool, on_aligned: Callable[[int, float], None],
+    def __init__(self, inputs: Sequence[Any], aligned: bool, on_aligned: Callable[[int, float, Any], None],
                  on_released: Callable[[list[Any]], None] = lambda channels: None,
                  on_loop_closed: Callable[[int], None] = lambda checkpoint_id: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -53,13 +54,18 @@ class SubtaskBarriers:
         self.on_released = on_released
         self.on_loop_closed = on_loop_closed
         self.clock = clock
+        #: the savepoint targets barriers brought, by checkpoint, until it is aligned or aborted
+        self.savepoints: dict[int, Any] = {}
 
     @property
     def pending(self) -> int | None:
         """The checkpoint being aligned, if any."""
         return self.machine.pending
 
-    def on_barrier(self, channel: Any, checkpoint_id: int) -> None:
+    def on_barrier(self, channel: Any, checkpoint_id: int, savepoint: Any = None) -> None:
+        """Barrier ``checkpoint_id`` arrived on ``channel`` (``savepoint``: the target it carries)."""
+        if savepoint is not None:
+            self.savepoints[checkpoint_id] = savepoint
         if self.logs is not None and channel.id in self.logs.back_edges:
             self._apply(self.logs.on_barrier(channel.id, checkpoint_id))
         else:
@@ -75,6 +81,7 @@ class SubtaskBarriers:
         self._apply(self.machine.start(checkpoint_id, self.clock()))
 
     def abort(self, checkpoint_id: int, reason: str) -> None:
+        self.savepoints.pop(checkpoint_id, None)
         if self.logs is not None:
             self.logs.abort(checkpoint_id)
         self._apply(self.machine.abort(checkpoint_id, reason))
@@ -89,7 +96,9 @@ class SubtaskBarriers:
                     channel.blocked = False
                 self.on_released(released)
             elif isinstance(output, Aligned):
-                self.on_aligned(output.checkpoint_id, output.alignment_s)
+                savepoint = self.savepoints.pop(output.checkpoint_id, None)
+                self.savepoints = {c: s for c, s in self.savepoints.items() if c > output.checkpoint_id}
+                self.on_aligned(output.checkpoint_id, output.alignment_s, savepoint)
                 if self.logs is not None:
                     self._apply(self.logs.open(output.checkpoint_id))
             elif isinstance(output, LogClosed):

@@ -322,7 +322,7 @@ class Subtask:
             self._advance_watermark()
         elif isinstance(event, CheckpointBarrier):
             if self.barriers is not None:
-                self.barriers.on_barrier(channel, event.checkpoint_id)
+                self.barriers.on_barrier(channel, event.checkpoint_id, event.savepoint)
         elif isinstance(event, EndOfPartition):
             channel.ended = True
             self.ended_inputs += 1

@@ -43,8 +43,8 @@ class WorkerCallbacks:
     deliver_local: Callable[[int, bool, Any], None]
     #: ``send_to_driver(collect id, payload)``: a collect sink's records.
     send_to_driver: Callable[..., None]
-    #: ``on_aligned(subtask, checkpoint id, alignment seconds)``.
-    on_aligned: Callable[[Subtask, int, float], None]
+    #: ``on_aligned(subtask, checkpoint id, alignment seconds, savepoint target or None)``.
+    on_aligned: Callable[[Subtask, int, float, Any], None]
     #: ``on_released(channels)``: alignment ended, these inputs are unblocked.
     on_released: Callable[[list[Any]], None]
     #: ``on_loop_closed(subtask, checkpoint id)``: the barrier came back around the loop.
