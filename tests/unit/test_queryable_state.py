@@ -419,3 +419,55 @@ def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
         server.close()
     finally:
         set_clock(previous)
+
+
+@pytest.fixture
+def served_heap():
+    """A QueryServer of one heap backend (state "v", query name "values", every key group),
+    polled by a thread standing in for the processing thread; yields (backend, client), the
+    client a real QueryableStateClient routed to it."""
+    from epochal.rest.state_client import QueryableStateClient
+
+    backend = HeapKeyedStateBackend(MAXP, range(MAXP))
+    backend.get_state(ValueStateDescriptor("v", queryable="values"))
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
+    server.attach([KeyedSource("u", 0, 1, backend)], restored=None)
+    server.serving()
+    stop = threading.Event()
+
+    def processing_thread():
+        while not stop.is_set():
+            server.wait(0.01)
+            server.poll()
+
+    thread = threading.Thread(target=processing_thread, daemon=True)
+    thread.start()
+    document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+                "token": TOKEN.hex(),
+                "states": {"values": {"parallelism": 1, "workers": {"0": f"127.0.0.1:{server.port}"}}}}
+    client = QueryableStateClient.__new__(QueryableStateClient)
+    client._setup(lambda: document, "read_uncommitted", 5.0)
+    try:
+        yield backend, client
+    finally:
+        client.close()
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_requests_and_answers_larger_than_one_read_arrive_whole(served_heap):
+    """Both sides read into one reused buffer of RECV_BYTES (no fresh 1 MiB object per read): a
+    request and an answer of many reads' length are put together again, and small ones after
+    them on the same connection still are."""
+    from epochal.runtime.queries.wire import RECV_BYTES
+
+    backend, client = served_heap
+    keys = [f"key-{i:06d}-" + "k" * 40 for i in range(4000)]  # a request of ~4 reads
+    for i, key in enumerate(keys):
+        backend.owned_table("v")[key_group_of(key, MAXP)][key] = ("v" * 100, i)  # an answer of ~8 reads
+    assert len(pickle.dumps(tuple(keys))) > 3 * RECV_BYTES
+    got = client.get_many("values", [*keys, "absent"])
+    assert got == {key: ("v" * 100, i) for i, key in enumerate(keys)}
+    assert client.get("values", keys[7]) == ("v" * 100, 7)
+    assert client.get("values", "absent", default="none") == "none"

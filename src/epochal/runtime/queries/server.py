@@ -43,6 +43,7 @@ from epochal.runtime.queries.machine import (
 )
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
+    RECV_BYTES,
     Page,
     QueryFailed,
     Values,
@@ -106,6 +107,7 @@ class QueryServer:
         #: what the heartbeats tell the JobMaster (replaced whole, read by the heartbeat thread)
         self.routes: dict[str, Any] = {"port": self.port, "max_parallelism": max_parallelism, "states": {}}
         self.answered = 0
+        self._scratch = memoryview(bytearray(RECV_BYTES))
         self._do: dict[type, Callable[[Any], None]] = {
             Reply: self._reply, ReadLive: self._read_live, ScanLive: self._scan_live,
             CloseConnection: self._close_connection}
@@ -254,16 +256,16 @@ class QueryServer:
         if sock is None:
             return
         try:
-            data = sock.recv(1 << 20)
+            received = sock.recv_into(self._scratch)
         except (BlockingIOError, InterruptedError, TimeoutError):
             return
         except OSError:
-            data = b""
-        if not data:
+            received = 0
+        if not received:
             self._close_connection(CloseConnection(fd))
             return
         buffer = self.buffers[fd]
-        buffer += data
+        buffer += self._scratch[:received]
         try:
             frames = split_frames(buffer)
         except ValueError as error:
