@@ -43,15 +43,16 @@ from epochal.runtime.queries.machine import (
 )
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
+    HEADER,
     RECV_BYTES,
     Page,
     QueryFailed,
     Values,
     answer_frame,
+    encode,
     query_token,
     split_frames,
 )
-from epochal.serialization import dumps
 from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 
 #: Seconds between looks for queryable states declared since (a function's first record).
@@ -265,13 +266,17 @@ class QueryServer:
             self._close_connection(CloseConnection(fd))
             return
         buffer = self.buffers[fd]
-        buffer += self._scratch[:received]
-        try:
-            frames = split_frames(buffer)
-        except ValueError as error:
-            self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
-            self._close_connection(CloseConnection(fd))
-            return
+        scratch = self._scratch
+        if not buffer and received > HEADER.size and HEADER.unpack_from(scratch)[0] == received - HEADER.size:
+            frames = [bytes(scratch[HEADER.size:received])]  # the usual read: one whole request
+        else:
+            buffer += scratch[:received]
+            try:
+                frames = split_frames(buffer)
+            except ValueError as error:
+                self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
+                self._close_connection(CloseConnection(fd))
+                return
         if frames and self.sources:
             self.refresh()
         for body in frames:
@@ -337,10 +342,10 @@ class QueryServer:
         if conn not in self.connections:
             return
         try:
-            payload = dumps(answer)
+            payload = encode(answer)
         except Exception as error:  # a value that cannot be pickled
-            payload = dumps(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
-                                        f"the value cannot be sent: {type(error).__name__}: {error}"))
+            payload = encode(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
+                                         f"the value cannot be sent: {type(error).__name__}: {error}"))
         self.outgoing.setdefault(conn, []).append(answer_frame(payload))
         self.answered += 1
 
