@@ -451,7 +451,7 @@ def served_heap():
     backend = HeapKeyedStateBackend(MAXP, range(MAXP))
     backend.get_state(ValueStateDescriptor("v", queryable="values"))
     server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
-    server.attach([KeyedSource("u", 0, 1, backend)], restored=None)
+    server.attach([KeyedSource("u", 0, 1, backend)], restored=3)  # committed: the state as restored (empty)
     server.serving()
     stop = threading.Event()
 
@@ -464,7 +464,8 @@ def served_heap():
     thread.start()
     document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
                 "token": TOKEN.hex(),
-                "states": {"values": {"parallelism": 1, "workers": {"0": f"127.0.0.1:{server.port}"}}}}
+                "states": {name: {"parallelism": 1, "workers": {"0": f"127.0.0.1:{server.port}"}}
+                           for name in ("values", "elsewhere")}}
     client = QueryableStateClient.__new__(QueryableStateClient)
     client._setup(lambda: document, "read_uncommitted", 5.0)
     try:
@@ -491,3 +492,29 @@ def test_requests_and_answers_larger_than_one_read_arrive_whole(served_heap):
     assert got == {key: ("v" * 100, i) for i, key in enumerate(keys)}
     assert client.get("values", keys[7]) == ("v" * 100, 7)
     assert client.get("values", "absent", default="none") == "none"
+
+
+def test_a_blocking_get_keeps_the_levels_defaults_and_errors_of_get_many(served_heap):
+    """get() asks its one worker without get_many's dictionaries; what it answers and raises is
+    get_many's: the value or the default, read_committed from the committed view with its
+    checkpoint id, the errors of the worker and of the client, and retries until the timeout."""
+    backend, client = served_heap
+    key, absent = mine(2, range(MAXP))
+    backend.owned_table("v")[key_group_of(key, MAXP)][key] = 41
+    assert client.get("values", key) == 41 == client.get_many("values", [key, absent])[key]
+    assert client.get("values", absent) is None and client.get("values", absent, "none") == "none"
+    assert client.get("values", key, level=READ_COMMITTED, default="not yet") == "not yet"  # restored empty
+    assert client.checkpoint_id == 3
+    with pytest.raises(UnknownQueryableStateError, match="queryable here: values"):
+        client.get("elsewhere", key)  # the routes say so, the worker does not
+    with pytest.raises(QueryKeyTypeError, match="unhashable"):
+        client.get("values", [key])
+    with pytest.raises(ValueError, match="isolation level"):
+        client.get("values", key, level="dirty")
+    client.routes = None
+    client._fetch = lambda: {"job_id": "j", "status": "RESTARTING", "attempt": 1, "serving": False,
+                             "max_parallelism": MAXP, "token": TOKEN.hex(), "states": {}}
+    started = time.monotonic()
+    with pytest.raises(StateUnavailableError, match="not serving"):
+        client.get("values", key, timeout=0.3)
+    assert time.monotonic() - started < 3.0

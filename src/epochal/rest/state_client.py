@@ -98,7 +98,7 @@ class QueryableStateClient:
         """The value of ``key`` in queryable state ``state``, or ``default`` if it has none."""
         if not _hashable(key):
             key_group(key, 1)  # raises QueryKeyTypeError with the reason
-        level = self.level if level is None else _check_level(level)
+        level = _check_level(level or self.level)
 
         def attempt(routes: Routes) -> Any:  # get_many of one key, without its dictionaries
             answer = self._ask(routes, routes.owner(state, key), Lookup(next(self._ids), state, (key,), level))
