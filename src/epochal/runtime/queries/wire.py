@@ -9,10 +9,10 @@ frame::
 and each answer one frame ``length:u32 | payload``. A payload (:func:`encode`, :func:`decode`) is
 the pickle-5 of a plain tuple: the message's kind (its index in :data:`KINDS`), then its fields in
 order. Pickling the dataclass itself cost 4-5 µs a message more on each side (pickle names and
-looks up its class), about a third of what a blocking lookup cost a worker. The token is the job's query token
-(:func:`query_token`, derived from the job's own token, so that it grants queries and nothing
-else); the worker compares it (:func:`hmac.compare_digest`) before it unpickles anything of the
-request. Requests may be pipelined: answers carry the request's id.
+looks up its class). The token is the job's query token (:func:`query_token`, derived from the
+job's own token, so that it grants queries and nothing else); the worker compares it
+(:func:`hmac.compare_digest`) before it unpickles anything of the request. Requests may be
+pipelined: answers carry the request's id.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def decode(payload: bytes | memoryview) -> Request | Answer:
 
 
 def request_frame(token: bytes, payload: bytes) -> bytes:
-    """A request frame: ``payload`` (a pickled :data:`Request`) behind ``token``."""
+    """A request frame: ``payload`` (a :data:`Request` as :func:`encode` writes it) behind ``token``."""
     return HEADER.pack(TOKEN_BYTES + len(payload)) + token + payload
 
 
