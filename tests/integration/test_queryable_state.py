@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 import epochal
 from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQueryableStateError
 from epochal.rest.registry import HOME_ENV, Registry
-from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, request_frame, split_frames
+from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
 from tests.queryable_jobs import KEYS, STATE, UID, TwoSteps, checkpoint_values, is_real, keyed_job, record
 
@@ -90,8 +89,8 @@ def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_
         assert is_real("k1", remote.get(STATE, "k1"))
         host, port = remote.routes.states[STATE].workers[0]
         with socket.create_connection((host, port), timeout=10) as sock:
-            sock.sendall(request_frame(b"\0" * 32, pickle.dumps(Lookup(1, STATE, ("k1",)))))
-            answer = pickle.loads(split_frames(bytearray(sock.recv(65536)))[0])
+            sock.sendall(request_frame(b"\0" * 32, encode(Lookup(1, STATE, ("k1",)))))
+            answer = decode(split_frames(bytearray(sock.recv(65536)))[0])
             assert answer.code == UNAUTHORIZED
         remote.close()
         # the command line

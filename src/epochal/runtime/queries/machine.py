@@ -12,7 +12,6 @@ batches. No sockets, threads or clocks inside.
 from __future__ import annotations
 
 import hmac
-import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from epochal.runtime.queries.wire import (
     QueryFailed,
     Scan,
     Values,
+    decode,
 )
 
 #: The most entries one scan page may hold.
@@ -206,11 +206,11 @@ class QueryMachine:
                                                                    "query token")),
                     CloseConnection(event.conn)]
         try:
-            request = pickle.loads(body[TOKEN_BYTES:])
+            request = decode(memoryview(body)[TOKEN_BYTES:])
         except Exception as error:  # a key of a class this worker cannot import, a damaged frame
             return [Reply(event.conn, QueryFailed(0, BAD_REQUEST, f"the request cannot be read: {error}"))]
         handler = _REQUESTS.handlers.get(type(request))
-        if handler is None:
+        if handler is None or not isinstance(request, Lookup | Scan):
             return [Reply(event.conn, QueryFailed(0, BAD_REQUEST, f"not a query: {type(request).__name__}"))]
         refusal = self._check(request)
         if refusal is not None:

@@ -43,14 +43,16 @@ from epochal.runtime.queries.machine import (
 )
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
+    HEADER,
+    RECV_BYTES,
     Page,
     QueryFailed,
     Values,
     answer_frame,
+    encode,
     query_token,
     split_frames,
 )
-from epochal.serialization import dumps
 from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 
 #: Seconds between looks for queryable states declared since (a function's first record).
@@ -106,6 +108,7 @@ class QueryServer:
         #: what the heartbeats tell the JobMaster (replaced whole, read by the heartbeat thread)
         self.routes: dict[str, Any] = {"port": self.port, "max_parallelism": max_parallelism, "states": {}}
         self.answered = 0
+        self._scratch = memoryview(bytearray(RECV_BYTES))
         self._do: dict[type, Callable[[Any], None]] = {
             Reply: self._reply, ReadLive: self._read_live, ScanLive: self._scan_live,
             CloseConnection: self._close_connection}
@@ -254,22 +257,26 @@ class QueryServer:
         if sock is None:
             return
         try:
-            data = sock.recv(1 << 20)
+            received = sock.recv_into(self._scratch)
         except (BlockingIOError, InterruptedError, TimeoutError):
             return
         except OSError:
-            data = b""
-        if not data:
+            received = 0
+        if not received:
             self._close_connection(CloseConnection(fd))
             return
         buffer = self.buffers[fd]
-        buffer += data
-        try:
-            frames = split_frames(buffer)
-        except ValueError as error:
-            self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
-            self._close_connection(CloseConnection(fd))
-            return
+        scratch = self._scratch
+        if not buffer and received > HEADER.size and HEADER.unpack_from(scratch)[0] == received - HEADER.size:
+            frames = [bytes(scratch[HEADER.size:received])]  # the usual read: one whole request
+        else:
+            buffer += scratch[:received]
+            try:
+                frames = split_frames(buffer)
+            except ValueError as error:
+                self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
+                self._close_connection(CloseConnection(fd))
+                return
         if frames and self.sources:
             self.refresh()
         for body in frames:
@@ -335,10 +342,10 @@ class QueryServer:
         if conn not in self.connections:
             return
         try:
-            payload = dumps(answer)
+            payload = encode(answer)
         except Exception as error:  # a value that cannot be pickled
-            payload = dumps(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
-                                        f"the value cannot be sent: {type(error).__name__}: {error}"))
+            payload = encode(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
+                                         f"the value cannot be sent: {type(error).__name__}: {error}"))
         self.outgoing.setdefault(conn, []).append(answer_frame(payload))
         self.answered += 1
 

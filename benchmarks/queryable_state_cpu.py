@@ -1,0 +1,175 @@
+"""Queryable state without Spark: the CPU one lookup costs the client and the worker's query server.
+
+A ``QueryServer`` of one heap backend (10,000 keys, every key group) runs in a process of its own;
+a ``QueryableStateClient`` of this process, routed to it, asks single keys with ``get``:
+
+* ``client back to back``: the client's CPU (user + system, ``time.process_time``) per blocking
+  ``get``, one call after the other, the server's process sleeping in ``QueryServer.wait`` between
+  requests as an idle worker does;
+* ``client at 1,000/s``: the same, one call a millisecond (the client sleeps between calls, as the
+  cost experiment's client of ``benchmarks/queryable_state.py`` does), and the CPU of that pacing
+  loop alone (``pacing alone``), which is not the client's;
+* ``worker poll``: the CPU of ``QueryServer.poll`` per request on the polling thread
+  (``time.thread_time``): the request sent, then polled until answered, in one process.
+
+``--src DIR`` measures another revision's ``src`` (``git archive REV src | tar -x -C DIR``), so
+that two revisions can be compared side by side, e.g. alternating::
+
+    python -m benchmarks.queryable_state_cpu                       # this tree, 3 rounds
+    python -m benchmarks.queryable_state_cpu --src /tmp/base/src   # another revision
+
+Prints one line per measurement and round; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import pickle
+import random
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+MAXP = 128
+KEYS = 10_000
+STATE = "counts"
+JOB_TOKEN = b"j" * 32
+
+
+def server(src: str | None, ports: Any) -> None:
+    """The query server's process: serve until killed."""
+    if src:
+        sys.path.insert(0, src)
+    query_server = make_server()
+    ports.put(query_server.port)
+    while True:
+        query_server.wait(1.0)
+        query_server.poll()
+
+
+def make_server() -> Any:
+    from epochal.plan.keygroups import key_group_of
+    from epochal.runtime.host.mailbox import Mailbox
+    from epochal.runtime.queries.server import KeyedSource, QueryServer
+    from epochal.state.descriptors import ValueStateDescriptor
+    from epochal.state.heap import HeapKeyedStateBackend
+
+    backend = HeapKeyedStateBackend(MAXP, range(MAXP))
+    backend.get_state(ValueStateDescriptor("v", queryable=STATE))
+    for i in range(KEYS):
+        backend.owned_table("v")[key_group_of(f"w{i}", MAXP)][f"w{i}"] = i
+    query_server = QueryServer(JOB_TOKEN, 0, "127.0.0.1", MAXP, Mailbox())
+    query_server.attach([KeyedSource("u", 0, 1, backend)], restored=None)
+    query_server.serving()
+    return query_server
+
+
+def client_of(port: int) -> Any:
+    from epochal.rest.state_client import QueryableStateClient
+    from epochal.runtime.queries.wire import query_token
+
+    routes = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+              "token": query_token(JOB_TOKEN).hex(),
+              "states": {STATE: {"parallelism": 1, "workers": {"0": f"127.0.0.1:{port}"}}}}
+    client = QueryableStateClient.__new__(QueryableStateClient)
+    client._setup(lambda: routes, "read_uncommitted", 10.0)
+    return client
+
+
+def paced(calls: int, rate: float, call: Any) -> float:
+    """CPU seconds per turn of a loop making ``calls`` calls at ``rate`` a second."""
+    cpu = time.process_time()
+    due = time.monotonic()
+    for i in range(calls):
+        call(i)
+        due += 1 / rate
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    return (time.process_time() - cpu) / calls
+
+
+def client_rounds(port: int, calls: int, rounds: int) -> None:
+    client = client_of(port)
+    rng = random.Random(1)
+    keys = [f"w{rng.randrange(KEYS)}" for _ in range(calls)]
+    assert client.get(STATE, "w5") == 5
+    slow = keys[:calls // 5]
+    for round_ in range(rounds):
+        cpu, started = time.process_time(), time.perf_counter()
+        for key in keys:
+            client.get(STATE, key)
+        seconds = time.perf_counter() - started
+        print(f"[{round_}] client back to back: {(time.process_time() - cpu) / calls * 1e6:6.1f} us CPU per get "
+              f"({calls / seconds:,.0f} gets/s)", flush=True)
+        per_get = paced(len(slow), 1000.0, lambda i: client.get(STATE, slow[i]))
+        alone = paced(len(slow), 1000.0, lambda i: None)
+        print(f"[{round_}] client at 1,000/s:   {per_get * 1e6:6.1f} us CPU per get "
+              f"(pacing alone {alone * 1e6:.1f} us)", flush=True)
+    client.close()
+
+
+def poll_rounds(calls: int, rounds: int) -> None:
+    from epochal.runtime.queries.wire import Lookup, query_token, request_frame
+
+    try:
+        from epochal.runtime.queries.wire import encode
+    except ImportError:  # a revision before messages were encoded as tuples
+        def encode(message: Any) -> bytes:
+            return pickle.dumps(message, protocol=5)
+
+    query_server = make_server()
+    sock = socket.create_connection(("127.0.0.1", query_server.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    token = query_token(JOB_TOKEN)
+    frames = [request_frame(token, encode(Lookup(i, STATE, (f"w{i % KEYS}",)))) for i in range(calls)]
+    buffer = bytearray(1 << 16)
+    while not query_server.connections:
+        query_server.poll()
+    for round_ in range(rounds):
+        cpu = 0.0
+        for frame in frames:
+            sock.sendall(frame)
+            answered = query_server.answered
+            before = time.thread_time()
+            while query_server.answered == answered:
+                query_server.poll()
+            cpu += time.thread_time() - before
+            sock.recv_into(buffer)
+        print(f"[{round_}] worker poll:         {cpu / calls * 1e6:6.1f} us CPU per request", flush=True)
+    sock.close()
+    query_server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.queryable_state_cpu",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--src", help="the src directory of another revision to measure")
+    parser.add_argument("--calls", type=int, default=20_000, help="lookups per measurement (default 20,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    args = parser.parse_args(argv)
+    if args.src:
+        sys.path.insert(0, args.src)
+    import epochal
+
+    print(f"queryable state CPU ({os.path.dirname(epochal.__file__)}); load {os.getloadavg()[0]:.1f}", flush=True)
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    process = context.Process(target=server, args=(args.src, ports), daemon=True)
+    process.start()
+    try:
+        client_rounds(ports.get(timeout=60), args.calls, args.rounds)
+    finally:
+        process.kill()
+        process.join()
+    poll_rounds(args.calls, args.rounds)
+    print(f"load {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
