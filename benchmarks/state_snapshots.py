@@ -16,7 +16,9 @@ Experiments (``--experiments``):
 * ``sizes`` (Fig. 9 a and b, and recovery vs state size): every backend (``--backends``: ``heap``,
   full snapshots by ``fork()``; ``heap-incremental``; ``rocksdb``; ``postgres`` and
   ``postgres-mvcc``, on ``--dsn`` or a server started for the run) at every state size
-  (``--sizes``, keys) at ``--parallelism`` (2). Once ``--checkpoints`` steady checkpoints completed,
+  (``--sizes``, keys) at ``--parallelism`` (2), on Spark ``local[--slots]`` (default: as many task
+  slots as workers, so a restarted attempt waits for the failed one's slots; epochal's own default
+  master has at least 4). Once ``--checkpoints`` steady checkpoints completed,
   worker p-1 is SIGKILLed (``epochal.testing.kill_worker``) within a poll (50 ms) of the last one
   completing; the run ends when the restored job completed a checkpoint too (phase ``restored``;
   the others are ``fill``, ``steady`` or ``aborted``).
@@ -343,6 +345,8 @@ def main() -> None:
                                                                 "(instead of --hot)")
     parser.add_argument("--restart-delay", type=float, default=0.0)
     parser.add_argument("--checkpoint-timeout", type=float, default=120.0)
+    parser.add_argument("--slots", type=int, default=0, help="Spark's local[N] (default: the largest parallelism, "
+                                                          "at least 2; epochal's own default master has at least 4)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints and RocksDB go (default: the temp dir)")
@@ -360,7 +364,7 @@ def main() -> None:
             if "sizes" in args.experiments]
     plan += [("parallelism", args.align_backend, args.align_keys, p, False, 0) for p in args.align_parallelism
              if "parallelism" in args.experiments]
-    slots = max([2, *(p for *_, p, _, _ in plan)])
+    slots = args.slots or max([2, *(p for *_, p, _, _ in plan)])
     about = f"{machine()}; Spark local[{slots}]"
     (out / "machine.txt").write_text(about + "\n")
     print(about, flush=True)

@@ -289,18 +289,25 @@ def test_second_job_fails_at_once_when_epochal_jobs_hold_every_slot(make_env, sp
 
 def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
     """Workers of the shared local session come from epochal.daemon (so a replacement
-    worker starts with numpy, pyarrow and epochal imported); switched off, they would not."""
+    worker starts with numpy, pyarrow and epochal imported), and inherit its frozen garbage
+    collector generation (so their full collections skip what the daemon imported); switched
+    off, they would not."""
     def parent(_):
+        import gc
         import os
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            return [f.read().replace(b"\0", b" ").decode()]
+            return [(f.read().replace(b"\0", b" ").decode(), gc.get_freeze_count())]
 
-    cmdlines = spark.sparkContext.parallelize(range(2), 2).mapPartitions(parent).collect()
-    assert all("-m epochal.daemon" in line for line in cmdlines), cmdlines
+    workers = spark.sparkContext.parallelize(range(2), 2).mapPartitions(parent).collect()
+    assert all("-m epochal.daemon" in line for line, _ in workers), workers
+    assert all(frozen > 10_000 for _, frozen in workers), workers
 
 
 def test_the_preloading_daemon_imports_the_worker_modules():
-    code = ("import sys; from epochal import daemon; daemon.preload(); "
-            "print(all(m in sys.modules for m in daemon.PRELOAD))")
+    """psycopg and the PostgreSQL state backend included; afterwards (nearly) nothing it imported
+    is left for a collection to traverse; without the freeze, everything would be."""
+    code = ("import gc, sys; from epochal import daemon; daemon.preload(); "
+            "print(all(m in sys.modules for m in daemon.PRELOAD), 'psycopg' in sys.modules, "
+            "len(gc.get_objects()) * 100 < gc.get_freeze_count())")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.stdout.strip() == "True", run.stderr
+    assert run.stdout.split() == ["True", "True", "True"], run.stderr
