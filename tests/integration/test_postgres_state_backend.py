@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 import pytest
 
@@ -185,11 +186,28 @@ def test_a_restore_commits_a_completed_checkpoint_whose_commit_was_lost_and_roll
     assert set(counts(again, KEYS).values()) == {2}
 
 
+def test_a_job_submitted_while_an_epoch_is_left_prepared_neither_waits_nor_decides_it(make_backend, postgres):
+    """A job cancelled (or its driver killed) between an epoch's pre-commit and its commit leaves
+    that epoch prepared, holding row locks, for the next restore to commit or roll back: the next
+    submission's ``ensure_schema`` comes first and must not wait for those locks (its ``ALTER
+    TABLE`` did, for ever) nor end the transaction."""
+    backend = make_backend()
+    add(backend, KEYS[:5])
+    checkpoint([backend], 1)  # pre-committed; its completion never came
+    left = prepared(postgres, backend)
+    assert len(left) == 1
+    started = time.monotonic()
+    ensure_schema(postgres.dsn, "epochal_state", False)
+    assert time.monotonic() - started < 5
+    assert prepared(postgres, backend) == left
+
+
 def test_the_fixture_rolls_back_what_a_failed_test_left_prepared_and_only_on_the_state_tables(
         make_backend, make_pg_table, postgres):
-    """A failed test leaves its epoch prepared: its row locks stop the next ``ensure_schema``'s
-    ``ALTER TABLE`` (it waited 300 s); :meth:`PostgresServer.roll_back_prepared`, which
-    ``make_backend`` runs before and after each test, rolls back that transaction and no other."""
+    """A failed test leaves its epoch prepared: its row locks stop a later ``ALTER TABLE`` of the
+    state tables (``ensure_schema``'s waited 300 s before it ran only when its column was
+    missing); :meth:`PostgresServer.roll_back_prepared`, which ``make_backend`` runs before and
+    after each test, rolls back that transaction and no other."""
     backend = make_backend()
     add(backend, KEYS[:5])
     checkpoint([backend], 1)  # never completes: the test "failed" here

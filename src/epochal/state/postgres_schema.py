@@ -69,8 +69,14 @@ CREATE TABLE IF NOT EXISTS {versions} (op integer NOT NULL, kg integer NOT NULL,
                                        PRIMARY KEY (op, kg, key, state, epoch));
 CREATE INDEX IF NOT EXISTS {versions_by_epoch} ON {versions} (op, epoch);
 CREATE TABLE IF NOT EXISTS {committed} (ns text PRIMARY KEY, checkpoint bigint NOT NULL);
-ALTER TABLE {epochs} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
 """
+#: What an existing schema may lack (tables of an earlier epochal): run only when it is missing,
+#: since ``ALTER TABLE`` locks its table even when there is nothing to add, and an epoch a job
+#: left prepared (its checkpoint's commit is for the next restore to decide) holds row locks on
+#: the epochs table until then: the next submission would wait for the restore it comes before.
+FENCE_COLUMN = "ALTER TABLE {epochs} ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0"
+#: How long the schema's statements wait for a lock before the submission fails with a message.
+LOCK_TIMEOUT = "10s"
 
 
 def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
@@ -83,10 +89,16 @@ def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
     except StateBackendError as exc:
         raise PlanError(str(exc)) from exc
     try:
+        identifiers = names(table)
         with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"epochal-state:{table}",))
             for statement in SCHEMA.strip().split(";\n"):
-                conn.execute(sql.SQL(statement.strip().rstrip(";")).format(**names(table)))
+                if "INDEX" in statement and _exists(conn, identifiers["versions_by_epoch"], identifiers["versions"]):
+                    continue  # (CREATE INDEX locks its table before it sees the index exists)
+                conn.execute(sql.SQL(statement.strip().rstrip(";")).format(**identifiers))
+            if not _has_column(conn, identifiers["epochs"], "fence"):
+                conn.execute(sql.SQL(FENCE_COLUMN).format(**identifiers))
         if not mvcc:
             row = conn.execute("SHOW max_prepared_transactions").fetchone()
             if not row or int(row[0]) < 1:
@@ -98,7 +110,26 @@ def ensure_schema(dsn: str, table: str, mvcc: bool) -> None:
     except PlanError:
         raise
     except Exception as exc:
+        if type(exc).__name__ == "LockNotAvailable":
+            raise PlanError(f"set_state_backend('postgres'): the tables {table}* in {describe(dsn)} stayed locked by "
+                            f"another transaction for {LOCK_TIMEOUT} while the job was submitted ({first_line(exc)}): "
+                            "end it (pg_stat_activity; a prepared transaction not of epochal's: pg_prepared_xacts) "
+                            "and submit again") from exc
         raise PlanError(f"set_state_backend('postgres'): cannot prepare the tables {table}* in "
                         f"{describe(dsn)}: {first_line(exc)}") from exc
     finally:
         conn.close()
+
+
+def _exists(conn: Any, index: Any, table: Any) -> bool:
+    """Whether index ``index`` (an identifier; it lives in ``table``'s schema) exists."""
+    schema = table.as_string(conn).rpartition(".")[0]
+    name = f"{schema}.{index.as_string(conn)}" if schema else index.as_string(conn)
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
+
+
+def _has_column(conn: Any, table: Any, column: str) -> bool:
+    """Whether table ``table`` (an identifier) has column ``column``."""
+    row = conn.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+                       "AND NOT attisdropped", (table.as_string(conn), column)).fetchone()
+    return bool(row[0])
