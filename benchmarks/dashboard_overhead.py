@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -180,7 +181,8 @@ def watch_plain(directory: Path) -> None:
         before = tree_cpu(browser.pid)
         blank = json.loads(urllib.request.urlopen(f"{devtools}/json/list", timeout=10).read())
         url = f"http://{entry.address}/dashboard?token={entry.token}#/jobs/{entry.job_id}"
-        opened = urllib.request.Request(f"{devtools}/json/new?{url}", method="PUT")
+        # (quoted: a '#' would end the DevTools request's own URL, and the page open the job list)
+        opened = urllib.request.Request(f"{devtools}/json/new?{urllib.parse.quote(url, safe=':/?=&')}", method="PUT")
         urllib.request.urlopen(opened, timeout=10).read()
         for tab in blank:  # the blank page goes: one page open, as a person's tab
             urllib.request.urlopen(f"{devtools}/json/close/{tab['id']}", timeout=10).read()
