@@ -109,19 +109,25 @@ def run_job(spark: Any, records: int, rest: bool, work: Path) -> float:
 
 
 # ---------------------------------------------------------------------- the watcher (its own process)
+def ready_then_jobs(directory: Path) -> list[Any]:
+    """Say ``ready``, then wait for the job to appear in the registry (or ``stop``): its entries."""
+    from epochal.rest.registry import Registry
+
+    (directory / "ready").touch()
+    entries: list[Any] = []
+    while not entries and not (directory / "stop").exists():
+        time.sleep(0.02)
+        entries = Registry().entries()
+    return entries
+
+
 def poll(directory: Path) -> None:
     """The ``polled`` watcher: say ``ready``; for the job that appears in the registry, ask what
     the dashboard's page asks (:data:`PAGE_PATHS`) and scrape ``/metrics`` once a second, over one
     kept-alive connection, until ``stop`` appears; write counts."""
     import http.client
 
-    from epochal.rest.registry import Registry
-
-    (directory / "ready").touch()
-    entries = []
-    while not entries and not (directory / "stop").exists():
-        time.sleep(0.02)
-        entries = Registry().entries()
+    entries = ready_then_jobs(directory)
     scrapes = requests = 0
     if entries:
         entry = entries[0]
@@ -159,8 +165,6 @@ def watch_plain(directory: Path) -> None:
     made, and write counts and Chromium's CPU while the job ran."""
     import shutil
 
-    from epochal.rest.registry import Registry
-
     profile = Path(tempfile.mkdtemp(prefix="epochal-dashboard-chromium-"))
     browser = subprocess.Popen([CHROMIUM, *ARGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                 "--window-size=1400,1000", "about:blank"],
@@ -169,11 +173,7 @@ def watch_plain(directory: Path) -> None:
     while not (profile / "DevToolsActivePort").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     devtools = f"http://127.0.0.1:{(profile / 'DevToolsActivePort').read_text().split()[0]}"
-    (directory / "ready").touch()
-    entries = []
-    while not entries and not (directory / "stop").exists():
-        time.sleep(0.02)
-        entries = Registry().entries()
+    entries = ready_then_jobs(directory)
     scrapes = requests = 0
     chromium_cpu = 0.0
     if entries:
@@ -225,16 +225,10 @@ def watch(directory: Path) -> None:
     a second until ``stop`` appears; write counts."""
     from playwright.sync_api import sync_playwright
 
-    from epochal.rest.registry import Registry
-
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        (directory / "ready").touch()
-        entries = []
-        while not entries and not (directory / "stop").exists():
-            time.sleep(0.02)
-            entries = Registry().entries()
+        entries = ready_then_jobs(directory)
         scrapes = [0]
         page_cost: dict[str, Any] = {}
         if entries:
