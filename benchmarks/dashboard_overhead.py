@@ -296,7 +296,40 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def measure(records: int, rounds: int, automation: bool = False) -> list[Run]:
+def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,
+               cpu: Any = lambda: 0.0) -> tuple[int, float, float]:
+    """The peers' keyed job without an end: after ``settle`` seconds of running (start-up, and a
+    watcher's page loaded), the records its sources read during ``window`` seconds, from the
+    slope of ``JobClient.records_read`` sampled every 50 ms (the heartbeats' steps fitted by
+    least squares); then the job is cancelled. Returns (records, seconds, ``cpu()``'s growth
+    over the window: the watcher's CPU while it was measured)."""
+    import numpy as np
+
+    import epochal
+    from benchmarks.peers import run_epochal, spec
+
+    env = epochal.Environment(2, spark=spark, rest_enabled=rest, progress=False)
+    env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
+    run_epochal.build(env, "keyed", 10**12, run_epochal.LatencySamplingDiscardSink(work))
+    client = env.execute_async("dashboard-overhead")
+    try:
+        client.wait_until_running(120)
+        time.sleep(settle)
+        times, counts = [], []
+        cpu_before, started = cpu(), time.monotonic()
+        while (now := time.monotonic()) - started < window:
+            times.append(now)
+            counts.append(client.records_read())
+            time.sleep(0.05)
+        cpu_used = cpu() - cpu_before
+        slope = float(np.polyfit(np.array(times) - started, np.array(counts, dtype=float), 1)[0])
+    finally:
+        client.cancel(timeout=120)
+    return int(slope * window), window, cpu_used
+
+
+def measure(records: int, rounds: int, automation: bool = False, window: float = 0.0,
+            settle: float = 10.0) -> list[Run]:
     from epochal.control.spark import create_session
 
     work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-bench-"))
@@ -305,7 +338,10 @@ def measure(records: int, rounds: int, automation: bool = False) -> list[Run]:
     runs: list[Run] = []
     try:
         print("warm-up ...", flush=True)
-        run_job(spark, max(records // 10, 10_000), True, work)
+        if window:
+            run_steady(spark, True, work, 3.0, 3.0)
+        else:
+            run_job(spark, max(records // 10, 10_000), True, work)
         for round_ in range(rounds):
             for config in CONFIGS[round_ % 3:] + CONFIGS[:round_ % 3]:
                 wait_unregistered()  # the previous run's job left the registry: the watcher finds this one
@@ -323,16 +359,23 @@ def measure(records: int, rounds: int, automation: bool = False) -> list[Run]:
                         time.sleep(0.05)
                 load = os.getloadavg()[0]
                 before = tree_cpu(watcher.pid) if watcher is not None else 0.0
-                seconds = run_job(spark, records, config != "off", work)
-                run = Run(config, round_, records, seconds, load)
+                if window:
+                    watcher_cpu = (lambda pid=watcher.pid: tree_cpu(pid)) if watcher is not None else (lambda: 0.0)
+                    done, seconds, cpu_used = run_steady(spark, config != "off", work, settle, window, watcher_cpu)
+                    run = Run(config, round_, done, seconds, load)
+                else:
+                    seconds = run_job(spark, records, config != "off", work)
+                    run = Run(config, round_, records, seconds, load)
                 if watcher is not None:
-                    run.watcher_cpu_s = tree_cpu(watcher.pid) - before
+                    run.watcher_cpu_s = cpu_used if window else tree_cpu(watcher.pid) - before
                     (directory / "stop").touch()
                     watcher.wait(60)
                     counts = json.loads((directory / "counts.json").read_text())
                     run.scrapes, run.page_requests = counts.pop("scrapes"), counts.pop("page_requests")
                     for name, value in counts.items():  # the watched page's own cost
                         setattr(run, name, value)
+                    if window:  # (counted from the page's first load: the window's is watcher_cpu_s)
+                        run.chromium_cpu_s = 0.0
                 runs.append(run)
                 watched = (f", {run.scrapes} scrapes, {run.page_requests} page requests, watcher CPU "
                            f"{run.watcher_cpu_s:.1f} s") if watcher is not None else ""
@@ -377,7 +420,7 @@ def report(summary: dict[str, Any]) -> None:
         cpu = summary["watcher_cpu"][config]
         print(f"    its watcher used {cpu:.3f} CPU-s per second of job (median) = {cpu / cores:.1%} of the machine's "
               f"{cores} cores")
-        if config == "watched":
+        if config == "watched" and summary["chromium_cpu"]:
             print(f"    of which Chromium's own processes {summary['chromium_cpu']:.3f} CPU-s/s (median)")
 
 
@@ -402,7 +445,9 @@ def write(out: Path, runs: list[Run], summary: dict[str, Any]) -> None:
     left.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     left.set_ylabel("records / s (median, min-max)")
     loads = [r.load_1min for r in runs]
-    left.set_title(f"peers' keyed job, {runs[0].records:,} records, {max(r.round for r in runs) + 1} rounds\n"
+    what = (f"{runs[0].records:,} records" if len({r.records for r in runs}) == 1
+            else f"steady state over {runs[0].seconds:.0f} s")
+    left.set_title(f"peers' keyed job, {what}, {max(r.round for r in runs) + 1} rounds\n"
                    f"watched/off x{summary['ratio']['watched']:.3f}, polled/off x{summary['ratio']['polled']:.3f}; "
                    f"load {min(loads):.0f}-{max(loads):.0f} on "
                    f"{os.cpu_count()} cores")
@@ -427,6 +472,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=2_000_000, help="records per run (default 2,000,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of off/watched/polled (default 5)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--window", type=float, default=0.0,
+                        help="steady state: run the job without an end and measure its records per second over "
+                             "this many seconds after --settle seconds (the page's first load, start-up); the "
+                             "watcher's CPU is then that of the window (default 0: bounded runs of --records, "
+                             "timed whole)")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds before the --window starts (default 10)")
     parser.add_argument("--automation", action="store_true",
                         help="drive the watched page with Playwright and record its work per poll (Playwright's "
                              "own traffic then weighs on the job too)")
@@ -445,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs, "
           f"browser {'driven by Playwright' if args.automation else 'on its own'}; "
           f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
-    runs = measure(args.records, args.rounds, args.automation)
+    runs = measure(args.records, args.rounds, args.automation, args.window, args.settle)
     summary = summarise(runs)
     write(args.out, runs, summary)
     report(summary)
