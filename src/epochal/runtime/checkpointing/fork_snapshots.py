@@ -51,6 +51,10 @@ from typing import Any
 _PR_SET_PDEATHSIG = 1
 _frozen = 0
 _frozen_lock = threading.Lock()
+#: whether this process unfroze the collector's generations after a snapshot: that unfreezes
+#: what the preloading daemon froze too (:mod:`epochal.daemon`; ``gc.unfreeze`` has no partial
+#: form), so a reused worker process keeps the daemon's frozen generation until its first one
+unfroze = False
 #: children still writing (a PySpark worker process outlives its task: on close they are killed)
 _running: set[int] = set()
 
@@ -114,7 +118,7 @@ def kill_running() -> None:
 def wait_report(snapshot: ForkedSnapshot) -> tuple[dict[str, Any] | None, str]:
     """Block until the child of ``snapshot`` reported and exited (on the uploader thread, which
     releases the interpreter lock while it reads); returns ``(handles, "")`` or ``(None, why)``."""
-    global _frozen
+    global _frozen, unfroze
     chunks = []
     try:
         while chunk := os.read(snapshot.pipe, 1 << 16):
@@ -127,6 +131,7 @@ def wait_report(snapshot: ForkedSnapshot) -> tuple[dict[str, Any] | None, str]:
             _frozen -= 1
             if _frozen == 0:
                 gc.unfreeze()
+                unfroze = True
     if chunks:
         try:
             kind, value = pickle.loads(b"".join(chunks))
