@@ -14,11 +14,8 @@ reads the routes again and retries until its timeout, then raises
 
 from __future__ import annotations
 
-import collections
 import itertools
 import queue
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,14 +30,13 @@ from epochal.errors import (
     UnknownQueryableStateError,
 )
 from epochal.rest.client import RestClient, RestError, job_path
+from epochal.rest.state_connection import WorkerConnection
 from epochal.rest.state_routes import Routes, key_group, routes_of
 from epochal.runtime.queries.wire import (
     BAD_KEY,
-    HEADER,
     LEVELS,
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    RECV_BYTES,
     UNAUTHORIZED,
     UNKNOWN_STATE,
     Lookup,
@@ -49,10 +45,8 @@ from epochal.runtime.queries.wire import (
     Request,
     Scan,
     Values,
-    decode,
     encode,
     request_frame,
-    split_frames,
 )
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "QueryableStateClient"]
@@ -86,7 +80,7 @@ class QueryableStateClient:
         self.timeout = timeout
         self._fetch = fetch
         self.routes: Routes | None = None
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], WorkerConnection] = {}
         self._ids = itertools.count(1)
         #: the checkpoint the last read_committed answer was of (None: none completed yet)
         self.checkpoint_id: int | None = None
@@ -265,7 +259,7 @@ class QueryableStateClient:
         """:meth:`_exchange` of one request."""
         return self._answer(address, self._send(routes, address, request), request.request_id)
 
-    def _send(self, routes: Routes, address: tuple[str, int], request: Request) -> _Connection:
+    def _send(self, routes: Routes, address: tuple[str, int], request: Request) -> WorkerConnection:
         connection = self._connections.get(address) or self._connection(address)
         try:
             connection.send(request_frame(routes.token, encode(request)))
@@ -274,7 +268,7 @@ class QueryableStateClient:
             raise _Retry(f"worker {address[0]}:{address[1]} is gone ({error})") from None
         return connection
 
-    def _answer(self, address: tuple[str, int], connection: _Connection, request_id: int) -> Any:
+    def _answer(self, address: tuple[str, int], connection: WorkerConnection, request_id: int) -> Any:
         try:
             answer = connection.receive(request_id)
         except (OSError, EOFError) as error:
@@ -284,11 +278,11 @@ class QueryableStateClient:
             _raise(answer)
         return answer
 
-    def _connection(self, address: tuple[str, int]) -> _Connection:
+    def _connection(self, address: tuple[str, int]) -> WorkerConnection:
         connection = self._connections.get(address)
         if connection is None:
             try:
-                connection = _Connection(address, self.timeout)
+                connection = WorkerConnection(address, self.timeout)
             except OSError as error:
                 raise _Retry(f"cannot reach worker {address[0]}:{address[1]} ({error})") from None
             self._connections[address] = connection
@@ -363,57 +357,6 @@ class _Pipeline:
                 continue
             for key, default, future in lookups:
                 future.set_result(values.get(key, default))
-
-
-class _Connection:
-    """One connection to a worker's query server; answers arrive in request order."""
-
-    def __init__(self, address: tuple[str, int], timeout: float) -> None:
-        self.sock = socket.create_connection(address, timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Blocking, with the timeout kept by the kernel: a socket with a Python timeout polls
-        # before every send and recv (two more system calls per lookup). A send or recv that
-        # times out raises BlockingIOError, an OSError like the others.
-        self.sock.settimeout(None)
-        seconds = max(timeout, 0.001)
-        interval = struct.pack("ll", int(seconds), int((seconds % 1) * 1_000_000))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
-        self.buffer = bytearray()
-        self.answers: collections.deque[bytes] = collections.deque()
-        #: what each recv reads into (a recv of a fresh bytes object that large would cost an mmap
-        #: and munmap per call: about 20 µs of CPU, see RECV_BYTES)
-        self.scratch = memoryview(bytearray(RECV_BYTES))
-
-    def send(self, frame: bytes) -> None:
-        self.sock.sendall(frame)
-
-    def receive(self, request_id: int) -> Any:
-        """The answer to request ``request_id`` (answers to earlier requests not waited for are
-        skipped), or a refusal of an unreadable request (id 0)."""
-        while True:
-            while self.answers:
-                answer = decode(self.answers.popleft())
-                if answer.request_id in (request_id, 0):
-                    return answer
-            received = self.sock.recv_into(self.scratch)
-            if not received:
-                raise EOFError("the connection closed")
-            if not self.buffer and received > HEADER.size:  # the usual read: one whole answer
-                (length,) = HEADER.unpack_from(self.scratch)
-                if length == received - HEADER.size:
-                    answer = decode(self.scratch[HEADER.size:received])
-                    if answer.request_id in (request_id, 0):
-                        return answer
-                    continue
-            self.buffer += self.scratch[:received]
-            self.answers.extend(split_frames(self.buffer))
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def _raise(answer: QueryFailed) -> None:

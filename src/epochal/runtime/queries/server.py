@@ -43,15 +43,14 @@ from epochal.runtime.queries.machine import (
 )
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
-    HEADER,
     RECV_BYTES,
     Page,
     QueryFailed,
     Values,
     answer_frame,
     encode,
+    frames_received,
     query_token,
-    split_frames,
 )
 from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 
@@ -265,18 +264,12 @@ class QueryServer:
         if not received:
             self._close_connection(CloseConnection(fd))
             return
-        buffer = self.buffers[fd]
-        scratch = self._scratch
-        if not buffer and received > HEADER.size and HEADER.unpack_from(scratch)[0] == received - HEADER.size:
-            frames = [bytes(scratch[HEADER.size:received])]  # the usual read: one whole request
-        else:
-            buffer += scratch[:received]
-            try:
-                frames = split_frames(buffer)
-            except ValueError as error:
-                self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
-                self._close_connection(CloseConnection(fd))
-                return
+        try:
+            frames = frames_received(self.buffers[fd], self._scratch, received)
+        except ValueError as error:
+            self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
+            self._close_connection(CloseConnection(fd))
+            return
         if frames and self.sources:
             self.refresh()
         for body in frames:

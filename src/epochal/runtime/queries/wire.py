@@ -162,6 +162,17 @@ def answer_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
+def frames_received(buffer: bytearray, scratch: memoryview, received: int) -> list[bytes]:
+    """The frames' bodies complete after a read of ``received`` bytes into ``scratch`` (the
+    connection's reused read buffer), ``buffer`` holding what earlier reads left incomplete. The
+    usual read, one whole frame with nothing pending, is taken without passing through
+    ``buffer``. Raises ValueError as :func:`split_frames` does."""
+    if not buffer and received > HEADER.size and HEADER.unpack_from(scratch)[0] == received - HEADER.size:
+        return [bytes(scratch[HEADER.size:received])]
+    buffer += scratch[:received]
+    return split_frames(buffer)
+
+
 def split_frames(buffer: bytearray) -> list[bytes]:
     """Take every complete frame's body off the front of ``buffer`` (what a connection received);
     an incomplete frame stays. Raises ValueError for a frame longer than :data:`MAX_FRAME`."""
