@@ -97,7 +97,8 @@ class SubtaskBarriers:
                 self.on_released(released)
             elif isinstance(output, Aligned):
                 savepoint = self.savepoints.pop(output.checkpoint_id, None)
-                self.savepoints = {c: s for c, s in self.savepoints.items() if c > output.checkpoint_id}
+                if self.savepoints:  # older ones will never align here any more
+                    self.savepoints = {c: s for c, s in self.savepoints.items() if c > output.checkpoint_id}
                 self.on_aligned(output.checkpoint_id, output.alignment_s, savepoint)
                 if self.logs is not None:
                     self._apply(self.logs.open(output.checkpoint_id))
