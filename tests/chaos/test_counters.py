@@ -7,7 +7,7 @@ import pytest
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import random_faults
 
-RECORDS = 60_000
+RECORDS = 80_000
 
 
 @pytest.mark.parametrize("parallelism,seed", [(2, 7), (3, 8)])
@@ -17,9 +17,10 @@ def test_records_processed_is_exact_across_restarts(make_env, tmp_path, parallel
     env.set_restart_strategy(FixedDelayRestart(attempts=3, delay=0.2))
     (env.from_generator(lambda i: i, count=RECORDS, rate=20_000).map(lambda i: i).disable_chaining()
      .key_by(lambda i: i % 11).count().discard())
-    # Kills 0.8-2 s into an attempt: the first kill must find a completed checkpoint (every 0.2 s)
-    # even on a loaded machine, or the last attempt starts over and the test shows no resume.
-    result = env.execute("counters", timeout=300, faults=random_faults(seed, parallelism, count=2, window=(0.8, 2.0)))
+    # Kills 0.7-1.4 s into an attempt (of 4 s at 20,000 records/s): late enough for a checkpoint
+    # (every 0.2 s) to complete first on a loaded machine, early enough that the second attempt,
+    # resumed from it, is still running at its kill.
+    result = env.execute("counters", timeout=300, faults=random_faults(seed, parallelism, count=2, window=(0.7, 1.4)))
     assert len(result.restarts) == 2
     assert result.records_before_last_attempt > 0  # the last attempt resumed from a checkpoint
     assert result.records_processed == RECORDS
