@@ -27,6 +27,7 @@ from epochal.state.postgres import PostgresKeyedStateBackend
 from epochal.state.postgres_schema import ensure_schema
 from epochal.state.postgres_spill import DiskSpill, SpillDirectory, sorted_changes
 from epochal.state.postgres_store import Fenced
+from epochal.state.release import pending_entries
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -399,6 +400,23 @@ def test_a_small_cache_reads_the_database_again(make_backend):
         add(small, KEYS)
     assert small._cached <= 30 + len(KEYS) * 2
     assert set(counts(small, KEYS).values()) == {4}
+
+
+def test_disposing_hands_the_read_cache_to_the_release_thread(make_backend):
+    """The task ends (and a next one in the process starts) without freeing the cache itself."""
+    backend = make_backend()
+    add(backend, KEYS)
+    checkpoint([backend], 1)
+    backend.checkpoint_completed(1)  # the epoch's values go to the cache
+    cached = [values for group in backend._groups.values() for values in group.values.values() if values]
+    assert sum(map(len, cached)) == len(KEYS)
+    backend.dispose()
+    assert backend._groups == {}
+    deadline = time.monotonic() + 10
+    while pending_entries():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not any(cached)  # emptied in place by the release thread
 
 
 def test_mvcc_restores_older_checkpoints_drops_failed_versions_and_collects_garbage(make_backend, postgres):

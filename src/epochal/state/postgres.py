@@ -63,6 +63,7 @@ from epochal.state.postgres_spill import SpillDirectory, merge
 from epochal.state.postgres_store import Store
 from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
 from epochal.state.postgres_wal import WriteAheadLog
+from epochal.state.release import release_later
 from epochal.state.rocksdb_keys import KeyEncoder
 from epochal.state.storage import CheckpointError
 
@@ -219,7 +220,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         for index, stored_key, state, value in rows:
             groups[index].values_of(state)[stored_key] = value
         for index, stored_key in zip(key_groups, stored_keys, strict=True):
-            groups[index].known.add(stored_key)
+            groups[index].known[stored_key] = None
         self._cached += len(rows) + len(stored_keys)
         if self._cached > self.config.cache_entries:
             self._evict(set(key_groups))
@@ -272,7 +273,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         groups = self._groups
         added = 0
         for (state, index), entries in changes.items():
-            group = groups[index]
+            group = groups.get(index)
+            if group is None:  # disposed: the cache is gone
+                continue
             values = group.values_of(state)
             if group.complete:
                 for stored_key, value in entries.items():
@@ -425,7 +428,14 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def dispose(self) -> None:
         """Close the connections and remove the spilled log. Prepared transactions stay: a
         completed checkpoint's are committed by the restore that follows, later ones rolled back
-        by it."""
+        by it. The read cache is freed in the background (:mod:`epochal.state.release`): the
+        task ends, and a next task in this process starts, without waiting for it."""
         self.wal.remove_spills()
         if self.store is not None:
             self.store.close()
+        containers: list[dict[Any, Any] | set[Any]] = []
+        for group in self._groups.values():
+            containers.extend(group.values.values())
+            containers.append(group.known)
+        self._groups = {}
+        release_later(containers)

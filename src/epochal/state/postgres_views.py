@@ -32,7 +32,9 @@ class Group:
     def __init__(self, index: int, complete: bool) -> None:
         self.index = index
         self.complete = complete
-        self.known: set[bytes] = set()
+        #: a dict used as a set: one of bytes keys and None values is not tracked by the garbage
+        #: collector, so its full collections do not visit millions of cached keys (a set is)
+        self.known: dict[bytes, None] = {}
         #: state id -> stored key -> stored value (the database's, as of the last completed checkpoint)
         self.values: dict[int, dict[bytes, bytes]] = {}
 
