@@ -115,8 +115,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         #: this start's fencing token: it owns the subtask's key groups in the database until a
         #: later start takes them, after which this one's uploads are refused
         self.fence = secrets.randbits(62) + 1
-        #: what the last start found and did, for logs and tests
+        #: what the last start found and did, for logs and tests (each checkpoint's handle carries
+        #: its plain values as ``opened``)
         self.started: dict[str, Any] = {}
+        #: state rows read from the database since the start (a restore reads none; the read cache
+        #: reads a key's rows once): each checkpoint's handle carries it, so that a test can tell
+        #: that a recovery did no state I/O
+        self.rows_read = 0
         self._processing_thread = threading.get_ident()
 
     # ------------------------------------------------------------------ starting
@@ -219,6 +224,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         groups = self._groups
         for index, stored_key, state, value in rows:
             groups[index].values_of(state)[stored_key] = value
+        self.rows_read += len(rows)
         for index, stored_key in zip(key_groups, stored_keys, strict=True):
             groups[index].known[stored_key] = None
         self._cached += len(rows) + len(stored_keys)
@@ -238,6 +244,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         group.complete = True
         self._incomplete -= 1
         self._cached += len(rows)
+        self.rows_read += len(rows)
         if self._cached > self.config.cache_entries:
             self._evict({group.index})
 

@@ -55,7 +55,10 @@ class EpochUpload:
         handle: dict[str, Any] = {"format": POSTGRES_FORMAT, "mvcc": backend.mvcc, "table": backend.table,
                                   "namespace": backend.namespace, "uid": backend.uid,
                                   "key_groups": [backend.key_groups.start, backend.key_groups.stop],
-                                  "checkpoint": self.checkpoint_id, "rows": 0, "written_bytes": 0}
+                                  "checkpoint": self.checkpoint_id, "rows": 0, "written_bytes": 0,
+                                  "opened": {k: v for k, v in backend.started.items()
+                                             if isinstance(v, (str, int, float))},
+                                  "rows_read": backend.rows_read}
         if plan is SKIP:
             handle["skipped"] = True
             return handle
