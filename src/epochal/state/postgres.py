@@ -280,9 +280,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         groups = self._groups
         added = 0
         for (state, index), entries in changes.items():
-            group = groups.get(index)
-            if group is None:  # disposed: the cache is gone
-                continue
+            group = groups[index]
             values = group.values_of(state)
             if group.complete:
                 for stored_key, value in entries.items():
@@ -435,12 +433,14 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def dispose(self) -> None:
         """Close the connections and remove the spilled log. Prepared transactions stay: a
         completed checkpoint's are committed by the restore that follows, later ones rolled back
-        by it. The read cache is freed in the background (:mod:`epochal.state.release`): the
+        by it. Without a store, a late notification (a checkpoint completed or aborted) does
+        nothing. The read cache is freed in the background (:mod:`epochal.state.release`): the
         task ends, and a next task in this process starts, without waiting for it."""
         self.wal.remove_spills()
-        if self.store is not None:
-            self.store.close()
-        containers: list[dict[Any, Any] | set[Any]] = []
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
+        containers: list[dict[Any, Any]] = []
         for group in self._groups.values():
             containers.extend(group.values.values())
             containers.append(group.known)
