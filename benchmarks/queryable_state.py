@@ -17,7 +17,11 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
   the same job without ``as_queryable_state`` (``not queryable``: what polling for queries between
   batches costs), interleaved over ``--rounds`` rounds. Beside the wall time the script records the CPU seconds
   Spark under this process used (the JVM, PySpark's daemon, the job's workers) per million records,
-  which other tenants of a shared machine do not change, and the client's own CPU.
+  which other tenants of a shared machine do not change, and the client's own CPU. With
+  ``--client-cores 1`` the client processes run on core 1 only and the job (this process, Spark's
+  JVM and every Python worker) on the others: what the lookups cost the job when the client does
+  not share its cores, as a client on another machine would not. The summary gives the mean of
+  the rounds' ratios with its 95 % confidence interval (Student's t).
 
     python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
@@ -54,6 +58,8 @@ P99_GOAL_S = 0.005
 COST_GOAL = 0.05
 STATE = "counts"
 VOCABULARY = 10_000
+#: The environment variable that tells a client process its cores (``--client-cores``).
+CLIENT_CORES = "EPOCHAL_BENCH_CLIENT_CORES"
 #: The lookup runs: (name, clients, level, keys per call).
 #: ``keys_per_call`` of a client that asks single keys with ``get_async``, ``WINDOW`` unanswered at a time
 PIPELINED = 0
@@ -114,6 +120,8 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     from epochal.errors import QueryableStateError
     from epochal.rest.registry import Registry
 
+    if cores := os.environ.get(CLIENT_CORES):
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
     deadline = time.monotonic() + 300
     while not (entries := Registry().entries()):
         if time.monotonic() > deadline:
@@ -371,6 +379,20 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
               f"{max(speeds[queried_]):,.0f}): x{queried / none:.3f} (goal: at least x{1 - COST_GOAL:.2f})")
         print(f"Spark CPU per million records: {none_} {work[none_]:.2f} s, {queried_} {work[queried_]:.2f} s "
               f"(x{work[queried_] / work[none_]:.3f})")
+        ratios = round_ratios(runs, none_, queried_)
+        if len(ratios) > 1:
+            from benchmarks.dashboard_overhead_paired import interval
+
+            mean, half = interval(ratios)
+            print(f"per round {queried_} / {none_}: mean x{mean:.3f} +- {half:.3f} (95 %, {len(ratios)} rounds: "
+                  f"{', '.join(f'{r:.3f}' for r in ratios)})")
+
+
+def round_ratios(runs: list[JobRun], none: str, queried: str) -> list[float]:
+    """Per round, the ``queried`` run's throughput over the ``none`` run's."""
+    speed = {(r.config, r.round): r.records_per_s for r in runs}
+    return [speed[queried, n] / speed[none, n] for n in sorted({r.round for r in runs})
+            if (queried, n) in speed and (none, n) in speed]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -382,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--experiments", nargs="+", choices=("lookups", "cost"), default=["lookups", "cost"])
     parser.add_argument("--cost-configs", nargs="+", choices=COST_CONFIGS, default=list(COST_CONFIGS),
                         help="the cost runs (default: all three)")
+    parser.add_argument("--client-cores", help="cores (e.g. '1') the client processes run on; the job gets the "
+                                                 "others (default: every process on every core)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and summary from the CSVs in --out")
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
@@ -404,6 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"epochal queryable state ({Path(epochal.__file__).parent}): {os.cpu_count()} CPUs; uptime: {uptime}",
           flush=True)
+    if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
+        clients = {int(c) for c in args.client_cores.split(",")}
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - clients)
+        os.environ[CLIENT_CORES] = args.client_cores
+        print(f"the job on cores {sorted(os.sched_getaffinity(0))}, the clients on {sorted(clients)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="epochal-queryable-bench-"))
     os.environ["EPOCHAL_HOME"] = str(work / "home")  # the clients find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-queryable-state")

@@ -10,7 +10,10 @@ a ``QueryableStateClient`` of this process, routed to it, asks single keys with 
   cost experiment's client of ``benchmarks/queryable_state.py`` does), and the CPU of that pacing
   loop alone (``pacing alone``), which is not the client's;
 * ``worker poll``: the CPU of ``QueryServer.poll`` per request on the polling thread
-  (``time.thread_time``): the request sent, then polled until answered, in one process.
+  (``time.thread_time``): the request sent, then polled until answered, in one process;
+* ``raw socket floor``: what any client and server of this machine pay, without epochal: a
+  blocking request-answer of 60 bytes over loopback TCP to an echo server in another process,
+  back to back and at 1,000/s, its CPU on each side per round trip (``--floor-only``: only this).
 
 ``--src DIR`` measures another revision's ``src`` (``git archive REV src | tar -x -C DIR``), so
 that two revisions can be compared side by side, e.g. alternating::
@@ -145,13 +148,69 @@ def poll_rounds(calls: int, rounds: int) -> None:
     query_server.close()
 
 
+def echo(ports: Any, results: Any) -> None:
+    """The floor's server process: answer every read with its bytes; put its CPU seconds per
+    answer (``time.process_time``) on ``results`` after each client's connection closed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    ports.put(listener.getsockname()[1])
+    buffer = bytearray(1 << 16)
+    while True:
+        connection, _ = listener.accept()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answered, cpu = 0, time.process_time()
+        while received := connection.recv_into(buffer):
+            connection.sendall(buffer[:received])
+            answered += 1
+        results.put((time.process_time() - cpu) / max(answered, 1))
+        connection.close()
+
+
+def floor_rounds(calls: int, rounds: int) -> None:
+    """The raw socket floor: a plain blocking round trip to :func:`echo`, back to back and paced."""
+    context = multiprocessing.get_context("spawn")
+    ports, results = context.Queue(), context.Queue()
+    process = context.Process(target=echo, args=(ports, results), daemon=True)
+    process.start()
+    port = ports.get(timeout=60)
+    message, buffer = b"x" * 60, bytearray(1 << 16)
+    try:
+        for round_ in range(rounds):
+            for rate in (None, 1000.0):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+                def trip(_: int, sock: socket.socket = sock) -> None:
+                    sock.sendall(message)
+                    sock.recv_into(buffer)
+
+                if rate is None:
+                    cpu = time.process_time()
+                    for i in range(calls):
+                        trip(i)
+                    client = (time.process_time() - cpu) / calls
+                else:
+                    client = paced(calls // 5, rate, trip)
+                sock.close()
+                served = results.get(timeout=60)
+                how = "back to back" if rate is None else "at 1,000/s  "
+                print(f"[{round_}] raw socket floor, {how}: client {client * 1e6:5.1f} us, server "
+                      f"{served * 1e6:5.1f} us CPU per round trip", flush=True)
+    finally:
+        process.kill()
+        process.join()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.queryable_state_cpu",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--src", help="the src directory of another revision to measure")
     parser.add_argument("--calls", type=int, default=20_000, help="lookups per measurement (default 20,000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--floor-only", action="store_true", help="measure only the raw socket floor")
     args = parser.parse_args(argv)
+    if args.floor_only:
+        floor_rounds(args.calls, args.rounds)
+        return 0
     if args.src:
         sys.path.insert(0, args.src)
     import epochal
@@ -167,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         process.kill()
         process.join()
     poll_rounds(args.calls, args.rounds)
+    floor_rounds(args.calls, args.rounds)
     print(f"load {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -1,0 +1,154 @@
+"""What 1,000 lookups a second cost a running job, in steady state: one job without an end, and
+phases with and without a client, alternating.
+
+``benchmarks/queryable_state.py --experiments cost`` times whole bounded jobs of a few seconds each,
+so every run carries the job's start (deployment, the first batches) and the client's own start
+beside it, and its ratios spread by tens of per cent (``benchmarks/machine_noise.py``). A
+long-running job's cost is its steady state. Here the job of ``benchmarks/queryable_state.py`` (a
+keyed word count with ``as_queryable_state("counts")`` at full speed, parallelism 2 on
+``local[2]``, a checkpoint every second) runs without an end, and blocks of two phases follow in
+a random order:
+
+* ``none``: no client;
+* ``1000/s``: one client process (:func:`benchmarks.queryable_state.client_main`, started at the
+  phase's beginning and killed at its end) looking up one random word per ``get`` at 1,000 a
+  second, ``read_uncommitted``.
+
+Each phase lasts ``--settle`` seconds unmeasured (the client's start-up and first lookup), then
+``--window`` measured seconds: the job's records per second (the slope of
+``JobClient.records_read``), the CPU of Spark's processes (the job's workers; the JVM) and of the
+client. Each block gives the ratio of its ``1000/s`` phase to its ``none`` phase; the summary is
+their mean with its 95 % confidence interval. With ``--client-cores 1`` the client runs on core 1
+and the job on the others, as a client on another machine would not share the job's cores.
+
+    python -m benchmarks.queryable_state_steady                          # 12 blocks: ~9 min
+    python -m benchmarks.queryable_state_steady --client-cores 1         # the client on its own core
+    python -m benchmarks.queryable_state_steady --blocks 2 --window 5    # a quick look
+
+Writes ``queryable_state_steady.csv`` (one row per phase) into ``--out`` (default
+``benchmarks/results``) and prints the summary. Goal (issue 37): at most 5 % lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.dashboard_overhead import tree_cpu
+from benchmarks.dashboard_overhead_paired import interval, slope
+from benchmarks.graph.measure import machine, write_csv
+from benchmarks.queryable_state import CLIENT_CORES, COST_GOAL, add_job, start_client
+from benchmarks.rest_overhead import spark_cpu
+
+CONFIGS = ("none", "1000/s")
+
+
+def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[str, Any]]:
+    import epochal
+    from epochal.control.spark import create_session
+
+    work = Path(tempfile.mkdtemp(prefix="epochal-queryable-steady-"))
+    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the client finds the job here (and only it)
+    spark = create_session("local[2]", 2, app_name="epochal-queryable-steady")
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    try:
+        env = epochal.Environment(2, spark=spark)
+        env.enable_checkpointing(1.0, storage=str(work / "checkpoints"))
+        add_job(env, None)
+        job = env.execute_async("queryable-steady")
+        try:
+            job.wait_until_running(120)
+            time.sleep(settle)
+            for block in range(blocks):
+                order = list(CONFIGS)
+                rng.shuffle(order)
+                for config in order:
+                    client = None
+                    if config == "1000/s":
+                        client = start_client(work / f"client-{block}.json", "read_uncommitted", 0.0, 1, rate=1000.0)
+                    time.sleep(settle)
+                    spark_before = spark_cpu(client.pid if client else None)
+                    client_before = tree_cpu(client.pid) if client else 0.0
+                    started = time.monotonic()
+                    rate = slope(job, window)
+                    seconds = time.monotonic() - started
+                    row = {"block": block, "config": config, "records_per_s": round(rate, 1),
+                           "seconds": round(seconds, 3),
+                           "spark_cpu_per_s": round((spark_cpu(client.pid if client else None) - spark_before)
+                                                    / seconds, 4),
+                           "client_cpu_per_s": round((tree_cpu(client.pid) - client_before) / seconds, 4)
+                           if client else 0.0,
+                           "load_1min": round(os.getloadavg()[0], 2)}
+                    if client is not None:
+                        client.kill()
+                        client.wait(30)
+                    rows.append(row)
+                    print(f"[{block}] {config:>6}: {rate:>11,.0f} records/s, Spark {row['spark_cpu_per_s']:.2f} "
+                          f"CPU-s/s, client {row['client_cpu_per_s']:.3f} CPU-s/s", flush=True)
+        finally:
+            job.cancel(timeout=120)
+    finally:
+        spark.stop()
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    by_block: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_block.setdefault(row["block"], {})[row["config"]] = row
+    ratios = [b["1000/s"]["records_per_s"] / b["none"]["records_per_s"] for b in by_block.values() if len(b) == 2]
+    work = {c: statistics.median(r["spark_cpu_per_s"] / r["records_per_s"] * 1e6 for r in rows if r["config"] == c)
+            for c in CONFIGS}
+    mean, half = interval(ratios)
+    cores = os.cpu_count() or 1
+    client = statistics.median(r["client_cpu_per_s"] for r in rows if r["config"] == "1000/s")
+    for config in CONFIGS:
+        speeds = [r["records_per_s"] for r in rows if r["config"] == config]
+        print(f"  {config:>6}: {statistics.median(speeds):>11,.0f} records/s (median; {min(speeds):,.0f} - "
+              f"{max(speeds):,.0f}), Spark CPU {work[config]:.2f} s per million records")
+    verdict = ("met" if mean - half >= 1 - COST_GOAL else "not met" if mean + half < 1 - COST_GOAL else
+               "not resolved: the interval straddles the goal")
+    print(f"1000/s / none: x{mean:.3f} +- {half:.3f} (95 %, {len(ratios)} blocks; per block "
+          f"{', '.join(f'{r:.3f}' for r in ratios)}); goal at most {COST_GOAL:.0%} lost: {verdict}")
+    print(f"Spark CPU per record x{work['1000/s'] / work['none']:.3f}; the client {client:.3f} CPU-s/s "
+          f"({client / cores:.1%} of the machine's {cores} cores)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.queryable_state_steady",
+                                     description=(__doc__ or "").split("\n", 1)[0])
+    parser.add_argument("--blocks", type=int, default=12, help="blocks of none / 1000/s phases (default 12)")
+    parser.add_argument("--window", type=float, default=15.0, help="measured seconds per phase (default 15)")
+    parser.add_argument("--settle", type=float, default=4.0,
+                        help="unmeasured seconds at each phase's start (default 4)")
+    parser.add_argument("--client-cores", help="cores (e.g. '1') the client runs on; the job gets the others")
+    parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
+        clients = {int(c) for c in args.client_cores.split(",")}
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - clients)
+        os.environ[CLIENT_CORES] = args.client_cores
+    print(f"queryable state, steady state: {args.blocks} blocks x 2 x {args.settle:g} + {args.window:g} s; "
+          f"{machine()}; the job on cores {sorted(os.sched_getaffinity(0))}, the client on "
+          f"{args.client_cores or 'every core'}; load {os.getloadavg()[0]:.1f}", flush=True)
+    rows = measure(args.blocks, args.settle, args.window, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "queryable_state_steady" + ("_client_cores" if args.client_cores else "") + ".csv"
+    write_csv(args.out / name, rows)
+    report(rows)
+    print(f"wrote {args.out / name} (load {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
