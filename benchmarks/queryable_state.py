@@ -20,8 +20,8 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
   which other tenants of a shared machine do not change, and the client's own CPU. With
   ``--client-cores 1`` the client processes run on core 1 only and the job (this process, Spark's
   JVM and every Python worker) on the others: what the lookups cost the job when the client does
-  not share its cores, as a client on another machine would not. The summary gives the mean of
-  the rounds' ratios with its 95 % confidence interval (Student's t).
+  not share its cores, as a client on another machine would not. The summary gives the geometric
+  mean of the rounds' ratios with its 95 % confidence interval (``machine_noise.ratio_interval``).
 
     python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
@@ -381,10 +381,11 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
               f"(x{work[queried_] / work[none_]:.3f})")
         ratios = round_ratios(runs, none_, queried_)
         if len(ratios) > 1:
-            from benchmarks.dashboard_overhead_paired import interval
+            from benchmarks.machine_noise import ratio_interval
 
-            mean, half = interval(ratios)
-            print(f"per round {queried_} / {none_}: mean x{mean:.3f} +- {half:.3f} (95 %, {len(ratios)} rounds: "
+            ratio, low, high = ratio_interval(ratios)
+            print(f"per round {queried_} / {none_}: x{ratio:.3f} (geometric mean; 95 %: {low:.3f} - {high:.3f}; "
+                  f"{len(ratios)} rounds: "
                   f"{', '.join(f'{r:.3f}' for r in ratios)})")
 
 

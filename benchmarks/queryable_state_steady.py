@@ -18,7 +18,8 @@ Each phase lasts ``--settle`` seconds unmeasured (the client's start-up and firs
 ``--window`` measured seconds: the job's records per second (the slope of
 ``JobClient.records_read``), the CPU of Spark's processes (the job's workers; the JVM) and of the
 client. Each block gives the ratio of its ``1000/s`` phase to its ``none`` phase; the summary is
-their mean with its 95 % confidence interval. With ``--client-cores 1`` the client runs on core 1
+their geometric mean with its 95 % confidence interval (``machine_noise.ratio_interval``).
+With ``--client-cores 1`` the client runs on core 1
 and the job on the others, as a client on another machine would not share the job's cores.
 
     python -m benchmarks.queryable_state_steady                          # 12 blocks: ~9 min
@@ -43,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.dashboard_overhead import tree_cpu
-from benchmarks.dashboard_overhead_paired import interval, slope
+from benchmarks.dashboard_overhead_paired import slope
 from benchmarks.graph.measure import machine, write_csv
+from benchmarks.machine_noise import ratio_interval
 from benchmarks.queryable_state import CLIENT_CORES, COST_GOAL, add_job, start_client
 from benchmarks.rest_overhead import spark_cpu
 
@@ -108,16 +110,16 @@ def report(rows: list[dict[str, Any]]) -> None:
     ratios = [b["1000/s"]["records_per_s"] / b["none"]["records_per_s"] for b in by_block.values() if len(b) == 2]
     work = {c: statistics.median(r["spark_cpu_per_s"] / r["records_per_s"] * 1e6 for r in rows if r["config"] == c)
             for c in CONFIGS}
-    mean, half = interval(ratios)
+    ratio, low, high = ratio_interval(ratios)
     cores = os.cpu_count() or 1
     client = statistics.median(r["client_cpu_per_s"] for r in rows if r["config"] == "1000/s")
     for config in CONFIGS:
         speeds = [r["records_per_s"] for r in rows if r["config"] == config]
         print(f"  {config:>6}: {statistics.median(speeds):>11,.0f} records/s (median; {min(speeds):,.0f} - "
               f"{max(speeds):,.0f}), Spark CPU {work[config]:.2f} s per million records")
-    verdict = ("met" if mean - half >= 1 - COST_GOAL else "not met" if mean + half < 1 - COST_GOAL else
+    verdict = ("met" if low >= 1 - COST_GOAL else "not met" if high < 1 - COST_GOAL else
                "not resolved: the interval straddles the goal")
-    print(f"1000/s / none: x{mean:.3f} +- {half:.3f} (95 %, {len(ratios)} blocks; per block "
+    print(f"1000/s / none: x{ratio:.3f} (95 %: {low:.3f} - {high:.3f}; {len(ratios)} blocks; per block "
           f"{', '.join(f'{r:.3f}' for r in ratios)}); goal at most {COST_GOAL:.0%} lost: {verdict}")
     print(f"Spark CPU per record x{work['1000/s'] / work['none']:.3f}; the client {client:.3f} CPU-s/s "
           f"({client / cores:.1%} of the machine's {cores} cores)")
