@@ -152,7 +152,7 @@ def poll(directory: Path) -> None:
                 else:
                     requests += 1
             paths = []
-            next_at += 1.0
+            next_at = max(next_at + 1.0, time.monotonic())  # no burst to catch up after a pause (SIGSTOP)
             time.sleep(max(0.0, next_at - time.monotonic()))
     (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes, "page_requests": requests}))
 
@@ -196,7 +196,7 @@ def watch_plain(directory: Path) -> None:
                 scrapes += 1
             except OSError:
                 pass  # the job ended and its server with it
-            next_at += 1.0
+            next_at = max(next_at + 1.0, time.monotonic())  # no burst to catch up after a pause (SIGSTOP)
             while not (directory / "stop").exists() and time.monotonic() < next_at:
                 time.sleep(0.1)
         chromium_cpu = tree_cpu(browser.pid) - before
