@@ -278,33 +278,51 @@ def watch(directory: Path) -> None:
                                                         **page_cost}))
 
 
+def tree(pid: int) -> list[Any]:
+    """Process ``pid`` and its descendants (psutil processes; none if it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds of process ``pid`` and its descendants (those still alive, and those they reaped)."""
     import psutil
 
     total = 0.0
-    try:
-        root = psutil.Process(pid)
-        for process in [root, *root.children(recursive=True)]:
-            try:
-                times = process.cpu_times()
-                total += times.user + times.system + times.children_user + times.children_system
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        pass
+    for process in tree(pid):
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:
+            continue
     return total
+
+
+def slope(client: Any, seconds: float) -> float:
+    """Records per second the job's sources read over the next ``seconds``: the slope of
+    ``JobClient.records_read`` sampled every 50 ms (the heartbeats' steps fitted by least squares)."""
+    import numpy as np
+
+    times, counts = [], []
+    started = time.monotonic()
+    while (now := time.monotonic()) - started < seconds:
+        times.append(now - started)
+        counts.append(client.records_read())
+        time.sleep(0.05)
+    return float(np.polyfit(np.array(times), np.array(counts, dtype=float), 1)[0])
 
 
 def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,
                cpu: Any = lambda: 0.0) -> tuple[int, float, float]:
     """The peers' keyed job without an end: after ``settle`` seconds of running (start-up, and a
     watcher's page loaded), the records its sources read during ``window`` seconds, from the
-    slope of ``JobClient.records_read`` sampled every 50 ms (the heartbeats' steps fitted by
-    least squares); then the job is cancelled. Returns (records, seconds, ``cpu()``'s growth
+    :func:`slope`; then the job is cancelled. Returns (records, seconds, ``cpu()``'s growth
     over the window: the watcher's CPU while it was measured)."""
-    import numpy as np
-
     import epochal
     from benchmarks.peers import run_epochal, spec
 
@@ -315,17 +333,12 @@ def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,
     try:
         client.wait_until_running(120)
         time.sleep(settle)
-        times, counts = [], []
-        cpu_before, started = cpu(), time.monotonic()
-        while (now := time.monotonic()) - started < window:
-            times.append(now)
-            counts.append(client.records_read())
-            time.sleep(0.05)
+        cpu_before = cpu()
+        rate = slope(client, window)
         cpu_used = cpu() - cpu_before
-        slope = float(np.polyfit(np.array(times) - started, np.array(counts, dtype=float), 1)[0])
     finally:
         client.cancel(timeout=120)
-    return int(slope * window), window, cpu_used
+    return int(rate * window), window, cpu_used
 
 
 def measure(records: int, rounds: int, automation: bool = False, window: float = 0.0,

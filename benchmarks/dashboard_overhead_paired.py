@@ -45,23 +45,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.dashboard_overhead import CHROMIUM, GOAL, tree_cpu
+from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree, tree_cpu
 from benchmarks.graph.measure import machine, pyplot, write_csv
-from benchmarks.machine_noise import ratio_interval, start_probes, stop_probes, unit_ms
+from benchmarks.machine_noise import block_ratios, ratio_interval, start_probes, stop_probes, unit_ms
 
 CONFIGS = ("off", "watched", "polled")
 WATCHERS = CONFIGS[1:]
-
-
-def tree(pid: int) -> list[Any]:
-    """Process ``pid`` and its descendants (psutil processes)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 def pause(pid: int, paused: bool) -> None:
@@ -71,20 +60,6 @@ def pause(pid: int, paused: bool) -> None:
             process.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
         except Exception:  # noqa: BLE001 - a process that ended meanwhile
             continue
-
-
-def slope(client: Any, seconds: float) -> float:
-    """Records per second the job's sources read over the next ``seconds`` (least squares over
-    samples every 50 ms)."""
-    import numpy as np
-
-    times, counts = [], []
-    started = time.monotonic()
-    while (now := time.monotonic()) - started < seconds:
-        times.append(now - started)
-        counts.append(client.records_read())
-        time.sleep(0.05)
-    return float(np.polyfit(np.array(times), np.array(counts, dtype=float), 1)[0])
 
 
 def start_watcher(config: str, work: Path) -> tuple[subprocess.Popen[bytes], Path]:
@@ -149,8 +124,6 @@ def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) ->
                     print(f"[{block}] {config:>7}: {rate:>10,.0f} records/s, driver {driver_cpu:.3f} CPU-s/s"
                           + (f", watcher {watcher_cpu:.3f} CPU-s/s" if running is not None else ""), flush=True)
         finally:
-            for watcher, _ in watchers.values():
-                pause(watcher.pid, False)
             client.cancel(timeout=120)
     finally:
         samples = stop_probes(probes, stop)
@@ -171,11 +144,9 @@ def ratios(rows: list[dict[str, Any]], config: str, adjusted: bool = False) -> l
     """Per block: ``config``'s throughput over the block's ``off`` phase (``adjusted``: each phase's
     throughput times the CPU time the probes' fixed unit took in it, i.e. records per unit of the
     cores' speed at that moment)."""
-    by_block: dict[int, dict[str, float]] = {}
-    for row in rows:
-        by_block.setdefault(row["block"], {})[row["config"]] = (
-            row["records_per_s"] * row["unit_ms"] if adjusted else row["records_per_s"])
-    return [phases[config] / phases["off"] for phases in by_block.values() if config in phases and "off" in phases]
+    if adjusted:
+        return block_ratios(rows, config, "off", lambda row: row["records_per_s"] * row["unit_ms"])
+    return block_ratios(rows, config, "off")
 
 
 def verdict(low: float, high: float) -> str:

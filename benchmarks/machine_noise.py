@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,17 @@ def unit_ms(samples: list[list[tuple[float, float]]], start: float, end: float) 
     medians = [statistics.median(cpu for at, cpu in core if start <= at < end)
                for core in samples if any(start <= at < end for at, _ in core)]
     return 1000 * statistics.fmean(medians) if medians else float("nan")
+
+
+def block_ratios(rows: Iterable[dict[str, Any]], config: str, baseline: str,
+                 value: Callable[[dict[str, Any]], float] = lambda row: row["records_per_s"]) -> list[float]:
+    """Per block (``row["block"]``, in the rows' order), ``value`` of its ``config`` row over that of
+    its ``baseline`` row; blocks without both are left out."""
+    by_block: dict[Any, dict[str, float]] = {}
+    for row in rows:
+        by_block.setdefault(row["block"], {})[row["config"]] = value(row)
+    return [phases[config] / phases[baseline] for phases in by_block.values()
+            if config in phases and baseline in phases]
 
 
 def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:

@@ -391,9 +391,21 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
 
 def round_ratios(runs: list[JobRun], none: str, queried: str) -> list[float]:
     """Per round, the ``queried`` run's throughput over the ``none`` run's."""
-    speed = {(r.config, r.round): r.records_per_s for r in runs}
-    return [speed[queried, n] / speed[none, n] for n in sorted({r.round for r in runs})
-            if (queried, n) in speed and (none, n) in speed]
+    from benchmarks.machine_noise import block_ratios
+
+    rows = [{"block": r.round, "config": r.config, "records_per_s": r.records_per_s}
+            for r in sorted(runs, key=lambda r: r.round)]
+    return block_ratios(rows, queried, none)
+
+
+def pin_clients(cores: str) -> set[int]:
+    """``--client-cores``: this process (and Spark, started after it: its JVM and workers inherit)
+    leaves ``cores`` ("1", "1,2") to the client processes, which :func:`client_main` pins there;
+    returns the client cores."""
+    clients = {int(c) for c in cores.split(",")}
+    os.sched_setaffinity(0, os.sched_getaffinity(0) - clients)
+    os.environ[CLIENT_CORES] = cores
+    return clients
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -430,9 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"epochal queryable state ({Path(epochal.__file__).parent}): {os.cpu_count()} CPUs; uptime: {uptime}",
           flush=True)
     if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
-        clients = {int(c) for c in args.client_cores.split(",")}
-        os.sched_setaffinity(0, os.sched_getaffinity(0) - clients)
-        os.environ[CLIENT_CORES] = args.client_cores
+        clients = pin_clients(args.client_cores)
         print(f"the job on cores {sorted(os.sched_getaffinity(0))}, the clients on {sorted(clients)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="epochal-queryable-bench-"))
     os.environ["EPOCHAL_HOME"] = str(work / "home")  # the clients find the job here (and only it)

@@ -43,11 +43,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.dashboard_overhead import tree_cpu
-from benchmarks.dashboard_overhead_paired import slope
+from benchmarks.dashboard_overhead import slope, tree_cpu
 from benchmarks.graph.measure import machine, write_csv
-from benchmarks.machine_noise import ratio_interval
-from benchmarks.queryable_state import CLIENT_CORES, COST_GOAL, add_job, start_client
+from benchmarks.machine_noise import block_ratios, ratio_interval
+from benchmarks.queryable_state import COST_GOAL, add_job, pin_clients, start_client
 from benchmarks.rest_overhead import spark_cpu
 
 CONFIGS = ("none", "1000/s")
@@ -104,10 +103,7 @@ def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[s
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    by_block: dict[int, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        by_block.setdefault(row["block"], {})[row["config"]] = row
-    ratios = [b["1000/s"]["records_per_s"] / b["none"]["records_per_s"] for b in by_block.values() if len(b) == 2]
+    ratios = block_ratios(rows, "1000/s", "none")
     work = {c: statistics.median(r["spark_cpu_per_s"] / r["records_per_s"] * 1e6 for r in rows if r["config"] == c)
             for c in CONFIGS}
     ratio, low, high = ratio_interval(ratios)
@@ -137,9 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
-        clients = {int(c) for c in args.client_cores.split(",")}
-        os.sched_setaffinity(0, os.sched_getaffinity(0) - clients)
-        os.environ[CLIENT_CORES] = args.client_cores
+        pin_clients(args.client_cores)
     print(f"queryable state, steady state: {args.blocks} blocks x 2 x {args.settle:g} + {args.window:g} s; "
           f"{machine()}; the job on cores {sorted(os.sched_getaffinity(0))}, the client on "
           f"{args.client_cores or 'every core'}; load {os.getloadavg()[0]:.1f}", flush=True)
