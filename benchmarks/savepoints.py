@@ -36,16 +36,21 @@ import os
 import shutil
 import tempfile
 import time
+from math import nan
 from pathlib import Path
 from typing import Any
 
 import epochal
 from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.machine_noise import ratio_interval
 from benchmarks.state_snapshots import BACKENDS, Driver, ForkAwareCpuWatch, build, source_records, stored_bytes
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage
 
 FORMATS = ("canonical", "native")
+#: How a RocksDB canonical savepoint is read: the native reader, or rocksdict in Python with
+#: ``EPOCHAL_NATIVE_READER=0`` in the environment Spark starts with (epochal.state.rocksdb_native).
+READER = "python" if os.environ.get("EPOCHAL_NATIVE_READER") == "0" else "native"
 
 
 def environment(spark: Any, backend: str, storage_dir: str, interval: float, timeout: float) -> epochal.Environment:
@@ -69,7 +74,7 @@ def sizes_run(spark: Any, args: argparse.Namespace, backend: str, keys: int, rep
     storage_dir = tempfile.mkdtemp(prefix="epochal-savepoints-", dir=args.tmp)
     env = environment(spark, backend, storage_dir, args.interval, args.checkpoint_timeout)
     build(env, keys, max(1, int(keys * args.hot)))
-    tags = {"backend": backend, "keys": keys, "repeat": repeat, "loadavg": os.getloadavg()[0]}
+    tags = {"backend": backend, "keys": keys, "repeat": repeat, "loadavg": os.getloadavg()[0], "reader": READER}
     cpu = ForkAwareCpuWatch()
     client = env.execute_async(f"savepoints-{backend}-{keys}")
     rows: list[dict[str, Any]] = []
@@ -77,14 +82,18 @@ def sizes_run(spark: Any, args: argparse.Namespace, backend: str, keys: int, rep
         status = Driver(client, cpu, args.timeout).until(filled(client, keys, args.checkpoints))
         if status != "ok":
             raise RuntimeError(f"{backend} {keys:,} keys: {status} before the state was filled")
-        for fmt in FORMATS if repeat % 2 == 0 else reversed(FORMATS):
+        order = [(r, f) for r in range(args.rounds) for f in (FORMATS if (repeat + r) % 2 == 0 else FORMATS[::-1])]
+        for round_, fmt in order:
+            time.sleep(args.pause)
             started = time.monotonic()
             path = client.trigger_savepoint(format=fmt, timeout=args.checkpoint_timeout)
             request_s = time.monotonic() - started
             stats = next(c for c in reversed(client.checkpoint_stats()) if c.get("savepoint") == path)
             size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-            rows.append({**tags, "what": f"savepoint-{fmt}", "request_s": request_s,
+            rows.append({**tags, "round": round_, "what": f"savepoint-{fmt}", "request_s": request_s,
                          "duration_s": stats["duration_s"], "sync_s_max": stats.get("sync_s_max", float("nan")),
+                         "alignment_s_max": stats.get("alignment_s_max", nan),
+                         "async_s_max": stats.get("async_s_max", nan),
                          "bytes": stats.get("bytes", 0), "state_bytes": size})
             shutil.rmtree(path, ignore_errors=True)
         stats = client.checkpoint_stats()
@@ -145,6 +154,17 @@ def cycle_run(spark: Any, args: argparse.Namespace, backend: str, keys: int, rep
             "loadavg": os.getloadavg()[0], "foreign_cpu_cores": foreign}
 
 
+def paired_ratios(rows: list[dict[str, Any]]) -> list[float]:
+    """Each round's canonical savepoint over the native one taken next to it in the same job
+    (the machine's speed drifts between jobs and within one, so only neighbours are compared)."""
+    by_round: dict[tuple[Any, ...], dict[str, float]] = {}
+    for r in rows:
+        if r["what"].startswith("savepoint-"):
+            by_round.setdefault((r["repeat"], r.get("round", 0)), {})[r["what"]] = r["duration_s"]
+    return [pair["savepoint-canonical"] / pair["savepoint-native"] for pair in by_round.values()
+            if len(pair) == 2 and pair["savepoint-native"] > 0]
+
+
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     summary = []
     for backend in BACKENDS:
@@ -159,12 +179,15 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 full = of("savepoint-native", "duration_s")
             canonical, native = of("savepoint-canonical", "duration_s"), of("savepoint-native", "duration_s")
             state_mb = of("savepoint-canonical", "state_bytes") / 1e6
+            paired, low, high = ratio_interval(paired_ratios(mine)) if paired_ratios(mine) else (nan, nan, nan)
             summary.append({"backend": backend, "keys": keys, "state_mb": state_mb,
                             "full_checkpoint_s": full, "canonical_s": canonical, "native_s": native,
                             "canonical_request_s": of("savepoint-canonical", "request_s"),
                             "native_request_s": of("savepoint-native", "request_s"),
                             "canonical_over_full": canonical / full, "native_over_full": native / full,
                             "goal_met": canonical / full <= 1.5,
+                            "canonical_over_native_paired": paired, "paired_low": low, "paired_high": high,
+                            "pairs": len(paired_ratios(mine)),
                             "loadavg_max": max(r["loadavg"] for r in mine),
                             "foreign_cpu_cores_max": max(r["foreign_cpu_cores"] for r in mine)})
     return summary
@@ -209,6 +232,9 @@ def main() -> None:
     parser.add_argument("--hot", type=float, default=0.01, help="fraction of the keys updated after the fill")
     parser.add_argument("--checkpoint-timeout", type=float, default=600.0)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="canonical and native savepoints per job (their order alternates by round)")
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds before each savepoint")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints, savepoints and RocksDB go")
     parser.add_argument("--out", default="benchmarks/results/savepoints")
@@ -247,7 +273,8 @@ def main() -> None:
             print(f"{row['backend']:>16} {row['keys']:>10,} keys {row['state_mb']:8.1f} MB: full checkpoint "
                   f"{row['full_checkpoint_s']:.2f} s, canonical {row['canonical_s']:.2f} s "
                   f"({row['canonical_over_full']:.2f}x), native {row['native_s']:.2f} s "
-                  f"({row['native_over_full']:.2f}x)")
+                  f"({row['native_over_full']:.2f}x); canonical / native paired in {row['pairs']} rounds: "
+                  f"x{row['canonical_over_native_paired']:.2f} ({row['paired_low']:.2f}-{row['paired_high']:.2f})")
         if summary or cycles:
             plot(summary, cycles, out, f"epochal savepoints; {about}")
         spark.stop()

@@ -1,4 +1,5 @@
-"""``epochal check``: is this machine ready to run epochal (Python, Java, PySpark)?"""
+"""``epochal check``: is this machine ready to run epochal (Python, Java, PySpark)? It also says
+whether the optional native RocksDB reader (``epochal.state.rocksdb_native``) is in use."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def check(args: argparse.Namespace | None = None) -> int:
     except ImportError:
         print("epochal: PySpark is not installed; run 'pip install epochal' or 'make setup'", file=sys.stderr)
         return 1
+    from epochal.state.rocksdb_native import unavailable_reason
+
     print(f"epochal ready: Python {sys.version.split()[0]}, Java {java} ({find_java()}), "
           f"PySpark {pyspark.__version__}, {os.cpu_count()} cores")
+    why_not = unavailable_reason()  # optional: canonical RocksDB savepoints are slower without it
+    print("native RocksDB reader: " + ("in use" if why_not is None else f"off ({why_not}); RocksDB canonical "
+                                        "savepoints are read in Python, slower"))
     return 0

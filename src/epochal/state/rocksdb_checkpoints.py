@@ -78,7 +78,9 @@ class RocksDBPlan:
 class CanonicalPlan:
     """A canonical savepoint of one RocksDB backend: a local checkpoint taken at the barrier
     (milliseconds), read by key group and written in the canonical layout on the uploader thread,
-    so that the processing thread does not stall for a scan of the whole database. The keys and
+    so that the processing thread does not stall for a scan of the whole database. The native
+    reader (:mod:`epochal.state.rocksdb_native`) reads it without the interpreter lock where it
+    is built; else rocksdict reads it in Python. The keys and
     values go into the file as RocksDB stores them (:mod:`epochal.state.canonical`): nothing is
     unpickled or pickled again."""
 
@@ -89,11 +91,14 @@ class CanonicalPlan:
         """Write the canonical ``<stem>.keyed`` file; returns its handle (``file``, ``size``,
         ``groups``, ``encoding``). The local checkpoint directory is removed whatever happens."""
         from epochal.state.rocksdb import read_stored_groups
-        from epochal.state.snapshot import write_stored_groups
+        from epochal.state.rocksdb_native import read_chunks
+        from epochal.state.snapshot import stored_chunks, write_group_chunks
 
         try:
-            return write_stored_groups(storage, checkpoint_id, f"{stem}.keyed",
-                                       read_stored_groups(self.directory, self.key_groups))
+            chunks = read_chunks(self.directory, self.key_groups)  # None: read in Python
+            if chunks is None:
+                chunks = stored_chunks(read_stored_groups(self.directory, self.key_groups))
+            return write_group_chunks(storage, checkpoint_id, f"{stem}.keyed", chunks)
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
 

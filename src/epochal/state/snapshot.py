@@ -80,12 +80,64 @@ def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
     return _write_groups(storage, checkpoint_id, name, keyed, None)
 
 
+#: One group's place in a chunk of group blobs: (group, offset in the chunk, length, CRC-32)
+Span = tuple[int, int, int, int]
+#: Group blobs one after the other, and their spans
+Chunk = tuple[bytes, list[Span]]
+#: What a writer of group blobs asks a reader for at a time
+CHUNK_BYTES = 4 << 20
+
+
 def write_stored_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
                         stored: Iterable[tuple[int, Stored]]) -> dict[str, Any]:
     """:func:`write_key_groups` of groups as a RocksDB database stores them (``(group, {name: (key
     bytes, value bytes)})``), in the canonical layout's stored-bytes encoding (the handle's
-    ``encoding``); groups without entries are left out."""
-    return _write_groups(storage, checkpoint_id, name, ((g, s) for g, s in stored if s), ENCODING)
+    ``encoding``); groups without entries are left out. Written as it is read
+    (:func:`write_group_chunks`)."""
+    return write_group_chunks(storage, checkpoint_id, name, stored_chunks(stored))
+
+
+def stored_chunks(stored: Iterable[tuple[int, Stored]], min_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """Groups as stored bytes, pickled (:func:`~epochal.state.canonical.dump_stored`) and joined
+    into chunks of at least ``min_bytes`` (the last one may be smaller), each with its groups'
+    spans; groups without entries are left out."""
+    blobs: list[bytes] = []
+    spans: list[Span] = []
+    size = 0
+    for group, states in stored:
+        if not states:
+            continue
+        blob = dump_stored(states)
+        spans.append((group, size, len(blob), crc(blob)))
+        blobs.append(blob)
+        size += len(blob)
+        if size >= min_bytes:
+            yield b"".join(blobs), spans
+            blobs, spans, size = [], [], 0
+    if blobs:
+        yield b"".join(blobs), spans
+
+
+def write_group_chunks(storage: CheckpointStorage, checkpoint_id: int, name: str,
+                       chunks: Iterable[Chunk]) -> dict[str, Any]:
+    """Write chunks of stored-bytes group blobs (:func:`stored_chunks`, or the native reader's
+    :func:`epochal.state.rocksdb_native.read_chunks`), in group order, as file ``name`` of
+    checkpoint ``checkpoint_id`` while they are produced (:meth:`CheckpointStorage.write_file_chunks`);
+    returns its keyed-state handle, as :func:`write_stored_groups`'s."""
+    groups: dict[str, list[int]] = {}
+    offset = 0
+
+    def data() -> Iterator[bytes]:
+        nonlocal offset
+        for chunk, spans in chunks:
+            for group, start, length, checksum in spans:
+                groups[str(group)] = [offset + start, length, checksum]
+            offset += len(chunk)
+            yield chunk
+
+    # every byte is in a group, each with its CRC: the file needs none of its own
+    written = storage.write_file_chunks(checkpoint_id, name, data(), whole_crc=False)
+    return {"file": written["file"], "size": written["size"], "groups": groups, "encoding": ENCODING}
 
 
 def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, captured: Captured) -> dict[str, Any]:

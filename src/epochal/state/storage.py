@@ -25,6 +25,7 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -103,6 +104,25 @@ class CheckpointStorage:
         path = f"{directory}/{name}"
         self._write_durably(path, data)
         return {"file": name, "size": len(data), "crc": crc(data)}
+
+    def write_file_chunks(self, checkpoint_id: int, name: str, chunks: Iterable[bytes],
+                          whole_crc: bool = True) -> dict[str, Any]:
+        """:meth:`write_file` of the concatenation of ``chunks``, written as they come (a reader
+        may produce them meanwhile, so reading and writing overlap), durable as :meth:`write_file`
+        makes a file. ``whole_crc=False``: the handle has no ``crc`` (the caller checksums the
+        parts it reads back)."""
+        directory = self.checkpoint_path(checkpoint_id)
+        self._ensure_dir(directory)
+        path = f"{directory}/{name}"
+        size, checksum = 0, 0
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        with open(path, "wb", buffering=0) if local else self.fs.open_output_stream(path) as out:
+            for chunk in chunks:
+                out.write(chunk)
+                size, checksum = size + len(chunk), zlib.crc32(chunk, checksum) if whole_crc else 0
+            if local:
+                os.fsync(out.fileno())
+        return {"file": name, "size": size, **({"crc": checksum & 0xFFFFFFFF} if whole_crc else {})}
 
     def _write_durably(self, path: str, data: bytes) -> None:
         """Write a file so that it survives a machine crash before the checkpoint is acknowledged:
