@@ -182,3 +182,17 @@ def test_a_consumer_that_stops_early_stops_the_reading_threads(checkpoint, monke
     while any(t.name.startswith("epochal-rocksdb-read") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "reading threads still running after the consumer stopped"
         time.sleep(0.01)
+
+
+def test_a_corrupt_checkpoint_fails_the_read_with_rocksdbs_message(checkpoint):
+    """A block whose checksum does not match fails the savepoint (OSError from the reading
+    thread, raised to the writer), instead of writing what RocksDB could not verify."""
+    directory, groups = checkpoint
+    largest = max((os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".sst")),
+                  key=os.path.getsize)
+    with open(largest, "r+b") as sst:
+        sst.seek(os.path.getsize(largest) // 3)
+        sst.write(b"\xde\xad\xbe\xef" * 64)
+    with pytest.raises(OSError, match="(?i)corrupt|checksum"):
+        for _ in rocksdb_native.read_chunks(directory, groups, 5_000):
+            pass

@@ -301,8 +301,14 @@ static int read_chunk(Reader *r, size_t min_bytes) {
         for (size_t i = 0; i < r->ncf; i++)
             if (r->cursors[i].group >= 0 && (group < 0 || r->cursors[i].group < group))
                 group = r->cursors[i].group;
-        if (group < 0)
+        if (group < 0) { /* every cursor at its end, or stopped by an error */
+            for (size_t i = 0; i < r->ncf; i++) {
+                api.iter_get_error(r->cursors[i].iter, &r->error);
+                if (r->error != NULL)
+                    return -1;
+            }
             break;
+        }
         size_t start = d->len;
         if (put(d, "\x80\x04}(", 4)) /* PROTO 4, EMPTY_DICT, MARK */
             goto oom;
