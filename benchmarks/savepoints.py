@@ -179,7 +179,8 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 full = of("savepoint-native", "duration_s")
             canonical, native = of("savepoint-canonical", "duration_s"), of("savepoint-native", "duration_s")
             state_mb = of("savepoint-canonical", "state_bytes") / 1e6
-            paired, low, high = ratio_interval(paired_ratios(mine)) if paired_ratios(mine) else (nan, nan, nan)
+            pairs = paired_ratios(mine)
+            paired, low, high = ratio_interval(pairs) if pairs else (nan, nan, nan)
             summary.append({"backend": backend, "keys": keys, "state_mb": state_mb,
                             "full_checkpoint_s": full, "canonical_s": canonical, "native_s": native,
                             "canonical_request_s": of("savepoint-canonical", "request_s"),
@@ -187,7 +188,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             "canonical_over_full": canonical / full, "native_over_full": native / full,
                             "goal_met": canonical / full <= 1.5,
                             "canonical_over_native_paired": paired, "paired_low": low, "paired_high": high,
-                            "pairs": len(paired_ratios(mine)),
+                            "pairs": len(pairs),
                             "loadavg_max": max(r["loadavg"] for r in mine),
                             "foreign_cpu_cores_max": max(r["foreign_cpu_cores"] for r in mine)})
     return summary

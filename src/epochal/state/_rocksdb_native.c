@@ -357,8 +357,10 @@ oom:
     return -1;
 }
 
-static PyObject *fail(Reader *r, const char *what) {
-    PyErr_Format(PyExc_OSError, "%s: %s", what, r->error != NULL ? r->error : r->message);
+/* Raise OSError "<what>[ <directory>]: <RocksDB's error or our message>" and release the reader. */
+static PyObject *fail(Reader *r, const char *what, const char *directory) {
+    PyErr_Format(PyExc_OSError, "%s%s%s: %s", what, directory != NULL ? " " : "", directory != NULL ? directory : "",
+                 r->error != NULL ? r->error : r->message);
     if (r->error != NULL)
         api.free(r->error);
     r->error = NULL;
@@ -388,12 +390,7 @@ static int Reader_init(Reader *r, PyObject *args, PyObject *kwargs) {
     Py_END_ALLOW_THREADS
     r->busy = 0;
     if (status != 0) {
-        PyErr_Format(PyExc_OSError, "opening the RocksDB checkpoint %s: %s", directory,
-                     r->error != NULL ? r->error : r->message);
-        if (r->error != NULL)
-            api.free(r->error);
-        r->error = NULL;
-        release(r);
+        fail(r, "opening the RocksDB checkpoint", directory);
         return -1;
     }
     return 0;
@@ -416,7 +413,7 @@ static PyObject *Reader_read(Reader *r, PyObject *args) {
     Py_END_ALLOW_THREADS
     r->busy = 0;
     if (status != 0)
-        return fail(r, "reading the RocksDB checkpoint");
+        return fail(r, "reading the RocksDB checkpoint", NULL);
     PyObject *data = PyBytes_FromStringAndSize(r->data.data, (Py_ssize_t)r->data.len);
     PyObject *spans = PyList_New((Py_ssize_t)(r->nspans / 4));
     PyObject *out = NULL;

@@ -99,42 +99,33 @@ class CheckpointStorage:
     # ---------------------------------------------------------------- blobs
     def write_file(self, checkpoint_id: int, name: str, data: bytes) -> dict[str, Any]:
         """Write one state file of checkpoint ``checkpoint_id``; returns its handle."""
-        directory = self.checkpoint_path(checkpoint_id)
-        self._ensure_dir(directory)
-        path = f"{directory}/{name}"
-        self._write_durably(path, data)
-        return {"file": name, "size": len(data), "crc": crc(data)}
+        return self.write_file_chunks(checkpoint_id, name, (data,))
 
     def write_file_chunks(self, checkpoint_id: int, name: str, chunks: Iterable[bytes],
                           whole_crc: bool = True) -> dict[str, Any]:
         """:meth:`write_file` of the concatenation of ``chunks``, written as they come (a reader
-        may produce them meanwhile, so reading and writing overlap), durable as :meth:`write_file`
-        makes a file. ``whole_crc=False``: the handle has no ``crc`` (the caller checksums the
-        parts it reads back)."""
+        may produce them meanwhile, so reading and writing overlap). ``whole_crc=False``: the
+        handle has no ``crc`` (the caller checksums the parts it reads back)."""
         directory = self.checkpoint_path(checkpoint_id)
         self._ensure_dir(directory)
-        path = f"{directory}/{name}"
-        size, checksum = 0, 0
+        size, checksum = self._write_durably(f"{directory}/{name}", chunks, whole_crc)
+        return {"file": name, "size": size, **({"crc": checksum} if whole_crc else {})}
+
+    def _write_durably(self, path: str, chunks: Iterable[bytes], checksum: bool = False) -> tuple[int, int]:
+        """Write a file, the concatenation of ``chunks``, so that it survives a machine crash
+        before the checkpoint is acknowledged: fsync on local disks; object stores and HDFS are
+        durable once the stream is closed. Returns its size and, if asked, its CRC-32 (else 0)."""
+        size, crc32 = 0, 0
         local = isinstance(self.fs, pafs.LocalFileSystem)
         with open(path, "wb", buffering=0) if local else self.fs.open_output_stream(path) as out:
             for chunk in chunks:
                 out.write(chunk)
-                size, checksum = size + len(chunk), zlib.crc32(chunk, checksum) if whole_crc else 0
+                size += len(chunk)
+                if checksum:
+                    crc32 = zlib.crc32(chunk, crc32)
             if local:
                 os.fsync(out.fileno())
-        return {"file": name, "size": size, **({"crc": checksum & 0xFFFFFFFF} if whole_crc else {})}
-
-    def _write_durably(self, path: str, data: bytes) -> None:
-        """Write a file so that it survives a machine crash before the checkpoint is acknowledged:
-        fsync on local disks; object stores and HDFS are durable once the stream is closed."""
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            with open(path, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            return
-        with self.fs.open_output_stream(path) as out:
-            out.write(data)
+        return size, crc32 & 0xFFFFFFFF
 
     def write_shared(self, name: str, data: bytes) -> dict[str, Any]:
         """Write a state file that later checkpoints may reference too (an incremental
@@ -142,8 +133,8 @@ class CheckpointStorage:
         relative to the root (``shared/<name>``)."""
         directory = f"{self.root}/{SHARED}"
         self._ensure_dir(directory)
-        self._write_durably(f"{directory}/{name}", data)
-        return {"file": f"{SHARED}/{name}", "size": len(data), "crc": crc(data)}
+        size, checksum = self._write_durably(f"{directory}/{name}", (data,), checksum=True)
+        return {"file": f"{SHARED}/{name}", "size": size, "crc": checksum}
 
     def file_path(self, checkpoint_id: int, handle: dict[str, Any]) -> str:
         """Where the file of ``handle`` (of checkpoint ``checkpoint_id``) is: in the checkpoint's
@@ -263,7 +254,7 @@ class CheckpointStorage:
         directory = self.checkpoint_path(checkpoint_id)
         self._ensure_dir(directory)
         temporary = f"{directory}/{METADATA}.inprogress"
-        self._write_durably(temporary, document.encode())
+        self._write_durably(temporary, (document.encode(),))
         self.fs.move(temporary, f"{directory}/{METADATA}")
         return f"{directory}/{METADATA}"
 
