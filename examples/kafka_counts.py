@@ -42,7 +42,7 @@ def build(env: epochal.Environment, bootstrap: str) -> None:
 def fill(bootstrap: str) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(ORDERS):
         producer.produce("orders", f"user{i % USERS},{i % 97}".encode(), f"user{i % USERS}".encode())
         producer.poll(0)
