@@ -73,8 +73,9 @@ def sizes_run(spark: Any, args: argparse.Namespace, backend: str, keys: int, rep
     """One job: steady checkpoints, then a canonical and a native savepoint of the same state."""
     storage_dir = tempfile.mkdtemp(prefix="epochal-savepoints-", dir=args.tmp)
     env = environment(spark, backend, storage_dir, args.interval, args.checkpoint_timeout)
-    build(env, keys, max(1, int(keys * args.hot)))
-    tags = {"backend": backend, "keys": keys, "repeat": repeat, "loadavg": os.getloadavg()[0], "reader": READER}
+    build(env, keys, max(1, int(keys * args.hot)), args.rate)
+    tags = {"backend": backend, "keys": keys, "repeat": repeat, "loadavg": os.getloadavg()[0], "reader": READER,
+            "rate": args.rate or 0}
     cpu = ForkAwareCpuWatch()
     client = env.execute_async(f"savepoints-{backend}-{keys}")
     rows: list[dict[str, Any]] = []
@@ -236,6 +237,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="canonical and native savepoints per job (their order alternates by round)")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds before each savepoint")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="records per second of the sizes job (default: as fast as it goes)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints, savepoints and RocksDB go")
     parser.add_argument("--out", default="benchmarks/results/savepoints")

@@ -84,14 +84,15 @@ ENDED = ("finished", "failed", "cancelled")
 POLL_S = 0.05
 
 
-def build(env: epochal.Environment, keys: int, hot: int) -> None:
-    """generator -> [shuffle] latest payload and count per key -> [shuffle] count per bucket -> discard."""
+def build(env: epochal.Environment, keys: int, hot: int, rate: float | None = None) -> None:
+    """generator -> [shuffle] latest payload and count per key -> [shuffle] count per bucket -> discard;
+    ``rate``: records per second in all (None: as fast as the job goes)."""
 
     def event(i: int) -> tuple[int, int, bytes]:
         key = i if i < keys else (i * 7919) % hot
         return key, 1, hashlib.shake_128(i.to_bytes(8, "little")).digest(PAYLOAD_BYTES)
 
-    per_key = env.from_generator(event).name("source").key_by(lambda e: e[0]) \
+    per_key = env.from_generator(event, rate=rate).name("source").key_by(lambda e: e[0]) \
         .reduce(lambda a, b: (a[0], a[1] + b[1], b[2])).name("aggregate-per-key").uid("aggregate-per-key")
     per_key.map(lambda e: (e[0] % 1009, 1)).name("bucket").key_by(lambda e: e[0]).count() \
         .name("count-per-bucket").discard()
