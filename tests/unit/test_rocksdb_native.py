@@ -81,9 +81,28 @@ def test_the_native_reader_is_built_and_finds_rocksdb():
     assert os.path.exists(rocksdb_native.library_path())
 
 
+def test_its_crc_is_zlibs_by_zlib_and_by_its_own_tables():
+    import zlib
+
+    from epochal.state import _rocksdb_native as native
+
+    assert native.uses_zlib()  # the process has zlib (Python's zlib module loads it)
+    data = os.urandom(70_001)
+    for start, end in [(0, 0), (0, 1), (1, 8), (3, 20), (5, 70_001), (0, 70_001)]:
+        piece = data[start:end]
+        assert native.crc32(piece) == native.crc32(piece, tables=True) == zlib.crc32(piece)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda n: f"{n}-threads")
+def threads(request, monkeypatch):
+    """The reader's threads, each a part of the key groups (one by default)."""
+    monkeypatch.setattr(rocksdb_native, "THREADS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("groups,min_bytes", [(range(0, 64), 4 << 20), (range(0, 64), 1), (range(20, 21), 1),
                                               (range(13, 40), 100_000), (range(8, 12), 1), (range(56, 64), 1)])
-def test_it_reads_the_groups_the_python_reader_reads(checkpoint, groups, min_bytes):
+def test_it_reads_the_groups_the_python_reader_reads(checkpoint, groups, min_bytes, threads):
     directory, _ = checkpoint
     native = decoded(rocksdb_native.read_chunks(directory, groups, min_bytes))
     python = decoded(stored_chunks(read_stored_groups(directory, groups), min_bytes))
@@ -96,7 +115,7 @@ def test_it_reads_the_groups_the_python_reader_reads(checkpoint, groups, min_byt
         assert any(LONG_NAME in states for states in native.values())
 
 
-def test_with_small_chunks_every_chunk_but_the_last_of_each_part_holds_at_least_what_was_asked(checkpoint):
+def test_with_small_chunks_every_chunk_but_the_last_of_each_part_holds_at_least_what_was_asked(checkpoint, threads):
     directory, groups = checkpoint
     sizes = [len(data) for data, _ in rocksdb_native.read_chunks(directory, groups, 20_000)]
     # each reading thread's part of the key groups ends with a smaller one, at most
@@ -163,6 +182,7 @@ def test_a_file_written_in_chunks_has_the_size_and_checksum_of_its_bytes(tmp_pat
 
 
 def test_with_little_read_ahead_the_readers_wait_for_the_writer_and_give_the_same_groups(checkpoint, monkeypatch):
+    monkeypatch.setattr(rocksdb_native, "THREADS", 3)
     monkeypatch.setattr(rocksdb_native, "READ_AHEAD_BYTES", 1)  # one chunk ahead per reader
     directory, groups = checkpoint
     assert decoded(rocksdb_native.read_chunks(directory, groups, 5_000)) == \
@@ -173,6 +193,7 @@ def test_a_consumer_that_stops_early_stops_the_reading_threads(checkpoint, monke
     import threading
     import time
 
+    monkeypatch.setattr(rocksdb_native, "THREADS", 2)
     monkeypatch.setattr(rocksdb_native, "READ_AHEAD_BYTES", 1)
     directory, groups = checkpoint
     chunks = rocksdb_native.read_chunks(directory, groups, 5_000)

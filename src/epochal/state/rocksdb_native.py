@@ -43,11 +43,12 @@ __all__ = ["library_path", "read_chunks", "unavailable_reason"]
 
 LIBRARY_ENV = "EPOCHAL_ROCKSDB_LIBRARY"
 #: Threads that read one checkpoint, each a part of its key groups (``EPOCHAL_NATIVE_READER_THREADS``).
-#: RocksDB's iteration is the cost, about 0.3 µs an entry. On 2 cores that the job's processing
-#: threads fill, 1, 2 and 4 threads gave the same savepoint duration at 1 M keys (1.05-1.07 s,
-#: median), and more threads slowed the job's barrier alignment meanwhile (0.31, 0.34, 0.43 s);
-#: 2 use a second core where one is idle
-THREADS = int(os.environ.get("EPOCHAL_NATIVE_READER_THREADS", "2"))
+#: RocksDB's iteration is the cost, about 0.3 µs an entry. One thread, overlapping the writer,
+#: reads as fast as two and costs less CPU (one subtask's 500k entries in one process: 0.26 s and
+#: 0.34-0.36 CPU-s, against 0.28-0.36 s and 0.39-0.47 CPU-s with two); beside a job that keeps
+#: the cores busy the savepoint is bound by CPU. On 2 busy cores, 1, 2 and 4 threads gave the same
+#: duration at 1 M keys, and more threads slowed the job's barrier alignment meanwhile
+THREADS = int(os.environ.get("EPOCHAL_NATIVE_READER_THREADS", "1"))
 #: Bytes the reading threads after the first may hold before the writer gets to their part
 READ_AHEAD_BYTES = 256 << 20
 #: Chunks larger than the Python reader's (:data:`~epochal.state.snapshot.CHUNK_BYTES`): each
