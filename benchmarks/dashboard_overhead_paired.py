@@ -22,6 +22,13 @@ geometric mean with its 95 % confidence interval (``machine_noise.ratio_interval
 and adjusted for the cores' speed (each phase's throughput times the probes' unit time in it).
 The goal (issue 38): within 2 %.
 
+Throughput on this machine moves by about 30 % between phases, CPU far less, so each phase also
+records the job's CPU per record (the Spark JVM's process tree, with the Python workers, plus
+this driver process: the JobMaster and the REST server the watchers ask) and the watcher's own
+CPU. With the job keeping both cores busy, its throughput is the CPU it gets over its CPU per
+record, so a watcher's cost in throughput is about ``(1 - its share of the machine) / (the job's
+CPU per record, against off)``: the summary's "CPU model", beside the measured ratio.
+
     python -m benchmarks.dashboard_overhead_paired                      # 40 blocks of 3 x 10 s: ~21 min
     python -m benchmarks.dashboard_overhead_paired --blocks 3 --phase 6 # a quick look
 
@@ -83,6 +90,7 @@ def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) ->
     work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-paired-"))
     os.environ["EPOCHAL_HOME"] = str(work / "home")  # the watchers find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-dashboard-overhead-paired")
+    jvm = spark.sparkContext._gateway.proc.pid  # the JVM; the Python workers are its descendants
     watchers = {config: start_watcher(config, work) for config in WATCHERS}
     probes, stop = start_probes(work)
     rows: list[dict[str, Any]] = []
@@ -108,11 +116,13 @@ def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) ->
                     time.sleep(settle)
                     cpu = tree_cpu(running.pid) if running is not None else 0.0
                     load = os.getloadavg()[0]
+                    spark_cpu = tree_cpu(jvm)
                     started, driver_cpu = time.monotonic(), time.process_time()
                     rate = slope(client, phase - settle)
                     ended = time.monotonic()
                     seconds = ended - started
                     driver_cpu = (time.process_time() - driver_cpu) / seconds
+                    spark_cpu = (tree_cpu(jvm) - spark_cpu) / seconds
                     watcher_cpu = (tree_cpu(running.pid) - cpu) / seconds if running is not None else 0.0
                     if running is not None:
                         pause(running.pid, True)
@@ -120,7 +130,9 @@ def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) ->
                                  "seconds": round(seconds, 3), "watcher_cpu_per_s": round(watcher_cpu, 4),
                                  "load_1min": round(load, 2), "started": started, "ended": ended,
                                  # this process: the JobMaster, the REST server, the sampling above
-                                 "driver_cpu_per_s": round(driver_cpu, 4)})
+                                 "driver_cpu_per_s": round(driver_cpu, 4), "spark_cpu_per_s": round(spark_cpu, 4),
+                                 "job_cpu_us_per_record": round((spark_cpu + driver_cpu) / rate * 1e6, 4)
+                                 if rate > 0 else math.nan})
                     print(f"[{block}] {config:>7}: {rate:>10,.0f} records/s, driver {driver_cpu:.3f} CPU-s/s"
                           + (f", watcher {watcher_cpu:.3f} CPU-s/s" if running is not None else ""), flush=True)
         finally:
@@ -160,6 +172,12 @@ def verdict(low: float, high: float) -> str:
     return "met" if low >= 1 - GOAL else "not shown"
 
 
+def cpu_ratios(rows: list[dict[str, Any]], config: str) -> list[float]:
+    """Per block: the job's CPU per record in ``config``'s phase over that in the block's ``off`` phase."""
+    return [r for r in block_ratios(rows, config, "off", lambda row: row.get("job_cpu_us_per_record", math.nan))
+            if r == r]
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def driver(config: str) -> float:
         return statistics.median(r.get("driver_cpu_per_s", math.nan) for r in rows if r["config"] == config)
@@ -177,6 +195,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                          "driver": driver(config),
                          "sd": statistics.stdev(math.log(v) for v in values) if len(values) > 1 else 0.0,
                          "verdict": verdict(low, high)}
+        per_record = cpu_ratios(rows, config)
+        if len(per_record) > 1:
+            ratio, low, high = ratio_interval(per_record)
+            share = cpu / (os.cpu_count() or 1)
+            out[config]["cpu_per_record"] = (ratio, low, high)
+            # throughput = the CPU the job gets / its CPU per record, with the cores full
+            out[config]["cpu_model"] = tuple((1 - share) / r for r in (ratio, high, low))
     return out
 
 
@@ -194,6 +219,11 @@ def report(summary: dict[str, Any]) -> None:
         cpu = summary[config]["cpu"]
         print(f"    its watcher {cpu:.3f} CPU-s/s = {cpu / cores:.1%} of the machine; the driver "
               f"{summary[config]['driver']:.3f} CPU-s/s against {summary['off_driver']:.3f} in the off phases")
+        if "cpu_per_record" in summary[config]:
+            ratio, low, high = summary[config]["cpu_per_record"]
+            model, model_low, model_high = summary[config]["cpu_model"]
+            print(f"    the job's CPU per record x{ratio:.4f} (95 %: {low:.4f} - {high:.4f}); CPU model of its "
+                  f"throughput: x{model:.4f} ({model_low:.4f} - {model_high:.4f})")
 
 
 def plot(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:

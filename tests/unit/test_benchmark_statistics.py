@@ -9,7 +9,7 @@ import random
 import statistics
 
 import pytest
-from benchmarks.dashboard_overhead_paired import ratios, verdict
+from benchmarks.dashboard_overhead_paired import ratios, summarise, verdict
 from benchmarks.machine_noise import ratio_interval, unit_ms, variation, windows
 
 
@@ -62,6 +62,22 @@ def test_ratios_pair_each_phase_with_its_blocks_off_phase() -> None:
     assert ratios(rows, "watched") == [pytest.approx(0.9), pytest.approx(1.05)]
     # adjusted: a phase whose cores ran slower (a longer unit) is credited for it
     assert ratios(rows, "watched", adjusted=True) == [pytest.approx(0.9 * 1.2), pytest.approx(1.05)]
+
+
+def test_the_cpu_model_takes_the_watchers_share_and_the_jobs_cpu_per_record(monkeypatch) -> None:
+    """Throughput with full cores = CPU the job gets / its CPU per record: a watcher taking 2 % of
+    a 2-core machine (0.04 CPU-s/s) and a job needing 1 % more CPU per record give x0.98/1.01."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    rows = []
+    for block, (off, watched) in enumerate([(10.0, 10.1), (12.0, 12.12), (8.0, 8.08)]):
+        for config, per_record in (("off", off), ("watched", watched), ("polled", off)):
+            rows.append({"block": block, "config": config, "records_per_s": 100.0, "unit_ms": 1.0,
+                         "watcher_cpu_per_s": 0.04 if config == "watched" else 0.0, "driver_cpu_per_s": 0.1,
+                         "job_cpu_us_per_record": per_record})
+    watched = summarise(rows)["watched"]
+    assert watched["cpu_per_record"][0] == pytest.approx(1.01)
+    assert watched["cpu_model"][0] == pytest.approx(0.98 / 1.01)
+    assert summarise(rows)["polled"]["cpu_model"][0] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(("low", "high", "expected"), [
