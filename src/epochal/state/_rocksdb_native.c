@@ -123,15 +123,16 @@ static void zlib_init(void) {
     }
 }
 
-static uint32_t crc32_of(const unsigned char *p, size_t n) {
-    if (zlib_crc32 != NULL) {
-        unsigned long c = 0;
-        for (size_t part; n > 0; p += part, n -= part) {
-            part = n < (1u << 30) ? n : (1u << 30);
-            c = zlib_crc32(c, p, (unsigned int)part);
-        }
-        return (uint32_t)c;
+static uint32_t crc32_by_zlib(const unsigned char *p, size_t n) {
+    unsigned long c = 0;
+    for (size_t part; n > 0; p += part, n -= part) {
+        part = n < (1u << 30) ? n : (1u << 30); /* zlib takes an unsigned int length */
+        c = zlib_crc32(c, p, (unsigned int)part);
     }
+    return (uint32_t)c;
+}
+
+static uint32_t crc32_by_tables(const unsigned char *p, size_t n) {
     uint32_t c = 0xFFFFFFFFu;
     while (n && ((uintptr_t)p & 7)) {
         c = crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
@@ -151,6 +152,10 @@ static uint32_t crc32_of(const unsigned char *p, size_t n) {
     while (n--)
         c = crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+    return zlib_crc32 != NULL ? crc32_by_zlib(p, n) : crc32_by_tables(p, n);
 }
 
 /* A growing byte buffer. */
@@ -496,11 +501,8 @@ static PyObject *crc32(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *keywords[] = {"data", "tables", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|p", keywords, &data, &tables))
         return NULL;
-    unsigned long (*saved)(unsigned long, const unsigned char *, unsigned int) = zlib_crc32;
-    if (tables)
-        zlib_crc32 = NULL;
-    uint32_t c = crc32_of((const unsigned char *)data.buf, (size_t)data.len);
-    zlib_crc32 = saved;
+    const unsigned char *p = (const unsigned char *)data.buf;
+    uint32_t c = tables ? crc32_by_tables(p, (size_t)data.len) : crc32_of(p, (size_t)data.len);
     PyBuffer_Release(&data);
     return PyLong_FromUnsignedLong(c);
 }
