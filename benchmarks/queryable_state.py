@@ -60,6 +60,9 @@ STATE = "counts"
 VOCABULARY = 10_000
 #: The environment variable that tells a client process its cores (``--client-cores``).
 CLIENT_CORES = "EPOCHAL_BENCH_CLIENT_CORES"
+#: how the client processes reach the workers (QueryableStateClient's ``transport``; default auto:
+#: the workers' local sockets, as they are on this host)
+CLIENT_TRANSPORT = "EPOCHAL_BENCH_CLIENT_TRANSPORT"
 #: The lookup runs: (name, clients, level, keys per call).
 #: ``keys_per_call`` of a client that asks single keys with ``get_async``, ``WINDOW`` unanswered at a time
 PIPELINED = 0
@@ -127,7 +130,8 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
         if time.monotonic() > deadline:
             return
         time.sleep(0.02)
-    client = epochal.QueryableStateClient(entries[0].job_id, level=level, timeout=60.0)
+    client = epochal.QueryableStateClient(entries[0].job_id, level=level, timeout=60.0,
+                                          transport=os.environ.get(CLIENT_TRANSPORT, "auto"))
     client.get(STATE, word(0))  # waits until the job serves
     rng = random.Random(os.getpid())
     latencies: list[float] = []

@@ -10,7 +10,11 @@ a ``QueryableStateClient`` of this process, routed to it, asks single keys with 
   cost experiment's client of ``benchmarks/queryable_state.py`` does), and the CPU of that pacing
   loop alone (``pacing alone``), which is not the client's;
 * ``worker poll``: the CPU of ``QueryServer.poll`` per request on the polling thread
-  (``time.thread_time``): the request sent, then polled until answered, in one process;
+  (``time.thread_time``): the request sent, then polled until answered, in one process, over TCP
+  and over the worker's local socket;
+* ``busy worker`` (``--busy``: only this): the same path among a busy processing thread's work
+  (a word count polling the server after each batch of 1,000, on core 0; a client on core 1 asking
+  back to back): the loop's lost time per answer, over TCP and over the local socket;
 * ``raw socket floor``: what any client and server of this machine pay, without epochal: a
   blocking request-answer of 60 bytes over loopback TCP to an echo server in another process,
   back to back and at 1,000/s, its CPU on each side per round trip (``--floor-only``: only this).
@@ -48,7 +52,7 @@ def server(src: str | None, ports: Any) -> None:
     if src:
         sys.path.insert(0, src)
     query_server = make_server()
-    ports.put(query_server.port)
+    ports.put((query_server.port, query_server.routes.get("local")))
     while True:
         query_server.wait(1.0)
         query_server.poll()
@@ -71,15 +75,21 @@ def make_server() -> Any:
     return query_server
 
 
-def client_of(port: int) -> Any:
+def client_of(port: int, local: dict[str, str] | None, transport: str) -> Any:
+    """A client routed to the server at ``port`` (and its local socket ``local``, where it has one,
+    which ``transport="auto"`` uses; an older revision has none)."""
     from epochal.rest.state_client import QueryableStateClient
     from epochal.runtime.queries.wire import query_token
 
+    address = f"127.0.0.1:{port}"
     routes = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
-              "token": query_token(JOB_TOKEN).hex(),
-              "states": {STATE: {"parallelism": 1, "workers": {"0": f"127.0.0.1:{port}"}}}}
+              "token": query_token(JOB_TOKEN).hex(), "states": {STATE: {"parallelism": 1, "workers": {"0": address}}},
+              **({"local_sockets": {address: local}} if local else {})}
     client = QueryableStateClient.__new__(QueryableStateClient)
-    client._setup(lambda: routes, "read_uncommitted", 10.0)
+    if local:
+        client._setup(lambda: routes, "read_uncommitted", 10.0, transport)
+    else:
+        client._setup(lambda: routes, "read_uncommitted", 10.0)
     return client
 
 
@@ -96,8 +106,11 @@ def paced(calls: int, rate: float, call: Any) -> float:
     return (time.process_time() - cpu) / calls
 
 
-def client_rounds(port: int, calls: int, rounds: int) -> None:
-    client = client_of(port)
+def client_rounds(port: int, local: dict[str, str] | None, transport: str, calls: int, rounds: int) -> None:
+    client = client_of(port, local, transport)
+    assert client.get(STATE, "w5") == 5
+    (connection,) = client._connections.values()
+    over = getattr(connection, "transport", "tcp")
     rng = random.Random(1)
     keys = [f"w{rng.randrange(KEYS)}" for _ in range(calls)]
     assert client.get(STATE, "w5") == 5
@@ -107,17 +120,17 @@ def client_rounds(port: int, calls: int, rounds: int) -> None:
         for key in keys:
             client.get(STATE, key)
         seconds = time.perf_counter() - started
-        print(f"[{round_}] client back to back: {(time.process_time() - cpu) / calls * 1e6:6.1f} us CPU per get "
+        print(f"[{round_}] client back to back ({over}): "
+              f"{(time.process_time() - cpu) / calls * 1e6:6.1f} us CPU per get "
               f"({calls / seconds:,.0f} gets/s)", flush=True)
         per_get = paced(len(slow), 1000.0, lambda i: client.get(STATE, slow[i]))
         alone = paced(len(slow), 1000.0, lambda i: None)
-        print(f"[{round_}] client at 1,000/s:   {per_get * 1e6:6.1f} us CPU per get "
+        print(f"[{round_}] client at 1,000/s ({over}):   {per_get * 1e6:6.1f} us CPU per get "
               f"(pacing alone {alone * 1e6:.1f} us)", flush=True)
     client.close()
 
 
 def poll_rounds(calls: int, rounds: int) -> None:
-    from epochal.runtime.queries.wire import Lookup, query_token, request_frame
 
     try:
         from epochal.runtime.queries.wire import encode
@@ -126,12 +139,33 @@ def poll_rounds(calls: int, rounds: int) -> None:
             return pickle.dumps(message, protocol=5)
 
     query_server = make_server()
-    sock = socket.create_connection(("127.0.0.1", query_server.port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    local = query_server.routes.get("local")
+    for over in ("tcp", "unix") if local else ("tcp",):
+        if over == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect("\0" + local["socket"])
+        else:
+            sock = socket.create_connection(("127.0.0.1", query_server.port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        poll_connection(query_server, sock, over, calls, rounds)
+    query_server.close()
+
+
+def poll_connection(query_server: Any, sock: socket.socket, over: str, calls: int, rounds: int) -> None:
+    """``QueryServer.poll``'s CPU per request of connection ``sock`` (``over``: its transport)."""
+    from epochal.runtime.queries.wire import Lookup, query_token, request_frame
+
+    try:
+        from epochal.runtime.queries.wire import encode
+    except ImportError:  # a revision before messages were encoded as tuples
+        def encode(message: Any) -> bytes:
+            return pickle.dumps(message, protocol=5)
+
     token = query_token(JOB_TOKEN)
     frames = [request_frame(token, encode(Lookup(i, STATE, (f"w{i % KEYS}",)))) for i in range(calls)]
     buffer = bytearray(1 << 16)
-    while not query_server.connections:
+    before = set(query_server.connections.values())
+    while not set(query_server.connections.values()) - before:  # accepted (an earlier one may close meanwhile)
         query_server.poll()
     for round_ in range(rounds):
         cpu = 0.0
@@ -143,9 +177,8 @@ def poll_rounds(calls: int, rounds: int) -> None:
                 query_server.poll()
             cpu += time.thread_time() - before
             sock.recv_into(buffer)
-        print(f"[{round_}] worker poll:         {cpu / calls * 1e6:6.1f} us CPU per request", flush=True)
+        print(f"[{round_}] worker poll ({over}):   {cpu / calls * 1e6:6.1f} us CPU per request", flush=True)
     sock.close()
-    query_server.close()
 
 
 def echo(ports: Any, results: Any) -> None:
@@ -163,6 +196,63 @@ def echo(ports: Any, results: Any) -> None:
             answered += 1
         results.put((time.process_time() - cpu) / max(answered, 1))
         connection.close()
+
+
+def busy_client(port: int, local: dict[str, str] | None, transport: str, seconds: float) -> None:
+    """A client process on core 1 (forked from the loop's process, pinned to core 0): single-key
+    ``get`` back to back for ``seconds``."""
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})
+    client = client_of(port, local, transport)
+    rng = random.Random(1)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        client.get(STATE, f"w{rng.randrange(KEYS)}")
+    client.close()
+
+
+def busy_rounds(rounds: int, seconds: float = 5.0) -> None:
+    """``--busy``: the query path among a busy processing thread's work, whose caches it finds
+    cold. This process (on core 0) counts words in batches of 1,000 and polls its query server
+    after each batch, as a worker does; a client process on core 1 asks single keys back to back.
+    The loop's time per answer, with against without the client, is what one lookup costs a
+    busy worker (the hot path alone: ``worker poll``)."""
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})
+    query_server = make_server()
+    local = query_server.routes.get("local")
+    rng = random.Random(2)
+    words = [f"word{i}" for i in range(10_000)]
+    batches = [[rng.choice(words) for _ in range(1000)] for _ in range(200)]
+    counts: dict[str, int] = {}
+    context = multiprocessing.get_context("fork")
+
+    def loop(client: Any) -> tuple[float, float]:
+        answered, records = query_server.answered, 0
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            for word in batches[records // 1000 % 200]:
+                counts[word] = counts.get(word, 0) + 1
+            records += 1000
+            query_server.poll()
+        elapsed = time.monotonic() - started
+        while client is not None and client.is_alive():  # answer it until it ends
+            query_server.poll()
+            time.sleep(0.0005)
+        return records / elapsed, (query_server.answered - answered) / elapsed
+
+    for round_ in range(rounds):
+        alone, _ = loop(None)
+        for transport in ("tcp", "auto") if local else ("tcp",):
+            client = context.Process(target=busy_client, args=(query_server.port, local, transport, seconds + 1))
+            client.start()
+            time.sleep(0.5)
+            rate, answers = loop(client)
+            client.join()
+            cost = (1000 / rate - 1000 / alone) / (1000 * answers / rate)  # the loop's extra time per answer
+            print(f"[{round_}] busy worker ({'unix' if transport == 'auto' else 'tcp'}): {cost * 1e6:6.1f} us per "
+                  f"lookup ({answers:,.0f} answers/s; {rate:,.0f} records/s against {alone:,.0f} alone)", flush=True)
+    query_server.close()
 
 
 def floor_rounds(calls: int, rounds: int) -> None:
@@ -207,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20_000, help="lookups per measurement (default 20,000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--floor-only", action="store_true", help="measure only the raw socket floor")
+    parser.add_argument("--busy", action="store_true", help="measure only the query path in a busy loop (--busy)")
     args = parser.parse_args(argv)
     if args.floor_only:
         floor_rounds(args.calls, args.rounds)
@@ -215,13 +306,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.insert(0, args.src)
     import epochal
 
+    if args.busy:
+        busy_rounds(args.rounds)
+        return 0
     print(f"queryable state CPU ({os.path.dirname(epochal.__file__)}); load {os.getloadavg()[0]:.1f}", flush=True)
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
     process = context.Process(target=server, args=(args.src, ports), daemon=True)
     process.start()
     try:
-        client_rounds(ports.get(timeout=60), args.calls, args.rounds)
+        port, local = ports.get(timeout=60)
+        for transport in ("tcp", "auto") if local else ("tcp",):
+            client_rounds(port, local, transport, args.calls, args.rounds)
     finally:
         process.kill()
         process.join()

@@ -25,6 +25,7 @@ and the job on the others, as a client on another machine would not share the jo
     python -m benchmarks.queryable_state_steady                          # 12 blocks: ~9 min
     python -m benchmarks.queryable_state_steady --client-cores 1         # the client on its own core
     python -m benchmarks.queryable_state_steady --blocks 2 --window 5    # a quick look
+    python -m benchmarks.queryable_state_steady --client-cores 1 --transports auto tcp  # both, alternating
 
 Writes ``queryable_state_steady.csv`` (one row per phase) into ``--out`` (default
 ``benchmarks/results``) and prints the summary. Goal (issue 37): at most 5 % lost.
@@ -46,13 +47,20 @@ from typing import Any
 from benchmarks.dashboard_overhead import slope, tree_cpu
 from benchmarks.graph.measure import machine, write_csv
 from benchmarks.machine_noise import block_ratios, ratio_interval
-from benchmarks.queryable_state import COST_GOAL, add_job, pin_clients, start_client
+from benchmarks.queryable_state import CLIENT_TRANSPORT, COST_GOAL, add_job, pin_clients, start_client
 from benchmarks.rest_overhead import spark_cpu
 
-CONFIGS = ("none", "1000/s")
+#: the phase with a client over each transport (QueryableStateClient's ``transport``)
+CLIENT_CONFIGS = {"auto": "1000/s", "tcp": "1000/s tcp"}
 
 
-def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[str, Any]]:
+def configs_of(transports: Sequence[str]) -> tuple[str, ...]:
+    """The phases of a block: ``none`` and a client phase per transport."""
+    return ("none", *(CLIENT_CONFIGS[t] for t in transports))
+
+
+def measure(blocks: int, settle: float, window: float, seed: int,
+            transports: Sequence[str] = ("auto",), snapshot: str | None = None) -> list[dict[str, Any]]:
     import epochal
     from epochal.control.spark import create_session
 
@@ -64,17 +72,21 @@ def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[s
     try:
         env = epochal.Environment(2, spark=spark)
         env.enable_checkpointing(1.0, storage=str(work / "checkpoints"))
+        if snapshot is not None:
+            env.set_state_backend("heap", snapshot=snapshot)
         add_job(env, None)
         job = env.execute_async("queryable-steady")
         try:
             job.wait_until_running(120)
             time.sleep(settle)
             for block in range(blocks):
-                order = list(CONFIGS)
+                order = list(configs_of(transports))
                 rng.shuffle(order)
                 for config in order:
                     client = None
-                    if config == "1000/s":
+                    transport = next((t for t, c in CLIENT_CONFIGS.items() if c == config), "")
+                    if transport:
+                        os.environ[CLIENT_TRANSPORT] = transport  # (the client process's environment)
                         client = start_client(work / f"client-{block}.json", "read_uncommitted", 0.0, 1, rate=1000.0)
                     time.sleep(settle)
                     spark_before = spark_cpu(client.pid if client else None)
@@ -88,12 +100,12 @@ def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[s
                                                     / seconds, 4),
                            "client_cpu_per_s": round((tree_cpu(client.pid) - client_before) / seconds, 4)
                            if client else 0.0,
-                           "load_1min": round(os.getloadavg()[0], 2)}
+                           "load_1min": round(os.getloadavg()[0], 2), "transport": transport}
                     if client is not None:
                         client.kill()
                         client.wait(30)
                     rows.append(row)
-                    print(f"[{block}] {config:>6}: {rate:>11,.0f} records/s, Spark {row['spark_cpu_per_s']:.2f} "
+                    print(f"[{block}] {config:>10}: {rate:>11,.0f} records/s, Spark {row['spark_cpu_per_s']:.2f} "
                           f"CPU-s/s, client {row['client_cpu_per_s']:.3f} CPU-s/s", flush=True)
         finally:
             job.cancel(timeout=120)
@@ -103,22 +115,24 @@ def measure(blocks: int, settle: float, window: float, seed: int) -> list[dict[s
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    ratios = block_ratios(rows, "1000/s", "none")
+    configs = [c for c in ("none", *CLIENT_CONFIGS.values()) if any(r["config"] == c for r in rows)]
     work = {c: statistics.median(r["spark_cpu_per_s"] / r["records_per_s"] * 1e6 for r in rows if r["config"] == c)
-            for c in CONFIGS}
-    ratio, low, high = ratio_interval(ratios)
+            for c in configs}
     cores = os.cpu_count() or 1
-    client = statistics.median(r["client_cpu_per_s"] for r in rows if r["config"] == "1000/s")
-    for config in CONFIGS:
+    for config in configs:
         speeds = [r["records_per_s"] for r in rows if r["config"] == config]
-        print(f"  {config:>6}: {statistics.median(speeds):>11,.0f} records/s (median; {min(speeds):,.0f} - "
+        print(f"  {config:>10}: {statistics.median(speeds):>11,.0f} records/s (median; {min(speeds):,.0f} - "
               f"{max(speeds):,.0f}), Spark CPU {work[config]:.2f} s per million records")
-    verdict = ("met" if low >= 1 - COST_GOAL else "not met" if high < 1 - COST_GOAL else
-               "not resolved: the interval straddles the goal")
-    print(f"1000/s / none: x{ratio:.3f} (95 %: {low:.3f} - {high:.3f}; {len(ratios)} blocks; per block "
-          f"{', '.join(f'{r:.3f}' for r in ratios)}); goal at most {COST_GOAL:.0%} lost: {verdict}")
-    print(f"Spark CPU per record x{work['1000/s'] / work['none']:.3f}; the client {client:.3f} CPU-s/s "
-          f"({client / cores:.1%} of the machine's {cores} cores)")
+    for config in configs[1:]:
+        ratios = block_ratios(rows, config, "none")
+        ratio, low, high = ratio_interval(ratios)
+        client = statistics.median(r["client_cpu_per_s"] for r in rows if r["config"] == config)
+        verdict = ("met" if low >= 1 - COST_GOAL else "not met" if high < 1 - COST_GOAL else
+                   "not resolved: the interval straddles the goal")
+        print(f"{config} / none: x{ratio:.3f} (95 %: {low:.3f} - {high:.3f}; {len(ratios)} blocks; per block "
+              f"{', '.join(f'{r:.3f}' for r in ratios)}); goal at most {COST_GOAL:.0%} lost: {verdict}")
+        print(f"  Spark CPU per record x{work[config] / work['none']:.3f}; the client {client:.3f} CPU-s/s "
+              f"({client / cores:.1%} of the machine's {cores} cores)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,17 +143,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=4.0,
                         help="unmeasured seconds at each phase's start (default 4)")
     parser.add_argument("--client-cores", help="cores (e.g. '1') the client runs on; the job gets the others")
+    parser.add_argument("--transports", nargs="+", choices=tuple(CLIENT_CONFIGS), default=["auto"],
+                        help="a client phase per transport, in each block: auto (the workers' local sockets, on "
+                             "this host; the default) and/or tcp (loopback TCP, as a client of another host would "
+                             "use, bar the network)")
+    parser.add_argument("--snapshot", choices=("fork", "thread"),
+                        help="the heap backend's snapshots (default: the platform's default, fork on Linux)")
     parser.add_argument("--seed", type=int, default=37)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
         pin_clients(args.client_cores)
-    print(f"queryable state, steady state: {args.blocks} blocks x 2 x {args.settle:g} + {args.window:g} s; "
-          f"{machine()}; the job on cores {sorted(os.sched_getaffinity(0))}, the client on "
-          f"{args.client_cores or 'every core'}; load {os.getloadavg()[0]:.1f}", flush=True)
-    rows = measure(args.blocks, args.settle, args.window, args.seed)
+    print(f"queryable state, steady state: {args.blocks} blocks x {1 + len(args.transports)} x {args.settle:g} + "
+          f"{args.window:g} s; {machine()}; the job on cores {sorted(os.sched_getaffinity(0))}, the client on "
+          f"{args.client_cores or 'every core'} ({' and '.join(args.transports)}); snapshots "
+          f"{args.snapshot or 'default'}; load {os.getloadavg()[0]:.1f}",
+          flush=True)
+    rows = measure(args.blocks, args.settle, args.window, args.seed, args.transports, args.snapshot)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "queryable_state_steady" + ("_client_cores" if args.client_cores else "") + ".csv"
+    name = ("queryable_state_steady" + ("_client_cores" if args.client_cores else "")
+            + ("" if args.transports == ["auto"] else "_" + "_".join(args.transports))
+            + (f"_{args.snapshot}" if args.snapshot else "") + ".csv")
     write_csv(args.out / name, rows)
     report(rows)
     print(f"wrote {args.out / name} (load {os.getloadavg()[0]:.1f})")

@@ -17,6 +17,7 @@ import pytest
 import epochal
 from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQueryableStateError
 from epochal.rest.registry import HOME_ENV, Registry
+from epochal.runtime.queries.local import connect, host_identity
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
 from tests.queryable_jobs import KEYS, STATE, UID, TwoSteps, checkpoint_values, is_real, keyed_job, record
@@ -87,11 +88,24 @@ def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_
         # the worker itself refuses a request without the job's query token, and unpickles nothing
         remote = epochal.QueryableStateClient(job.job_id, address=entry.address, token=entry.token)
         assert is_real("k1", remote.get(STATE, "k1"))
+        # a client of the workers' host talks over their local sockets; transport="tcp" over TCP
+        local = host_identity() is not None
+        assert {c.transport for c in remote._connections.values()} == {"unix" if local else "tcp"}
+        over_tcp = epochal.QueryableStateClient(job.job_id, address=entry.address, token=entry.token, transport="tcp")
+        assert is_real("k1", over_tcp.get(STATE, "k1"))
+        assert {c.transport for c in over_tcp._connections.values()} == {"tcp"}
+        over_tcp.close()
         host, port = remote.routes.states[STATE].workers[0]
         with socket.create_connection((host, port), timeout=10) as sock:
             sock.sendall(request_frame(b"\0" * 32, encode(Lookup(1, STATE, ("k1",)))))
             answer = decode(split_frames(bytearray(sock.recv(65536)))[0])
             assert answer.code == UNAUTHORIZED
+        if local:  # the local socket asks for the token alike
+            (_, name), *_ = remote.routes.local_sockets.values()
+            with connect(name, 10) as sock:
+                sock.sendall(request_frame(b"\0" * 32, encode(Lookup(1, STATE, ("k1",)))))
+                answer = decode(split_frames(bytearray(sock.recv(65536)))[0])
+                assert answer.code == UNAUTHORIZED
         remote.close()
         # the command line
         cli = [sys.executable, "-m", "epochal", "query"]

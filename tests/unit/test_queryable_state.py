@@ -18,6 +18,7 @@ from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, 
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.rest.state_routes import Routes
 from epochal.runtime.host.mailbox import Mailbox
+from epochal.runtime.queries import local as local_sockets
 from epochal.runtime.queries.committed import CommittedViews
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -518,3 +519,63 @@ def test_a_blocking_get_keeps_the_levels_defaults_and_errors_of_get_many(served_
     with pytest.raises(StateUnavailableError, match="not serving"):
         client.get("values", key, timeout=0.1)
     assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.skipif(local_sockets.host_identity() is None, reason="no abstract Unix sockets on this system")
+def test_a_client_of_the_workers_host_uses_its_local_socket_and_tcp_otherwise():
+    """A worker listens on a local Unix socket beside its TCP port and reports it with its host's
+    identity. A client of the same identity talks over the local socket; with transport="tcp", or
+    of another identity, or when the local socket cannot be reached, over TCP: the same answers."""
+    from epochal.rest.state_client import QueryableStateClient
+
+    backend = HeapKeyedStateBackend(MAXP, range(MAXP))
+    backend.get_state(ValueStateDescriptor("v", queryable="values"))
+    backend.owned_table("v")[key_group_of("k", MAXP)]["k"] = 7
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
+    server.attach([KeyedSource("u", 0, 1, backend)], restored=None)
+    server.serving()
+    assert server.routes["local"] == {"host": local_sockets.host_identity(), "socket": server.local_name}
+    stop = threading.Event()
+
+    def processing_thread():
+        while not stop.is_set():
+            server.wait(0.01)
+            server.poll()
+
+    thread = threading.Thread(target=processing_thread, daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{server.port}"
+
+    def client_of(local: dict | None, transport: str = "auto") -> QueryableStateClient:
+        document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+                    "token": TOKEN.hex(), "states": {"values": {"parallelism": 1, "workers": {"0": address}}},
+                    **({"local_sockets": {address: local}} if local is not None else {})}
+        assert Routes.from_document(document).local_sockets == (
+            {("127.0.0.1", server.port): (local["host"], local["socket"])} if local else {})
+        client = QueryableStateClient.__new__(QueryableStateClient)
+        client._setup(lambda: document, "read_uncommitted", 5.0, transport)
+        return client
+
+    cases = [(server.routes["local"], "auto", "unix"),
+             (server.routes["local"], "tcp", "tcp"),
+             ({**server.routes["local"], "host": "another-host/1"}, "auto", "tcp"),
+             ({**server.routes["local"], "socket": "epochal-query-gone"}, "auto", "tcp"),
+             (None, "auto", "tcp")]
+    try:
+        for local, transport, expected in cases:
+            client = client_of(local, transport)
+            try:
+                assert client.get("values", "k") == 7
+                assert client.get_many("values", ["k", "absent"]) == {"k": 7}
+                (connection,) = client._connections.values()
+                assert connection.transport == expected, (local, transport)
+            finally:
+                client.close()
+        with pytest.raises(ValueError, match="transport"):
+            QueryableStateClient("j", address="127.0.0.1:1", token="t", transport="udp")
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    with pytest.raises(OSError):  # closed with the server: nothing left listening under its name
+        local_sockets.connect(server.local_name, 1.0)

@@ -350,12 +350,23 @@ class QueryableStateRoute(BaseModel):
     workers: dict[str, str]
 
 
+class LocalSocket(BaseModel):
+    """A worker's local query socket: clients whose host identity equals ``host`` may connect to
+    the abstract Unix socket ``socket`` instead of the worker's TCP port (same protocol)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    socket: str
+
+
 class QueryableRoutes(BaseModel):
     """``GET /jobs/{job_id}/queryable``: what a query client needs to reach a job's queryable
     states. ``serving``: every worker of the current attempt is running (False while the job
     deploys or restarts: ask again); ``token``: the job's query token (hex), which every query
     carries and which grants nothing else; ``max_parallelism``: the job's key-group count (None
-    until a worker reported it)."""
+    until a worker reported it); ``local_sockets``: per worker ``host:port``, its local socket,
+    for clients on the worker's host (docs/queryable_state.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -366,3 +377,4 @@ class QueryableRoutes(BaseModel):
     max_parallelism: int | None
     token: str
     states: dict[str, QueryableStateRoute]
+    local_sockets: dict[str, LocalSocket] = {}

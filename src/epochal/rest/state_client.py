@@ -32,6 +32,7 @@ from epochal.errors import (
 from epochal.rest.client import RestClient, RestError, job_path
 from epochal.rest.state_connection import WorkerConnection
 from epochal.rest.state_routes import Routes, key_group, routes_of
+from epochal.runtime.queries import local
 from epochal.runtime.queries.wire import (
     BAD_KEY,
     LEVELS,
@@ -53,6 +54,8 @@ __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "QueryableStateClient"]
 
 #: Seconds between two tries while the job is not serving.
 RETRY_S = 0.05
+#: How a client may reach the workers (QueryableStateClient's ``transport``).
+TRANSPORTS = ("auto", "tcp")
 
 
 class _Retry(Exception):
@@ -68,16 +71,23 @@ class QueryableStateClient:
     ``level``: the default isolation level, ``"read_uncommitted"`` (the current value in the worker
     holding the key) or ``"read_committed"`` (its value in the last completed checkpoint, which
     never rolls back after a failure). ``timeout``: seconds a call may take, retries included.
+    ``transport``: ``"auto"`` (the default) talks to workers of this host over their local Unix
+    socket, which costs them and the client less CPU than loopback TCP, and to the others over
+    TCP; ``"tcp"``: TCP to every worker.
     A client keeps a connection to each worker it asked; it is not thread safe (one per thread).
     """
 
     def __init__(self, job: Any, *, address: str | None = None, token: str | None = None,
-                 level: str = READ_UNCOMMITTED, timeout: float = 10.0) -> None:
-        self._setup(_route_source(job, address, token), _check_level(level), timeout)
+                 level: str = READ_UNCOMMITTED, timeout: float = 10.0, transport: str = "auto") -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}: use one of {', '.join(map(repr, TRANSPORTS))}")
+        self._setup(_route_source(job, address, token), _check_level(level), timeout, transport)
 
-    def _setup(self, fetch: Callable[[], dict[str, Any]], level: str, timeout: float) -> None:
+    def _setup(self, fetch: Callable[[], dict[str, Any]], level: str, timeout: float, transport: str = "auto") -> None:
         self.level = level
         self.timeout = timeout
+        self.transport = transport
+        self._host = local.host_identity() if transport == "auto" else None
         self._fetch = fetch
         self.routes: Routes | None = None
         self._connections: dict[tuple[str, int], WorkerConnection] = {}
@@ -118,7 +128,7 @@ class QueryableStateClient:
         level = _check_level(level or self.level)
         if self._pipeline is None:
             sibling = QueryableStateClient.__new__(QueryableStateClient)  # same job, own connections
-            sibling._setup(self._fetch, self.level, self.timeout)
+            sibling._setup(self._fetch, self.level, self.timeout, self.transport)
             self._pipeline = _Pipeline(sibling)
         return self._pipeline.submit(state, key, default, level)
 
@@ -260,7 +270,7 @@ class QueryableStateClient:
         return self._answer(address, self._send(routes, address, request), request.request_id)
 
     def _send(self, routes: Routes, address: tuple[str, int], request: Request) -> WorkerConnection:
-        connection = self._connections.get(address) or self._connection(address)
+        connection = self._connections.get(address) or self._connection(routes, address)
         try:
             connection.send(request_frame(routes.token, encode(request)))
         except OSError as error:
@@ -278,11 +288,13 @@ class QueryableStateClient:
             _raise(answer)
         return answer
 
-    def _connection(self, address: tuple[str, int]) -> WorkerConnection:
+    def _connection(self, routes: Routes, address: tuple[str, int]) -> WorkerConnection:
         connection = self._connections.get(address)
         if connection is None:
+            host, name = routes.local_sockets.get(address, (None, None))
             try:
-                connection = WorkerConnection(address, self.timeout)
+                connection = WorkerConnection(address, self.timeout,
+                                              name if host is not None and host == self._host else None)
             except OSError as error:
                 raise _Retry(f"cannot reach worker {address[0]}:{address[1]} ({error})") from None
             self._connections[address] = connection

@@ -10,7 +10,7 @@ answers ``not_owner`` for a key it does not hold, and a connection to a lost wor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.errors import QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
@@ -24,6 +24,7 @@ def routes_of(jobmaster: Any) -> dict[str, Any]:
     infos = jobmaster.worker_infos()
     max_parallelism = None
     states: dict[str, dict[str, Any]] = {}
+    local_sockets: dict[str, dict[str, str]] = {}
     reported = 0
     for worker, reports in sorted(metrics.items()):
         if not reports:  # no heartbeat yet
@@ -35,12 +36,15 @@ def routes_of(jobmaster: Any) -> dict[str, Any]:
             continue
         max_parallelism = queryable["max_parallelism"]
         address = f"{info['host']}:{queryable['port']}"
+        if queryable.get("local"):
+            local_sockets[address] = dict(queryable["local"])
         for name, (subtask, parallelism) in queryable["states"].items():
             route = states.setdefault(name, {"parallelism": parallelism, "workers": {}})
             route["workers"][str(subtask)] = address
     serving = jobmaster.all_running() and reported == jobmaster.num_workers and jobmaster.attempt == attempt
     return {"job_id": jobmaster.job_id, "status": jobmaster.status.value, "attempt": attempt, "serving": serving,
-            "max_parallelism": max_parallelism, "token": jobmaster.query_token.hex(), "states": states}
+            "max_parallelism": max_parallelism, "token": jobmaster.query_token.hex(), "states": states,
+            "local_sockets": local_sockets}
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Routes:
     max_parallelism: int | None
     token: bytes
     states: dict[str, StateRoute]
+    #: worker address -> (its host's identity, its local socket's name), for workers that have one
+    local_sockets: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_document(cls, document: dict[str, Any]) -> Routes:
@@ -71,9 +77,14 @@ class Routes:
                 host, _, port = address.rpartition(":")
                 workers[int(subtask)] = (host, int(port))
             states[name] = StateRoute(int(route["parallelism"]), workers)
+        local_sockets = {}
+        for address, local in (document.get("local_sockets") or {}).items():
+            host, _, port = address.rpartition(":")
+            local_sockets[(host, int(port))] = (str(local["host"]), str(local["socket"]))
         status = document["status"]
         return cls(document["job_id"], getattr(status, "value", status), int(document["attempt"]),
-                   bool(document["serving"]), document["max_parallelism"], bytes.fromhex(document["token"]), states)
+                   bool(document["serving"]), document["max_parallelism"], bytes.fromhex(document["token"]), states,
+                   local_sockets)
 
     def state(self, name: str) -> StateRoute:
         """The route of state ``name``: raises :class:`UnknownQueryableStateError` when the job

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.runtime.host.mailbox import Mailbox
+from epochal.runtime.queries import local
 from epochal.runtime.queries.committed import Views
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -84,7 +85,10 @@ class QueryServer:
     While the processing thread works it polls the server between batches (:meth:`poll`). When
     it has no work it sleeps in :meth:`wait`, one ``epoll`` over the query sockets and the
     ``mailbox``'s eventfd, so a query that arrives then is answered at once, and no other thread
-    is woken (or takes the interpreter lock) for a query that arrives while it works."""
+    is woken (or takes the interpreter lock) for a query that arrives while it works.
+
+    It listens on a TCP port of ``bind_host`` and, where the host has them, on a local Unix socket
+    for clients of the same host (:mod:`epochal.runtime.queries.local`); both serve alike."""
 
     def __init__(self, job_token: bytes, worker: int, bind_host: str, max_parallelism: int,
                  mailbox: Mailbox | None = None) -> None:
@@ -95,8 +99,12 @@ class QueryServer:
         self.listener = socket.create_server((bind_host, 0), backlog=128)
         self.listener.setblocking(False)
         self.port: int = self.listener.getsockname()[1]
+        local_listener = local.listen()
+        self.local_listener: socket.socket | None = local_listener[0] if local_listener else None
+        self.local_name: str | None = local_listener[1] if local_listener else None
+        #: the listening sockets by descriptor (TCP, and the local one where there is one)
+        self.listeners = {sock.fileno(): sock for sock in (self.listener, self.local_listener) if sock is not None}
         self.poller = select.epoll()
-        self.poller.register(self.listener.fileno(), select.EPOLLIN)
         self.connections: dict[int, socket.socket] = {}
         self.buffers: dict[int, bytearray] = {}
         #: answers of the current poll not yet sent, per connection (sent at its end: one write
@@ -106,6 +114,8 @@ class QueryServer:
         self.next_refresh = 0.0
         #: what the heartbeats tell the JobMaster (replaced whole, read by the heartbeat thread)
         self.routes: dict[str, Any] = {"port": self.port, "max_parallelism": max_parallelism, "states": {}}
+        if self.local_name is not None:
+            self.routes["local"] = {"host": local.host_identity(), "socket": self.local_name}
         self.answered = 0
         self._scratch = memoryview(bytearray(RECV_BYTES))
         self._do: dict[type, Callable[[Any], None]] = {
@@ -115,7 +125,9 @@ class QueryServer:
         self.closed = False
         #: what :meth:`wait` sleeps on: the same sockets as :attr:`poller`, and the mailbox's eventfd
         self.idle_poller = select.epoll()
-        self.idle_poller.register(self.listener.fileno(), select.EPOLLIN)
+        for fd in self.listeners:
+            self.poller.register(fd, select.EPOLLIN)
+            self.idle_poller.register(fd, select.EPOLLIN)
         if mailbox is not None:
             self.idle_poller.register(mailbox.wakeup_fd(), select.EPOLLIN)
         #: the thread answering at once while :data:`SAFE_POINTS` is off (the test switch)
@@ -215,10 +227,10 @@ class QueryServer:
                     self.next_refresh = now + REFRESH_S
                     self.refresh()
             return
-        listener = self.listener.fileno()
+        listeners = self.listeners
         for fd, _ in ready:
-            if fd == listener:
-                self._accept()
+            if fd in listeners:
+                self._accept(listeners[fd])
             else:
                 self._receive(fd)
         if self.outgoing:
@@ -235,16 +247,17 @@ class QueryServer:
             except OSError:
                 self._close_connection(CloseConnection(conn))
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, _ = self.listener.accept()
+                sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 return
             sock.setblocking(False)  # read when epoll says so; see send_all
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             fd = sock.fileno()
             self.connections[fd] = sock
             self.buffers[fd] = bytearray()
@@ -350,7 +363,8 @@ class QueryServer:
             self.poller.close()
             self.idle_poller.close()
         finally:
-            self.listener.close()
+            for listener in self.listeners.values():
+                listener.close()
 
 
 _GONE = object()
