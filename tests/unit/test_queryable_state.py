@@ -6,6 +6,7 @@ a QueryServer answering a real client over TCP."""
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import socket
 import threading
@@ -442,17 +443,15 @@ def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
         set_clock(previous)
 
 
-@pytest.fixture
-def served_heap():
+@contextlib.contextmanager
+def polled_heap_server(restored: int | None):
     """A QueryServer of one heap backend (state "v", query name "values", every key group),
-    polled by a thread standing in for the processing thread; yields (backend, client), the
-    client a real QueryableStateClient routed to it."""
-    from epochal.rest.state_client import QueryableStateClient
-
+    restored from checkpoint ``restored`` (its committed view: the state as restored, empty),
+    polled by a thread standing in for the processing thread; yields (backend, server)."""
     backend = HeapKeyedStateBackend(MAXP, range(MAXP))
     backend.get_state(ValueStateDescriptor("v", queryable="values"))
     server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
-    server.attach([KeyedSource("u", 0, 1, backend)], restored=3)  # committed: the state as restored (empty)
+    server.attach([KeyedSource("u", 0, 1, backend)], restored=restored)
     server.serving()
     stop = threading.Event()
 
@@ -463,19 +462,31 @@ def served_heap():
 
     thread = threading.Thread(target=processing_thread, daemon=True)
     thread.start()
-    document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
-                "token": TOKEN.hex(),
-                "states": {name: {"parallelism": 1, "workers": {"0": f"127.0.0.1:{server.port}"}}
-                           for name in ("values", "elsewhere")}}
-    client = QueryableStateClient.__new__(QueryableStateClient)
-    client._setup(lambda: document, "read_uncommitted", 5.0)
     try:
-        yield backend, client
+        yield backend, server
     finally:
-        client.close()
         stop.set()
         thread.join()
         server.close()
+
+
+@pytest.fixture
+def served_heap():
+    """:func:`polled_heap_server` restored from checkpoint 3; yields (backend, client), the client
+    a real QueryableStateClient routed to it."""
+    from epochal.rest.state_client import QueryableStateClient
+
+    with polled_heap_server(3) as (backend, server):
+        document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+                    "token": TOKEN.hex(),
+                    "states": {name: {"parallelism": 1, "workers": {"0": f"127.0.0.1:{server.port}"}}
+                               for name in ("values", "elsewhere")}}
+        client = QueryableStateClient.__new__(QueryableStateClient)
+        client._setup(lambda: document, "read_uncommitted", 5.0)
+        try:
+            yield backend, client
+        finally:
+            client.close()
 
 
 def test_requests_and_answers_larger_than_one_read_arrive_whole(served_heap):
@@ -528,54 +539,38 @@ def test_a_client_of_the_workers_host_uses_its_local_socket_and_tcp_otherwise():
     of another identity, or when the local socket cannot be reached, over TCP: the same answers."""
     from epochal.rest.state_client import QueryableStateClient
 
-    backend = HeapKeyedStateBackend(MAXP, range(MAXP))
-    backend.get_state(ValueStateDescriptor("v", queryable="values"))
-    backend.owned_table("v")[key_group_of("k", MAXP)]["k"] = 7
-    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
-    server.attach([KeyedSource("u", 0, 1, backend)], restored=None)
-    server.serving()
-    assert server.routes["local"] == {"host": local_sockets.host_identity(), "socket": server.local_name}
-    stop = threading.Event()
+    with polled_heap_server(None) as (backend, server):
+        backend.owned_table("v")[key_group_of("k", MAXP)]["k"] = 7
+        assert server.routes["local"] == {"host": local_sockets.host_identity(), "socket": server.local_name}
+        ask_over_each_transport(server, QueryableStateClient)
+    with pytest.raises(OSError):  # closed with the server: nothing left listening under its name
+        local_sockets.connect(server.local_name, 1.0)
+    with pytest.raises(ValueError, match="transport"):
+        QueryableStateClient("j", address="127.0.0.1:1", token="t", transport="udp")
 
-    def processing_thread():
-        while not stop.is_set():
-            server.wait(0.01)
-            server.poll()
 
-    thread = threading.Thread(target=processing_thread, daemon=True)
-    thread.start()
+def ask_over_each_transport(server: QueryServer, client_class: type) -> None:
+    """Ask ``server`` for key "k" (7) with clients of each transport and routes: the local socket
+    where the host's identity is the client's, TCP otherwise or when it cannot be reached."""
     address = f"127.0.0.1:{server.port}"
-
-    def client_of(local: dict | None, transport: str = "auto") -> QueryableStateClient:
-        document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
-                    "token": TOKEN.hex(), "states": {"values": {"parallelism": 1, "workers": {"0": address}}},
-                    **({"local_sockets": {address: local}} if local is not None else {})}
-        assert Routes.from_document(document).local_sockets == (
-            {("127.0.0.1", server.port): (local["host"], local["socket"])} if local else {})
-        client = QueryableStateClient.__new__(QueryableStateClient)
-        client._setup(lambda: document, "read_uncommitted", 5.0, transport)
-        return client
 
     cases = [(server.routes["local"], "auto", "unix"),
              (server.routes["local"], "tcp", "tcp"),
              ({**server.routes["local"], "host": "another-host/1"}, "auto", "tcp"),
              ({**server.routes["local"], "socket": "epochal-query-gone"}, "auto", "tcp"),
              (None, "auto", "tcp")]
-    try:
-        for local, transport, expected in cases:
-            client = client_of(local, transport)
-            try:
-                assert client.get("values", "k") == 7
-                assert client.get_many("values", ["k", "absent"]) == {"k": 7}
-                (connection,) = client._connections.values()
-                assert connection.transport == expected, (local, transport)
-            finally:
-                client.close()
-        with pytest.raises(ValueError, match="transport"):
-            QueryableStateClient("j", address="127.0.0.1:1", token="t", transport="udp")
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
-    with pytest.raises(OSError):  # closed with the server: nothing left listening under its name
-        local_sockets.connect(server.local_name, 1.0)
+    for local, transport, expected in cases:
+        document = {"job_id": "j", "status": "RUNNING", "attempt": 0, "serving": True, "max_parallelism": MAXP,
+                    "token": TOKEN.hex(), "states": {"values": {"parallelism": 1, "workers": {"0": address}}},
+                    **({"local_sockets": {address: local}} if local is not None else {})}
+        assert Routes.from_document(document).local_sockets == (
+            {("127.0.0.1", server.port): (local["host"], local["socket"])} if local else {})
+        client = client_class.__new__(client_class)
+        client._setup(lambda document=document: document, "read_uncommitted", 5.0, transport)
+        try:
+            assert client.get("values", "k") == 7
+            assert client.get_many("values", ["k", "absent"]) == {"k": 7}
+            (connection,) = client._connections.values()
+            assert connection.transport == expected, (local, transport)
+        finally:
+            client.close()
