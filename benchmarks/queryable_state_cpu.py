@@ -198,25 +198,30 @@ def echo(ports: Any, results: Any) -> None:
         connection.close()
 
 
-def busy_client(port: int, local: dict[str, str] | None, transport: str, seconds: float) -> None:
+def busy_client(port: int, local: dict[str, str] | None, transport: str, seconds: float, pace: float) -> None:
     """A client process on core 1 (forked from the loop's process, pinned to core 0): single-key
-    ``get`` back to back for ``seconds``."""
+    ``get`` for ``seconds``, back to back, or ``pace`` a second."""
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})
     client = client_of(port, local, transport)
     rng = random.Random(1)
-    end = time.monotonic() + seconds
+    due = time.monotonic()
+    end = due + seconds
     while time.monotonic() < end:
         client.get(STATE, f"w{rng.randrange(KEYS)}")
+        if pace:
+            due += 1 / pace
+            time.sleep(max(0.0, due - time.monotonic()))
     client.close()
 
 
-def busy_rounds(rounds: int, seconds: float = 5.0) -> None:
+def busy_rounds(rounds: int, pace: float = 0.0, seconds: float = 5.0) -> None:
     """``--busy``: the query path among a busy processing thread's work, whose caches it finds
     cold. This process (on core 0) counts words in batches of 1,000 and polls its query server
-    after each batch, as a worker does; a client process on core 1 asks single keys back to back.
-    The loop's time per answer, with against without the client, is what one lookup costs a
-    busy worker (the hot path alone: ``worker poll``)."""
+    after each batch, as a worker does; a client process on core 1 asks single keys back to back,
+    or ``pace`` a second. The loop's time per answer, with against without the client, is what
+    one lookup costs a busy worker (the hot path alone: ``worker poll``). Paced lookups find the
+    query path colder and cost more each (docs/queryable_state.md)."""
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     query_server = make_server()
@@ -236,21 +241,23 @@ def busy_rounds(rounds: int, seconds: float = 5.0) -> None:
             records += 1000
             query_server.poll()
         elapsed = time.monotonic() - started
+        answers = (query_server.answered - answered) / elapsed
         while client is not None and client.is_alive():  # answer it until it ends
             query_server.poll()
             time.sleep(0.0005)
-        return records / elapsed, (query_server.answered - answered) / elapsed
+        return records / elapsed, answers
 
     for round_ in range(rounds):
         alone, _ = loop(None)
         for transport in ("tcp", "auto") if local else ("tcp",):
-            client = context.Process(target=busy_client, args=(query_server.port, local, transport, seconds + 1))
+            client = context.Process(target=busy_client, args=(query_server.port, local, transport, seconds + 1, pace))
             client.start()
             time.sleep(0.5)
             rate, answers = loop(client)
             client.join()
             cost = (1000 / rate - 1000 / alone) / (1000 * answers / rate)  # the loop's extra time per answer
-            print(f"[{round_}] busy worker ({'unix' if transport == 'auto' else 'tcp'}): {cost * 1e6:6.1f} us per "
+            print(f"[{round_}] busy worker ({'unix' if transport == 'auto' else 'tcp'}"
+                  f"{f', {pace:,.0f}/s' if pace else ''}): {cost * 1e6:6.1f} us per "
                   f"lookup ({answers:,.0f} answers/s; {rate:,.0f} records/s against {alone:,.0f} alone)", flush=True)
     query_server.close()
 
@@ -298,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--floor-only", action="store_true", help="measure only the raw socket floor")
     parser.add_argument("--busy", action="store_true", help="measure only the query path in a busy loop (--busy)")
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="with --busy: the client's lookups a second (default 0: back to back)")
     args = parser.parse_args(argv)
     if args.floor_only:
         floor_rounds(args.calls, args.rounds)
@@ -307,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import epochal
 
     if args.busy:
-        busy_rounds(args.rounds)
+        busy_rounds(args.rounds, args.pace)
         return 0
     print(f"queryable state CPU ({os.path.dirname(epochal.__file__)}); load {os.getloadavg()[0]:.1f}", flush=True)
     context = multiprocessing.get_context("spawn")
