@@ -52,6 +52,7 @@ from benchmarks.rest_overhead import spark_cpu
 
 #: the phase with a client over each transport (QueryableStateClient's ``transport``)
 CLIENT_CONFIGS = {"auto": "1000/s", "tcp": "1000/s tcp"}
+TRANSPORT_OF = {config: transport for transport, config in CLIENT_CONFIGS.items()}
 
 
 def configs_of(transports: Sequence[str]) -> tuple[str, ...]:
@@ -84,7 +85,7 @@ def measure(blocks: int, settle: float, window: float, seed: int,
                 rng.shuffle(order)
                 for config in order:
                     client = None
-                    transport = next((t for t, c in CLIENT_CONFIGS.items() if c == config), "")
+                    transport = TRANSPORT_OF.get(config, "")
                     if transport:
                         os.environ[CLIENT_TRANSPORT] = transport  # (the client process's environment)
                         client = start_client(work / f"client-{block}.json", "read_uncommitted", 0.0, 1, rate=1000.0)

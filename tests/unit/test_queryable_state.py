@@ -542,16 +542,18 @@ def test_a_client_of_the_workers_host_uses_its_local_socket_and_tcp_otherwise():
     with polled_heap_server(None) as (backend, server):
         backend.owned_table("v")[key_group_of("k", MAXP)]["k"] = 7
         assert server.routes["local"] == {"host": local_sockets.host_identity(), "socket": server.local_name}
-        ask_over_each_transport(server, QueryableStateClient)
+        ask_over_each_transport(server)
     with pytest.raises(OSError):  # closed with the server: nothing left listening under its name
         local_sockets.connect(server.local_name, 1.0)
     with pytest.raises(ValueError, match="transport"):
         QueryableStateClient("j", address="127.0.0.1:1", token="t", transport="udp")
 
 
-def ask_over_each_transport(server: QueryServer, client_class: type) -> None:
+def ask_over_each_transport(server: QueryServer) -> None:
     """Ask ``server`` for key "k" (7) with clients of each transport and routes: the local socket
     where the host's identity is the client's, TCP otherwise or when it cannot be reached."""
+    from epochal.rest.state_client import QueryableStateClient
+
     address = f"127.0.0.1:{server.port}"
 
     cases = [(server.routes["local"], "auto", "unix"),
@@ -565,7 +567,7 @@ def ask_over_each_transport(server: QueryServer, client_class: type) -> None:
                     **({"local_sockets": {address: local}} if local is not None else {})}
         assert Routes.from_document(document).local_sockets == (
             {("127.0.0.1", server.port): (local["host"], local["socket"])} if local else {})
-        client = client_class.__new__(client_class)
+        client = QueryableStateClient.__new__(QueryableStateClient)
         client._setup(lambda document=document: document, "read_uncommitted", 5.0, transport)
         try:
             assert client.get("values", "k") == 7

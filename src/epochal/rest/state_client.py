@@ -292,9 +292,8 @@ class QueryableStateClient:
         connection = self._connections.get(address)
         if connection is None:
             host, name = routes.local_sockets.get(address, (None, None))
-            try:
-                connection = WorkerConnection(address, self.timeout,
-                                              name if host is not None and host == self._host else None)
+            try:  # (self._host is None with transport="tcp": no host matches)
+                connection = WorkerConnection(address, self.timeout, name if host == self._host else None)
             except OSError as error:
                 raise _Retry(f"cannot reach worker {address[0]}:{address[1]} ({error})") from None
             self._connections[address] = connection

@@ -21,6 +21,7 @@ socket (:func:`host_identity` is None).
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -30,9 +31,11 @@ import sys
 PREFIX = "epochal-query-"
 
 
+@functools.cache
 def host_identity() -> str | None:
     """This process's host as far as abstract Unix sockets reach (the kernel's boot id and the
-    network namespace), or None where there are none (not Linux, or /proc unreadable)."""
+    network namespace), or None where there are none (not Linux, or /proc unreadable). Read once
+    per process."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -46,7 +49,8 @@ def host_identity() -> str | None:
 
 def listen(backlog: int = 128) -> tuple[socket.socket, str] | None:
     """A non-blocking listening Unix socket of a fresh random abstract name, and the name (without
-    its leading NUL); None where abstract sockets are not to be had."""
+    its leading NUL); None where abstract sockets are not to be had (:func:`host_identity` None,
+    or the bind fails)."""
     if host_identity() is None:
         return None
     name = PREFIX + secrets.token_hex(12)

@@ -99,11 +99,13 @@ class QueryServer:
         self.listener = socket.create_server((bind_host, 0), backlog=128)
         self.listener.setblocking(False)
         self.port: int = self.listener.getsockname()[1]
-        local_listener = local.listen()
-        self.local_listener: socket.socket | None = local_listener[0] if local_listener else None
-        self.local_name: str | None = local_listener[1] if local_listener else None
         #: the listening sockets by descriptor (TCP, and the local one where there is one)
-        self.listeners = {sock.fileno(): sock for sock in (self.listener, self.local_listener) if sock is not None}
+        self.listeners = {self.listener.fileno(): self.listener}
+        #: the local socket's name (None: none on this system)
+        self.local_name: str | None = None
+        if (local_listener := local.listen()) is not None:
+            sock, self.local_name = local_listener
+            self.listeners[sock.fileno()] = sock
         self.poller = select.epoll()
         self.connections: dict[int, socket.socket] = {}
         self.buffers: dict[int, bytearray] = {}
