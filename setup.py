@@ -1,10 +1,20 @@
-"""The one compiled part of epochal: the native reader of RocksDB checkpoints for canonical
-savepoints (``epochal.state._rocksdb_native``, see ``epochal/state/rocksdb_native.py``). It is
-optional: without a C compiler the build goes on without it and RocksDB's canonical savepoints
-are read in Python instead (slower, the same files). Everything else is in pyproject.toml."""
+"""The compiled parts of epochal, both optional: without a C compiler the build goes on without
+them and the same work is done in Python instead (slower, the same results):
+
+* ``epochal.state._rocksdb_native``: the native reader of RocksDB checkpoints for canonical
+  savepoints (``epochal/state/rocksdb_native.py``);
+* ``epochal.runtime.queries._answer``: the native answer path of a worker's query server, for a
+  lone read_uncommitted lookup of a heap state (``epochal/runtime/queries/native.py``).
+
+Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("epochal.state._rocksdb_native", ["src/epochal/state/_rocksdb_native.c"],
-                             libraries=["dl"], extra_compile_args=["-O2", "-std=c99", "-Wall"],
-                             optional=True)])
+FLAGS = ["-O2", "-std=c99", "-Wall"]
+
+setup(ext_modules=[
+    Extension("epochal.state._rocksdb_native", ["src/epochal/state/_rocksdb_native.c"],
+              libraries=["dl"], extra_compile_args=FLAGS, optional=True),
+    Extension("epochal.runtime.queries._answer", ["src/epochal/runtime/queries/_answer.c"],
+              extra_compile_args=FLAGS, optional=True),
+])

@@ -179,9 +179,12 @@ def test_list_shows_the_leader_and_the_standbys_of_a_highly_available_job(capsys
 
 
 @pytest.mark.parametrize("switch", ["1", "0"])
-def test_check_says_whether_the_native_rocksdb_reader_is_in_use(capsys, monkeypatch, switch):
+def test_check_says_whether_the_native_parts_are_in_use(capsys, monkeypatch, switch):
     monkeypatch.setenv("EPOCHAL_NATIVE_READER", switch)
+    monkeypatch.setenv("EPOCHAL_NATIVE_QUERIES", switch)
     code, out, _ = run(capsys, "check")
     assert code == 0 and "epochal ready" in out
     assert ("native RocksDB reader: in use" in out) == (switch == "1")
     assert ("native RocksDB reader: off (EPOCHAL_NATIVE_READER=0)" in out) == (switch == "0")
+    assert ("native query answers: in use" in out) == (switch == "1")
+    assert ("native query answers: off (EPOCHAL_NATIVE_QUERIES=0)" in out) == (switch == "0")

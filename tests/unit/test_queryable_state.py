@@ -37,7 +37,8 @@ from epochal.runtime.queries.machine import (
     StatesDeclared,
     page,
 )
-from epochal.runtime.queries.server import KeyedSource, QueryServer, views_of
+from epochal.runtime.queries.server import KeyedSource, QueryServer
+from epochal.runtime.queries.shown import views_of
 from epochal.runtime.queries.wire import (
     BAD_KEY,
     BAD_REQUEST,

@@ -1,5 +1,6 @@
 """``epochal check``: is this machine ready to run epochal (Python, Java, PySpark)? It also says
-whether the optional native RocksDB reader (``epochal.state.rocksdb_native``) is in use."""
+whether the optional native parts are in use: the RocksDB reader (``epochal.state.rocksdb_native``)
+and the query answer path (``epochal.runtime.queries.native``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def check(args: argparse.Namespace | None = None) -> int:
     except ImportError:
         print("epochal: PySpark is not installed; run 'pip install epochal' or 'make setup'", file=sys.stderr)
         return 1
+    from epochal.runtime.queries import native as native_queries
     from epochal.state.rocksdb_native import unavailable_reason
 
     print(f"epochal ready: Python {sys.version.split()[0]}, Java {java} ({find_java()}), "
@@ -30,4 +32,7 @@ def check(args: argparse.Namespace | None = None) -> int:
     why_not = unavailable_reason()  # optional: canonical RocksDB savepoints are slower without it
     print("native RocksDB reader: " + ("in use" if why_not is None else f"off ({why_not}); RocksDB canonical "
                                         "savepoints are read in Python, slower"))
+    why_not = native_queries.unavailable_reason()  # optional: each lookup costs a busy worker more without it
+    print("native query answers: " + ("in use" if why_not is None else f"off ({why_not}); workers answer "
+                                       "every query in Python, at a higher cost to a busy job"))
     return 0

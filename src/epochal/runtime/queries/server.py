@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.runtime.host.mailbox import Mailbox
-from epochal.runtime.queries import local
+from epochal.runtime.queries import local, native
 from epochal.runtime.queries.committed import Views
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
@@ -42,6 +42,7 @@ from epochal.runtime.queries.machine import (
     lookup,
     page,
 )
+from epochal.runtime.queries.shown import GONE, views_of, visible
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
     RECV_BYTES,
@@ -53,7 +54,7 @@ from epochal.runtime.queries.wire import (
     frames_received,
     query_token,
 )
-from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
+from epochal.state.ttl import CLOCK
 
 #: Seconds between looks for queryable states declared since (a function's first record).
 REFRESH_S = 0.2
@@ -64,7 +65,6 @@ SEND_TIMEOUT_S = 2.0
 #: (tests/integration/test_queryable_state.py, whose job switches it off in its workers). Every new
 #: server switches it on again: PySpark reuses worker processes.
 SAFE_POINTS = True
-_DEEP = {"list": list, "map": dict}
 
 
 @dataclass
@@ -120,6 +120,12 @@ class QueryServer:
             self.routes["local"] = {"host": local.host_identity(), "socket": self.local_name}
         self.answered = 0
         self._scratch = memoryview(bytearray(RECV_BYTES))
+        #: the states the native answer path may answer (kept current in place: :meth:`_plain`)
+        self._answerable: native.Answerable = {}
+        #: the native answer path (:mod:`epochal.runtime.queries.native`; None: not in use)
+        self._native = native.answerer(self._scratch, self.machine.token, self._answerable)
+        #: connections whose last read left part of a frame: read in Python until it is whole
+        self._partial: set[int] = set()
         self._do: dict[type, Callable[[Any], None]] = {
             Reply: self._reply, ReadLive: self._read_live, ScanLive: self._scan_live,
             CloseConnection: self._close_connection}
@@ -163,9 +169,17 @@ class QueryServer:
         if restored is not None:
             for source in self.sources:
                 self._feed(Restored(restored, views_of(source.backend)))
+        self._plain()
 
     def serving(self) -> None:
         self._feed(Serving())
+        self._plain()
+
+    def _plain(self) -> None:
+        """Tell the native answer path which states it may answer now."""
+        if self._native is not None:
+            self._answerable.clear()
+            self._answerable.update(native.answerable(self.machine.states, self.machine.serving, self._backend))
 
     def refresh(self) -> None:
         """Declare queryable states the backends gained since the last look."""
@@ -183,6 +197,7 @@ class QueryServer:
             self._feed(StatesDeclared(declared))
             self.routes = {**self.routes, "states": {name: [s.subtask, s.parallelism]
                                                      for name, s in self.machine.states.items()}}
+            self._plain()
 
     def snapshot_taken(self, checkpoint_id: int, backends: Iterable[Any], captured: Mapping[str, Any]) -> None:
         """At checkpoint ``checkpoint_id``'s barrier, on the processing thread: hand over the views
@@ -230,11 +245,21 @@ class QueryServer:
                     self.refresh()
             return
         listeners = self.listeners
+        answer = self._native if SAFE_POINTS else None
         for fd, _ in ready:
             if fd in listeners:
                 self._accept(listeners[fd])
-            else:
+            elif answer is None or fd in self._partial:
                 self._receive(fd)
+            else:  # the native path answers a lone lookup whole, or hands over what it read
+                result = answer.answer(fd)
+                if result is None:
+                    self.answered += 1
+                elif type(result) is bytes:  # answered; the socket took part of it
+                    self.answered += 1
+                    self.outgoing.setdefault(fd, []).append(result)
+                elif result >= 0:
+                    self._received(fd, result)
         if self.outgoing:
             self._flush()
 
@@ -276,15 +301,27 @@ class QueryServer:
             return
         except OSError:
             received = 0
+        self._received(fd, received)
+
+    def _received(self, fd: int, received: int) -> None:
+        """Handle a read of ``received`` bytes (0: the peer closed) from connection ``fd`` into
+        the scratch buffer: answer every request it completes."""
+        if fd not in self.connections:
+            return
         if not received:
             self._close_connection(CloseConnection(fd))
             return
+        buffer = self.buffers[fd]
         try:
-            frames = frames_received(self.buffers[fd], self._scratch, received)
+            frames = frames_received(buffer, self._scratch, received)
         except ValueError as error:
             self._send(fd, QueryFailed(0, BAD_REQUEST, str(error)))
             self._close_connection(CloseConnection(fd))
             return
+        if buffer:
+            self._partial.add(fd)
+        else:
+            self._partial.discard(fd)
         if frames and self.sources:
             self.refresh()
         for body in frames:
@@ -307,9 +344,9 @@ class QueryServer:
         ttl = backend.ttl_configs.get(served.state_name)
         if ttl is not None:  # stored with their timestamps: the user's values, unexpired ones only
             state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
-            shown = [visible(v, state_type, horizon) if f else _GONE for f, v in zip(found, values, strict=True)]
-            found = tuple(v is not _GONE for v in shown)
-            values = tuple(None if v is _GONE else v for v in shown)
+            shown = [visible(v, state_type, horizon) if f else GONE for f, v in zip(found, values, strict=True)]
+            found = tuple(v is not GONE for v in shown)
+            values = tuple(None if v is GONE else v for v in shown)
         self._send(instruction.conn, Values(request.request_id, found, values))
 
     def _scan_live(self, instruction: ScanLive) -> None:
@@ -320,7 +357,7 @@ class QueryServer:
         if ttl is not None:
             state_type, horizon = backend.state_types[served.state_name], CLOCK.now() - ttl.ttl
             shown = [(k, visible(v, state_type, horizon)) for k, v in items]
-            items = [(k, v) for k, v in shown if v is not _GONE]
+            items = [(k, v) for k, v in shown if v is not GONE]
         self._send(instruction.conn, Page(request.request_id, items, cursor))
 
     def _close_connection(self, instruction: CloseConnection) -> None:
@@ -332,6 +369,7 @@ class QueryServer:
             except OSError:
                 pass
         self.buffers.pop(instruction.conn, None)
+        self._partial.discard(instruction.conn)
         if sock is not None:
             for poller in (self.poller, self.idle_poller):
                 try:
@@ -369,9 +407,6 @@ class QueryServer:
                 listener.close()
 
 
-_GONE = object()
-
-
 def send_all(sock: socket.socket, data: bytes) -> None:
     """Send ``data`` on non-blocking ``sock``: one ``send`` call where the socket's buffer takes
     it all (an answer always does, unless the client stopped reading), else wait for the rest up to
@@ -388,50 +423,3 @@ def send_all(sock: socket.socket, data: bytes) -> None:
             sock.sendall(memoryview(data)[sent:])
         finally:
             sock.setblocking(False)
-
-
-def visible(stored: Any, state_type: str, horizon: float) -> Any:
-    """What a state with TTL shows of ``stored`` (values kept with their timestamps) when what was
-    last updated at or before ``horizon`` has expired: the value, list or map without timestamps,
-    or ``_GONE``."""
-    live = unexpired(stored, state_type, horizon)
-    if live is None:
-        return _GONE
-    if state_type in SINGLE_VALUE_TYPES:
-        return live[0]
-    if state_type == "list":
-        return [element[0] for element in live]
-    return {key: entry[0] for key, entry in live.items()}
-
-
-def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None = None) -> Views:
-    """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, a copy no
-    operator changes: ``captured`` (a full heap snapshot's copy, ``{group: {state: {key: value}}}``)
-    shared where given; otherwise copied from the backend's tables (lists and maps one level deeper,
-    as a snapshot copies them). States with TTL are shown as of now: without their timestamps,
-    without what has expired."""
-    views: Views = {}
-    now = CLOCK.now()
-    for query_name, state_name in backend.queryable.items():
-        ttl = backend.ttl_configs.get(state_name)
-        if ttl is not None:
-            state_type, horizon = backend.state_types[state_name], now - ttl.ttl
-            groups = {}
-            for group, entries in backend.owned_table(state_name).items():
-                shown = {k: visible(v, state_type, horizon) for k, v in entries.items()}
-                shown = {k: v for k, v in shown.items() if v is not _GONE}
-                if shown:
-                    groups[group] = shown
-            views[query_name] = groups
-            continue
-        if captured is not None:
-            views[query_name] = {group: states[state_name] for group, states in captured.items()
-                                 if state_name in states}
-            continue
-        deep = _DEEP.get(backend.state_types.get(state_name, "value"))
-        groups = {}
-        for group, entries in backend.owned_table(state_name).items():
-            if entries:
-                groups[group] = {k: deep(v) for k, v in entries.items()} if deep else dict(entries.items())
-        views[query_name] = groups
-    return views
