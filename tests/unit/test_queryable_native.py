@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import socket
-import threading
 import time
 from typing import Any
 
@@ -35,6 +34,7 @@ from epochal.runtime.queries.wire import (
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.ttl import StateTtlConfig
+from tests.unit.queryable_servers import polled_heap_server
 
 JOB_TOKEN = b"j" * 32
 TOKEN = query_token(JOB_TOKEN)
@@ -205,48 +205,34 @@ def test_a_wrong_token_is_refused_and_the_connection_closed_by_the_python_path(m
         server.close()
 
 
-def test_an_answer_larger_than_the_socket_takes_is_sent_whole(monkeypatch):
+def test_an_answer_larger_than_the_socket_takes_is_sent_whole():
     """The native path sends what the socket takes and hands the rest to the server, which sends
     it as it sends any answer (waiting for the client up to its send timeout)."""
-    backend = filled()
-    key = next(f"k{i}" for i in range(300) if key_group_of(f"k{i}", MAXP) in MINE)
-    backend.owned_table("v")[key_group_of(key, MAXP)][key] = b"x" * (8 << 20)
-    server, fed = server_of(backend, monkeypatch, True)
-    rests = []
-    native_answer = server._native.answer
+    with polled_heap_server(None) as (backend, server):
+        backend.owned_table("v")[key_group_of("big", MAXP)]["big"] = b"x" * (8 << 20)
+        rests, fed = [], []
+        native_answer, feed = server._native.answer, server._feed
 
-    class Spy:  # (records the rests the native path hands over)
-        def answer(self, fd: int) -> Any:
-            result = native_answer(fd)
-            rests.append(len(result) if type(result) is bytes else None)
-            return result
+        class Spy:  # (records the rests the native path hands over)
+            def answer(self, fd: int) -> Any:
+                result = native_answer(fd)
+                rests.append(len(result) if type(result) is bytes else None)
+                return result
 
-    server._native = Spy()
-    stop = threading.Event()
-
-    def processing_thread() -> None:
-        while not stop.is_set():
-            server.poll()
-            time.sleep(0.0005)
-
-    thread = threading.Thread(target=processing_thread, daemon=True)
-    thread.start()
-    try:
+        server._feed = fed.append  # type: ignore[method-assign]  (nothing may reach the machine)
+        server._native = Spy()
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-            sock.sendall(plain(1, key))
+            sock.sendall(plain(1, "big"))
             buffer, frames = bytearray(), []
             while not frames:
                 data = sock.recv(1 << 20)
                 assert data, "the server closed the connection"
                 buffer += data
                 frames = split_frames(buffer)
-            assert decode(frames[0]).values == (b"x" * (8 << 20),)
-            assert not fed and server.answered == 1
-            assert any(rests), "the socket took the whole answer: nothing was handed over"
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+        assert decode(frames[0]).values == (b"x" * (8 << 20),)
+        assert not fed and server.answered == 1
+        assert any(rests), "the socket took the whole answer: nothing was handed over"
+        server._feed = feed  # type: ignore[method-assign]
 
 
 def test_only_served_heap_states_without_ttl_are_answered_natively(monkeypatch, tmp_path):

@@ -6,7 +6,6 @@ a QueryServer answering a real client over TCP."""
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import socket
 import threading
@@ -60,6 +59,7 @@ from epochal.runtime.queries.wire import (
 )
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 from epochal.state.heap import HeapKeyedStateBackend
+from tests.unit.queryable_servers import polled_heap_server
 
 TOKEN = query_token(b"j" * 32)
 MAXP = 128
@@ -442,33 +442,6 @@ def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
         server.close()
     finally:
         set_clock(previous)
-
-
-@contextlib.contextmanager
-def polled_heap_server(restored: int | None):
-    """A QueryServer of one heap backend (state "v", query name "values", every key group),
-    restored from checkpoint ``restored`` (its committed view: the state as restored, empty),
-    polled by a thread standing in for the processing thread; yields (backend, server)."""
-    backend = HeapKeyedStateBackend(MAXP, range(MAXP))
-    backend.get_state(ValueStateDescriptor("v", queryable="values"))
-    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
-    server.attach([KeyedSource("u", 0, 1, backend)], restored=restored)
-    server.serving()
-    stop = threading.Event()
-
-    def processing_thread():
-        while not stop.is_set():
-            server.wait(0.01)
-            server.poll()
-
-    thread = threading.Thread(target=processing_thread, daemon=True)
-    thread.start()
-    try:
-        yield backend, server
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
 
 
 @pytest.fixture

@@ -146,18 +146,10 @@ static int Answerer_init(Answerer *a, PyObject *args, PyObject *kwargs) {
     if (read_uncommitted == NULL)
         return -1;
     Py_XSETREF(a->read_uncommitted, read_uncommitted);
-    Py_INCREF(states);
-    Py_XSETREF(a->states, states);
-    Py_INCREF(lookup_kind);
-    Py_XSETREF(a->lookup_kind, lookup_kind);
-    Py_INCREF(values_kind);
-    Py_XSETREF(a->values_kind, values_kind);
-    Py_INCREF(loads);
-    Py_XSETREF(a->loads, loads);
-    Py_INCREF(dumps);
-    Py_XSETREF(a->dumps, dumps);
-    Py_INCREF(protocol);
-    Py_XSETREF(a->protocol, protocol);
+    PyObject **fields[] = {&a->states, &a->lookup_kind, &a->values_kind, &a->loads, &a->dumps, &a->protocol};
+    PyObject *given[] = {states, lookup_kind, values_kind, loads, dumps, protocol};
+    for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++)
+        Py_XSETREF(*fields[i], Py_NewRef(given[i]));
     return 0;
 }
 

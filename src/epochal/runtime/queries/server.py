@@ -5,7 +5,9 @@ processing thread at safe points only: between two batches, and in every turn of
 loop (:meth:`QueryServer.poll`, a non-blocking ``epoll`` of a few microseconds). So a
 ``read_uncommitted`` query reads the live state while no operator is in the middle of changing
 it: never a torn value, and no lock on the hot path. Answers are pickled there too, before the
-state can change again. ``read_committed`` queries are answered from the committed views the
+state can change again; a lone ``read_uncommitted`` lookup of a heap state is answered whole by
+the native answer path (:mod:`epochal.runtime.queries.native`) where it is built, everything else
+by the machine. ``read_committed`` queries are answered from the committed views the
 worker hands over at each barrier (:meth:`QueryServer.snapshot_taken`), which are copies no
 operator touches: those of a heap backend's full snapshot are shared with the snapshot itself
 (no copy of its own); other backends' queryable states are copied at the barrier.
