@@ -39,6 +39,7 @@ import csv
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -139,12 +140,17 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     cpu = os.times()
     started = time.perf_counter()
     next_call = time.monotonic()
+    resumed: list[bool] = []  # (SIGCONT after a SIGSTOP: the pace starts again from now, no catching up)
+    signal.signal(signal.SIGCONT, lambda *_: resumed.append(True))
     end = started + seconds
     if keys_per_call == PIPELINED:
         lookups = pipelined(client, rng, end, latencies)
     try:
         while keys_per_call != PIPELINED and (rate or time.perf_counter() < end):
             count = keys_per_call
+            if resumed:
+                resumed.clear()
+                next_call = time.monotonic()
             if rate:  # every lookup that is due: one key a call while the client keeps up
                 due = int((time.monotonic() - next_call) * rate) + 1
                 count = max(1, min(due, 100))

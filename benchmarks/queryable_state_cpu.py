@@ -14,7 +14,8 @@ a ``QueryableStateClient`` of this process, routed to it, asks single keys with 
   and over the worker's local socket;
 * ``busy worker`` (``--busy``: only this): the same path among a busy processing thread's work
   (a word count polling the server after each batch of 1,000, on core 0; a client on core 1 asking
-  back to back): the loop's lost time per answer, over TCP and over the local socket;
+  back to back, or ``--pace N`` a second): the loop's lost time per answer, over TCP and over the
+  local socket, by the native answer path and by the Python path;
 * ``raw socket floor``: what any client and server of this machine pay, without epochal: a
   blocking request-answer of 60 bytes over loopback TCP to an echo server in another process,
   back to back and at 1,000/s, its CPU on each side per round trip (``--floor-only``: only this).
@@ -130,25 +131,29 @@ def client_rounds(port: int, local: dict[str, str] | None, transport: str, calls
     client.close()
 
 
+def servers_by_path() -> dict[str, Any]:
+    """A query server per answer path: ``native`` and ``python`` (``EPOCHAL_NATIVE_QUERIES=0``)
+    where the native path is built, else ``python`` alone (or an older revision's one server)."""
+    first = make_server()
+    if getattr(first, "_native", None) is None:
+        return {"python": first}
+    python = make_server()
+    python._native = None
+    return {"native": first, "python": python}
+
+
 def poll_rounds(calls: int, rounds: int) -> None:
-
-    try:
-        from epochal.runtime.queries.wire import encode
-    except ImportError:  # a revision before messages were encoded as tuples
-        def encode(message: Any) -> bytes:
-            return pickle.dumps(message, protocol=5)
-
-    query_server = make_server()
-    local = query_server.routes.get("local")
-    for over in ("tcp", "unix") if local else ("tcp",):
-        if over == "unix":
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect("\0" + local["socket"])
-        else:
-            sock = socket.create_connection(("127.0.0.1", query_server.port))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        poll_connection(query_server, sock, over, calls, rounds)
-    query_server.close()
+    for path, query_server in servers_by_path().items():
+        local = query_server.routes.get("local")
+        for over in ("tcp", "unix") if local else ("tcp",):
+            if over == "unix":
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect("\0" + local["socket"])
+            else:
+                sock = socket.create_connection(("127.0.0.1", query_server.port))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            poll_connection(query_server, sock, f"{over}, {path}", calls, rounds)
+        query_server.close()
 
 
 def poll_connection(query_server: Any, sock: socket.socket, over: str, calls: int, rounds: int) -> None:
@@ -177,7 +182,7 @@ def poll_connection(query_server: Any, sock: socket.socket, over: str, calls: in
                 query_server.poll()
             cpu += time.thread_time() - before
             sock.recv_into(buffer)
-        print(f"[{round_}] worker poll ({over}):   {cpu / calls * 1e6:6.1f} us CPU per request", flush=True)
+        print(f"[{round_}] worker poll ({over}): {cpu / calls * 1e6:6.1f} us CPU per request", flush=True)
     sock.close()
 
 
@@ -221,18 +226,19 @@ def busy_rounds(rounds: int, pace: float = 0.0, seconds: float = 5.0) -> None:
     after each batch, as a worker does; a client process on core 1 asks single keys back to back,
     or ``pace`` a second. The loop's time per answer, with against without the client, is what
     one lookup costs a busy worker (the hot path alone: ``worker poll``). Paced lookups find the
-    query path colder and cost more each (docs/queryable_state.md)."""
+    query path colder and cost more each (docs/queryable_state.md). Where the native answer path
+    is built, each round measures it and the Python path (``EPOCHAL_NATIVE_QUERIES=0``) in turn,
+    each with its own server."""
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
-    query_server = make_server()
-    local = query_server.routes.get("local")
+    servers = servers_by_path()
     rng = random.Random(2)
     words = [f"word{i}" for i in range(10_000)]
     batches = [[rng.choice(words) for _ in range(1000)] for _ in range(200)]
     counts: dict[str, int] = {}
     context = multiprocessing.get_context("fork")
 
-    def loop(client: Any) -> tuple[float, float]:
+    def loop(query_server: Any, client: Any) -> tuple[float, float]:
         answered, records = query_server.answered, 0
         started = time.monotonic()
         while time.monotonic() - started < seconds:
@@ -248,18 +254,22 @@ def busy_rounds(rounds: int, pace: float = 0.0, seconds: float = 5.0) -> None:
         return records / elapsed, answers
 
     for round_ in range(rounds):
-        alone, _ = loop(None)
-        for transport in ("tcp", "auto") if local else ("tcp",):
-            client = context.Process(target=busy_client, args=(query_server.port, local, transport, seconds + 1, pace))
-            client.start()
-            time.sleep(0.5)
-            rate, answers = loop(client)
-            client.join()
-            cost = (1000 / rate - 1000 / alone) / (1000 * answers / rate)  # the loop's extra time per answer
-            print(f"[{round_}] busy worker ({'unix' if transport == 'auto' else 'tcp'}"
-                  f"{f', {pace:,.0f}/s' if pace else ''}): {cost * 1e6:6.1f} us per "
-                  f"lookup ({answers:,.0f} answers/s; {rate:,.0f} records/s against {alone:,.0f} alone)", flush=True)
-    query_server.close()
+        for path, query_server in servers.items():
+            local = query_server.routes.get("local")
+            alone, _ = loop(query_server, None)
+            for transport in ("tcp", "auto") if local else ("tcp",):
+                client = context.Process(target=busy_client,
+                                         args=(query_server.port, local, transport, seconds + 1, pace))
+                client.start()
+                time.sleep(0.5)
+                rate, answers = loop(query_server, client)
+                client.join()
+                cost = (1000 / rate - 1000 / alone) / (1000 * answers / rate)  # the loop's extra time per answer
+                print(f"[{round_}] busy worker ({'unix' if transport == 'auto' else 'tcp'}, {path}"
+                      f"{f', {pace:,.0f}/s' if pace else ''}): {cost * 1e6:6.1f} us per lookup ({answers:,.0f} "
+                      f"answers/s; {rate:,.0f} records/s against {alone:,.0f} alone)", flush=True)
+    for query_server in servers.values():
+        query_server.close()
 
 
 def floor_rounds(calls: int, rounds: int) -> None:
