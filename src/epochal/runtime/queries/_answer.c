@@ -1,5 +1,5 @@
 /* epochal.runtime.queries._answer: the worker's answer to the common query, a read_uncommitted
- * lookup of a heap state, without running Python bytecode (issue 37; see answerer.py for the
+ * lookup of a heap state, without running Python bytecode (issue 37; see native.py for the
  * contract and docs/queryable_state.md for why).
  *
  * Answerer(scratch, token, states, lookup_kind, values_kind, loads, dumps, protocol):
