@@ -171,7 +171,6 @@ class QueryServer:
         if restored is not None:
             for source in self.sources:
                 self._feed(Restored(restored, views_of(source.backend)))
-        self._plain()
 
     def serving(self) -> None:
         self._feed(Serving())
