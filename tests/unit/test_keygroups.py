@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 import os
 import subprocess
@@ -99,3 +100,22 @@ def test_the_fast_paths_give_the_groups_of_the_general_encoding():
         assert [key_group_of(k, max_parallelism) for k in keys] == expected
         assert key_groups_of(keys, max_parallelism) == expected
     assert key_group_bytes(b"k1") == b"k1"
+
+
+def test_an_int_key_past_pythons_digit_limit_has_a_key_group():
+    """str() of an int of more than 4,300 digits raises ValueError (sys.set_int_max_str_digits);
+    such a key is still a hashable key and must be placed, equal to its decimal digits' group."""
+    import mmh3
+
+    huge = 10**5000 + 7
+    expected = mmh3.hash(decimal.Decimal(huge).to_eng_string().encode(), 0, False) % 128
+    assert key_group_of(huge, 128) == expected
+    assert key_groups_of(["a", huge, 3], 128)[1] == expected
+    assert stable_key_bytes(huge) == b"i" + str(decimal.Decimal(huge)).encode()
+    assert stable_key_bytes((huge, "x")) != stable_key_bytes((huge + 1, "x"))
+    limit = sys.get_int_max_str_digits()
+    try:
+        sys.set_int_max_str_digits(0)  # no limit: the same group from str() itself
+        assert key_group_of(huge, 128) == expected == mmh3.hash(str(huge).encode(), 0, False) % 128
+    finally:
+        sys.set_int_max_str_digits(limit)

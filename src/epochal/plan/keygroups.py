@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import struct
 from typing import Any
 
@@ -35,14 +36,14 @@ def stable_key_bytes(key: Any) -> bytes:
     if kind is str:
         return b"s" + key.encode("utf-8", "surrogatepass")
     if kind is int or kind is bool:
-        return b"i" + str(int(key)).encode()
+        return b"i" + int_digits(int(key)).encode()
     if kind is bytes:
         return b"y" + key
     if key is None:
         return b"n"
     if kind is float:
         if key.is_integer():
-            return b"i" + str(int(key)).encode()
+            return b"i" + int_digits(int(key)).encode()
         return b"f" + repr(key).encode()
     if isinstance(key, tuple):
         parts = [b"t", _PACK_LEN(len(key))]
@@ -79,6 +80,16 @@ def stable_key_bytes(key: Any) -> bytes:
     )
 
 
+def int_digits(number: int) -> str:
+    """``str(number)``, also past Python's limit on the digits of an int's ``str`` (4,300 by
+    default, ``sys.set_int_max_str_digits``): an int key of any size has its key group, the same
+    in every process whatever its limit."""
+    try:
+        return str(number)
+    except ValueError:  # more digits than this process's limit: decimal's conversion has none
+        return str(decimal.Decimal(number))
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -106,7 +117,11 @@ def key_group_of(key: Any, max_parallelism: int) -> int:
     elif kind is bytes:  # key_group_bytes of bytes is the bytes themselves (Kafka keys are bytes)
         return _hash(key, 0, False) % max_parallelism
     elif kind is int:
-        return _hash(str(key).encode(), 0, False) % max_parallelism
+        try:  # int_digits inline: int keys are on the hot path of keyed shuffles
+            text = str(key)
+        except ValueError:
+            text = int_digits(key)
+        return _hash(text.encode(), 0, False) % max_parallelism
     return _hash(key_group_bytes(key), 0, False) % max_parallelism
 
 
