@@ -49,6 +49,7 @@ static struct {
     const char *(*iter_value)(const rdb_t *, size_t *);
     void (*iter_get_error)(const rdb_t *, char **);
     void (*free)(void *);
+    void (*options_set_allow_mmap_reads)(rdb_t *, unsigned char);
 } api;
 
 #define READAHEAD (4u << 20)
@@ -91,6 +92,7 @@ static PyObject *load(PyObject *self, PyObject *args) {
     SYMBOL(iter_value, "rocksdb_iter_value");
     SYMBOL(iter_get_error, "rocksdb_iter_get_error");
     SYMBOL(free, "rocksdb_free");
+    SYMBOL(options_set_allow_mmap_reads, "rocksdb_options_set_allow_mmap_reads");
 #undef SYMBOL
     api.loaded = 1;
     Py_RETURN_NONE;
@@ -279,6 +281,9 @@ static void release(Reader *r) {
 static int open_all(Reader *r, const char *directory, const char *lower, size_t lower_n, const char *upper,
                     size_t upper_n) {
     r->options = api.options_create();
+    /* the SST files mapped, not read into buffers: blocks are parsed where they lie (about 10 %
+     * less CPU for a whole-database read; the files are a checkpoint's, never changed) */
+    api.options_set_allow_mmap_reads(r->options, 1);
     r->names = api.list_column_families(r->options, directory, &r->ncf, &r->error);
     if (r->error != NULL)
         return -1;
