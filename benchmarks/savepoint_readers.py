@@ -12,6 +12,8 @@ part), which say what the reader changed where the ratio's denominator moves fro
 
     .venv/bin/python -m benchmarks.savepoint_readers --jobs 3 --rounds 6              # ~7 min
     .venv/bin/python -m benchmarks.savepoint_readers --baseline-tree /tmp/old-epochal  # + old code
+    .venv/bin/python -m benchmarks.savepoint_readers --baseline-tree /tmp/old-epochal \
+        --configurations native baseline                                                  # only these
 
 ``--baseline-tree``: a checkout with its own ``.venv`` (``make setup`` there), run with this
 checkout's ``benchmarks/savepoints.py``. Writes ``savepoint_readers.csv`` (every savepoint),
@@ -42,6 +44,11 @@ def configurations(args: argparse.Namespace) -> dict[str, tuple[Path, dict[str, 
     out = {"native": (HERE, {}), "python": (HERE, {"EPOCHAL_NATIVE_READER": "0"})}
     if args.baseline_tree:
         out["baseline"] = (Path(args.baseline_tree).resolve(), {})
+    if args.configurations:
+        unknown = set(args.configurations) - set(out)
+        if unknown:
+            raise SystemExit(f"unknown configurations {sorted(unknown)} (there are {sorted(out)})")
+        out = {name: out[name] for name in args.configurations}
     return out
 
 
@@ -105,6 +112,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--pause", type=float, default=2.0)
     parser.add_argument("--baseline-tree", default=None, help="another checkout (with .venv) to compare")
+    parser.add_argument("--configurations", nargs="+", default=None,
+                        help="only these (native, python, baseline); default: all")
     parser.add_argument("--from-dir", default=None,
                         help="summarise the runs already in this directory (<configuration>-<job>/savepoints.csv)")
     parser.add_argument("--out", default="benchmarks/results/savepoint_readers")
