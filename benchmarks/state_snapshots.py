@@ -84,16 +84,19 @@ ENDED = ("finished", "failed", "cancelled")
 POLL_S = 0.05
 
 
-def build(env: epochal.Environment, keys: int, hot: int, rate: float | None = None) -> None:
+def build(env: epochal.Environment, keys: int, hot: int, rate: float | None = None, queryable: bool = False) -> None:
     """generator -> [shuffle] latest payload and count per key -> [shuffle] count per bucket -> discard;
-    ``rate``: records per second in all (None: as fast as the job goes)."""
+    ``rate``: records per second in all (None: as fast as the job goes); ``queryable``: the state
+    per key is queryable as ``"latest"`` (``read_committed`` views are taken at every barrier)."""
 
     def event(i: int) -> tuple[int, int, bytes]:
         key = i if i < keys else (i * 7919) % hot
         return key, 1, hashlib.shake_128(i.to_bytes(8, "little")).digest(PAYLOAD_BYTES)
 
-    per_key = env.from_generator(event, rate=rate).name("source").key_by(lambda e: e[0]) \
-        .reduce(lambda a, b: (a[0], a[1] + b[1], b[2])).name("aggregate-per-key").uid("aggregate-per-key")
+    keyed = env.from_generator(event, rate=rate).name("source").key_by(lambda e: e[0])
+    if queryable:
+        keyed = keyed.as_queryable_state("latest")
+    per_key = keyed.reduce(lambda a, b: (a[0], a[1] + b[1], b[2])).name("aggregate-per-key").uid("aggregate-per-key")
     per_key.map(lambda e: (e[0] % 1009, 1)).name("bucket").key_by(lambda e: e[0]).count() \
         .name("count-per-bucket").discard()
 
@@ -178,7 +181,7 @@ def run(spark: Any, args: argparse.Namespace, experiment: str, backend: str, key
     env.enable_checkpointing(args.interval, storage=storage_dir, retained=10_000, timeout=args.checkpoint_timeout)
     env.set_restart_strategy(FixedDelayRestart(attempts=1, delay=args.restart_delay))
     hot = min(keys, args.hot_keys) if args.hot_keys else max(1, int(keys * args.hot))
-    build(env, keys, hot)
+    build(env, keys, hot, queryable=args.queryable)
     tags = {"experiment": experiment, "backend": backend, "keys": keys, "hot_keys": hot,
             "parallelism": parallelism, "repeat": repeat, "cache_entries": cache_entries}
     load = os.getloadavg()[0]
@@ -345,6 +348,8 @@ def main() -> None:
     parser.add_argument("--hot-keys", type=int, default=0, help="keys updated after the fill, at every size "
                                                                 "(instead of --hot)")
     parser.add_argument("--restart-delay", type=float, default=0.0)
+    parser.add_argument("--queryable", action="store_true",
+                        help="the state per key queryable (as_queryable_state): what its read_committed views cost")
     parser.add_argument("--checkpoint-timeout", type=float, default=120.0)
     parser.add_argument("--slots", type=int, default=0, help="Spark's local[N] (default: the largest parallelism, "
                                                           "at least 2; epochal's own default master has at least 4)")

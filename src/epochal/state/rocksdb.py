@@ -37,7 +37,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from rocksdict import (
@@ -66,6 +67,7 @@ from epochal.state.rocksdb_keys import (
     scan,
     scan_keys,
 )
+from epochal.state.rocksdb_views import CheckpointViews, CommittedGroup
 
 __all__ = ["RocksDBKeyedStateBackend", "read_key_groups", "read_stored_groups"]
 
@@ -295,6 +297,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             cf.flush()
         Checkpoint(self._db).create_checkpoint(path)
         return sorted(os.listdir(path))
+
+    def committed_views(self, names: Mapping[str, str]) -> dict[str, dict[int, CommittedGroup]]:
+        """The states ``names`` (query name -> state name) as they are now, read-only, as
+        ``{query name: {owned group: view}}``: views of a local checkpoint made now (milliseconds
+        after a snapshot's flush), not a copy (:mod:`epochal.state.rocksdb_views`). The views stay
+        valid after this backend is closed; their checkpoint is deleted when the last is dropped."""
+        directory = f"{self.directory}.query-{uuid.uuid4().hex[:12]}"
+        self.local_checkpoint(directory)
+        checkpoint = CheckpointViews(directory, self._encode)
+        return {query: checkpoint.views(state, self.key_groups) for query, state in names.items()}
 
     def ingest_key_groups(self, checkpoint_dir: str, key_groups: range) -> int:
         """Load the entries of ``key_groups`` (clipped to the owned groups) from the checkpoint at

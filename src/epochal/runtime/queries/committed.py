@@ -2,7 +2,8 @@
 future work: workers hold on to the state of completed snapshots).
 
 At each checkpoint's barrier the worker hands over a view of every queryable state of each of
-its subtasks (``{query name: {key group: {key: value}}}``), taken on the processing thread, so
+its subtasks (``{query name: {key group: {key: value}}}``, the groups any read-only mapping: a
+copy, a heap snapshot's, or a RocksDB local checkpoint's), taken on the processing thread, so
 nothing changes it afterwards; the view becomes the committed one when the JobMaster says the
 checkpoint completed, and is dropped when it is aborted. A restore makes the restored state the
 committed view (the restored checkpoint completed). Committed views only move forward: a
@@ -12,10 +13,11 @@ restores the latest *checkpoint*, which may be older than a savepoint). Pure: no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 #: query name -> key group -> key -> value
-Views = dict[str, dict[int, dict[Any, Any]]]
+Views = dict[str, dict[int, Mapping[Any, Any]]]
 
 
 class CommittedViews:
@@ -58,5 +60,5 @@ class CommittedViews:
         for name, groups in views.items():
             self.views.setdefault(name, {}).update(groups)
 
-    def groups(self, name: str) -> dict[int, dict[Any, Any]]:
+    def groups(self, name: str) -> dict[int, Mapping[Any, Any]]:
         return self.views.get(name, {})

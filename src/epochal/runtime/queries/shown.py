@@ -1,10 +1,12 @@
 """What a query shows of a subtask's keyed state: the values of states with a TTL without their
 timestamps (expired ones not at all), and the views of every queryable state that
 ``read_committed`` queries are answered from (:mod:`epochal.runtime.queries.committed`).
-Pure functions of a backend's tables and a time."""
+Functions of a backend's tables and a time (a RocksDB backend's views are of a local checkpoint
+that it makes)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from epochal.runtime.queries.committed import Views
@@ -30,14 +32,24 @@ def visible(stored: Any, state_type: str, horizon: float) -> Any:
 
 
 def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None = None) -> Views:
-    """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, a copy no
-    operator changes: ``captured`` (a full heap snapshot's copy, ``{group: {state: {key: value}}}``)
-    shared where given; otherwise copied from the backend's tables (lists and maps one level deeper,
-    as a snapshot copies them). States with TTL are shown as of now: without their timestamps,
+    """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, as they are
+    now and as no operator changes them: ``captured`` (a full heap snapshot's copy, ``{group:
+    {state: {key: value}}}``) shared where given; a backend with ``committed_views`` (RocksDB)
+    gives read-only views of a local checkpoint (milliseconds, whatever the state's size);
+    otherwise copied from the backend's tables (lists and maps one level deeper, as a snapshot
+    copies them). States with TTL are copied and shown as of now: without their timestamps,
     without what has expired."""
     views: Views = {}
+    groups: dict[int, Mapping[Any, Any]]
     now = CLOCK.now()
+    checkpointed = getattr(backend, "committed_views", None)  # RocksDB: views of a local checkpoint
+    if checkpointed is not None:
+        plain = {query: state for query, state in backend.queryable.items() if state not in backend.ttl_configs}
+        if plain:
+            views.update(checkpointed(plain))
     for query_name, state_name in backend.queryable.items():
+        if query_name in views:
+            continue
         ttl = backend.ttl_configs.get(state_name)
         if ttl is not None:
             state_type, horizon = backend.state_types[state_name], now - ttl.ttl
