@@ -276,28 +276,33 @@ class Worker(WorkerShell):
             storage = self.uploader.savepoints.setdefault(  # type: ignore[union-attr]
                 instruction.checkpoint_id, SavepointStorage(instruction.savepoint.location))
         if self.forked_snapshots and not instruction.hold:  # (a loop head holds its copy for its log)
+            viewed = 0.0
             if self.queries is not None and instruction.savepoint is None:
-                self._queryable_snapshot(subtask, instruction.checkpoint_id, {})
+                viewed = self._queryable_snapshot(subtask, instruction.checkpoint_id, {})
             forked = capture_forked(subtask, instruction, storage,  # type: ignore[arg-type]
                                     lambda point: self._reach(point, instruction.checkpoint_id))
+            forked.stats["sync_s"] += viewed
             self._reach("after_sync", instruction.checkpoint_id)
             self.uploader.submit(forked)  # type: ignore[union-attr]
             return
         upload = capture(subtask, instruction)
         if self.queries is not None and instruction.savepoint is None:
-            self._queryable_snapshot(subtask, instruction.checkpoint_id, upload.captured)
+            upload.stats["sync_s"] += self._queryable_snapshot(subtask, instruction.checkpoint_id, upload.captured)
         self._reach("after_sync", instruction.checkpoint_id)
         if instruction.hold:
             self._feed(SnapshotHeld(instruction.key, upload))
         else:
             self.uploader.submit(upload)  # type: ignore[union-attr]
 
-    def _queryable_snapshot(self, subtask: Subtask, checkpoint_id: int, captured: dict[str, Any]) -> None:
+    def _queryable_snapshot(self, subtask: Subtask, checkpoint_id: int, captured: dict[str, Any]) -> float:
         """At the barrier: the subtask's queryable states become checkpoint ``checkpoint_id``'s
-        pending committed view."""
+        pending committed view. Returns the seconds it took (part of the snapshot's synchronous
+        part: the processing thread waited for it)."""
+        started = time.monotonic()
         self.queries.snapshot_taken(checkpoint_id,  # type: ignore[union-attr]
                                     [(r.keyed_state, r.uid) for r in subtask.runners if r.keyed_state is not None],
                                     captured)
+        return time.monotonic() - started
 
     @_DO.on(UploadWithLog)
     def _do_upload_with_log(self, instruction: UploadWithLog) -> None:
