@@ -138,3 +138,29 @@ def test_states_with_ttl_are_still_copied_without_their_timestamps(backend):
     views = views_of(backend)
     assert views == {"recent": {key_group_of(key, MAXP): {key: "v"}}}
     assert query_dirs(backend) == []  # no checkpoint for copied states
+
+
+def test_a_query_server_restored_on_rocksdb_answers_from_a_checkpoint_and_closing_it_deletes_them(backend):
+    from epochal.runtime.host.mailbox import Mailbox
+    from epochal.runtime.queries.server import KeyedSource, QueryServer
+
+    keys = mine(10)
+    counts, _ = fill(backend, keys)
+    server = QueryServer(b"j" * 32, 0, "127.0.0.1", MAXP, Mailbox())
+    try:
+        server.attach([KeyedSource("op", 0, 2, backend)], restored=4)  # the restored state: checkpoint 4's view
+        server.serving()
+        assert len(query_dirs(backend)) == 1
+        server.snapshot_taken(5, [(backend, "op")], {})
+        server.checkpoint_completed(5, savepoint=False)
+        assert len(query_dirs(backend)) == 1  # checkpoint 4's view dropped once 5's was committed
+        backend.set_current_key(keys[0])
+        counts.update(99)
+        groups = server.machine.committed.groups("counts")
+        assert groups[key_group_of(keys[0], MAXP)].get(keys[0]) == 0
+        assert server.machine.committed.checkpoint_id == 5
+        del groups
+    finally:
+        server.close()
+    gc.collect()
+    assert query_dirs(backend) == []

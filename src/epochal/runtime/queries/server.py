@@ -25,7 +25,7 @@ from typing import Any
 
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import local, native
-from epochal.runtime.queries.committed import Views
+from epochal.runtime.queries.committed import CommittedViews, Views
 from epochal.runtime.queries.machine import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -397,7 +397,10 @@ class QueryServer:
         self.answered += 1
 
     def close(self) -> None:
+        """Close every socket and drop the committed views (a RocksDB view's checkpoint is closed
+        and deleted with it, before the backends are disposed)."""
         self.closed = True
+        self.machine.committed = CommittedViews()
         for conn in list(self.connections):
             self._close_connection(CloseConnection(conn))
         try:
