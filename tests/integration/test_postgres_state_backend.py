@@ -569,3 +569,39 @@ def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_bac
     restored = started[0]
     assert prepared(postgres, restored) == []
     assert counts(restored, KEYS + ["zombie-only"]) == {**dict.fromkeys(KEYS, 1), "zombie-only": None}
+
+
+@pytest.mark.parametrize("mvcc", [False, True], ids=["wal", "mvcc"])
+def test_read_committed_views_show_the_last_committed_checkpoint_without_copying_it(make_backend, mvcc):
+    from epochal.runtime.queries.shown import views_of
+    from epochal.state.postgres_views import CommittedGroupView
+
+    backend = make_backend(mvcc=mvcc)
+    backend.get_state(ValueStateDescriptor("count", queryable="counts"))
+    views = views_of(backend)
+    assert all(type(view) is CommittedGroupView for view in views["counts"].values())
+
+    def committed(keys):
+        return {k: views["counts"][key_group_of(k, MAXP)].get(k) for k in keys}
+
+    add(backend, KEYS)
+    assert committed(KEYS[:3]) == dict.fromkeys(KEYS[:3])  # only in the log: not committed
+    checkpoint([backend], 1)
+    add(backend, KEYS[:50])  # epoch 2, pending
+    assert committed(KEYS[:3]) == dict.fromkeys(KEYS[:3])  # prepared (or written, MVCC), not completed
+    backend.checkpoint_completed(1)
+    assert committed(KEYS) == dict.fromkeys(KEYS, 1) and counts(backend, KEYS[:1]) == {KEYS[0]: 2}
+    source = checkpoint([backend], 2)
+    backend.checkpoint_completed(2)
+    add(backend, KEYS[:5])  # epoch 3, never completed
+    assert committed(KEYS[:50]) == dict.fromkeys(KEYS[:50], 2)
+    assert committed(KEYS[50:52]) == dict.fromkeys(KEYS[50:52], 1)
+    scanned = sorted(item for view in views["counts"].values() for item in view.items())
+    assert scanned == sorted({**dict.fromkeys(KEYS, 1), **dict.fromkeys(KEYS[:50], 2)}.items())
+    assert sum(len(view) for view in views["counts"].values()) == len(KEYS)
+    backend.dispose()
+    restored = make_backend(restore=source, mvcc=mvcc)  # checkpoint 2 again: epoch 3 gone
+    restored.get_state(ValueStateDescriptor("count", queryable="counts"))
+    again = views_of(restored)["counts"]
+    assert {k: again[key_group_of(k, MAXP)].get(k) for k in KEYS[:2] + KEYS[-2:]} == {
+        **dict.fromkeys(KEYS[:2], 2), **dict.fromkeys(KEYS[-2:], 1)}

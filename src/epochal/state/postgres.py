@@ -51,6 +51,7 @@ import pickle
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from epochal.config import StateBackendConfig
@@ -61,7 +62,7 @@ from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
 from epochal.state.postgres_spill import SpillDirectory, merge
 from epochal.state.postgres_store import Store
-from epochal.state.postgres_views import SCALAR_KEYS, Group, GroupView
+from epochal.state.postgres_views import SCALAR_KEYS, CommittedGroupView, Group, GroupView
 from epochal.state.postgres_wal import WriteAheadLog
 from epochal.state.release import release_later
 from epochal.state.rocksdb_keys import KeyEncoder
@@ -187,6 +188,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             state = self._state_id(name)
             table = self._tables[name] = {g: GroupView(self, state, self._groups[g]) for g in self.key_groups}
         return table
+
+    def committed_views(self, names: Mapping[str, str]) -> dict[str, dict[int, CommittedGroupView]]:
+        """States ``names`` (query -> state name) as of the last checkpoint this subtask committed,
+        ``{query: {owned group: view}}``, read when asked: nothing is copied at a barrier
+        (:class:`~epochal.state.postgres_views.CommittedGroupView` says why that is right)."""
+        return {query: {g: CommittedGroupView(self, self._state_id(state), self._groups[g]) for g in self.key_groups}
+                for query, state in names.items()}
 
     def batch_logged_table(self, name: str) -> tuple[GroupTables, Any]:
         """State ``name`` for a batch-at-a-time operator; its per-batch log reads the batch's

@@ -6,7 +6,7 @@ committed, then the cache, then the database, and writes the log only."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from epochal.serialization import dumps as _dumps
@@ -55,7 +55,72 @@ class Group:
         self.complete = False
 
 
-class GroupView(MutableMapping[Any, Any]):
+class _CommittedReads:
+    """What the read cache and the database say of a key: its value as of the last checkpoint
+    this subtask committed (the cache holds the database's values, folded in as epochs commit)."""
+
+    __slots__ = ()
+    _backend: PostgresKeyedStateBackend
+    _group: Group
+    _values: dict[bytes, bytes]
+
+    def _committed(self, stored_key: bytes) -> bytes | None:
+        value = self._values.get(stored_key, _MISS)
+        if value is not _MISS:
+            return value
+        group = self._group
+        if group.complete or stored_key in group.known:
+            return None
+        self._backend._fetch([group.index], [stored_key])
+        return self._values.get(stored_key)
+
+
+class CommittedGroupView(_CommittedReads, Mapping[Any, Any]):
+    """One key group of one state as of the last checkpoint the subtask committed, read-only: the
+    read cache, then the database; not the write-ahead log, not the epochs not yet committed. A
+    ``read_committed`` view (:meth:`PostgresKeyedStateBackend.committed_views`): it is read when
+    asked, and shows the checkpoint the query server calls committed because a worker commits a
+    checkpoint's epochs before its query server promotes that checkpoint's view."""
+
+    __slots__ = ("_backend", "_group", "_values", "_encode")
+
+    def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: Group) -> None:
+        self._backend = backend
+        self._group = group
+        self._values = group.values_of(state)
+        self._encode = backend._encoder
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._committed(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key))
+        return default if value is None else _loads(value)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._committed(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key))
+        if value is None:
+            raise KeyError(key)
+        return _loads(value)
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key, _MISS) is not _MISS
+
+    def _all(self) -> dict[bytes, bytes]:
+        self._backend._load_group(self._group)
+        return dict(self._values)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([_loads(k) for k in self._all()])
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def items(self) -> Any:
+        return [(_loads(k), _loads(v)) for k, v in self._all().items()]
+
+    def __repr__(self) -> str:
+        return f"<PostgreSQL key group {self._group.index}, committed: {dict(self.items())!r}>"
+
+
+class GroupView(_CommittedReads, MutableMapping[Any, Any]):
     """One key group of one state as ``{key: value}``: the subtask's write-ahead log first, then
     its epochs not yet committed (newest first), then the read cache, then the database. Values
     read are fresh copies (unpickled), so one changed in place must be written back (the backend
@@ -94,14 +159,7 @@ class GroupView(MutableMapping[Any, Any]):
                     value = entries.get(stored_key, _MISS)
                     if value is not _MISS:
                         return value
-        value = self._values.get(stored_key, _MISS)
-        if value is not _MISS:
-            return value
-        group = self._group
-        if group.complete or stored_key in group.known:
-            return None
-        self._backend._fetch([group.index], [stored_key])
-        return self._values.get(stored_key)
+        return self._committed(stored_key)
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = self._stored(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key))

@@ -2,7 +2,7 @@
 timestamps (expired ones not at all), and the views of every queryable state that
 ``read_committed`` queries are answered from (:mod:`epochal.runtime.queries.committed`).
 Functions of a backend's tables and a time (a RocksDB backend's views are of a local checkpoint
-that it makes)."""
+that it makes; a PostgreSQL backend's read the database)."""
 
 from __future__ import annotations
 
@@ -34,15 +34,16 @@ def visible(stored: Any, state_type: str, horizon: float) -> Any:
 def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None = None) -> Views:
     """The queryable states of ``backend`` as ``{query name: {group: {key: value}}}``, as they are
     now and as no operator changes them: ``captured`` (a full heap snapshot's copy, ``{group:
-    {state: {key: value}}}``) shared where given; a backend with ``committed_views`` (RocksDB)
-    gives read-only views of a local checkpoint (milliseconds, whatever the state's size);
-    otherwise copied from the backend's tables (lists and maps one level deeper, as a snapshot
-    copies them). States with TTL are copied and shown as of now: without their timestamps,
-    without what has expired."""
+    {state: {key: value}}}``) shared where given; otherwise copied from the backend's tables
+    (lists and maps one level deeper, as a snapshot copies them). A backend with
+    ``committed_views`` gives read-only views instead: RocksDB of a local checkpoint (made in
+    milliseconds, whatever the state's size), PostgreSQL of the rows it committed (which are, once
+    the query server promotes the view, those of the view's checkpoint). States with TTL are
+    copied and shown as of now: without their timestamps, without what has expired."""
     views: Views = {}
     groups: dict[int, Mapping[Any, Any]]
     now = CLOCK.now()
-    checkpointed = getattr(backend, "committed_views", None)  # RocksDB: views of a local checkpoint
+    checkpointed = getattr(backend, "committed_views", None)  # RocksDB, PostgreSQL: not a copy
     if checkpointed is not None:
         plain = {query: state for query, state in backend.queryable.items() if state not in backend.ttl_configs}
         if plain:
