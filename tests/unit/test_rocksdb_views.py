@@ -83,13 +83,14 @@ def test_views_show_the_state_of_their_moment_whatever_the_live_database_does_la
     counts.update(7)
     for i, key in enumerate(keys):
         group = key_group_of(key, MAXP)
-        assert views["counts"][group].get(key) == i and views["counts"][group][key] == i and key in views["counts"][group]
+        view = views["counts"][group]
+        assert view.get(key) == i and view[key] == i and key in view
         assert views["fields"][group].get(key) == {"n": i}
     new_group = key_group_of("new", MAXP)
     if new_group in GROUPS:
         assert views["counts"][new_group].get("new", "absent") == "absent"
     assert sum(len(group) for group in views["counts"].values()) == len(keys)
-    assert sorted(v for group in views["counts"].values() for _, v in group.items()) == list(range(len(keys)))
+    assert sorted(v for view in views["counts"].values() for _, v in view.items()) == list(range(len(keys)))
 
 
 def test_the_checkpoint_is_opened_on_the_first_read_and_deleted_with_the_last_view(backend):
