@@ -83,6 +83,19 @@ def checkpoint_values(checkpoint_root: str, checkpoint_id: int, max_parallelism:
     return values
 
 
+def values_at_position(checkpoint_root: str, checkpoint_id: int) -> dict[str, Any]:
+    """Every key's value of the reduce in checkpoint ``checkpoint_id``, from the one source
+    subtask's position in it (the records before it reached the reduce, in order): the oracle where
+    keyed state is in no checkpoint file (the PostgreSQL backend)."""
+    from epochal.runtime.dataplane.source_reader import SourceReader
+
+    storage = CheckpointStorage(checkpoint_root)
+    source = RestoreSource(storage, checkpoint_id, storage.read_metadata(checkpoint_id))
+    [(_, position)] = source.operator_lists("source", 0, 1)[SourceReader.POSITIONS]
+    counts = {index: position // KEYS + (index < position % KEYS) for index in range(KEYS)}
+    return {f"k{index}": expected(f"k{index}", n) for index, n in counts.items() if n}
+
+
 class TwoSteps(ProcessFunction):
     """A keyed process function whose update of a key takes two writes with work between them:
     ``(n + 1, n)``, then, 1 ms later, ``(n + 1, n + 1)``. Between two records every value is ``(n, n)``; a read

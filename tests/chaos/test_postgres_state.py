@@ -20,6 +20,8 @@ from epochal.state.postgres_spill import SpillDirectory
 from epochal.testing import Fault, random_faults
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.chaos.test_exactly_once import ORACLE, running_count_job
+from tests.chaos.test_queryable_state import run_with_kills
+from tests.queryable_jobs import KEYS, is_real, values_at_position
 from tests.chaos.test_state_backends import _run_until_checkpoints
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
@@ -212,3 +214,31 @@ def test_a_recovery_reads_no_state_whatever_its_size(make_env, tmp_path, postgre
         reads = [handle["rows_read"] for handle in handles]
         # the cache read the hot keys' rows as records met them, and nothing else
         assert 0 < sum(reads) <= HOT_KEYS, (keys, reads)
+
+
+@pytest.mark.parametrize("mvcc", [False, True], ids=["wal", "mvcc"])
+def test_read_committed_is_the_last_completed_checkpoint_across_worker_kills(make_env, tmp_path, postgres, mvcc):
+    """read_committed on this backend reads the rows the worker committed (no copy at barriers):
+    answers never go back across SIGKILLed workers and equal their checkpoint's state, computed from
+    the source's position in it (the state is in the database, not in the checkpoint's files)."""
+
+    def postgres_env(parallelism):
+        env = make_env(parallelism)
+        env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=mvcc)
+        return env
+
+    seen, job = run_with_kills(postgres_env, tmp_path)
+    answered = [c for c in seen.committed if c[0] is not None]
+    assert len(answered) > 20 and len(seen.uncommitted) > 20
+    highest: dict[str, int] = {}
+    last_id = 0
+    for checkpoint_id, values in answered:
+        assert checkpoint_id >= last_id, f"checkpoint {checkpoint_id} after {last_id}"
+        last_id = checkpoint_id
+        for key, value in values.items():
+            assert is_real(key, value), f"{key}: {value}"
+            assert value[1] >= highest.get(key, 0), f"{key} went back from {highest[key]} to {value[1]}"
+            highest[key] = value[1]
+    for checkpoint_id, values in answered[:: max(1, len(answered) // 10)] + answered[-1:]:
+        assert values == values_at_position(job.checkpoint_path, checkpoint_id), checkpoint_id
+    assert len(highest) == KEYS and open_prepared(postgres) == []
