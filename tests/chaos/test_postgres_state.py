@@ -21,8 +21,8 @@ from epochal.testing import Fault, random_faults
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.chaos.test_exactly_once import ORACLE, running_count_job
 from tests.chaos.test_queryable_state import run_with_kills
-from tests.queryable_jobs import KEYS, is_real, values_at_position
 from tests.chaos.test_state_backends import _run_until_checkpoints
+from tests.queryable_jobs import KEYS, is_real, values_at_position
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
