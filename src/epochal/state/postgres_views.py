@@ -57,7 +57,8 @@ class Group:
 
 class _CommittedReads:
     """What the read cache and the database say of a key: its value as of the last checkpoint
-    this subtask committed (the cache holds the database's values, folded in as epochs commit)."""
+    this subtask committed (the cache holds the database's values, folded in as epochs commit);
+    and the iteration both views share over what each shows of its group (``_shown``)."""
 
     __slots__ = ()
     _backend: PostgresKeyedStateBackend
@@ -73,6 +74,22 @@ class _CommittedReads:
             return None
         self._backend._fetch([group.index], [stored_key])
         return self._values.get(stored_key)
+
+    def _shown(self) -> dict[bytes, bytes]:
+        """Every stored key and value of the group this view shows (loads the group)."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([_loads(k) for k in self._shown()])
+
+    def __len__(self) -> int:
+        return len(self._shown())
+
+    def items(self) -> Any:
+        return [(_loads(k), _loads(v)) for k, v in self._shown().items()]
+
+    def values(self) -> Any:
+        return [_loads(v) for v in self._shown().values()]
 
 
 class CommittedGroupView(_CommittedReads, Mapping[Any, Any]):
@@ -103,18 +120,9 @@ class CommittedGroupView(_CommittedReads, Mapping[Any, Any]):
     def __contains__(self, key: object) -> bool:
         return self.get(key, _MISS) is not _MISS
 
-    def _all(self) -> dict[bytes, bytes]:
+    def _shown(self) -> dict[bytes, bytes]:
         self._backend._load_group(self._group)
         return dict(self._values)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter([_loads(k) for k in self._all()])
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    def items(self) -> Any:
-        return [(_loads(k), _loads(v)) for k, v in self._all().items()]
 
     def __repr__(self) -> str:
         return f"<PostgreSQL key group {self._group.index}, committed: {dict(self.items())!r}>"
@@ -206,7 +214,7 @@ class GroupView(_CommittedReads, MutableMapping[Any, Any]):
         self._log(stored_key, None)
         return _loads(value)
 
-    def _merged(self) -> dict[bytes, bytes]:
+    def _shown(self) -> dict[bytes, bytes]:
         """Every stored key and value of the group as this subtask sees it (loads the group)."""
         self._backend._load_group(self._group)
         merged: dict[bytes, bytes | None] = dict(self._values)
@@ -216,20 +224,8 @@ class GroupView(_CommittedReads, MutableMapping[Any, Any]):
         return {k: v for k, v in merged.items() if v is not None}
 
     def clear(self) -> None:
-        for stored_key in self._merged():
+        for stored_key in self._shown():
             self._log(stored_key, None)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter([_loads(k) for k in self._merged()])
-
-    def __len__(self) -> int:
-        return len(self._merged())
-
-    def items(self) -> Any:
-        return [(_loads(k), _loads(v)) for k, v in self._merged().items()]
-
-    def values(self) -> Any:
-        return [_loads(v) for v in self._merged().values()]
 
     def __repr__(self) -> str:
         return f"<PostgreSQL key group {self._group.index}: {dict(self.items())!r}>"
