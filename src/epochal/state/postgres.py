@@ -62,7 +62,7 @@ from epochal.state.postgres_restore import resolve_restore, start_fresh
 from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
 from epochal.state.postgres_spill import SpillDirectory, merge
 from epochal.state.postgres_store import Store
-from epochal.state.postgres_views import SCALAR_KEYS, CommittedGroupView, Group, GroupView
+from epochal.state.postgres_views import SCALAR_KEYS, CommittedGroupView, Group, GroupView, evict, fold_epoch
 from epochal.state.postgres_wal import WriteAheadLog
 from epochal.state.release import release_later
 from epochal.state.rocksdb_keys import KeyEncoder
@@ -193,8 +193,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         """States ``names`` (query -> state name) as of the last checkpoint this subtask committed,
         ``{query: {owned group: view}}``, read when asked: nothing is copied at a barrier
         (:class:`~epochal.state.postgres_views.CommittedGroupView` says why that is right)."""
-        return {query: {g: CommittedGroupView(self, self._state_id(state), self._groups[g]) for g in self.key_groups}
-                for query, state in names.items()}
+        ids = {query: self._state_id(state) for query, state in names.items()}
+        return {query: {g: CommittedGroupView(self, state, self._groups[g]) for g in self.key_groups}
+                for query, state in ids.items()}
 
     def batch_logged_table(self, name: str) -> tuple[GroupTables, Any]:
         """State ``name`` for a batch-at-a-time operator; its per-batch log reads the batch's
@@ -261,51 +262,16 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         which the caller is about to read) until it is at three quarters."""
         total = sum(g.size() for g in self._groups.values())
         limit = self.config.cache_entries
-        if total <= limit:
-            self._cached = total
-            return
-        target = limit * 3 // 4
-        order = list(self._groups.values())
-        for step in range(len(order)):
-            group = order[(self._evict_at + step) % len(order)]
-            if group.index in keep:
-                continue
-            size = group.size()
-            if not size:
-                continue
-            if group.complete:
-                self._incomplete += 1
-            group.drop()
-            total -= size
-            if total <= target:
-                self._evict_at = (self._evict_at + step + 1) % len(order)
-                break
+        if total > limit:
+            total, dropped, self._evict_at = evict(list(self._groups.values()), keep, total, limit * 3 // 4,
+                                                   self._evict_at)
+            self._incomplete += dropped
         self._cached = total
 
     def _fold(self, changes: Changes) -> None:
         """An epoch was committed: its values are the database's now (the cache takes them for
         the keys it answers for)."""
-        groups = self._groups
-        added = 0
-        for (state, index), entries in changes.items():
-            group = groups[index]
-            values = group.values_of(state)
-            if group.complete:
-                for stored_key, value in entries.items():
-                    if value is None:
-                        values.pop(stored_key, None)
-                    else:
-                        values[stored_key] = value
-                added += len(entries)
-            else:
-                known = group.known
-                for stored_key, value in entries.items():
-                    if stored_key in known:
-                        if value is None:
-                            values.pop(stored_key, None)
-                        else:
-                            values[stored_key] = value
-        self._cached += added
+        self._cached += fold_epoch(self._groups, changes)
         if self._cached > self.config.cache_entries:
             self._evict(set())
 

@@ -1,7 +1,10 @@
 """The PostgreSQL backend's view of its keys (:mod:`epochal.state.postgres`): what the read cache
-holds of one key group (:class:`Group`), and one key group of one state as a mapping
-(:class:`GroupView`) that reads the subtask's write-ahead log first, then its epochs not yet
-committed, then the cache, then the database, and writes the log only."""
+holds of one key group (:class:`Group`), how the cache takes in a committed epoch
+(:func:`fold_epoch`) and forgets groups past its budget (:func:`evict`); one key group of one
+state as a mapping (:class:`GroupView`) that reads the subtask's write-ahead log first, then its
+epochs not yet committed, then the cache, then the database, and writes the log only; and the same
+group as of the last committed checkpoint, for ``read_committed`` queries
+(:class:`CommittedGroupView`)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from epochal.state.postgres_spill import ENTRY_OVERHEAD, MISS
 
 if TYPE_CHECKING:
     from epochal.state.postgres import PostgresKeyedStateBackend
+    from epochal.state.postgres_epochs import Changes
 
 _loads = pickle.loads
 _pickle = pickle.dumps
@@ -53,6 +57,47 @@ class Group:
             values.clear()
         self.known.clear()
         self.complete = False
+
+
+def fold_epoch(groups: dict[int, Group], changes: Changes) -> int:
+    """An epoch was committed: its values are the database's now. Each cached group takes them
+    for the keys it answers for (every key of a complete group, the known ones of another).
+    Returns how many entries the complete groups took (what the cache may have grown by)."""
+    added = 0
+    for (state, index), entries in changes.items():
+        group = groups[index]
+        values = group.values_of(state)
+        complete, known = group.complete, group.known
+        for stored_key, value in entries.items():
+            if complete or stored_key in known:
+                if value is None:
+                    values.pop(stored_key, None)
+                else:
+                    values[stored_key] = value
+        if complete:
+            added += len(entries)
+    return added
+
+
+def evict(order: list[Group], keep: set[int], total: int, target: int, start: int) -> tuple[int, int, int]:
+    """Forget whole groups of ``order`` (not those in ``keep``, which the caller is about to read),
+    round-robin from ``order[start]``, until the ``total`` entries cached are at ``target`` or
+    below. Returns the total then, how many complete groups were dropped (they are incomplete
+    now), and where the next eviction starts (``start`` again if the target was not reached)."""
+    dropped = 0
+    for step in range(len(order)):
+        group = order[(start + step) % len(order)]
+        if group.index in keep:
+            continue
+        size = group.size()
+        if not size:
+            continue
+        dropped += group.complete
+        group.drop()
+        total -= size
+        if total <= target:
+            return total, dropped, (start + step + 1) % len(order)
+    return total, dropped, start
 
 
 class _CommittedReads:

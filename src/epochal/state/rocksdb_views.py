@@ -26,6 +26,9 @@ from epochal.state.rocksdb_keys import GroupView, KeyEncoder
 
 __all__ = ["CheckpointViews", "CommittedGroup"]
 
+#: a :class:`CommittedGroup` whose group was not looked up yet
+_UNREAD: Any = object()
+
 
 class CheckpointViews:
     """The local checkpoint at ``directory`` (made by
@@ -74,12 +77,12 @@ class CommittedGroup(Mapping[Any, Any]):
         self._checkpoint = checkpoint
         self._name = name
         self._group = group
-        self._view: GroupView | None | bool = False  # False: not looked up yet
+        self._view: Any = _UNREAD
 
     def _opened(self) -> GroupView | None:
-        if self._view is False:
+        if self._view is _UNREAD:
             self._view = self._checkpoint.group_view(self._name, self._group)
-        return self._view  # type: ignore[return-value]
+        return self._view
 
     def get(self, key: Any, default: Any = None) -> Any:
         view = self._opened()
