@@ -8,9 +8,10 @@ it: never a torn value, and no lock on the hot path. Answers are pickled there t
 state can change again; a lone ``read_uncommitted`` lookup of a heap state is answered whole by
 the native answer path (:mod:`epochal.runtime.queries.native`) where it is built, everything else
 by the machine. ``read_committed`` queries are answered from the committed views the
-worker hands over at each barrier (:meth:`QueryServer.snapshot_taken`), which are copies no
-operator touches: those of a heap backend's full snapshot are shared with the snapshot itself
-(no copy of its own); other backends' queryable states are copied at the barrier.
+worker hands over at each barrier (:meth:`QueryServer.snapshot_taken`), which no operator
+touches: a heap backend's full snapshot shared with the snapshot itself, a RocksDB backend's
+local checkpoint, a PostgreSQL backend's committed rows; the other heap snapshots' queryable
+states are copied at the barrier (:func:`~epochal.runtime.queries.shown.views_of`).
 """
 
 from __future__ import annotations
