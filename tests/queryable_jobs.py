@@ -73,13 +73,15 @@ def keyed_job(env: Any, rate: float = 2000, broken: bool = False, parallelism: i
     result.discard()
 
 
-def checkpoint_values(checkpoint_root: str, checkpoint_id: int, max_parallelism: int = 128) -> dict[str, Any]:
-    """Every key's value of the reduce in checkpoint ``checkpoint_id`` (under the job's root)."""
+def checkpoint_values(checkpoint_root: str, checkpoint_id: int, max_parallelism: int = 128, uid: str = UID,
+                      state: str = "aggregate") -> dict[str, Any]:
+    """Every key's value of the reduce (or of operator ``uid``'s ``state``) in checkpoint
+    ``checkpoint_id`` (under the job's root)."""
     storage = CheckpointStorage(checkpoint_root)
     source = RestoreSource(storage, checkpoint_id, storage.read_metadata(checkpoint_id))
     values: dict[str, Any] = {}
-    for _, states in source.keyed_groups(UID, range(max_parallelism)):
-        values.update(states.get("aggregate", {}))
+    for _, states in source.keyed_groups(uid, range(max_parallelism)):
+        values.update(states.get(state, {}))
     return values
 
 
@@ -123,3 +125,32 @@ class TwoSteps(ProcessFunction):
         time.sleep(0.001)
         self.pair.update((n + 1, n + 1))
         return [value]
+
+
+IN_PLACE = "in-place"
+
+
+class InPlaceChain(ProcessFunction):
+    """Keeps per key a list ``[n, h]`` (how many records of the key, a hash chain of their
+    indices) in a queryable value state, and changes that list in place for every record before
+    writing it back: a common Python idiom, and what a ``read_committed`` view must not show
+    (its checkpoint's list was shared with the live state until the state objects copied it)."""
+
+    def open(self, context: Any) -> None:
+        from epochal.state.descriptors import ValueStateDescriptor
+
+        self.chain = context.get_state(ValueStateDescriptor(IN_PLACE, queryable=IN_PLACE))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        current = self.chain.value()
+        if current is None:
+            current = [0, 0]
+        current[0] += 1
+        current[1] = (current[1] * 31 + value[2]) % MODULUS
+        self.chain.update(current)
+        return ()
+
+
+def in_place_job(env: Any, rate: float = 2000) -> None:
+    stream = env.from_generator(record, count=None, rate=rate).set_parallelism(1).uid("source")
+    stream.key_by(lambda r: r[0]).process(InPlaceChain()).uid(IN_PLACE).discard()

@@ -20,7 +20,18 @@ from epochal.rest.registry import HOME_ENV, Registry
 from epochal.runtime.queries.local import connect, host_identity
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint
-from tests.queryable_jobs import KEYS, STATE, UID, TwoSteps, checkpoint_values, is_real, keyed_job, record
+from tests.queryable_jobs import (
+    IN_PLACE,
+    KEYS,
+    STATE,
+    UID,
+    TwoSteps,
+    checkpoint_values,
+    in_place_job,
+    is_real,
+    keyed_job,
+    record,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ALL_KEYS = [f"k{i}" for i in range(KEYS)]
@@ -126,6 +137,37 @@ def test_answers_are_real_values_and_committed_ones_equal_their_checkpoint(make_
         out = subprocess.run([*cli, "queryable", STATE, "--scan", "--limit", "7"], capture_output=True, text=True,
                              env=environment, timeout=60)
         assert out.returncode == 0 and len(out.stdout.splitlines()) == KEYS
+    finally:
+        job.cancel()
+
+
+@pytest.mark.parametrize("snapshot", ["fork", "thread"])
+def test_committed_values_that_user_code_changes_in_place_are_those_of_their_checkpoint(make_env, tmp_path, home,
+                                                                                       snapshot):
+    """A value state whose list the job changes in place for every record: the committed view
+    taken at a barrier (a copy of the key groups' dicts, or the thread snapshot's own copy) shares
+    the lists with the live state, and without copy-on-write (state/copy_on_write.py) answered
+    with counts of records after its checkpoint."""
+    env = make_env(2)
+    env.set_state_backend(snapshot=snapshot)
+    env.enable_checkpointing(0.3, storage=str(tmp_path / "checkpoints"), retained=10_000)
+    in_place_job(env)
+    job = env.execute_async("in-place")
+    job.wait_until_running()
+    try:
+        with epochal.QueryableStateClient(job, timeout=30) as client:
+            committed: list[tuple[int | None, dict]] = []
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                values = client.get_many(IN_PLACE, ALL_KEYS, level="read_committed")
+                committed.append((client.checkpoint_id, values))
+                time.sleep(0.02)
+        checked = {c for c, values in committed if c is not None and values}
+        assert len(checked) >= 3, committed
+        for checkpoint_id, values in committed:
+            if checkpoint_id is not None and values:
+                assert values == checkpoint_values(job.checkpoint_path, checkpoint_id, uid=IN_PLACE,
+                                                   state=IN_PLACE), f"checkpoint {checkpoint_id}"
     finally:
         job.cancel()
 

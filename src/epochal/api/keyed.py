@@ -63,7 +63,10 @@ class KeyedStream(DataStream):
         return self._add(operation, name, operator, [self.key_selector, *functions])
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> DataStream:
-        """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record."""
+        """Rolling ``fn(accumulated, record)`` per key; emits the accumulated record. ``fn``
+        returns a new value and leaves its arguments as they are: the value it returns is both
+        emitted and kept as the key's state (an accumulator that changes in place belongs in an
+        AggregateFunction, whose state objects copy it where a snapshot shares it)."""
         check_callable(fn, "reduce")
         return self._aggregate("reduce", "Reduce", ReduceAggregate(fn), emit_value, [fn])
 

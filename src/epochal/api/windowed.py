@@ -255,7 +255,9 @@ class WindowedStream:
     def reduce(self, fn: Callable[[Any, Any], Any], window_function: Any = None) -> DataStream:
         """``fn(accumulated, record)`` over each key's records in the window (the first record
         starts it); the result is the accumulated record. With ``window_function`` (a
-        ProcessWindowFunction or ``fn(key, context, [result])``) a firing emits what it returns."""
+        ProcessWindowFunction or ``fn(key, context, [result])``) a firing emits what it returns.
+        ``fn`` returns a new value and leaves its arguments as they are (a snapshot may share
+        them); an accumulator that changes in place belongs in :meth:`aggregate`."""
         check_callable(fn, "reduce")
         return self._window("Reduce", ReduceAggregate(fn), [fn], window_function)
 

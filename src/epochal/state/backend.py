@@ -27,6 +27,7 @@ from typing import Any
 
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
+from epochal.state.copy_on_write import SharedValues
 from epochal.state.descriptors import StateDescriptor
 from epochal.state.ttl import CLOCK, IncrementalCleanup, KeyCursor, StateTtlConfig
 
@@ -41,8 +42,15 @@ class KeyedStateBackend(ABC):
 
     Contract: the state of a key lives in the key's group (``key_group_of(key)``); only owned
     groups are ever read or written; ``capture`` returns a copy that later changes of the live
-    state do not affect; ``restore_group`` is called only before the operator opens.
+    state do not affect (a backend whose tables hold the value objects themselves, the heap's,
+    says so by :attr:`shares_values` and marks what its copies share in :attr:`shared`);
+    ``restore_group`` is called only before the operator opens.
     """
+
+    #: whether the tables hold the value objects themselves, so that a shallow copy of them
+    #: shares those objects (the heap); False where every read gives a new object (RocksDB,
+    #: PostgreSQL: values are unpickled)
+    shares_values = False
 
     def __init__(self, max_parallelism: int, key_groups: range) -> None:
         self.max_parallelism = max_parallelism
@@ -61,6 +69,10 @@ class KeyedStateBackend(ABC):
         self.queryable: dict[str, str] = {}
         self.current_key: Any = None
         self.current_group = 0
+        #: the states whose value objects a capture shares with the live tables (a backend that
+        #: copies its tables shallowly marks them: :mod:`epochal.state.copy_on_write`); the
+        #: state objects copy such a value before user code may change it in place
+        self.shared = SharedValues()
 
     def set_current_key(self, key: Any, group: int | None = None) -> None:
         """Scope every state object to ``key`` (and its key group) until the next call.

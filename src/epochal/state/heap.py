@@ -4,7 +4,9 @@ It keeps ``tables[state name][key group][key] = value``. Keeping key groups apar
 a snapshot be written per key group and a restore with another parallelism read only the groups
 it owns (papers/001 §3.1.2). A snapshot's synchronous part is :meth:`HeapKeyedStateBackend.capture`
 (shallow copies of the per-group dicts; lists and maps, the only values state objects change in
-place, are copied one level deeper) when a thread of the worker writes it, or nothing but a
+place, are copied one level deeper; a value that user code may change in place is copied when the
+state objects hand it over: :mod:`epochal.state.copy_on_write`) when a thread of the worker
+writes it, or nothing but a
 ``fork()`` when a child process does (:mod:`epochal.runtime.checkpointing.fork_snapshots`: the child reads the
 tables as they were). With ``incremental``, the group dicts are
 :class:`~epochal.state.incremental.TrackedDict` (or plain dicts whose writer logs each batch's
@@ -33,6 +35,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     ``incremental``: checkpoints write only what changed since the last completed one, and every
     ``full_every``-th file of a chain is a full checkpoint again (see the module docstring)."""
 
+    shares_values = True
+
     def __init__(self, max_parallelism: int, key_groups: range, incremental: bool = False,
                  full_every: int = 8) -> None:
         super().__init__(max_parallelism, key_groups)
@@ -47,7 +51,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
         After it returns the live tables may change freely; the copy is serialised later. States
         with a TTL config that has ``cleanup_in_snapshot`` are copied without their expired values
-        (:func:`~epochal.state.ttl.drop_expired`); the live tables keep them.
+        (:func:`~epochal.state.ttl.drop_expired`); the live tables keep them. The value objects
+        are the live ones until the state objects copy them before user code may change them
+        in place (:mod:`epochal.state.copy_on_write`).
         """
         by_group: Captured = {}
         now = CLOCK.now()
@@ -67,6 +73,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 else:
                     copied = {k: deep(v) for k, v in entries.items()} if deep else entries.copy()
                 by_group.setdefault(group, {})[name] = copied
+        self.shared.share(self.tables)
         return by_group
 
     def owned_table(self, name: str) -> dict[int, dict[Any, Any]]:  # type: ignore[override]
@@ -139,6 +146,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 elif deep is not None:
                     changed = {k: v if v is DELETED else deep(v) for k, v in changed.items()}
                 data.setdefault(group, {})[name] = changed
+            self.shared.share((name,))
         return IncrementalCapture(plan, data)
 
     def snapshot_written(self, checkpoint_id: int, handle: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from epochal.errors import PlanError
 from epochal.state.backend import KeyedStateBackend
+from epochal.state.copy_on_write import ATOMS, store_untracked
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
@@ -28,14 +29,31 @@ from epochal.state.ttl import ABSENT, TtlAccess, store_map
 
 
 class _BoundState:
-    __slots__ = ("backend", "groups")
+    __slots__ = ("backend", "groups", "name")
 
     def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
         self.backend = backend
         self.groups = backend.owned_table(descriptor.name)
+        self.name = descriptor.name
 
     def _entries(self) -> MutableMapping[Any, Any]:
         return self.groups[self.backend.current_group]
+
+    def _unowned(self, key: Any, value: Any) -> bool:
+        """Whether ``value``, stored for ``key``, may be shared with a snapshot's copy and change
+        in place (:mod:`epochal.state.copy_on_write`): then user code gets :meth:`_private`'s copy.
+        Called when something is shared (``backend.shared``, a dict's truth: while nothing is, the
+        only cost of an access); inlined where it is hot."""
+        return type(value) not in ATOMS and (copied := self.backend.shared.get(self.name)) is not None \
+            and key not in copied
+
+    def _private(self, entries: MutableMapping[Any, Any], key: Any, value: Any, elements: bool = False) -> Any:
+        """``value``, stored for ``key`` in ``entries``, as user code may change it in place:
+        itself, or a copy put in its place (:meth:`~epochal.state.copy_on_write.SharedValues.private`)."""
+        owned = self.backend.shared.private(self.name, key, value, elements)
+        if owned is not value:
+            store_untracked(entries, key, owned)
+        return owned
 
     def clear(self) -> None:
         """Remove the current key's state."""
@@ -52,7 +70,15 @@ class ValueState(_BoundState):
         self.default = descriptor.default
 
     def value(self) -> Any:
-        return self._entries().get(self.backend.current_key, self.default)
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key, ABSENT)
+        if found is ABSENT:
+            return self.default
+        if (shared := self.backend.shared) and type(found) not in ATOMS \
+                and (copied := shared.get(self.name)) is not None and key not in copied:
+            return self._private(entries, key, found)
+        return found
 
     def update(self, value: Any) -> None:
         self._entries()[self.backend.current_key] = value
@@ -62,7 +88,12 @@ class ListState(_BoundState):
     """A list for the current key."""
 
     def get(self) -> list[Any]:
-        return list(self._entries().get(self.backend.current_key, ()))
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key, ())
+        if found and self.backend.shared:
+            found = self._private(entries, key, found, elements=True)
+        return list(found)
 
     def add(self, value: Any) -> None:
         self.add_all([value])
@@ -92,12 +123,22 @@ class ReducingState(_BoundState):
         self.reduce_fn = descriptor.reduce_fn
 
     def get(self) -> Any:
-        return self._entries().get(self.backend.current_key)
+        entries = self._entries()
+        key = self.backend.current_key
+        found = entries.get(key)
+        return self._private(entries, key, found) if self.backend.shared and self._unowned(key, found) else found
 
     def add(self, value: Any) -> None:
         entries = self._entries()
         key = self.backend.current_key
-        entries[key] = self.reduce_fn(entries[key], value) if key in entries else value
+        if key not in entries:
+            entries[key] = value
+            return
+        old = entries[key]
+        if (shared := self.backend.shared) and type(old) not in ATOMS \
+                and (copied := shared.get(self.name)) is not None and key not in copied:
+            old = shared.private(self.name, key, old)  # reduce_fn may change it in place
+        entries[key] = self.reduce_fn(old, value)
 
 
 class AggregatingState(_BoundState):
@@ -114,12 +155,23 @@ class AggregatingState(_BoundState):
     def get(self) -> Any:
         entries = self._entries()
         key = self.backend.current_key
-        return self.function.get_result(entries[key]) if key in entries else None
+        if key not in entries:
+            return None
+        accumulator = entries[key]
+        if self.backend.shared and self._unowned(key, accumulator):  # get_result may hand it out
+            accumulator = self._private(entries, key, accumulator)
+        return self.function.get_result(accumulator)
 
     def add(self, value: Any) -> None:
         entries = self._entries()
         key = self.backend.current_key
-        accumulator = entries[key] if key in entries else self.function.create_accumulator()
+        if key in entries:
+            accumulator = entries[key]
+            if (shared := self.backend.shared) and type(accumulator) not in ATOMS \
+                    and (copied := shared.get(self.name)) is not None and key not in copied:
+                accumulator = shared.private(self.name, key, accumulator)  # add may change it in place
+        else:
+            accumulator = self.function.create_accumulator()
         entries[key] = self.function.add(value, accumulator)
 
 
@@ -131,7 +183,19 @@ class MapState(_BoundState):
 
     def get(self, user_key: Any, default: Any = None) -> Any:
         found = self._map()
-        return default if found is None else found.get(user_key, default)
+        if found is None or user_key not in found:
+            return default
+        value = found[user_key]
+        return self._private_entry(found, user_key, value) \
+            if self.backend.shared and self._unowned((self.backend.current_key, user_key), value) else value
+
+    def _private_entry(self, found: dict[Any, Any], user_key: Any, value: Any) -> Any:
+        """The map's ``value`` for ``user_key``, private (``_private``; a capture copies the
+        current key's dict, so its entries are what it may share)."""
+        owned = self.backend.shared.private(self.name, (self.backend.current_key, user_key), value)
+        if owned is not value:
+            found[user_key] = owned
+        return owned
 
     def put(self, user_key: Any, value: Any) -> None:
         entries = self._entries()
@@ -155,7 +219,10 @@ class MapState(_BoundState):
             entries[key] = found
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list((self._map() or {}).items()))
+        found = self._map() or {}
+        if found and self.backend.shared:
+            return iter([(k, self._private_entry(found, k, v)) for k, v in list(found.items())])
+        return iter(list(found.items()))
 
     def keys(self) -> Iterator[Any]:
         return iter(list(self._map() or {}))
@@ -234,6 +301,8 @@ class TtlListState(TtlAccess, ListState):
         found = entries.get(key)
         if not found:
             return []
+        if self.backend.shared:
+            found = self._private(entries, key, found, elements=True)
         horizon = now - self.ttl
         live = [e for e in found if e[1] > horizon]
         result = [e[0] for e in (found if self.return_expired else live)]
@@ -281,6 +350,10 @@ class TtlMapState(TtlAccess, MapState):
         item = found.get(user_key)
         if item is None:
             return ABSENT
+        if self.backend.shared:
+            value = self.backend.shared.private(self.name, (key, user_key), item[0])
+            if value is not item[0]:
+                item = found[user_key] = (value, item[1])
         if item[1] <= now - self.ttl:
             del found[user_key]
             store_map(entries, key, found)
@@ -298,6 +371,11 @@ class TtlMapState(TtlAccess, MapState):
         found = entries.get(key)
         if not found:
             return []
+        if self.backend.shared:
+            for user_key, item in list(found.items()):
+                value = self.backend.shared.private(self.name, (key, user_key), item[0])
+                if value is not item[0]:
+                    found[user_key] = (value, item[1])
         horizon = now - self.ttl
         live = {k: e for k, e in found.items() if e[1] > horizon}
         result = [(k, e[0]) for k, e in (found if self.return_expired else live).items()]

@@ -53,6 +53,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from epochal.errors import PlanError
+from epochal.state.copy_on_write import store_untracked
 
 if TYPE_CHECKING:
     from epochal.state.backend import KeyedStateBackend
@@ -298,6 +299,7 @@ class TtlAccess:
     SLOTS = ("ttl", "refresh_on_read", "return_expired", "cleanup")
     backend: KeyedStateBackend
     groups: Any
+    name: str
     ttl: float
     refresh_on_read: bool
     return_expired: bool
@@ -320,20 +322,26 @@ class TtlAccess:
         found = entries.get(key)
         if found is None:
             return ABSENT
+        value = found[0]
+        if self.backend.shared:  # a private copy where a snapshot's copy may share it
+            value = self.backend.shared.private(self.name, key, value)
         if found[1] <= now - self.ttl:
             del entries[key]
-            return found[0] if self.return_expired else ABSENT
+            return value if self.return_expired else ABSENT
         if self.refresh_on_read:
-            entries[key] = (found[0], now)
-        return found[0]
+            entries[key] = (value, now)
+        elif value is not found[0]:
+            store_untracked(entries, key, (value, found[1]))
+        return value
 
     def _base(self, entries: MutableMapping[Any, Any], key: Any, now: float) -> Any:
         """What a write that combines (reduce, aggregate) starts from: the stored value unless it
-        expired (an expired one still counts under return_expired_if_not_cleaned_up), or ABSENT."""
+        expired (an expired one still counts under return_expired_if_not_cleaned_up), or ABSENT;
+        private (the caller stores what it combines it into)."""
         found = entries.get(key)
         if found is None or (found[1] <= now - self.ttl and not self.return_expired):
             return ABSENT
-        return found[0]
+        return self.backend.shared.private(self.name, key, found[0]) if self.backend.shared else found[0]
 
 
 def ttl_settings(backend: KeyedStateBackend,

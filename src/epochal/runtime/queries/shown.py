@@ -39,7 +39,9 @@ def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None
     ``committed_views`` gives read-only views instead: RocksDB of a local checkpoint (made in
     milliseconds, whatever the state's size), PostgreSQL of the rows it committed (which are, once
     the query server promotes the view, those of the view's checkpoint). States with TTL are
-    copied and shown as of now: without their timestamps, without what has expired."""
+    copied and shown as of now: without their timestamps, without what has expired. A copy shares
+    the live value objects: the backend's state objects copy them before user code may change
+    them in place (:mod:`epochal.state.copy_on_write`), so the view keeps its checkpoint's."""
     views: Views = {}
     groups: dict[int, Mapping[Any, Any]]
     now = CLOCK.now()
@@ -72,4 +74,6 @@ def views_of(backend: Any, captured: dict[int, dict[str, dict[Any, Any]]] | None
             if entries:
                 groups[group] = {k: deep(v) for k, v in entries.items()} if deep else dict(entries.items())
         views[query_name] = groups
+    if backend.shares_values:  # the copies hold the live value objects: from now on user code
+        backend.shared.share(backend.queryable.values())  # gets private copies of them
     return views
