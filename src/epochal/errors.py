@@ -54,6 +54,18 @@ class SavepointError(EpochalError):
     being stopped and had already ended)."""
 
 
+class StateNamespaceInUseError(EpochalError):
+    """The PostgreSQL keyed-state namespace a job would use is held by another running job (two
+    jobs in one namespace destroy each other's state); the job was not submitted. ``namespace``
+    and ``table``: where; ``holder``: the other job's id, if known."""
+
+    def __init__(self, message: str, *, namespace: str, table: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.table = table
+        self.holder = holder
+
+
 class SinkInUseError(EpochalError):
     """A job's exactly-once sink is being written by another running job (two writers would repeat
     its output, e.g. a fork restored from a savepoint of a job that still runs); the job was not

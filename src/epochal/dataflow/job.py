@@ -107,13 +107,37 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
     claims = SinkClaims(job_id, job_name, _sink_locations(job), takeover=leadership is not None)
     claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
+    state_claim = None
+    if state_backend.kind == POSTGRES:  # one running job per state namespace; nothing left prepared
+        from epochal.state.postgres_claims import JobStateClaim
+        from epochal.state.snapshot import RestoreSource
+
+        restored = None if restore is None else RestoreSource(
+            CheckpointStorage(restore["storage"]), restore["checkpoint_id"], restore["metadata"])
+        state_claim = JobStateClaim(state_backend, [n.uid for n in job.nodes.values() if n.operator.keyed],
+                                    restored, env.max_parallelism, job_id, job_name, takeover=leadership is not None)
+        try:
+            state_claim.acquire()
+        except BaseException:
+            claims.release()
+            raise
+
+    def ended() -> None:
+        try:
+            if state_claim is not None:
+                state_claim.end(coordinator.latest_completed if coordinator is not None else None)
+        finally:
+            claims.release()
+
     try:
         shape = outline(job, env.parallelism)
         jobmaster = serve(env.config, shape, lambda: launch(
             env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
-            restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=claims.release,
+            restart=copy.deepcopy(env.restart_strategy), kind=coordination, on_end=ended,
             fence=leadership))
     except BaseException:
+        if state_claim is not None:
+            state_claim.claim.release()
         claims.release()
         raise
     claims.renew_while_held()

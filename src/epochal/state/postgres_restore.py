@@ -43,12 +43,12 @@ def take_fence(store: Store, prefix: str, key_groups: range, fence: int, restore
             raise StateBackendError(f"{store.what}: key groups {key_groups.start}-{key_groups.stop - 1} stayed locked "
                                     f"for {wait_s:g} s by a transaction of an earlier attempt")
         store.end_earlier_sessions()
-        commit, rollback = _resolve(store, prefix, key_groups, restored)
+        commit, rollback = resolve_prepared(store, prefix, key_groups, restored)
         resolved += commit + rollback
     return resolved
 
 
-def _resolve(store: Store, prefix: str, key_groups: range, restored: int | None) -> tuple[list[str], list[str]]:
+def resolve_prepared(store: Store, prefix: str, key_groups: range, restored: int | None) -> tuple[list[str], list[str]]:
     """Commit and roll back the prepared transactions of ``key_groups`` as a start from
     ``restored`` decides (:func:`~epochal.state.postgres_epochs.resolve`); returns their ids."""
     commit, rollback = resolve(store.prepared(prefix), restored, key_groups)
@@ -79,7 +79,7 @@ def resolve_restore(store: Store, mvcc: bool, namespace: str, table: str, uid: s
         dropped = store.drop_after(key_groups, checkpoint_id)
         store.set_committed(namespace, checkpoint_id, forward_only=False)
         return {"mode": "restored", "checkpoint": checkpoint_id, "dropped_versions": dropped}
-    commit, rollback = _resolve(store, prefix, key_groups, checkpoint_id)
+    commit, rollback = resolve_prepared(store, prefix, key_groups, checkpoint_id)
     fenced = take_fence(store, prefix, key_groups, fence, checkpoint_id)  # usually at once: nothing holds them now
     markers = store.markers(key_groups)
     wrong = {g: markers.get(g) for g in key_groups if markers.get(g) != checkpoint_id}
@@ -103,7 +103,7 @@ def resolve_restore(store: Store, mvcc: bool, namespace: str, table: str, uid: s
 def roll_back_all(store: Store, prefix: str, key_groups: range, fence: int) -> list[str]:
     """Roll back every prepared transaction of ``key_groups`` and take their fence (a start
     without this backend's checkpoint); returns the transactions' ids."""
-    _, rollback = _resolve(store, prefix, key_groups, None)
+    _, rollback = resolve_prepared(store, prefix, key_groups, None)
     return rollback + take_fence(store, prefix, key_groups, fence, None)
 
 

@@ -109,6 +109,15 @@ class Store:
                             (namespace, uid), fetch=True)[0][0]
         return self.op
 
+    def find(self, namespace: str, uid: str) -> int | None:
+        """The operator id of ``uid`` in ``namespace`` if it has one (sets :attr:`op`), else None."""
+        rows = self._run(self.read, self._q("SELECT op FROM {operators} WHERE ns = %s AND uid = %s"),
+                         (namespace, uid), fetch=True)
+        if not rows:
+            return None
+        self.op = rows[0][0]
+        return self.op
+
     def state_id(self, name: str) -> int:
         self._run(self.read, self._q("INSERT INTO {states} (op, name) VALUES (%s, %s) ON CONFLICT DO NOTHING"),
                   (self.op, name))
