@@ -209,3 +209,30 @@ def test_broadcast_state_is_read_only_for_the_main_stream_and_must_be_declared()
         h.process2(1)
     with pytest.raises(PlanError, match="MapStateDescriptors"):
         env.from_collection([]).broadcast(ValueStateDescriptor("x"))
+
+
+class Collect(BroadcastProcessFunction):
+    """Keeps every broadcast record in one list of the broadcast state, changed in place."""
+
+    def process_element(self, value, ctx):
+        yield list(ctx.get_broadcast_state(RULES).get("seen") or [])
+
+    def process_broadcast_element(self, value, ctx):
+        rules = ctx.get_broadcast_state(RULES)
+        seen = rules.get("seen") or []
+        seen.append(value)
+        rules.put("seen", seen)
+
+
+def test_a_snapshot_keeps_the_broadcast_state_of_its_barrier_when_the_function_changes_it_in_place():
+    """A snapshot written by a thread serialises the operator state after the barrier: values the
+    broadcast side changes in place later must not reach it."""
+    env = epochal.Environment(1)
+    h = OperatorHarness.for_stream(env.from_collection([]).connect(env.from_collection([]).broadcast(RULES))
+                                   .process(Collect()))
+    h.process2("a")
+    h.subtask.prepare_capture(1)  # the barrier's synchronous part, as a thread snapshot takes it
+    captured = h.runner.operator_state.capture()
+    h.process2("b")  # after the barrier, before the thread serialises the capture
+    assert h.process(0) == [["a", "b"]]
+    assert captured["broadcast-state"][1] == [("rules", "seen", ["a"])]
