@@ -7,10 +7,7 @@ whole concatenation (papers/001 §3.1.2).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
-
-from epochal.state.copy_on_write import frozen
 
 SPLIT = "split"
 UNION = "union"
@@ -31,12 +28,8 @@ class OperatorStateStore:
         return self.lists.setdefault(name, [])
 
     def capture(self) -> dict[str, tuple[str, list[Any]]]:
-        """Synchronous snapshot: ``{name: (mode, copy of the list)}``, elements that can change in
-        place deep-copied (a snapshot written by a thread serialises the copy after the barrier,
-        while the operator goes on; a forked snapshot's child calls this on its own image).
-        Operator state is small: source positions, pending transactions, broadcast state."""
-        return {name: (self.modes.get(name, SPLIT), [item if frozen(item) else copy.deepcopy(item) for item in items])
-                for name, items in self.lists.items()}
+        """Synchronous snapshot: ``{name: (mode, copy of the list)}``."""
+        return {name: (self.modes.get(name, SPLIT), list(items)) for name, items in self.lists.items()}
 
 
 def redistribute(old: list[dict[str, tuple[str, list[Any]]]], index: int, parallelism: int) -> dict[str, list[Any]]:

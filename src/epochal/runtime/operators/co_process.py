@@ -18,11 +18,13 @@ whole state).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from epochal.runtime.operators.functions import ProcessContext, RuntimeContext
 from epochal.runtime.operators.process import ProcessOperator
+from epochal.state.copy_on_write import frozen
 
 
 class CoProcessFunction:
@@ -244,6 +246,7 @@ class BroadcastProcessOperator(ProcessOperator):
                 function(key, state)
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
-        # (the capture copies the values that may change in place: OperatorStateStore.capture)
-        self.stored[:] = [(name, key, value) for name, entries in self.states.items()
-                          for key, value in entries.items()]
+        # a value process_broadcast_element may change in place later is copied: a snapshot
+        # written by a thread serialises the list after the barrier (broadcast states are small)
+        self.stored[:] = [(name, key, value if frozen(value) else copy.deepcopy(value))
+                          for name, entries in self.states.items() for key, value in entries.items()]

@@ -57,7 +57,10 @@ class RuntimeContext:
 
     def get_list_state(self, name: str, mode: str = "split") -> list[Any]:
         """Operator list state: a list this subtask owns, redistributed on restore by ``mode``
-        ('split': divided evenly; 'union': every subtask gets all entries)."""
+        ('split': divided evenly; 'union': every subtask gets all entries). A checkpoint's barrier
+        copies the list, not its elements: replace an element to change it (an element changed in
+        place after the barrier may reach a snapshot that a thread writes later: RocksDB and
+        PostgreSQL jobs, ``snapshot="thread"``)."""
         return self.operator_state.get_list_state(name, mode)
 
 
