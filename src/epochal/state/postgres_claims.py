@@ -22,7 +22,8 @@ behind it), until a later start of the namespace resolves it, if any ever comes.
 ends the driver resolves what its workers left as a restart would (:func:`resolve_left`): each
 keyed operator's key groups fenced (a worker still running is refused and its connections ended),
 the transactions of checkpoints up to the job's last completed one committed, later ones rolled
-back. Then it lets go of the claim. Pure in nothing: it talks to the database.
+back. Then it lets go of the claim. A thin driver around the database: what to commit and what
+to roll back is decided by :func:`~epochal.state.postgres_epochs.resolve`, as for a restore.
 """
 
 from __future__ import annotations
