@@ -105,8 +105,6 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
     coordination = DataflowCoordination(
         graph.num_workers, coordinator, restore, loops={loop.id: loop.parallelism for loop in graph.job.loops},
         collect_ids=[n.collect_id for n in env.graph.nodes if n.collect_id])
-    claims = SinkClaims(job_id, job_name, _sink_locations(job), takeover=leadership is not None)
-    claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
     state_claim = None
     if state_backend.kind == POSTGRES:  # one running job per state namespace; nothing left prepared
         from epochal.state.postgres_claims import JobStateClaim
@@ -116,11 +114,8 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
             CheckpointStorage(restore["storage"]), restore["checkpoint_id"], restore["metadata"])
         state_claim = JobStateClaim(state_backend, [n.uid for n in job.nodes.values() if n.operator.keyed],
                                     restored, env.max_parallelism, job_id, job_name, takeover=leadership is not None)
-        try:
-            state_claim.acquire()
-        except BaseException:
-            claims.release()
-            raise
+    claims = SinkClaims(job_id, job_name, _sink_locations(job), takeover=leadership is not None)
+    claims.acquire()  # before anything is submitted: a second writer is refused with nothing written
 
     def ended() -> None:
         try:
@@ -130,6 +125,8 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
             claims.release()
 
     try:
+        if state_claim is not None:
+            state_claim.acquire()
         shape = outline(job, env.parallelism)
         jobmaster = serve(env.config, shape, lambda: launch(
             env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=graph.num_workers,
@@ -137,7 +134,7 @@ def execute_async(env: Environment, job_name: str, *, restore_from: str | None =
             fence=leadership))
     except BaseException:
         if state_claim is not None:
-            state_claim.claim.release()
+            state_claim.release()
         claims.release()
         raise
     claims.renew_while_held()

@@ -67,13 +67,13 @@ class SharedValues(dict[str, set[Any]]):
         """``value`` (stored for ``key`` in state ``name``) if no capture shares it or it cannot
         change in place, else a deep copy that the caller stores in its place (the first time
         per key and capture only: the copy is the live value from then on, shared by nothing).
-        ``elements``: the value is a list or dict of the state itself (list and map states),
-        which every capture copies one level deep, so only its elements matter."""
+        ``elements``: the value is a list state's list, which every capture copies one level
+        deep, so only its elements matter."""
         copied = self.get(name)
         if copied is None or type(value) in ATOMS or key in copied:
             return value
         copied.add(key)  # what is not shared now never will be: a later value is a new object
-        if all(map(frozen, value.values() if isinstance(value, dict) else value)) if elements else frozen(value):
+        if all(map(frozen, value)) if elements else frozen(value):
             return value
         return copy.deepcopy(value)
 

@@ -43,7 +43,8 @@ class _BoundState:
         """Whether ``value``, stored for ``key``, may be shared with a snapshot's copy and change
         in place (:mod:`epochal.state.copy_on_write`): then user code gets :meth:`_private`'s copy.
         Called when something is shared (``backend.shared``, a dict's truth: while nothing is, the
-        only cost of an access); inlined where it is hot."""
+        only cost of an access). Inlined in ``ValueState.value`` and the reducing and aggregating
+        ``add``: a call more cost 50 ns an access of a shared value there (measured)."""
         return type(value) not in ATOMS and (copied := self.backend.shared.get(self.name)) is not None \
             and key not in copied
 
@@ -351,9 +352,7 @@ class TtlMapState(TtlAccess, MapState):
         if item is None:
             return ABSENT
         if self.backend.shared:
-            value = self.backend.shared.private(self.name, (key, user_key), item[0])
-            if value is not item[0]:
-                item = found[user_key] = (value, item[1])
+            item = self._private_item(found, key, user_key, item)
         if item[1] <= now - self.ttl:
             del found[user_key]
             store_map(entries, key, found)
@@ -362,6 +361,14 @@ class TtlMapState(TtlAccess, MapState):
             found[user_key] = (item[0], now)
             entries[key] = found
         return item[0]
+
+    def _private_item(self, found: dict[Any, Any], key: Any, user_key: Any, item: Any) -> Any:
+        """``item`` (``(value, timestamp)`` of ``user_key`` in ``key``'s map ``found``), its value
+        private (:meth:`_private`), put in its place if copied."""
+        value = self.backend.shared.private(self.name, (key, user_key), item[0])
+        if value is not item[0]:
+            item = found[user_key] = (value, item[1])
+        return item
 
     def _scan(self, refresh: bool) -> list[tuple[Any, Any]]:
         """The visible ``(user key, value)`` pairs; removes expired entries, renews if ``refresh``."""
@@ -373,9 +380,7 @@ class TtlMapState(TtlAccess, MapState):
             return []
         if self.backend.shared:
             for user_key, item in list(found.items()):
-                value = self.backend.shared.private(self.name, (key, user_key), item[0])
-                if value is not item[0]:
-                    found[user_key] = (value, item[1])
+                self._private_item(found, key, user_key, item)
         horizon = now - self.ttl
         live = {k: e for k, e in found.items() if e[1] > horizon}
         result = [(k, e[0]) for k, e in (found if self.return_expired else live).items()]

@@ -80,6 +80,10 @@ class JobStateClaim:
         self.claim.acquire()
         self.claim.hold()
 
+    def release(self) -> None:
+        """Let go of the claims without resolving anything (the job was never submitted)."""
+        self.claim.release()
+
     def end(self, completed: int | None) -> None:
         """The job ended, with ``completed`` its last completed checkpoint (None: none in this run):
         resolve what its workers left prepared (non-MVCC) while it still holds the claims (a job
@@ -97,7 +101,7 @@ class JobStateClaim:
                     log.info("job %s ended: resolved the prepared transactions its workers left: %s",
                              self.claim.job_name, ", ".join(resolved))
         finally:
-            self.claim.release()
+            self.release()
 
 
 def lock_key(table: str, namespace: str) -> int:
@@ -126,13 +130,17 @@ class NamespaceClaim:
     def acquire(self) -> None:
         """Take every namespace's lock, or raise :class:`StateNamespaceInUseError` (none kept)."""
         with self._lock:
-            self._conn = connect(self.dsn, "the PostgreSQL state backend's namespace claim", self.application_name)
-            try:
-                for table, namespace in self.namespaces:
-                    self._take(table, namespace)
-            except BaseException:
-                self._close()
-                raise
+            self._take_all()
+
+    def _take_all(self) -> None:
+        """Over a new connection, every namespace's lock, or none (the connection closed)."""
+        self._conn = connect(self.dsn, "the PostgreSQL state backend's namespace claim", self.application_name)
+        try:
+            for table, namespace in self.namespaces:
+                self._take(table, namespace)
+        except BaseException:
+            self._close()
+            raise
 
     def hold(self) -> None:
         """Check the claim connection every :data:`CHECK_S` seconds until :meth:`release`, and take
@@ -150,12 +158,8 @@ class NamespaceClaim:
                     except Exception:  # noqa: BLE001 - the connection is gone: make it again
                         self._close()
                     try:
-                        self._conn = connect(self.dsn, "the PostgreSQL state backend's namespace claim",
-                                             self.application_name)
-                        for table, namespace in self.namespaces:
-                            self._take(table, namespace)
+                        self._take_all()
                     except Exception as error:  # noqa: BLE001 - logged; tried again at the next check
-                        self._close()
                         log.warning("job %s: its claim on PostgreSQL state namespaces %s was lost and cannot be "
                                     "taken again yet: %s", self.job_name, self.namespaces, error)
         threading.Thread(target=check, name=f"epochal-namespace-claim-{self.job_id}", daemon=True).start()
