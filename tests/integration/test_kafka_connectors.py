@@ -222,3 +222,42 @@ def test_a_fenced_producer_fails_with_a_readable_error(kafka_broker):
         old.commit([committable])
     assert read_committed(kafka_broker, topic) == []
     newer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recovery", [True, False], ids=["new-producer", "without-recovery"])
+def test_a_commit_stuck_after_a_broker_restart_is_done_by_a_new_producer(monkeypatch, recovery):
+    """After a broker restart librdkafka's producer keeps the group coordinator it knew and never
+    sends the next marker (confluentinc/librdkafka#5456, #5511): ``send_offsets_to_transaction``
+    blocks past its timeout. The writer gives up on it after RECOVER_AFTER and commits the epoch
+    with a new producer, in the running attempt, exactly once. Without that the commit fails
+    (StuckCall): the job would restart from its checkpoint after operation_timeout + margin."""
+    from epochal.connectors import kafka_transactions
+    from epochal.testing.kafka_broker import KafkaBroker
+
+    monkeypatch.setattr(kafka_transactions, "RECOVER_AFTER", 3.0 if recovery else None)
+    monkeypatch.setattr(kafka_transactions, "STUCK_MARGIN", 2.0)
+    with KafkaBroker() as broker:
+        topic = new_topic(broker)
+        sink = KafkaSink(broker.bootstrap, topic, transactional_id_prefix="stuck", config=QUIET, operation_timeout=4.0)
+        writer = sink.create_writer(SinkContext("sink", 0, 1, lambda payload: None, checkpointing=True,
+                                                job_id="job-1"))
+        writer.write_batch(["a"])
+        writer.commit([writer.pre_commit(1)])  # the producer now knows the group coordinator
+        writer.write_batch(["b", "c"])
+        two = writer.pre_commit(2)
+        writer.write_batch(["d"])  # waits for checkpoint 2's commit
+        broker.stop()
+        time.sleep(3.0)
+        broker.start()
+        started = time.monotonic()
+        if not recovery:
+            with pytest.raises(kafka_transactions.StuckCall, match="did not return within 6 s"):
+                writer.commit([two])
+            return
+        writer.commit([two])
+        assert time.monotonic() - started < 3.0 + 20.0
+        writer.commit([writer.pre_commit(3)])
+        assert read_committed(broker, topic) == ["a", "b", "c", "d"]
+        assert not open_transactions_block(broker, topic)
+        writer.close()

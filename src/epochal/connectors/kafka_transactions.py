@@ -7,6 +7,8 @@ markers; the module docstring of :mod:`epochal.connectors.kafka_sink` explains t
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,14 +25,32 @@ OPERATION_TIMEOUT = 60.0
 #: coordinator was lost (confluentinc/librdkafka#3779; seen here after a broker restart: a
 #: commit_transaction(60 s) still blocked 300 s later, the job neither failing nor moving).
 STUCK_MARGIN = 15.0
+#: Seconds (at most the sink's ``operation_timeout`` + STUCK_MARGIN) that marking or committing an epoch's
+#: transaction may take before the writer replaces its producer and commits the epoch again from
+#: its records, in the running attempt. After a broker restart librdkafka's producer can keep a
+#: stale group coordinator and never send the marker, whatever the call's timeout
+#: (confluentinc/librdkafka#5456 and #5511; 13 of 16 broker restarts of the chaos test did this
+#: to a subtask): a fresh producer finds the coordinator again within a second.
+RECOVER_AFTER: float | None = 10.0  # (None: no recovery; the job restarts instead)
+
+log = logging.getLogger(__name__)
+
+
+class StuckCall(KafkaError):
+    """A Kafka client call (``what``) that did not return within ``limit`` seconds (:func:`bounded`)."""
+
+    def __init__(self, what: str, limit: float) -> None:
+        super().__init__(f"KafkaSink: {what} did not return within {limit:g} s (the Kafka client is stuck, as "
+                         "librdkafka's transactional calls can be after the transaction coordinator was lost); "
+                         "the job restarts from its latest checkpoint")
+        self.what, self.limit = what, limit
 
 
 def bounded(action: Any, limit: float, what: str) -> Any:
     """``action()`` on a thread of its own, waited for at most ``limit`` seconds: its result, or
-    what it raised; past ``limit`` a :class:`KafkaError` (the job fails and restarts from its
-    latest checkpoint, whose new producers fence the stuck one; its thread is left behind)."""
-    import threading
-
+    what it raised; past ``limit`` a :class:`StuckCall` (its thread is left behind: fencing the
+    producer ends it). Unless the writer recovers from it, the job fails and restarts from its
+    latest checkpoint, whose new producers fence the stuck one."""
     outcome: list[Any] = []
 
     def run() -> None:
@@ -43,9 +63,7 @@ def bounded(action: Any, limit: float, what: str) -> Any:
     thread.start()
     thread.join(limit)
     if not outcome:
-        raise KafkaError(f"KafkaSink: {what} did not return within {limit:g} s (the Kafka client is stuck, as "
-                         "librdkafka's transactional calls can be after the transaction coordinator was lost); "
-                         "the job restarts from its latest checkpoint")
+        raise StuckCall(what, limit)
     done, value = outcome[0]
     if not done:
         raise value
@@ -168,11 +186,13 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
             self.producer = self._init(self.transactional_id)
         return self.producer
 
-    def _call(self, action: Any, transactional_id: str, doing: str) -> Any:
+    def _call(self, action: Any, transactional_id: str, doing: str, limit: float | None = None) -> Any:
+        """``action()``, bounded by ``limit`` (default: the operation timeout and its margin);
+        librdkafka's errors become :class:`KafkaError` saying what failed."""
         from confluent_kafka import KafkaException
 
         try:
-            return bounded(action, self.sink.operation_timeout + STUCK_MARGIN,
+            return bounded(action, limit or self.sink.operation_timeout + STUCK_MARGIN,
                            f"{doing} the transaction of '{transactional_id}'")
         except KafkaException as exception:
             error = exception.args[0]
@@ -192,24 +212,27 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         return Consumer(client_config(self.sink.bootstrap_servers, self.sink.config, **{
             "group.id": transactional_id, "enable.auto.commit": False, "isolation.level": "read_committed"}))
 
-    def _commit_with_marker(self, producer: _Producer, committable: Committable, markers: Any) -> None:
-        """Add the marker to the open transaction and commit it."""
+    def _commit_with_marker(self, producer: _Producer, committable: Committable, markers: Any,
+                            limit: float | None = None) -> None:
+        """Add the marker to the open transaction and commit it (each call within ``limit``)."""
         from confluent_kafka import TopicPartition
 
         tid = committable.transactional_id
         marker = TopicPartition(committable.marker_topic, 0, committable.checkpoint_id,
                                 f"{committable.job_id}:{committable.checkpoint_id}")
         self._call(lambda: producer.producer.send_offsets_to_transaction(
-            [marker], markers.consumer_group_metadata(), self.sink.operation_timeout), tid, "marking")
-        self._call(lambda: producer.producer.commit_transaction(self.sink.operation_timeout), tid, "committing")
+            [marker], markers.consumer_group_metadata(), self.sink.operation_timeout), tid, "marking", limit)
+        self._call(lambda: producer.producer.commit_transaction(self.sink.operation_timeout), tid, "committing",
+                   limit)
 
-    def _write_again(self, producer: _Producer, committable: Committable, markers: Any) -> None:
+    def _write_again(self, producer: _Producer, committable: Committable, markers: Any,
+                     limit: float | None = None) -> None:
         """Write an epoch's records in a new transaction and commit it with its marker."""
         tid = committable.transactional_id
         self._call(producer.producer.begin_transaction, tid, "beginning")
         producer.send(committable.records)
         producer.flush(f"KafkaSink ({tid})")
-        self._commit_with_marker(producer, committable, markers)
+        self._commit_with_marker(producer, committable, markers, limit)
 
     # ------------------------------------------------------------------ the epoch
     def write_batch(self, records: list[Any]) -> None:
@@ -245,21 +268,36 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         return committable
 
     def commit(self, committables: list[Any]) -> None:
-        markers = self._markers()
-        for committable in sorted(committables, key=lambda c: c.checkpoint_id):
-            if self.live is not None and committable.checkpoint_id == self.live.checkpoint_id:
-                self._commit_live(markers)
-            else:  # an epoch pre-committed while an earlier one awaited its commit
-                self._write_again(self._own(), committable, markers)
+        """Commit ``committables`` in checkpoint order. Marking or committing one that takes longer
+        than :data:`RECOVER_AFTER` replaces the producer once and commits what did not commit
+        again from the records (:meth:`_recover`); what fails then fails the job."""
+        ordered = sorted(committables, key=lambda c: c.checkpoint_id)
+        recover_after = RECOVER_AFTER
+        limit = None if recover_after is None else min(recover_after, self.sink.operation_timeout + STUCK_MARGIN)
+        try:
+            markers = self._markers()
+            for committable in ordered:
+                if self.live is not None and committable.checkpoint_id == self.live.checkpoint_id:
+                    self._commit_live(markers, limit)
+                else:  # an epoch pre-committed while an earlier one awaited its commit
+                    self._write_again(self._own(), committable, markers, limit)
+        except StuckCall as stuck:
+            if recover_after is None:
+                raise
+            log.warning("KafkaSink: %s did not return within %g s; committing checkpoint %s with a new producer",
+                        stuck.what, stuck.limit, ordered[-1].checkpoint_id)
+            self._recover(ordered)
         if self.live is None and self.waiting:
             waiting, self.waiting = self.waiting, []
             self._send(waiting)
 
-    def _commit_live(self, markers: Any) -> None:
+    def _commit_live(self, markers: Any, limit: float | None = None) -> None:
         live, producer = self.live, self._own()
         assert live is not None
         try:
-            self._commit_with_marker(producer, live, markers)
+            self._commit_with_marker(producer, live, markers, limit)
+        except StuckCall:
+            raise
         except KafkaError as error:
             if not getattr(error, "abortable", False):
                 raise
@@ -267,9 +305,25 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
             # here too and write the epoch again from its records
             self._call(lambda: producer.producer.abort_transaction(self.sink.operation_timeout), self.transactional_id,
                        "aborting")
-            self._write_again(producer, live, markers)
+            self._write_again(producer, live, markers, limit)
         self.live = None
         self.in_transaction = False
+
+    def _recover(self, committables: list[Committable]) -> None:
+        """After a stuck call: a new producer of this subtask's id fences the stuck one (which ends
+        its call) and settles its transaction (committed if its commit reached the broker, else
+        aborted); then every committable whose marker does not show it committed is written
+        again from its records, in order, as a restore does. Records waiting for the next
+        transaction stay waiting. Anything that fails here fails the job (no second recovery)."""
+        old_markers = self.markers  # (a consumer that may know the stale coordinator too)
+        # the stuck producer is dropped: its call's thread holds it until the fence ends the call
+        self.producer, self.markers, self.live, self.in_transaction = None, None, None, False
+        if old_markers is not None:
+            threading.Thread(target=old_markers.close, name="epochal-kafka-close", daemon=True).start()
+        producer, markers = self._own(), self._markers()
+        for committable in committables:
+            if not self._committed(markers, committable):
+                self._write_again(producer, committable, markers)
 
     def _markers(self) -> Any:
         if self.markers is None:
