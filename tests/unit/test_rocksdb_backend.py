@@ -366,3 +366,41 @@ def test_more_state_than_write_buffer_and_block_cache(make_rocksdb):
         assert table[key_group_of(i, MAX_P)][i] == blob[i:i + 1024]
     assert backend.entry_count() == count
     assert sum(len(table[g]) for g in range(MAX_P)) == count
+
+
+def _compressions(checkpoint: str) -> set[str]:
+    """The ``compression`` settings the checkpoint's OPTIONS file records per column family."""
+    [name] = [f for f in os.listdir(checkpoint) if f.startswith("OPTIONS-")]
+    with open(os.path.join(checkpoint, name)) as options:
+        return {line.split("=", 1)[1].strip() for line in options if line.strip().startswith("compression=")}
+
+
+def test_blocks_are_lz4_and_a_checkpoint_written_with_snappy_still_restores(make_rocksdb, tmp_path, monkeypatch):
+    """LZ4 is the backend's compression (cheaper to read than RocksDB's default Snappy, see
+    docs/savepoints.md); checkpoints of versions that wrote Snappy restore and read as before."""
+    from rocksdict import DBCompressionType
+
+    from epochal.state import rocksdb, rocksdb_native
+
+    current = make_rocksdb(name="lz4")
+    _fill(current, range(500))
+    current.local_checkpoint(str(tmp_path / "lz4-chk"))
+    assert _compressions(str(tmp_path / "lz4-chk")) == {"kLZ4Compression"}
+    with monkeypatch.context() as patch:  # as epochal wrote it before
+        patch.setattr(rocksdb, "DBCompressionType", type("Snappy", (), {"lz4": staticmethod(DBCompressionType.snappy)}))
+        older = make_rocksdb(name="snappy")
+    _fill(older, range(3000))
+    everything = older.capture()
+    older.local_checkpoint(str(tmp_path / "chk"))
+    assert _compressions(str(tmp_path / "chk")) == {"kSnappyCompression"}
+    restored = make_rocksdb(range(0, 64), "restored", restore_from=str(tmp_path / "chk"))
+    assert restored.capture() == {g: s for g, s in everything.items() if g < 64}
+    assert dict(read_key_groups(str(tmp_path / "chk"), range(MAX_P))) == everything
+    if rocksdb_native.unavailable_reason() is None:  # the canonical savepoint's reader too
+        from epochal.state.rocksdb import read_stored_groups
+
+        native = {group: pickle.loads(data[offset:offset + length])
+                  for data, spans in rocksdb_native.read_chunks(str(tmp_path / "chk"), range(MAX_P))
+                  for group, offset, length, _ in spans}
+        assert native and native == {group: dict(stored) for group, stored in
+                                     read_stored_groups(str(tmp_path / "chk"), range(MAX_P))}

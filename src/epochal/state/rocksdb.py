@@ -46,6 +46,7 @@ from rocksdict import (
     BlockBasedOptions,
     Cache,
     Checkpoint,
+    DBCompressionType,
     IngestExternalFileOptions,
     Options,
     Rdict,
@@ -168,6 +169,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options.create_if_missing(True)
         options.set_write_buffer_size(write_buffer_bytes)
         options.set_block_based_table_factory(table)
+        # LZ4, not RocksDB's default Snappy: blocks of the same size, and reading them (block cache
+        # misses, the canonical savepoint's full scan) costs 40 % less CPU (500k entries of ~120
+        # bytes: 0.155 against 0.254 CPU-s; docs/savepoints.md). Files written with Snappy before
+        # stay readable: RocksDB records each block's compression.
+        options.set_compression_type(DBCompressionType.lz4())
         options.set_keep_log_file_num(2)
         self._write_options = WriteOptions()
         self._write_options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property
