@@ -1,7 +1,8 @@
 """KafkaSource's reader and KafkaSink's writers against the real test broker, without Spark:
 start offsets, bounded reads, records' fields, watermarks per partition and idleness, partitions
 added while reading, offsets committed on checkpoint completion, transactions (commit markers,
-restore, lingering ones aborted after a downscale) and a fenced producer's error."""
+restore, lingering ones aborted after a downscale), a fenced producer's error, and a commit stuck
+after a broker restart done by a new producer."""
 
 from __future__ import annotations
 
@@ -196,6 +197,27 @@ def test_transactions_commit_on_completion_and_a_restore_writes_only_what_did_no
     assert read_committed(kafka_broker, topic) == ["a", "b", "c", "d", "e"]
     second.close()
     first.close()
+
+
+def test_a_barrier_before_the_previous_commit_keeps_later_records_waiting(kafka_broker):
+    """Checkpoint 2's barrier reaches the sink before checkpoint 1 commits (concurrent
+    checkpoints, a savepoint beside a checkpoint): records after it must not open a transaction
+    when 1 commits, or 2's own transaction cannot begin ("Operation not valid in state
+    InTransaction", the job restarted)."""
+    topic = new_topic(kafka_broker)
+    w = writer(kafka_broker, topic, "ahead", 0, 1)
+    w.write_batch(["a"])
+    one = w.pre_commit(1)
+    w.write_batch(["b"])
+    two = w.pre_commit(2)  # nothing of it sent yet: queued behind 1
+    w.write_batch(["c"])
+    w.commit([one])
+    w.write_batch(["d"])
+    assert read_committed(kafka_broker, topic) == ["a"]
+    w.commit([two])  # then c and d open the next transaction
+    w.commit([w.pre_commit(3)])
+    assert read_committed(kafka_broker, topic) == ["a", "b", "c", "d"]
+    w.close()
 
 
 def test_a_downscale_aborts_the_transactions_removed_subtasks_left_open(kafka_broker):

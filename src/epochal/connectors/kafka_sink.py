@@ -14,7 +14,10 @@ writer first initialises each transactional id of the restored committables, whi
 dead producer and aborts whatever it left open, then reads the marker: a transaction that
 committed is not written again; one that did not is written again from its records and committed
 with its marker. Transactional ids of subtasks a downscale removed are initialised (so aborted)
-too; an id of this subtask is initialised when its producer starts. See kafka_transactions.
+too; an id of this subtask is initialised when its producer starts. A running writer whose
+marking or commit hangs (librdkafka after a broker restart) does the same in place: a new
+producer fences the stuck one and the epoch is written again unless its marker shows it
+committed. See kafka_transactions.
 """
 
 from __future__ import annotations

@@ -148,8 +148,10 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
 
     Records go into the open transaction as they arrive and are kept as the epoch's write-ahead
     log. ``pre_commit`` flushes them and adds the commit marker; the transaction stays open
-    until ``commit``. Records that arrive in between wait in memory and open the next
-    transaction once the previous one committed (a producer has one transaction at a time).
+    until ``commit``. Records that arrive in between wait in memory; a barrier that comes before
+    the previous checkpoint's commit makes them a *queued* committable, written in a transaction
+    of its own when its checkpoint commits. Records open the next transaction only once nothing
+    pre-committed awaits its commit (a producer has one transaction at a time).
     """
 
     def __init__(self, sink: KafkaSink, context: SinkContext) -> None:
@@ -162,8 +164,10 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         self.epoch: list[Serialized] = []
         #: the open transaction's committable once pre-committed (awaiting commit)
         self.live: Committable | None = None
-        #: records that arrived after ``live`` was pre-committed
+        #: records that arrived after ``live`` (or a queued committable) was pre-committed
         self.waiting: list[Serialized] = []
+        #: committables pre-committed from ``waiting`` (nothing sent yet), awaiting their commit
+        self.queued: list[Committable] = []
         self.markers: Any = None  # the consumer whose group metadata commits markers
 
     # ------------------------------------------------------------------ producers
@@ -237,7 +241,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
     # ------------------------------------------------------------------ the epoch
     def write_batch(self, records: list[Any]) -> None:
         serialized = self.sink.serialize_batch(records)
-        if self.live is not None:
+        if self.live is not None or self.queued:
             self.waiting.extend(serialized)
             return
         self._send(serialized)
@@ -254,7 +258,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
 
     def pre_commit(self, checkpoint_id: int) -> Any:
         job = self.context.job_id
-        if self.live is None:
+        if self.live is None and not self.queued:
             if not self.epoch:
                 return None
             self._own().flush(f"KafkaSink ({self.transactional_id})")
@@ -265,6 +269,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
             return None
         committable = Committable(self.transactional_id, job, checkpoint_id, self.waiting[0][0], self.waiting)
         self.waiting = []
+        self.queued.append(committable)
         return committable
 
     def commit(self, committables: list[Any]) -> None:
@@ -287,7 +292,9 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
             log.warning("KafkaSink: %s did not return within %g s; committing checkpoint %s with a new producer",
                         stuck.what, stuck.limit, ordered[-1].checkpoint_id)
             self._recover(ordered)
-        if self.live is None and self.waiting:
+        done = {c.checkpoint_id for c in ordered}
+        self.queued = [c for c in self.queued if c.checkpoint_id not in done]
+        if self.live is None and not self.queued and self.waiting:
             waiting, self.waiting = self.waiting, []
             self._send(waiting)
 
