@@ -303,10 +303,8 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         assert live is not None
         try:
             self._commit_with_marker(producer, live, markers, limit)
-        except StuckCall:
-            raise
         except KafkaError as error:
-            if not getattr(error, "abortable", False):
+            if not error.abortable:  # (a StuckCall never is: commit() recovers from it)
                 raise
             # the broker aborted the transaction (it timed out, or lost it in a restart): abort
             # here too and write the epoch again from its records
