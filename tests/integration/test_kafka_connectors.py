@@ -166,8 +166,9 @@ def test_submit_time_errors_come_within_seconds(kafka_broker):
         KafkaSink(kafka_broker.bootstrap, "t")
 
 
-def writer(broker, topic, prefix, index, parallelism, job="job-1", restored=False, restored_parallelism=None):
-    sink = KafkaSink(broker.bootstrap, topic, transactional_id_prefix=prefix, config=QUIET)
+def writer(broker, topic, prefix, index, parallelism, job="job-1", restored=False, restored_parallelism=None,
+           **sink_options):
+    sink = KafkaSink(broker.bootstrap, topic, transactional_id_prefix=prefix, config=QUIET, **sink_options)
     context = SinkContext("sink", index, parallelism, lambda payload: None, checkpointing=True, job_id=job,
                           restored=restored, restored_parallelism=restored_parallelism)
     return sink.create_writer(context)
@@ -261,25 +262,23 @@ def test_a_commit_stuck_after_a_broker_restart_is_done_by_a_new_producer(monkeyp
     monkeypatch.setattr(kafka_transactions, "STUCK_MARGIN", 2.0)
     with KafkaBroker() as broker:
         topic = new_topic(broker)
-        sink = KafkaSink(broker.bootstrap, topic, transactional_id_prefix="stuck", config=QUIET, operation_timeout=4.0)
-        writer = sink.create_writer(SinkContext("sink", 0, 1, lambda payload: None, checkpointing=True,
-                                                job_id="job-1"))
-        writer.write_batch(["a"])
-        writer.commit([writer.pre_commit(1)])  # the producer now knows the group coordinator
-        writer.write_batch(["b", "c"])
-        two = writer.pre_commit(2)
-        writer.write_batch(["d"])  # waits for checkpoint 2's commit
+        w = writer(broker, topic, "stuck", 0, 1, operation_timeout=4.0)
+        w.write_batch(["a"])
+        w.commit([w.pre_commit(1)])  # the producer now knows the group coordinator
+        w.write_batch(["b", "c"])
+        two = w.pre_commit(2)
+        w.write_batch(["d"])  # waits for checkpoint 2's commit
         broker.stop()
         time.sleep(3.0)
         broker.start()
         started = time.monotonic()
         if not recovery:
             with pytest.raises(kafka_transactions.StuckCall, match="did not return within 6 s"):
-                writer.commit([two])
+                w.commit([two])
             return
-        writer.commit([two])
+        w.commit([two])
         assert time.monotonic() - started < 3.0 + 20.0
-        writer.commit([writer.pre_commit(3)])
+        w.commit([w.pre_commit(3)])
         assert read_committed(broker, topic) == ["a", "b", "c", "d"]
         assert not open_transactions_block(broker, topic)
-        writer.close()
+        w.close()

@@ -325,8 +325,12 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
         self.producer, self.markers, self.live, self.in_transaction = None, None, None, False
         if old_markers is not None:
             threading.Thread(target=old_markers.close, name="epochal-kafka-close", daemon=True).start()
-        producer, markers = self._own(), self._markers()
-        for committable in committables:
+        self._write_uncommitted(self._own(), committables, self._markers())
+
+    def _write_uncommitted(self, producer: _Producer, committables: list[Committable], markers: Any) -> None:
+        """Write again, in checkpoint order, each of ``committables`` whose marker does not show
+        it committed (after a restore, or a recovery in place; see :meth:`_committed`)."""
+        for committable in sorted(committables, key=lambda c: c.checkpoint_id):
             if not self._committed(markers, committable):
                 self._write_again(producer, committable, markers)
 
@@ -357,9 +361,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
                 continue
             markers = self._markers() if own else self._marker_consumer(transactional_id)
             try:
-                for committable in sorted(mine, key=lambda c: c.checkpoint_id):
-                    if not self._committed(markers, committable):
-                        self._write_again(producer, committable, markers)
+                self._write_uncommitted(producer, mine, markers)
             finally:
                 if not own:
                     markers.close()
