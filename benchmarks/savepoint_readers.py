@@ -1,5 +1,6 @@
 """How a RocksDB canonical savepoint is read (issue 34): the native reader against rocksdict in
-Python (``EPOCHAL_NATIVE_READER=0``), and optionally the code of another checkout, on the same
+Python (``EPOCHAL_NATIVE_READER=0``), files written through the page cache instead of past it
+(``page-cache``: ``EPOCHAL_DIRECT_IO=0``), and optionally the code of another checkout, on the same
 job, in alternating jobs of ``benchmarks.savepoints`` (each ``--rounds`` canonical and native
 savepoints of one state; docs/savepoints.md, "The native reader").
 
@@ -41,7 +42,8 @@ HERE = Path(__file__).resolve().parents[1]
 
 def configurations(args: argparse.Namespace) -> dict[str, tuple[Path, dict[str, str]]]:
     """Name -> (checkout to run in, environment additions)."""
-    out = {"native": (HERE, {}), "python": (HERE, {"EPOCHAL_NATIVE_READER": "0"})}
+    out = {"native": (HERE, {}), "python": (HERE, {"EPOCHAL_NATIVE_READER": "0"}),
+           "page-cache": (HERE, {"EPOCHAL_DIRECT_IO": "0"})}
     if args.baseline_tree:
         out["baseline"] = (Path(args.baseline_tree).resolve(), {})
     if args.configurations:

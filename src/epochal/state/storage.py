@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from epochal.errors import EpochalError
+from epochal.state import direct_io
 
 METADATA = "_metadata"
 #: Files more than one checkpoint may reference (incremental chains), under the root
@@ -101,7 +102,7 @@ class CheckpointStorage:
         """Write one state file of checkpoint ``checkpoint_id``; returns its handle."""
         return self.write_file_chunks(checkpoint_id, name, (data,))
 
-    def write_file_chunks(self, checkpoint_id: int, name: str, chunks: Iterable[bytes],
+    def write_file_chunks(self, checkpoint_id: int, name: str, chunks: Iterable[bytes | memoryview],
                           whole_crc: bool = True) -> dict[str, Any]:
         """:meth:`write_file` of the concatenation of ``chunks``, written as they come (a reader
         may produce them meanwhile, so reading and writing overlap). ``whole_crc=False``: the
@@ -111,20 +112,22 @@ class CheckpointStorage:
         size, checksum = self._write_durably(f"{directory}/{name}", chunks, whole_crc)
         return {"file": name, "size": size, **({"crc": checksum} if whole_crc else {})}
 
-    def _write_durably(self, path: str, chunks: Iterable[bytes], checksum: bool = False) -> tuple[int, int]:
+    def _write_durably(self, path: str, chunks: Iterable[bytes | memoryview],
+                       checksum: bool = False) -> tuple[int, int]:
         """Write a file, the concatenation of ``chunks``, so that it survives a machine crash
-        before the checkpoint is acknowledged: fsync on local disks; object stores and HDFS are
+        before the checkpoint is acknowledged: on local disks large files past the page cache
+        and fsync'd (:func:`epochal.state.direct_io.write_durably`); object stores and HDFS are
         durable once the stream is closed. Returns its size and, if asked, its CRC-32 (else 0)."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            written = direct_io.write_durably(path, chunks, checksum)
+            return written.size, written.crc
         size, crc32 = 0, 0
-        local = isinstance(self.fs, pafs.LocalFileSystem)
-        with open(path, "wb", buffering=0) if local else self.fs.open_output_stream(path) as out:
+        with self.fs.open_output_stream(path) as out:
             for chunk in chunks:
                 out.write(chunk)
                 size += len(chunk)
                 if checksum:
                     crc32 = zlib.crc32(chunk, crc32)
-            if local:
-                os.fsync(out.fileno())
         return size, crc32 & 0xFFFFFFFF
 
     def write_shared(self, name: str, data: bytes) -> dict[str, Any]:
