@@ -171,6 +171,37 @@ def test_a_reader_opens_once_and_closed_reads_nothing_more(checkpoint):
         native.Reader(directory + "-nothing-here", b"\x00\x00", b"\xff\xff\xff")
 
 
+def test_a_chunk_is_a_read_only_buffer_that_outlives_its_reader_and_whose_memory_a_later_read_takes(checkpoint):
+    """Chunks are handed over without a copy: the buffer the reader filled. Released, its memory
+    serves the next read (no fresh pages per chunk); held, the next read fills another."""
+    import numpy as np
+
+    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
+    from epochal.state.rocksdb_keys import group_prefix
+
+    def address(chunk) -> int:
+        return np.frombuffer(chunk, dtype=np.uint8).__array_interface__["data"][0]
+
+    directory, groups = checkpoint
+    reader = native.Reader(directory, group_prefix(groups.start), group_prefix(groups.stop))
+    first, spans = reader.read(1)
+    view = memoryview(first)
+    assert view.readonly and len(first) == len(view) == spans[-1][1] + spans[-1][2]
+    with pytest.raises(TypeError):
+        view[0] = 0
+    where, content = address(first), bytes(view)
+    del view, first
+    second, _ = reader.read(1)
+    assert address(second) == where  # the released buffer, from the pool
+    third, spans = reader.read(1)
+    assert address(third) != address(second)  # the second is still held
+    reader.close()
+    assert bytes(second) != content  # the next group, in the first one's memory
+    (_, offset, length, checksum), = spans  # a chunk outlives its reader
+    assert crc(memoryview(third)[offset:offset + length]) == checksum
+    assert isinstance(pickle.loads(memoryview(third)[offset:offset + length]), dict)
+
+
 @pytest.mark.parametrize("uri", ["local", "mock:///sp"])
 def test_a_file_written_in_chunks_has_the_size_and_checksum_of_its_bytes(tmp_path, uri):
     storage = CheckpointStorage(str(tmp_path / "sp") if uri == "local" else uri)

@@ -14,7 +14,15 @@
  * without entries in the group left out; groups without entries left out), `spans` the list of
  * (group, offset in data, length, CRC-32 as zlib.crc32 gives it) of each pickle, in group order; whole groups, at least
  * min_bytes of them unless the range ends (then b"" and []). The interpreter lock is released
- * while RocksDB is read. One thread at a time per Reader. */
+ * while RocksDB is read. One thread at a time per Reader.
+ *
+ * `data` is a Chunk: a read-only buffer (the buffer protocol, len()) that owns the memory the
+ * reader filled, handed over without a copy; once the last reference to it goes, its memory is
+ * kept for the next read (at most POOL buffers, while any Reader is open), so a savepoint's reads
+ * neither copy each chunk into a bytes object nor fault in fresh pages for every one. Each state's
+ * values are written as they are read and its keys gathered aside (the values are most of the
+ * bytes): the values list is built first and set aside in the pickle's memo, then the keys list,
+ * and the pair is (keys, values) as pickle.loads builds it. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,6 +58,7 @@ static struct {
     void (*iter_get_error)(const rdb_t *, char **);
     void (*free)(void *);
     void (*options_set_allow_mmap_reads)(rdb_t *, unsigned char);
+    void (*set_perf_level)(int); /* optional */
 } api;
 
 #define READAHEAD (4u << 20)
@@ -94,6 +103,7 @@ static PyObject *load(PyObject *self, PyObject *args) {
     SYMBOL(free, "rocksdb_free");
     SYMBOL(options_set_allow_mmap_reads, "rocksdb_options_set_allow_mmap_reads");
 #undef SYMBOL
+    *(void **)(&api.set_perf_level) = dlsym(lib, "rocksdb_set_perf_level");
     api.loaded = 1;
     Py_RETURN_NONE;
 }
@@ -188,8 +198,6 @@ static int put(buf_t *b, const void *p, size_t n) {
     return 0;
 }
 
-static int put_byte(buf_t *b, char c) { return put(b, &c, 1); }
-
 /* A little-endian length after a pickle opcode. */
 static int put_length(buf_t *b, char opcode, uint64_t n, int width) {
     unsigned char head[9];
@@ -211,6 +219,67 @@ static int put_str(buf_t *b, const char *p, size_t n) {
     int failed = n < 256 ? put_length(b, '\x8c', n, 1) : put_length(b, 'X', n, 4);
     return failed || put(b, p, n);
 }
+
+/* Chunk buffers kept for the next read (under the interpreter lock): at most POOL, and only while
+ * some Reader is open (the last one to close frees them). */
+#define POOL 4
+static struct {
+    char *data[POOL];
+    size_t cap[POOL];
+    int n, readers;
+} pool;
+
+static void pool_put(char *data, size_t cap) {
+    if (pool.readers > 0 && pool.n < POOL) {
+        pool.data[pool.n] = data;
+        pool.cap[pool.n++] = cap;
+    } else {
+        free(data);
+    }
+}
+
+static void pool_take(buf_t *b) {
+    if (b->data == NULL && pool.n > 0) {
+        pool.n--;
+        b->data = pool.data[pool.n];
+        b->cap = pool.cap[pool.n];
+        b->len = 0;
+    }
+}
+
+/* A chunk the reader filled, handed to Python without a copy: a read-only buffer that owns its
+ * memory and gives it back to the pool when it goes. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+    size_t cap;
+} Chunk;
+
+static int Chunk_getbuffer(Chunk *c, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)c, c->data, c->len, 1, flags);
+}
+
+static void Chunk_dealloc(Chunk *c) {
+    if (c->data != NULL)
+        pool_put(c->data, c->cap);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static Py_ssize_t Chunk_length(Chunk *c) { return c->len; }
+
+static PyBufferProcs chunk_buffer = {.bf_getbuffer = (getbufferproc)Chunk_getbuffer};
+static PySequenceMethods chunk_sequence = {.sq_length = (lenfunc)Chunk_length};
+
+static PyTypeObject ChunkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.state._rocksdb_native.Chunk",
+    .tp_basicsize = sizeof(Chunk),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A chunk of key-group pickles read by a Reader: a read-only buffer (memoryview(chunk)).",
+    .tp_dealloc = (destructor)Chunk_dealloc,
+    .tp_as_buffer = &chunk_buffer,
+    .tp_as_sequence = &chunk_sequence,
+};
 
 typedef struct {
     rdb_t *iter;
@@ -238,16 +307,23 @@ typedef struct {
     rdb_t *options, *db, *ro, **handles;
     const rdb_t **cf_options;
     cursor_t *cursors;
-    buf_t data, values;
+    buf_t data, keys; /* the chunk; one state's keys in a group, gathered aside */
     int64_t *spans; /* group, offset, length, CRC-32 */
     size_t nspans, capspans;
     char *error;    /* RocksDB's (rocksdb_free) */
     const char *message;
     int busy;       /* a read() is running in some thread */
+    int counted;    /* open, counted in pool.readers */
     char *upper;    /* the read options point at it (RocksDB's C API does not copy it) */
 } Reader;
 
 static void release(Reader *r) {
+    if (r->counted) { /* the last open Reader frees the pool (the interpreter lock is held here) */
+        r->counted = 0;
+        if (--pool.readers == 0)
+            while (pool.n > 0)
+                free(pool.data[--pool.n]);
+    }
     if (r->cursors != NULL)
         for (size_t i = 0; i < r->ncf; i++)
             if (r->cursors[i].iter != NULL)
@@ -268,12 +344,12 @@ static void release(Reader *r) {
     free(r->cursors);
     free(r->cf_options);
     free(r->data.data);
-    free(r->values.data);
+    free(r->keys.data);
     free(r->spans);
     free(r->upper);
     r->upper = NULL;
     r->cursors = NULL, r->ro = NULL, r->handles = NULL, r->db = NULL, r->names = NULL, r->options = NULL;
-    r->cf_options = NULL, r->data.data = NULL, r->values.data = NULL, r->spans = NULL;
+    r->cf_options = NULL, r->data.data = NULL, r->keys.data = NULL, r->spans = NULL;
     r->ncf = 0;
 }
 
@@ -325,6 +401,8 @@ static int read_chunk(Reader *r, size_t min_bytes) {
     buf_t *d = &r->data;
     d->len = 0;
     r->nspans = 0;
+    if (api.set_perf_level != NULL)
+        api.set_perf_level(1); /* kDisable, for this thread: no perf counters per entry */
     while (d->len < min_bytes) {
         int group = -1;
         for (size_t i = 0; i < r->ncf; i++)
@@ -341,18 +419,19 @@ static int read_chunk(Reader *r, size_t min_bytes) {
         size_t start = d->len;
         if (put(d, "\x80\x04}(", 4)) /* PROTO 4, EMPTY_DICT, MARK */
             goto oom;
+        unsigned int memo = 0; /* the pickle's memo: one values list per state so far */
         for (size_t i = 0; i < r->ncf; i++) {
             cursor_t *c = &r->cursors[i];
             if (c->group != group)
                 continue;
-            r->values.len = 0;
+            r->keys.len = 0;
             if (put_str(d, r->names[i], strlen(r->names[i])) || put(d, "](", 2)) /* EMPTY_LIST, MARK */
                 goto oom;
             while (c->group == group) {
                 size_t kn, vn;
                 const char *key = api.iter_key(c->iter, &kn);
                 const char *value = api.iter_value(c->iter, &vn);
-                if (put_bytes(d, key + 2, kn - 2) || put_bytes(&r->values, value, vn))
+                if (put_bytes(&r->keys, key + 2, kn - 2) || put_bytes(d, value, vn))
                     goto oom;
                 api.iter_next(c->iter);
                 if ((r->message = advance(c)) != NULL)
@@ -361,9 +440,12 @@ static int read_chunk(Reader *r, size_t min_bytes) {
             api.iter_get_error(c->iter, &r->error);
             if (r->error != NULL)
                 return -1;
-            /* APPENDS, EMPTY_LIST, MARK, the values, APPENDS, TUPLE2 */
-            if (put(d, "e](", 3) || put(d, r->values.data, r->values.len) || put(d, "e\x86", 2))
+            /* APPENDS, MEMOIZE, POP (the values set aside); EMPTY_LIST, MARK, the keys, APPENDS;
+             * BINGET or LONG_BINGET of the values; TUPLE2 */
+            if (put(d, "e\x94" "0](", 5) || put(d, r->keys.data, r->keys.len) || put(d, "e", 1) ||
+                (memo < 256 ? put_length(d, 'h', memo, 1) : put_length(d, 'j', memo, 4)) || put(d, "\x86", 1))
                 goto oom;
+            memo++;
         }
         if (put(d, "u.", 2)) /* SETITEMS, STOP */
             goto oom;
@@ -422,6 +504,8 @@ static int Reader_init(Reader *r, PyObject *args, PyObject *kwargs) {
         fail(r, "opening the RocksDB checkpoint", directory);
         return -1;
     }
+    r->counted = 1;
+    pool.readers++;
     return 0;
 }
 
@@ -436,6 +520,7 @@ static PyObject *Reader_read(Reader *r, PyObject *args) {
     if (r->db == NULL)
         return Py_BuildValue("(y#[])", "", (Py_ssize_t)0); /* closed, failed or never opened: nothing */
     int status;
+    pool_take(&r->data);
     r->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     status = read_chunk(r, min_bytes > 0 ? (size_t)min_bytes : 1);
@@ -443,7 +528,16 @@ static PyObject *Reader_read(Reader *r, PyObject *args) {
     r->busy = 0;
     if (status != 0)
         return fail(r, "reading the RocksDB checkpoint", NULL);
-    PyObject *data = PyBytes_FromStringAndSize(r->data.data, (Py_ssize_t)r->data.len);
+    if (r->nspans == 0) /* the range has ended */
+        return Py_BuildValue("(y#[])", "", (Py_ssize_t)0);
+    Chunk *data = PyObject_New(Chunk, &ChunkType);
+    if (data != NULL) { /* the chunk takes the buffer; the next read takes one from the pool or grows its own */
+        data->data = r->data.data;
+        data->len = (Py_ssize_t)r->data.len;
+        data->cap = r->data.cap;
+        r->data.data = NULL;
+        r->data.len = r->data.cap = 0;
+    }
     PyObject *spans = PyList_New((Py_ssize_t)(r->nspans / 4));
     PyObject *out = NULL;
     if (data != NULL && spans != NULL) {
@@ -457,7 +551,7 @@ static PyObject *Reader_read(Reader *r, PyObject *args) {
                 PyList_SET_ITEM(spans, (Py_ssize_t)i, span);
         }
         if (!failed)
-            out = PyTuple_Pack(2, data, spans);
+            out = PyTuple_Pack(2, (PyObject *)data, spans);
     }
     Py_XDECREF(data);
     Py_XDECREF(spans);
@@ -527,7 +621,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rocksdb_native", NU
 PyMODINIT_FUNC PyInit__rocksdb_native(void) {
     crc_init();
     zlib_init();
-    if (PyType_Ready(&ReaderType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ChunkType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -174,13 +174,15 @@ def read_chunks(directory: str, key_groups: range, min_bytes: int = NATIVE_CHUNK
 
 
 def _chunks(reader: Any, min_bytes: int) -> Iterator[Chunk]:
-    """``reader``'s chunks (each group's span with its CRC-32, computed by the reader)."""
+    """``reader``'s chunks (each group's span with its CRC-32, computed by the reader), each a
+    memoryview of the buffer the reader filled (no copy; its memory serves a later read once the
+    view is gone)."""
     try:
         while True:
             data, spans = reader.read(min_bytes)
             if not spans:
                 return
-            yield data, spans
+            yield memoryview(data), spans
     finally:
         reader.close()
 

@@ -83,7 +83,7 @@ def write_key_groups(storage: CheckpointStorage, checkpoint_id: int, name: str,
 #: One group's place in a chunk of group blobs: (group, offset in the chunk, length, CRC-32)
 Span = tuple[int, int, int, int]
 #: Group blobs one after the other, and their spans
-Chunk = tuple[bytes, list[Span]]
+Chunk = tuple[bytes | memoryview, list[Span]]
 #: What a writer of group blobs asks a reader for at a time
 CHUNK_BYTES = 4 << 20
 
@@ -127,7 +127,7 @@ def write_group_chunks(storage: CheckpointStorage, checkpoint_id: int, name: str
     groups: dict[str, list[int]] = {}
     offset = 0
 
-    def data() -> Iterator[bytes]:
+    def data() -> Iterator[bytes | memoryview]:
         nonlocal offset
         for chunk, spans in chunks:
             for group, start, length, checksum in spans:
