@@ -85,7 +85,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
-def plot(summary: list[dict[str, Any]], path: Path) -> None:
+def plot(summary: list[dict[str, Any]], keys: int, path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     names = [s["configuration"] for s in summary]
@@ -102,7 +102,7 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     right.set_xticks(list(at), names)
     right.set_ylabel("canonical / native, paired (geometric mean, 95 %)")
     right.legend()
-    fig.suptitle("RocksDB canonical savepoint at 1 M keys: native reader against rocksdict in Python")
+    fig.suptitle(f"RocksDB canonical and native savepoints at {keys / 1e6:g} M keys: {', '.join(names)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=2.0)
     parser.add_argument("--baseline-tree", default=None, help="another checkout (with .venv) to compare")
     parser.add_argument("--configurations", nargs="+", default=None,
-                        help="only these (native, python, baseline); default: all")
+                        help="only these (native, python, page-cache, baseline); default: all")
     parser.add_argument("--from-dir", default=None,
                         help="summarise the runs already in this directory (<configuration>-<job>/savepoints.csv)")
     parser.add_argument("--out", default="benchmarks/results/savepoint_readers")
@@ -141,7 +141,8 @@ def main() -> None:
     summary = summarise(rows)
     write_csv(out / "savepoint_readers.csv", rows)
     write_csv(out / "savepoint_readers_summary.csv", summary)
-    plot(summary, out / "savepoint_readers.png")
+    keys = int(rows[0]["keys"]) if rows else args.keys
+    plot(summary, keys, out / "savepoint_readers.png")
     for s in summary:
         print(f"{s['configuration']:>9}: canonical {s['canonical_s']:.2f} s (async {s['canonical_async_s']:.2f}, "
               f"alignment {s['canonical_alignment_s']:.2f}), native {s['native_s']:.2f} s; paired in "

@@ -47,6 +47,9 @@ from benchmarks.state_snapshots import BACKENDS, Driver, ForkAwareCpuWatch, buil
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage
 
+#: The backends measured here: those without a server of their own
+EMBEDDED = ("heap", "heap-incremental", "rocksdb")
+
 FORMATS = ("canonical", "native")
 #: How a RocksDB canonical savepoint is read: the native reader, or rocksdict in Python with
 #: ``EPOCHAL_NATIVE_READER=0`` in the environment Spark starts with (epochal.state.rocksdb_native).
@@ -230,7 +233,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--experiments", nargs="+", choices=("sizes", "cycle"), default=["sizes", "cycle"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
-    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", choices=EMBEDDED, default=list(EMBEDDED),
+                        help="the backends that need no server (benchmarks.postgres_state measures PostgreSQL's)")
     parser.add_argument("--cycle-keys", type=int, default=1_000_000)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between checkpoint triggers")
     parser.add_argument("--checkpoints", type=int, default=2, help="steady checkpoints before the savepoints")
