@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import platform
 
 import pytest
 
@@ -81,16 +82,42 @@ def test_the_native_reader_is_built_and_finds_rocksdb():
     assert os.path.exists(rocksdb_native.library_path())
 
 
-def test_its_crc_is_zlibs_by_zlib_and_by_its_own_tables():
+def test_its_crc_is_zlibs_every_way_it_has_from_any_value_offset_and_length():
     import zlib
 
-    from epochal.state import _rocksdb_native as native
+    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
 
-    assert native.uses_zlib()  # the process has zlib (Python's zlib module loads it)
+    ways = native.crc_ways()
+    assert ways[-2:] == ["zlib", "tables"]  # the process has zlib (Python's zlib module loads it)
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "folding" in ways  # every x86-64 CPU this runs on has PCLMULQDQ
     data = os.urandom(70_001)
-    for start, end in [(0, 0), (0, 1), (1, 8), (3, 20), (5, 70_001), (0, 70_001)]:
+    pieces = [(start, start + n) for start in (0, 1, 5, 8, 13) for n in [*range(0, 200), 1000, 4095, 65_537]]
+    for start, end in [*pieces, (0, 70_001)]:
         piece = data[start:end]
-        assert native.crc32(piece) == native.crc32(piece, tables=True) == zlib.crc32(piece)
+        for value in (0, 1, 0x12345678, 0xFFFFFFFF):
+            want = zlib.crc32(piece, value)
+            assert native.crc32(piece, value) == want
+            assert all(native.crc32(piece, value, way) == want for way in ways)
+    with pytest.raises(ValueError, match="no CRC-32 way 'nope'"):
+        native.crc32(b"x", 0, "nope")
+
+
+def test_checkpoint_files_are_checksummed_the_fastest_way_with_zlibs_values():
+    import zlib
+
+    from epochal.state import checksums
+
+    assert checksums.way() == native_ways()[0]
+    data = memoryview(os.urandom(3 << 20))
+    assert checksums.crc32(data) == zlib.crc32(data) == crc(data)
+    assert checksums.crc32(data[1000:], checksums.crc32(data[:1000])) == zlib.crc32(data)
+
+
+def native_ways() -> list[str]:
+    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
+
+    return list(native.crc_ways())
 
 
 @pytest.fixture(params=[1, 2, 3], ids=lambda n: f"{n}-threads")

@@ -23,9 +23,10 @@ import errno
 import fcntl
 import mmap
 import os
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from epochal.state.checksums import crc32
 
 #: Alignment of ``O_DIRECT`` writes: buffer address, length and file offset (covers 512-byte
 #: and 4 KiB logical blocks)
@@ -134,11 +135,11 @@ def write_durably(path: str, chunks: Iterable[bytes | bytearray | memoryview], c
             data = memoryview(chunk).cast("B")
             size += len(data)
             if checksum:
-                crc = zlib.crc32(data, crc)
+                crc = crc32(data, crc)
             writer.add(data)
         writer.finish()
         os.fsync(fd)
-        return Written(size, crc & 0xFFFFFFFF, writer.direct)
+        return Written(size, crc, writer.direct)
     finally:
         if writer is not None:
             writer.close()

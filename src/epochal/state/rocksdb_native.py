@@ -120,7 +120,7 @@ def _module() -> Any | None:
         if "module" in _state or "reason" in _state:
             return _state.get("module")
         try:
-            from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
+            from epochal.state import _rocksdb_native as native
         except ImportError:
             _state["reason"] = "the extension epochal.state._rocksdb_native was not built (no C compiler at install)"
             return None

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +31,7 @@ import pyarrow.fs as pafs
 
 from epochal.errors import EpochalError
 from epochal.state import direct_io
+from epochal.state.checksums import crc32
 
 METADATA = "_metadata"
 #: Files more than one checkpoint may reference (incremental chains), under the root
@@ -69,7 +69,8 @@ def _corrupt(path: str, offset: int = 0) -> CheckpointError:
 
 
 def crc(data: bytes | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+    """zlib's CRC-32 of ``data`` (:func:`epochal.state.checksums.crc32`)."""
+    return crc32(data)
 
 
 class CheckpointStorage:
@@ -121,14 +122,14 @@ class CheckpointStorage:
         if isinstance(self.fs, pafs.LocalFileSystem):
             written = direct_io.write_durably(path, chunks, checksum)
             return written.size, written.crc
-        size, crc32 = 0, 0
+        size, so_far = 0, 0
         with self.fs.open_output_stream(path) as out:
             for chunk in chunks:
                 out.write(chunk)
                 size += len(chunk)
                 if checksum:
-                    crc32 = zlib.crc32(chunk, crc32)
-        return size, crc32 & 0xFFFFFFFF
+                    so_far = crc32(chunk, so_far)
+        return size, so_far
 
     def write_shared(self, name: str, data: bytes) -> dict[str, Any]:
         """Write a state file that later checkpoints may reference too (an incremental
@@ -198,7 +199,7 @@ class CheckpointStorage:
         checksum, size = 0, 0
         with open(target, "rb") as linked:
             while chunk := linked.read(8 << 20):
-                checksum, size = zlib.crc32(chunk, checksum), size + len(chunk)
+                checksum, size = crc32(chunk, checksum), size + len(chunk)
         if size != handle["size"] or checksum & 0xFFFFFFFF != handle["crc"]:
             os.unlink(target)
             raise _corrupt(path)
