@@ -106,18 +106,13 @@ def test_its_crc_is_zlibs_every_way_it_has_from_any_value_offset_and_length():
 def test_checkpoint_files_are_checksummed_the_fastest_way_with_zlibs_values():
     import zlib
 
+    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
     from epochal.state import checksums
 
-    assert checksums.way() == native_ways()[0]
+    assert checksums.way() == native.crc_ways()[0]
     data = memoryview(os.urandom(3 << 20))
     assert checksums.crc32(data) == zlib.crc32(data) == crc(data)
     assert checksums.crc32(data[1000:], checksums.crc32(data[:1000])) == zlib.crc32(data)
-
-
-def native_ways() -> list[str]:
-    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
-
-    return list(native.crc_ways())
 
 
 @pytest.fixture(params=[1, 2, 3], ids=lambda n: f"{n}-threads")
