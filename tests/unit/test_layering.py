@@ -23,7 +23,8 @@ PACKAGE = SRC / "epochal"
 #: The layers, lowest first: a component (a package, or a top-level module) may import itself
 #: and the components of lower layers, never those of its own or a higher layer.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "processes", "serialization", "tracebacks"}),
+    ("leaves", {"errors", "filesystems", "processes", "serialization", "tracebacks"}),
+    ("clients of external systems", {"postgres_client"}),
     ("messages", {"messages"}),
     ("validation", {"validation"}),
     ("config", {"config"}),
@@ -47,7 +48,8 @@ LAYERS: list[tuple[str, set[str]]] = [
 RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane",
            "runtime.queries"}
 #: What runs in a worker process; none of it may import these.
-WORKER_SIDE = {"errors", "processes", "serialization", "tracebacks", "messages", "validation", "config",
+WORKER_SIDE = {"errors", "filesystems", "postgres_client", "processes", "serialization", "tracebacks", "messages",
+               "validation", "config",
                "connectors", "plan", "state", *RUNTIME}
 DRIVER_SIDE = {"control", "rest", "api", "cli", "testing"}
 #: The modules every job kind has (docs/architecture.md, "Job kinds").

@@ -55,7 +55,7 @@ def latest_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _error(path: str, error: Exception) -> CliError:
-    from epochal.connectors.filesystems import resolve
+    from epochal.filesystems import resolve
 
     try:
         fs, local = resolve(path)

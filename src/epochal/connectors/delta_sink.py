@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 
 from epochal.connectors import delta_tables as dt
 from epochal.connectors.base import EXACTLY_ONCE, Sink, SinkContext, TransactionalSinkWriter
-from epochal.connectors.filesystems import join, resolve
 from epochal.errors import PlanError, SinkError
+from epochal.filesystems import join, resolve
 
 __all__ = ["DeltaCommittable", "DeltaSink"]
 

@@ -30,9 +30,9 @@ import pyarrow.fs as pafs
 from epochal.connectors import delta_tables as dt
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import FileRef
-from epochal.connectors.filesystems import is_uri, join, resolve
 from epochal.connectors.table_file_sources import _ParquetSplit, _rows
 from epochal.errors import SourceError
+from epochal.filesystems import is_uri, join, resolve
 
 __all__ = ["DeltaSource"]
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from epochal.connectors.filesystems import is_uri
+from epochal.filesystems import is_uri
 
 #: Characters Hive-style partition directories escape (Spark's ``ExternalCatalogUtils``).
 _PATH_SAFE = "".join(chr(c) for c in range(32, 127) if chr(c) not in '"#%\'*/:=?\\{}[]^')

@@ -1,5 +1,5 @@
 """File sinks: text lines and Parquet, exactly-once under checkpointing, on any filesystem
-pyarrow knows (see :mod:`epochal.connectors.filesystems`).
+pyarrow knows (see :mod:`epochal.filesystems`).
 
 Two-phase commit of one file per subtask and checkpoint epoch: written under
 ``<dir>/_pending/`` (hidden from readers) and renamed into place when the checkpoint completes.
@@ -19,11 +19,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from epochal.connectors.base import EXACTLY_ONCE, Sink, SinkContext, TransactionalSinkWriter
-from epochal.connectors.filesystems import TEXT_CHUNK as _TEXT_CHUNK
-from epochal.connectors.filesystems import is_uri as _is_uri
-from epochal.connectors.filesystems import join as _join
-from epochal.connectors.filesystems import resolve as _resolve
 from epochal.errors import PlanError
+from epochal.filesystems import TEXT_CHUNK as _TEXT_CHUNK
+from epochal.filesystems import is_uri as _is_uri
+from epochal.filesystems import join as _join
+from epochal.filesystems import resolve as _resolve
 
 #: Where in-progress and pre-committed files wait, inside the sink's directory (hidden from
 #: readers, which skip names starting with ``_`` or ``.``).

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from epochal.connectors.base import SourceSplit
-from epochal.connectors.filesystems import is_hidden as _is_hidden
-from epochal.connectors.filesystems import is_uri as _is_uri
-from epochal.connectors.filesystems import join as _join
-from epochal.connectors.filesystems import resolve as _resolve
 from epochal.errors import SourceError
+from epochal.filesystems import is_hidden as _is_hidden
+from epochal.filesystems import is_uri as _is_uri
+from epochal.filesystems import join as _join
+from epochal.filesystems import resolve as _resolve
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 

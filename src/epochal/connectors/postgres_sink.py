@@ -29,6 +29,7 @@ from typing import Any
 from epochal.connectors import postgres_sql as pg
 from epochal.connectors.base import AT_LEAST_ONCE, EXACTLY_ONCE, Sink, SinkContext, SinkWriter, TransactionalSinkWriter
 from epochal.errors import PlanError, SinkError
+from epochal.postgres_client import first_line, table_identifier
 
 __all__ = ["PostgresSink"]
 
@@ -106,14 +107,14 @@ class _Writer:
         if not self.buffer:
             return
         statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            pg.table_identifier(self.sink.table), sql.SQL(", ").join(map(sql.Identifier, self.columns or [])))
+            table_identifier(self.sink.table), sql.SQL(", ").join(map(sql.Identifier, self.columns or [])))
         try:
             with self.conn.cursor() as cur, cur.copy(statement) as copy:
                 for row in self.buffer:
                     copy.write_row(row)
         except psycopg.DatabaseError as exc:
             if exc.diag.sqlstate is None or isinstance(exc, psycopg.OperationalError):
-                raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {pg.first_line(exc)}") from exc
+                raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {first_line(exc)}") from exc
             raise pg.rejected(exc, self.sink.table, self.records, self.what) from exc
         self.buffer, self.records = [], []
 
@@ -124,7 +125,7 @@ class _Writer:
             with (conn or self.conn).cursor() as cur:
                 cur.execute(statement, params)
         except psycopg.OperationalError as exc:
-            raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {pg.first_line(exc)}") from exc
+            raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {first_line(exc)}") from exc
 
     def close(self) -> None:
         try:
@@ -265,13 +266,13 @@ class _UpsertWriter(_Writer, SinkWriter):
                 for start in range(0, len(rows), per_statement):
                     chunk = rows[start:start + per_statement]
                     statement = sql.SQL("INSERT INTO {} ({}) VALUES {} ON CONFLICT ({}) {}").format(
-                        pg.table_identifier(self.sink.table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+                        table_identifier(self.sink.table), sql.SQL(", ").join(map(sql.Identifier, columns)),
                         sql.SQL(", ").join([one_row] * len(chunk)),
                         sql.SQL(", ").join(map(sql.Identifier, self.sink.key)), action)
                     cur.execute(statement, [value for row, _ in chunk for value in row])
         except psycopg.DatabaseError as exc:
             if exc.diag.sqlstate is None or isinstance(exc, psycopg.OperationalError):
-                raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {pg.first_line(exc)}") from exc
+                raise SinkError(f"{self.what}: lost the connection to PostgreSQL: {first_line(exc)}") from exc
             raise pg.rejected(exc, self.sink.table, None, self.what) from exc
         self.pending.clear()
 

@@ -1,5 +1,5 @@
-"""PostgreSQL plumbing of :mod:`epochal.connectors.postgres_sink`, through psycopg 3: connecting
-with one readable error, the table's columns and keys, global transaction ids, and errors that
+"""PostgreSQL plumbing of :mod:`epochal.connectors.postgres_sink`, through psycopg 3 (connections
+by :mod:`epochal.postgres_client`): the table's columns and keys, global transaction ids, and errors that
 name the record and the constraint.
 
 ``psycopg`` is imported on first use, so jobs without PostgreSQL never load it.
@@ -11,7 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from epochal import postgres_client
 from epochal.errors import SinkError
+from epochal.postgres_client import first_line
 
 #: Separates the parts of a global transaction id; never inside a part.
 SEP = "|"
@@ -19,35 +21,7 @@ SEP = "|"
 
 def connect(conninfo: str, connect_timeout: float, what: str) -> Any:
     """An autocommit connection, or a :class:`SinkError` that says the server cannot be reached."""
-    import psycopg
-
-    try:
-        return psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, round(connect_timeout)))
-    except psycopg.Error as exc:
-        raise SinkError(f"{what}: cannot connect to PostgreSQL ({describe_target(conninfo)}): "
-                        f"{first_line(exc)}") from exc
-
-
-def describe_target(conninfo: str) -> str:
-    """Host, port and database of ``conninfo``, without the password."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        parts = conninfo_to_dict(conninfo)
-    except Exception:  # an unparsable conninfo: the connect error says why
-        return "conninfo unreadable"
-    return ", ".join(f"{k}={parts[k]}" for k in ("host", "port", "dbname", "user") if parts.get(k))
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def table_identifier(table: str) -> Any:
-    """``schema.table`` or ``table`` as a quoted SQL identifier."""
-    from psycopg import sql
-
-    return sql.Identifier(*table.split(".", 1))
+    return postgres_client.connect(conninfo, what=what, error=SinkError, connect_timeout=connect_timeout)
 
 
 class TableInfo(NamedTuple):

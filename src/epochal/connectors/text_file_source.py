@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import FileRef, FileSplit, file_sizes, list_files
-from epochal.connectors.filesystems import TEXT_CHUNK as _TEXT_CHUNK
 from epochal.errors import PlanError, SourceError
+from epochal.filesystems import TEXT_CHUNK as _TEXT_CHUNK
 
 __all__ = ["TextFileSource"]
 

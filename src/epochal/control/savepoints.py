@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from epochal.connectors.filesystems import is_uri, join, resolve
+from epochal.filesystems import is_uri, join, resolve
 
 IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
 

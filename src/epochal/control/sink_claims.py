@@ -35,8 +35,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import IO
 
-from epochal.connectors.filesystems import is_uri, join, resolve
 from epochal.errors import SinkInUseError
+from epochal.filesystems import is_uri, join, resolve
 
 CLAIM_FILE = "_epochal_writer.json"
 LOCK_FILE = "_epochal_writer.lock"

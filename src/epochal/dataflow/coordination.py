@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from epochal.connectors.filesystems import join
 from epochal.control import job_failures
 from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster_events import ResolveRestore, SavepointRequest
@@ -25,6 +24,7 @@ from epochal.dataflow.collect import CollectLedger
 from epochal.dataflow.loops import LoopTermination
 from epochal.dataflow.savepoints import SavepointRequests
 from epochal.dataflow.worker import Worker
+from epochal.filesystems import join
 from epochal.messages import Ack, CheckpointAbort, Collect, Committed, Decline, LoopReady, LoopVote, ToJobMaster
 
 

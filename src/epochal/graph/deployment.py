@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochal.config import EngineConfig
-from epochal.connectors.filesystems import join, resolve
 from epochal.errors import PlanError
+from epochal.filesystems import join, resolve
 from epochal.graph.partition import Partition
 from epochal.graph.program import VectorProgram, VertexProgram
 from epochal.graph.recovery import ReplicationSettings

@@ -28,13 +28,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 from epochal.api.running import wait
-from epochal.connectors.filesystems import is_uri, join, resolve
 from epochal.control import spark as spark_support
 from epochal.control.client import JobClient
 from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
 from epochal.dataflow.ha import JobEndedElsewhere
 from epochal.errors import EpochalError, PlanError
+from epochal.filesystems import is_uri, join, resolve
 from epochal.graph import ha as graph_ha
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.deployment import GraphDeployment, read_result, serialize, write_partition

@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from epochal.connectors.filesystems import resolve
+from epochal.filesystems import resolve
 from epochal.graph.loading_assembly import Duplicates, Rows, assemble, check_duplicates
 from epochal.graph.model import Graph, GraphInputError
 

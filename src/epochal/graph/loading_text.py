@@ -10,7 +10,7 @@ This module owns the text formats of :mod:`epochal.graph.loading`:
   ``#`` lines are comments, fields are separated by a space or a tab.
 
 Files are parsed by pyarrow's CSV reader (multi-threaded, so tens of millions of edges load in
-seconds), from local paths or any URI :func:`epochal.connectors.filesystems.resolve` knows;
+seconds), from local paths or any URI :func:`epochal.filesystems.resolve` knows;
 compressed files (``.gz``, ``.bz2``, ``.zst``, ...) are decompressed on the fly. pyarrow's errors
 carry no line numbers, so after a failure the file is scanned once more in Python to find the first
 bad line. Every problem raises one :class:`GraphInputError` naming the file and line.
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 
-from epochal.connectors.filesystems import resolve
+from epochal.filesystems import resolve
 from epochal.graph.loading_assembly import Duplicates, EdgeLocator, Rows, assemble, check_duplicates
 from epochal.graph.model import Graph, GraphInputError
 

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from epochal.connectors.filesystems import join, resolve
 from epochal.errors import EpochalError
+from epochal.filesystems import join, resolve
 from epochal.graph.local import GraphResult
 
 #: the name of part file ``i``

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.filesystems import join, resolve
 
 FENCE_DIR = "_fence"
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from epochal import postgres_client
 from epochal.errors import PlanError, StateBackendError
+from epochal.postgres_client import describe_target as describe
+from epochal.postgres_client import first_line
 
 
 def psycopg_sql() -> Any:
@@ -33,25 +36,7 @@ def names(table: str) -> dict[str, Any]:
 def connect(dsn: str, what: str = "the PostgreSQL state backend", application_name: str | None = None) -> Any:
     """An autocommit connection (named ``application_name`` if given), or a
     :class:`StateBackendError` that says why not."""
-    import psycopg
-
-    try:
-        if application_name is not None:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=10, application_name=application_name)
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise StateBackendError(f"{what}: cannot connect to PostgreSQL ({describe(dsn)}): {first_line(exc)}") from exc
-
-
-def describe(dsn: str) -> str:
-    """Host, port and database of ``dsn``, never its password."""
-    from epochal.connectors.postgres_sql import describe_target
-
-    return describe_target(dsn)
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return postgres_client.connect(dsn, what=what, error=StateBackendError, application_name=application_name)
 
 
 SCHEMA = """

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.filesystems import join, resolve
 from epochal.graph.executors.sources import read_split
 from epochal.graph.executors.splits import Split, SplitColumns, SplitProblem
 from epochal.graph.placement import mix64

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.filesystems import join, resolve
 from epochal.graph.deployment import write_partition
 from epochal.graph.executors.buckets import bucket_name, get, home_of, put
 from epochal.graph.executors.build_plan import BuildPlan, BuildReport

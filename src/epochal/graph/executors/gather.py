@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.filesystems import join, resolve
 
 
 class TaskGather:

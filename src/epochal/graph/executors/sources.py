@@ -30,7 +30,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from epochal.connectors.filesystems import resolve
+from epochal.filesystems import resolve
 from epochal.graph.executors.splits import Split, SplitColumns, SplitProblem, positions
 from epochal.graph.loading_assembly import Duplicates, check_duplicates
 from epochal.graph.loading_text import line_problem

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from epochal.connectors.filesystems import join, resolve
+from epochal.filesystems import join, resolve
 from epochal.graph.executors.buckets import BucketPlan, EdgeNote, SplitReport, bucket_split
 from epochal.graph.executors.build import build_worker
 from epochal.graph.executors.build_plan import BuildPlan, BuildReport

@@ -1,5 +1,6 @@
 """Paths on any filesystem pyarrow knows: a local path, ``file://`` or any URI that
-:meth:`pyarrow.fs.FileSystem.from_uri` understands; shared by the file sources and sinks."""
+:meth:`pyarrow.fs.FileSystem.from_uri` understands. A leaf: the file connectors, checkpoint storage's fences, the
+driver's savepoint and sink-claim files and the graph loaders all use it; it imports nothing of epochal."""
 
 from __future__ import annotations
 
