@@ -111,7 +111,7 @@ def run_job(spark: Any, records: int, rest: bool, work: Path) -> float:
 # ---------------------------------------------------------------------- the watcher (its own process)
 def ready_then_jobs(directory: Path) -> list[Any]:
     """Say ``ready``, then wait for the job to appear in the registry (or ``stop``): its entries."""
-    from epochal.rest.registry import Registry
+    from epochal.control.job_registry import Registry
 
     (directory / "ready").touch()
     entries: list[Any] = []

@@ -122,7 +122,7 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     writes a JSON summary to ``out``."""
     import epochal
     from epochal.errors import QueryableStateError
-    from epochal.rest.registry import Registry
+    from epochal.control.job_registry import Registry
 
     if cores := os.environ.get(CLIENT_CORES):
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})

@@ -120,7 +120,7 @@ def poll(latencies: Path, rate: float, new_connections: bool) -> None:
     server's own time from its ``Server-Timing`` header, HTTP status, whether the job was running)."""
     import http.client
 
-    from epochal.rest.registry import Registry
+    from epochal.control.job_registry import Registry
 
     deadline = time.monotonic() + 300
     entries = Registry().entries()
@@ -163,7 +163,7 @@ def poll(latencies: Path, rate: float, new_connections: bool) -> None:
 
 def wait_unregistered(timeout: float = 30.0) -> None:
     """Until the previous run's job left the registry (so the poller finds the next one)."""
-    from epochal.rest.registry import Registry
+    from epochal.control.job_registry import Registry
 
     deadline = time.monotonic() + timeout
     while Registry().entries() and time.monotonic() < deadline:

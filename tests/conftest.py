@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def job_registry(tmp_path_factory):
     """Every job a test starts is served over REST and written to a job registry
-    (epochal.rest.registry): the session's own, never the user's. Tests that look at the
+    (epochal.control.job_registry): the session's own, never the user's. Tests that look at the
     registry set EPOCHAL_HOME to a directory of their own."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EPOCHAL_HOME", str(tmp_path_factory.mktemp("epochal-home")))

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
+    from epochal.control.jobspec import JobSpec
     from epochal.control.restart import (
         ExponentialBackoffRestart,
         FailureRateRestart,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
         StateUnavailableError,
         UnknownQueryableStateError,
     )
+    from epochal.graph.job import run_graph
     from epochal.rest.state_client import QueryableStateClient
     from epochal.runtime.operators.async_io import AsyncTimeoutError
     from epochal.runtime.operators.co_process import (
@@ -151,6 +153,8 @@ _EXPORTS = {
     **dict.fromkeys(("AggregatingStateDescriptor", "ListStateDescriptor", "MapStateDescriptor",
                      "ReducingStateDescriptor", "ValueStateDescriptor"), "epochal.state.descriptors"),
     "StateTtlConfig": "epochal.state.ttl",
+    "run_graph": "epochal.graph.job",
+    "JobSpec": "epochal.control.jobspec",
     "QueryableStateClient": "epochal.rest.state_client",
     **dict.fromkeys(("dispose_savepoint", "savepoint_info"), "epochal.state.inspect"),
     **dict.fromkeys(("read_state", "read_state_metadata", "register_state_sources"),
@@ -200,5 +204,5 @@ __all__ = [
     "DeltaSink", "DeltaSource", "PostgresSink", "SinkError",
     "WatermarkStrategy", "latest_checkpoint",
     "SavepointWriter", "StateDataFrameError", "decode_state_value", "read_state", "read_state_metadata",
-    "register_state_sources",
+    "register_state_sources", "run_graph", "JobSpec",
 ]

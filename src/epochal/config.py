@@ -92,7 +92,7 @@ class EngineConfig:
         rest_port: its port; 0 (the default, or ``EPOCHAL_REST_PORT``) picks a free one. Every
             job of one driver process that asks for the same host and port shares one server
             (and its token); the address and token are in the per-user job registry
-            (:mod:`epochal.rest.registry`).
+            (:mod:`epochal.control.job_registry`).
         progress: the live progress line a blocking ``execute`` draws on a terminal
             (:mod:`epochal.control.progress`): ``None`` (the default, or ``EPOCHAL_PROGRESS``
             unset): when standard error is a terminal and the job has no ``print()`` sink

@@ -183,8 +183,8 @@ def test_the_job_page_of_a_job_of_20_vertices_loads_within_a_second(browser, tmp
     page, opened with the token, has drawn all 20 vertices with their numbers within 1 s of the
     navigation (the fastest of three loads: this machine is shared); the job list shows the job,
     its row kept while its duration goes on."""
+    from epochal.control.job_registry import HOME_ENV
     from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
-    from epochal.rest.registry import HOME_ENV
     from tests.unit.served_jobs import served_jobs
     from tests.unit.test_rest_api import run_workers
 

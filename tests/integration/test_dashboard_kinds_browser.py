@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from epochal.control.job_registry import Registry
 from epochal.graph.job import run_graph
 from epochal.graph.program import VertexProgram
-from epochal.rest.registry import Registry
 from epochal.testing import Fault
 from tests.integration.test_dashboard_browser import ROOT, artifacts, browser  # noqa: F401 (the fixture)
 
@@ -210,8 +210,8 @@ def test_a_file_sources_progress_in_bytes_fills_the_pages_progress_bar(browser, 
     its workers stood in for by control connections whose heartbeats report ``source_progress``,
     as in the 20-vertex test): the page's bar shows the share of the bytes, and how many of how
     many."""
+    from epochal.control.job_registry import HOME_ENV
     from epochal.rest.outline import EdgeOutline, JobOutline, OperatorOutline, VertexOutline
-    from epochal.rest.registry import HOME_ENV
     from tests.unit.served_jobs import served_jobs
     from tests.unit.test_rest_api import run_workers
 

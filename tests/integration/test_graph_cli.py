@@ -26,7 +26,7 @@ def test_bfs_from_the_command_line_survives_a_killed_worker(tmp_path):
     source = int(ids[5])
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     run = subprocess.run(
-        [sys.executable, "-m", "epochal.graph", "run", "bfs", "--vertices", str(tmp_path / "g.v"),
+        [sys.executable, "-m", "epochal", "graph", "run", "bfs", "--vertices", str(tmp_path / "g.v"),
          "--edges", str(tmp_path / "g.e"), "--directed", "--source-vertex", str(source), "--output", str(out),
          "--parallelism", "2", "--fault-tolerance", "checkpoint", "--checkpoint-interval", "1",
          "--kill-worker", "1", "--kill-at-superstep", "2"],
@@ -49,7 +49,7 @@ def test_wcc_from_the_command_line_recovers_a_killed_worker_by_migration(tmp_pat
     out = tmp_path / "out"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     run = subprocess.run(
-        [sys.executable, "-m", "epochal.graph", "run", "wcc", "--vertices", str(tmp_path / "g.v"),
+        [sys.executable, "-m", "epochal", "graph", "run", "wcc", "--vertices", str(tmp_path / "g.v"),
          "--edges", str(tmp_path / "g.e"), "--directed", "--output", str(out), "--parallelism", "3",
          "--fault-tolerance", "replication", "--recovery", "migration", "--kill-worker", "1",
          "--kill-at-superstep", "2"],
@@ -74,7 +74,7 @@ def test_sssp_on_the_executors_from_the_command_line_recovers_a_killed_worker_by
     out = tmp_path / "out"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     run = subprocess.run(
-        [sys.executable, "-m", "epochal.graph", "run", "sssp", "--vertices", str(tmp_path / "g.v"),
+        [sys.executable, "-m", "epochal", "graph", "run", "sssp", "--vertices", str(tmp_path / "g.v"),
          "--edges", str(tmp_path / "g.e"), "--directed", "--weighted", "--source-vertex", str(int(ids[3])),
          "--output", str(out), "--parallelism", "3", "--on-executors", "--fault-tolerance", "replication",
          "--kill-worker", "2", "--kill-at-superstep", "2"],

@@ -464,20 +464,20 @@ def test_the_backend_is_checked_when_chosen_and_when_the_job_is_submitted(postgr
     env.set_state_backend("postgres", dsn=postgres.dsn)
     env.enable_checkpointing(1.0, max_concurrent=2)
     with pytest.raises(PlanError, match="one at a time"):
-        _validate_state_backend(env)
+        _validate_state_backend(env.job_spec(streams=False))
     env.set_state_backend("postgres", dsn=postgres.dsn, mvcc=True)
-    _validate_state_backend(env)  # MVCC holds no locks across checkpoints
+    _validate_state_backend(env.job_spec(streams=False))  # MVCC holds no locks across checkpoints
     server = PostgresServer(tmp_path / "pg0", max_prepared_transactions=0).start()
     try:
         env.set_state_backend("postgres", dsn=server.dsn)
         env.enable_checkpointing(1.0)
         with pytest.raises(PlanError, match="max_prepared_transactions = 0"):
-            _validate_state_backend(env)
+            _validate_state_backend(env.job_spec(streams=False))
     finally:
         server.destroy()
     env.set_state_backend("postgres", dsn="host=127.0.0.1 port=1 dbname=nowhere connect_timeout=2")
     with pytest.raises(PlanError, match="cannot connect"):
-        _validate_state_backend(env)
+        _validate_state_backend(env.job_spec(streams=False))
 
 
 @pytest.mark.parametrize("mvcc", [False, True])

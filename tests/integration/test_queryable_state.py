@@ -15,8 +15,8 @@ import time
 import pytest
 
 import epochal
+from epochal.control.job_registry import HOME_ENV, Registry
 from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQueryableStateError
-from epochal.rest.registry import HOME_ENV, Registry
 from epochal.runtime.queries.local import connect, host_identity
 from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame, split_frames
 from epochal.state.checkpoint_dirs import latest_checkpoint

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import pytest
 
 import epochal
+from epochal.control.job_registry import HOME_ENV, Registry, RegistryEntry
 from epochal.control.restart import FixedDelayRestart
 from epochal.rest.client import RestClient, RestError
-from epochal.rest.registry import HOME_ENV, Registry, RegistryEntry
 from epochal.state.storage import METADATA
 from epochal.testing import Fault
 from tests.integration.test_savepoints import keyed_job, wait_for_output

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from epochal.cli import Exit, main
-from epochal.rest.registry import HOME_ENV, Registry, RegistryEntry
+from epochal.control.job_registry import HOME_ENV, Registry, RegistryEntry
 from tests.unit.served_jobs import served_jobs
 
 VERBS = ["list", "info", "checkpoints", "dashboard", "savepoint", "stop", "cancel", "run", "check"]
@@ -137,7 +137,7 @@ def test_run_runs_a_script_with_its_arguments_and_settings_and_exits_with_its_st
     script = home / "script.py"
     home.mkdir()
     script.write_text("import os, sys\n"
-                      "from epochal.api import run_settings\n"
+                      "from epochal.control import run_settings\n"
                       "print(sys.argv[1:], run_settings.parallelism(), run_settings.restore(None, False),\n"
                       "      run_settings.master())\n"
                       "sys.exit(int(sys.argv[1]))\n")

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from epochal.control.inbox import Received
+from epochal.control.job_registry import HOME_ENV, Registry
 from epochal.messages import Heartbeat
 from epochal.rest.rates import MIN_SPAN_S, Rates, Reading
-from epochal.rest.registry import HOME_ENV, Registry
 from tests.unit.served_jobs import served_jobs
 from tests.unit.test_rest_api import run_workers
 

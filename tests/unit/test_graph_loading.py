@@ -1,6 +1,6 @@
 """Graph input and output without Spark: the Graphalytics files (epochal.graph.loading), edge lists,
 Parquet/CSV tables, repeated edges, the input checks of the Graph (epochal.graph.model), the
-Graphalytics output directory (epochal.graph.output) and the command line (epochal.graph.__main__,
+Graphalytics output directory (epochal.graph.output) and the command line (epochal.cli.graph,
 run with --local)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from epochal.cli.graph import build_parser, main, run_from_args
 from epochal.graph import model, output
-from epochal.graph.__main__ import build_parser, main, run_from_args
 from epochal.graph.algorithms import BFS, SSSP, WCC, PageRank
 from epochal.graph.loading import (
     graph_from_dataframes,
@@ -564,27 +564,27 @@ def test_cli_passes_options_to_the_spark_run(graph_files, tmp_path, monkeypatch)
 def test_cli_errors_exit_2_with_one_line(graph_files, tmp_path, capsys, extra, message):
     assert cli(extra[0], *graph_files, tmp_path / "out", *extra[1:]) == 2
     captured = capsys.readouterr()
-    assert captured.err == f"python -m epochal.graph: error: {message}\n" and captured.out == ""
+    assert captured.err == f"epochal graph: error: {message}\n" and captured.out == ""
     assert not (tmp_path / "out").exists()
 
 
 def test_cli_input_and_output_errors_exit_2(graph_files, tmp_path, capsys):
     bad = write(tmp_path / "bad.e", "1 2\n2 77\n")
     assert cli("wcc", graph_files[0], bad, tmp_path / "out") == 2
-    assert capsys.readouterr().err == (f"python -m epochal.graph: error: {bad}, line 2: edge 2 -> 77 names vertex "
+    assert capsys.readouterr().err == (f"epochal graph: error: {bad}, line 2: edge 2 -> 77 names vertex "
                                        f"77, which is not in the vertex file {graph_files[0]}; add the vertex or "
                                        "remove the edge\n")
     assert cli("wcc", *graph_files, tmp_path) == 2  # the directory holds G.v and G.e
-    assert capsys.readouterr().err.startswith(f"python -m epochal.graph: error: {tmp_path}: the output directory "
+    assert capsys.readouterr().err.startswith(f"epochal graph: error: {tmp_path}: the output directory "
                                               "holds files other than part files")
     assert main([]) == 2
-    assert capsys.readouterr().err == "python -m epochal.graph: error: the following arguments are required: command\n"
+    assert capsys.readouterr().err == "epochal graph: error: the following arguments are required: command\n"
 
 
 def test_cli_refuses_or_drops_repeated_edges(graph_files, tmp_path, capsys):
     edges = write(tmp_path / "dup.e", "1 2\n2 3\n2 1\n")
     assert cli("wcc", graph_files[0], edges, tmp_path / "out", "--undirected") == 2
-    assert capsys.readouterr().err == (f"python -m epochal.graph: error: {edges}, line 3: edge 2 -> 1 is listed twice "
+    assert capsys.readouterr().err == (f"epochal graph: error: {edges}, line 3: edge 2 -> 1 is listed twice "
                                        "(first on line 1 as 1 -> 2, the same edge in an undirected graph); "
                                        f"{REPEAT_REMEDY}\n")
     assert cli("wcc", graph_files[0], edges, tmp_path / "out", "--undirected", "--drop-duplicate-edges") == 0
@@ -595,5 +595,5 @@ def test_cli_names_the_line_of_a_negative_weight(graph_files, tmp_path, capsys):
     edges = write(tmp_path / "neg.e", "1 2 0.5\n\n2 3 1.5\n1 2 0.25\n3 1 -2.0\n")
     assert cli("sssp", graph_files[0], edges, tmp_path / "out", "--weighted", "--source-vertex", "1",
                "--drop-duplicate-edges") == 2
-    assert capsys.readouterr().err == (f"python -m epochal.graph: error: {edges}, line 5: edge 3 -> 1 has negative "
+    assert capsys.readouterr().err == (f"epochal graph: error: {edges}, line 5: edge 3 -> 1 has negative "
                                        "weight -2.0; SSSP needs weights of 0 or more\n")

@@ -9,8 +9,9 @@ import pytest
 
 import epochal
 from epochal.control.ha.files import FileHaServices
+from epochal.control.ha.leadership import JobEndedElsewhere, stable_job_id
 from epochal.control.ha.records import JobRecord, JobResultRecord
-from epochal.dataflow.ha import JobEndedElsewhere, plan_fingerprint, stable_job_id
+from epochal.dataflow.ha import plan_fingerprint
 from epochal.errors import HighAvailabilityError, PlanError
 from epochal.testing.kafka_broker import free_port
 
@@ -31,7 +32,7 @@ def test_a_second_job_with_the_same_id_and_another_plan_is_refused(tmp_path):
     other = job(tmp_path, ha, parallelism=3)  # the same name, so the same id; another plan
     with pytest.raises(HighAvailabilityError, match="another plan"):
         other.execute_async("counts")
-    assert other._spark is None  # refused before any Spark
+    assert not other.spark_handle.started  # refused before any Spark
 
 
 def test_a_job_that_ended_is_not_run_again(tmp_path):
@@ -82,7 +83,7 @@ def test_a_cec_job_is_refused_with_why(tmp_path):
     env.from_collection([1]).print()
     with pytest.raises(PlanError, match="cannot run with high availability: it has no job-wide checkpoint"):
         env.execute_async("cec")
-    assert env._spark is None
+    assert not env.spark_handle.started
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -98,7 +99,7 @@ def test_a_graph_job_says_what_high_availability_needs(tmp_path, options, messag
     env.enable_high_availability(str(tmp_path / "ha"))
     with pytest.raises(PlanError, match=message):
         run_graph(Graph.from_edges([1, 2], [2, 1]), PageRank(2), environment=env, **options)
-    assert env._spark is None
+    assert not env.spark_handle.started
 
 
 def test_a_graph_job_that_ended_reads_its_results_back_without_spark(tmp_path):
@@ -123,4 +124,4 @@ def test_a_graph_job_that_ended_reads_its_results_back_without_spark(tmp_path):
     result = run_graph(Graph.from_edges([1, 2], [2, 3]), PageRank(2), environment=env, fault_tolerance="checkpoint",
                        work_dir=str(work), job_name="ranks")
     assert result.as_dict() == {1: 0.1, 2: 0.2, 3: 0.3} and result.supersteps == 4
-    assert result.halt_reason.startswith("ended under another driver (converged)") and env._spark is None
+    assert result.halt_reason.startswith("ended under another driver (converged)") and not env.spark_handle.started

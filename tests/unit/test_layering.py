@@ -39,9 +39,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("queryable state (worker side)", {"runtime.queries"}),
     ("driver", {"control"}),
     ("REST API", {"rest"}),
-    ("job kinds", {"dataflow", "cec"}),
+    ("job kinds", {"dataflow", "cec", "graph"}),
     ("user API", {"api"}),
-    ("graph jobs (a kind with its own user API)", {"graph"}),
     ("command line", {"cli"}),
     ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
@@ -67,8 +66,10 @@ def _module_name(path: pathlib.Path) -> str:
 
 def _component(module: str) -> str:
     """``epochal.runtime.host.shell`` -> ``runtime.host``; ``epochal.dataflow.worker`` -> ``dataflow``;
-    ``epochal.config`` -> ``config``; ``epochal`` -> ``__init__``."""
+    ``epochal.config`` -> ``config``; ``epochal`` -> ``__init__``; any ``__main__`` -> ``__main__``."""
     parts = module.split(".")
+    if parts[-1] == "__main__":  # an entry point (python -m epochal.graph): above everything
+        return "__main__"
     if len(parts) > 2 and parts[1] == "runtime":
         return f"runtime.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
@@ -92,12 +93,14 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return skipped
 
 
-def imports_of(path: pathlib.Path, module: str | None = None) -> list[tuple[int, str]]:
-    """(line, imported epochal module) for every run-time import in ``path`` (module ``module``)."""
+def imports_of(path: pathlib.Path, module: str | None = None, *,
+               type_checking: bool = False) -> list[tuple[int, str]]:
+    """(line, imported epochal module) for every run-time import in ``path`` (module ``module``);
+    with ``type_checking`` also those under ``if TYPE_CHECKING:``."""
     module = module or _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
-    skipped = _type_checking_only(tree)
+    skipped = set() if type_checking else _type_checking_only(tree)
     exports = _exports()
     found = []
     for node in ast.walk(tree):
@@ -154,6 +157,25 @@ def test_imports_follow_the_layers():
     assert not violations, "imports against docs/architecture.md's import rules:\n" + "\n".join(violations)
 
 
+def test_nothing_below_the_user_api_imports_it_not_even_for_type_checking():
+    """The API builds a JobSpec and hands it to the job kind (epochal.control.jobspec): a kind,
+    the driver and everything under them know nothing of ``Environment`` or the streams."""
+    above = {component for component, layer in _LAYER_OF.items() if layer >= _LAYER_OF["api"]}
+    found = [f"{path.relative_to(SRC.parent)}:{line}: {module}"
+             for path in _sources() if _component(_module_name(path)) not in above
+             for line, module in imports_of(path, type_checking=True) if _component(module) == "api"]
+    assert not found, "modules below the user API import it:\n" + "\n".join(found)
+
+
+def test_no_job_kind_imports_another():
+    kinds = {"dataflow", "cec", "graph"}
+    assert {_LAYER_OF[k] for k in kinds} == {_LAYER_OF["dataflow"]}
+    found = [f"{path.relative_to(SRC.parent)}:{line}: {module}"
+             for path in _sources() if (kind := _component(_module_name(path))) in kinds
+             for line, module in imports_of(path, type_checking=True) if _component(module) in kinds - {kind}]
+    assert not found, "a job kind imports another (what kinds share lives in control/):\n" + "\n".join(found)
+
+
 def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from typing import TYPE_CHECKING\n"
@@ -170,6 +192,8 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
     assert not _allowed("plan", "runtime.operators") and not _allowed("config", "runtime.host")
     assert _allowed("state", "plan")
     assert not _allowed("dataflow", "cec") and not _allowed("control", "dataflow") and _allowed("api", "dataflow")
+    assert not _allowed("graph", "api") and not _allowed("graph", "dataflow") and _allowed("cli", "graph")
+    assert _component("epochal.graph.__main__") == "__main__" and _allowed("__main__", "cli")
 
 
 def test_every_job_kind_is_registered_and_has_the_same_five_modules():

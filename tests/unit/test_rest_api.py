@@ -17,11 +17,11 @@ import pytest
 
 from epochal.config import EngineConfig
 from epochal.control.inbox import Received
+from epochal.control.job_registry import HOME_ENV, Registry
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.messages import Heartbeat, Ready, Register
 from epochal.rest import server as rest_server
 from epochal.rest.client import RestClient, RestError
-from epochal.rest.registry import HOME_ENV, Registry
 from tests.unit.served_jobs import OUTLINE, served_jobs
 
 

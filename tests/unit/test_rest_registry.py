@@ -1,4 +1,4 @@
-"""The per-user job registry (epochal.rest.registry) and job names (epochal.rest.names): the file
+"""The per-user job registry (epochal.control.job_registry) and job names (epochal.rest.names): the file
 is the user's alone, entries of dead drivers disappear, concurrent writers lose nothing, and a
 name or id prefix names one job or says which it could be."""
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from epochal.control.job_registry import HOME_ENV, Registry, RegistryEntry, RegistryError, home
 from epochal.rest.names import MIN_PREFIX, AmbiguousJob, UnknownJob, resolve
-from epochal.rest.registry import HOME_ENV, Registry, RegistryEntry, RegistryError, home
 
 
 def entry(job_id: str, name: str = "job", pid: int | None = None) -> RegistryEntry:

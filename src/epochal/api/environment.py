@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import tempfile
@@ -9,9 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from epochal.api import run_settings
 from epochal.api.datastream import DataStream
-from epochal.api.running import wait
 from epochal.cec import job as cec_job
 from epochal.config import (
     CEC,
@@ -24,11 +23,12 @@ from epochal.config import (
 )
 from epochal.connectors.base import Source
 from epochal.connectors.memory import CollectionSource, GeneratorSource, SequenceSource
-from epochal.control import interrupts
-from epochal.control import spark as spark_support
+from epochal.control import interrupts, run_settings
 from epochal.control.client import JobClient, JobResult
+from epochal.control.ha.leadership import JobEndedElsewhere
+from epochal.control.jobspec import JobSpec, SparkHandle
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
-from epochal.dataflow import ha as dataflow_ha
+from epochal.control.running import wait
 from epochal.dataflow import job as dataflow_job
 from epochal.errors import EpochalError, PlanError
 from epochal.plan.jobgraph import JobGraph, build_job_graph
@@ -49,7 +49,7 @@ class Environment:
     Args:
         parallelism: default parallelism of every operator (each may set its own); default
             ``EPOCHAL_PARALLELISM`` or 2 (``epochal run --parallelism N`` sets it,
-            :mod:`epochal.api.run_settings`).
+            :mod:`epochal.control.run_settings`).
         spark: an existing SparkSession to run on; by default one is started (or the active one
             reused) with master ``local[N]``.
         master: Spark master URL used when epochal starts the session itself (default
@@ -77,12 +77,9 @@ class Environment:
             raise PlanError(f"unknown Environment option: {error}") from error
         if parallelism > self.config.max_parallelism:
             raise PlanError(f"parallelism {parallelism} exceeds max_parallelism {self.config.max_parallelism}")
-        self._spark = spark
-        self.master = master if master is not None or spark is not None else run_settings.master()
-        #: Spark's console noise kept out (see the class docstring); None: only for a session epochal starts
-        self.quiet_spark = quiet_spark
-        if spark is not None and quiet_spark:
-            spark_support.console.quiet_session(spark)
+        #: the SparkSession jobs run on: the one given, or one started on first use
+        self.spark_handle = SparkHandle(spark, master=master if master is not None or spark is not None
+                                        else run_settings.master(), parallelism=parallelism, quiet=quiet_spark)
         self.graph = LogicalGraph()
         #: The result of the environment's latest job that finished (``execute``, ``run_locally``).
         self.last_result: JobResult | None = None
@@ -223,11 +220,17 @@ class Environment:
     @property
     def spark(self) -> SparkSession:
         """The SparkSession jobs run on (started on first use)."""
-        if self._spark is None:
-            with interrupts.deferred_interrupts():  # a Ctrl-C inside a Py4J call prints tracebacks
-                self._spark = spark_support.create_session(self.master, self.parallelism,
-                                                           quiet=self.quiet_spark is not False)
-        return self._spark
+        return self.spark_handle.get()
+
+    @property
+    def master(self) -> str | None:
+        """The Spark master of a session epochal starts (None: ``local[parallelism]``)."""
+        return self.spark_handle.master
+
+    @property
+    def quiet_spark(self) -> bool | None:
+        """Spark's console noise kept out (see the class docstring); None: only for a session epochal starts."""
+        return self.spark_handle.quiet
 
     # ---------------------------------------------------------------- sources
     def from_source(self, source: Source, name: str | None = None) -> DataStream:
@@ -324,6 +327,28 @@ class Environment:
         """The chained job graph the current streams would run as (see ``JobGraph.describe``)."""
         return build_job_graph(self.graph, self.parallelism, self.max_parallelism)
 
+    def job_spec(self, job_name: str = "epochal job", *, restore_from: str | None = None,
+                 allow_non_restored_state: bool = False, faults: list[Fault] | None = None,
+                 streams: bool = True) -> JobSpec:
+        """The frozen :class:`~epochal.control.jobspec.JobSpec` a job of this environment is
+        submitted as: its plan (planned now: a :class:`PlanError` for a dataflow that cannot run)
+        and a copy of every setting, so that what the environment records afterwards does not
+        reach a job already submitted. Without ``restore_from`` a dataflow job restores what
+        ``EPOCHAL_RESTORE_FROM`` names (``epochal run --restore``); a CEC job ignores it.
+        ``streams=False``: the settings alone, without this environment's streams (a graph
+        job's: :func:`epochal.graph.job.run_graph` takes its settings from here)."""
+        if self.cec_config is None:
+            restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
+        graph = copy.copy(self.graph) if streams else None
+        if graph is not None:
+            graph.nodes = list(graph.nodes)  # streams added later are not this job's
+        return JobSpec(job_name, self.parallelism, self.config, self.spark_handle,
+                       restart=copy.deepcopy(self.restart_strategy), checkpoint=self.checkpoint_config,
+                       state_backend=self.state_backend, cec=self.cec_config, ha=self.ha_config, graph=graph,
+                       plan=build_job_graph(graph, self.parallelism, self.max_parallelism) if graph else None,
+                       restore_from=restore_from, allow_non_restored_state=allow_non_restored_state,
+                       faults=tuple(faults or ()))
+
     def execute_async(self, job_name: str = "epochal job", *, restore_from: str | None = None,
                       allow_non_restored_state: bool = False, faults: list[Fault] | None = None) -> JobClient:
         """Plan, ship and start the job; returns at once with a :class:`JobClient`.
@@ -334,35 +359,15 @@ class Environment:
         it, unless ``allow_non_restored_state=True``, which skips it (listed in
         ``JobResult.non_restored_state`` and logged). Without ``restore_from`` the job restores
         what ``EPOCHAL_RESTORE_FROM`` names, if set (``epochal run --restore``,
-        :mod:`epochal.api.run_settings`). ``faults`` (epochal.testing.Fault) crash chosen workers
+        :mod:`epochal.control.run_settings`). ``faults`` (epochal.testing.Fault) crash chosen workers
         at chosen moments, for chaos tests.
 
         The job is served over REST by this process unless ``EngineConfig.rest_enabled`` is off
         (:mod:`epochal.rest`): ``epochal list`` shows it.
         """
-        if self.cec_config is not None:
-            if self.ha_config is not None:
-                raise PlanError(
-                    f"a {self.cec_config.mode.upper()} job cannot run with high availability: it has no job-wide "
-                    "checkpoint a new leader could resume from (each worker persists its own output and window "
-                    "checkpoints, and a lost worker is rebuilt from its live producers' replay, which needs the "
-                    "other workers running; a driver's loss takes every worker with it). Use checkpoints "
-                    "(enable_checkpointing) for a job that must survive its driver")
-            if self.checkpoint_config.enabled:
-                raise PlanError("a job recovers either by checkpoints (enable_checkpointing) or by "
-                                f"{self.cec_config.mode.upper()} (enable_{self.cec_config.mode}), not both")
-            if restore_from is not None:  # EPOCHAL_RESTORE_FROM is not for it
-                raise PlanError(f"a {self.cec_config.mode.upper()} job rebuilds from its workers' output queues; "
-                                "it cannot restore_from a checkpoint")
-            client = cec_job.execute_async(self, job_name, faults)
-        else:
-            restore_from, allow_non_restored_state = run_settings.restore(restore_from, allow_non_restored_state)
-            if self.ha_config is not None:
-                client = dataflow_ha.execute_async(self, job_name, self.ha_config, restore_from=restore_from,
-                                                   allow_non_restored_state=allow_non_restored_state, faults=faults)
-            else:
-                client = dataflow_job.execute_async(self, job_name, restore_from=restore_from,
-                                                    allow_non_restored_state=allow_non_restored_state, faults=faults)
+        spec = self.job_spec(job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state,
+                             faults=faults)
+        client = cec_job.execute_async(spec) if spec.cec is not None else dataflow_job.execute_async(spec)
         self.last_client, self.last_result = client, None
         return client
 
@@ -384,13 +389,13 @@ class Environment:
             KeyboardInterrupt: Ctrl-C; the job was cancelled first (the message says how it ended).
         """
         check_number(timeout, "execute timeout (seconds)", optional=True)
-        ended: dataflow_ha.JobEndedElsewhere | None = None
+        ended: JobEndedElsewhere | None = None
         try:
             _, result = wait(lambda: self.execute_async(job_name, restore_from=restore_from,
                                                         allow_non_restored_state=allow_non_restored_state,
                                                         faults=faults), job_name, timeout,
                                  self.config.progress if progress is None else progress)
-        except dataflow_ha.JobEndedElsewhere as error:
+        except JobEndedElsewhere as error:
             ended = error
         except EpochalError as error:  # shown from the user's call, without epochal's inner frames
             raise error.with_traceback(None) from None

@@ -14,9 +14,12 @@ Verbs (``epochal VERB --help`` for each)::
     epochal run SCRIPT.py [--restore PATH] [--allow-non-restored-state] [--parallelism N] [--master URL]
                           [-- ARG ...]         run a job script here (its arguments after --)
     epochal check                                 is this machine ready (Python, Java, PySpark)
+    epochal graph run ALGORITHM --vertices G.v --edges G.e --output DIR [...]
+                                                  a Graphalytics algorithm as a graph job
+                                                  (:mod:`epochal.cli.graph`; exit 2 bad input, 1 failed)
 
 ``JOB`` is a job id, a unique prefix of one, or a job name that names one job. Jobs are found in
-the per-user registry (:mod:`epochal.rest.registry`), or asked of the driver at ``--address
+the per-user registry (:mod:`epochal.control.job_registry`), or asked of the driver at ``--address
 HOST:PORT`` with ``--token`` (or ``EPOCHAL_TOKEN``). ``--json`` prints one JSON document for
 machines instead of text for people.
 
@@ -40,6 +43,10 @@ __all__ = ["CliError", "Exit", "main"]
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["graph"]:  # the graph command line parses its own arguments
+        from epochal.cli import graph
+
+        return graph.main(args_list[1:])
     script_args: list[str] = []
     if args_list[:1] == ["run"] and "--" in args_list:  # epochal run SCRIPT.py [options] -- ARG ...
         split = args_list.index("--")

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from epochal.control.job_registry import Registry
 from epochal.rest import names
 from epochal.rest.client import RestClient, RestError, job_path
-from epochal.rest.registry import Registry
 
 #: The token for ``--address`` when ``--token`` is not given.
 TOKEN_ENV = "EPOCHAL_TOKEN"

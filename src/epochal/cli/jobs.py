@@ -7,8 +7,8 @@ from typing import Any
 
 from epochal.cli.common import Exit, emit, find_job, from_rest, token_for
 from epochal.cli.output import duration, number, size, table, when
+from epochal.control.job_registry import Registry
 from epochal.rest.client import RestClient, RestError
-from epochal.rest.registry import Registry
 
 #: Seconds ``epochal list`` waits for each driver.
 LIST_TIMEOUT_S = 5.0

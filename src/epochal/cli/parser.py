@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = verb("check", "check that this machine can run epochal (Python, Java, PySpark)", json=False)
     check.set_defaults(handler=run_check)
+    # listed for --help only: epochal.cli.main hands ``graph ...`` to the graph command line (epochal.cli.graph)
+    verb("graph", "run an LDBC Graphalytics algorithm as a graph job (epochal graph run --help)", json=False,
+         add_help=False)
     return parser
 
 

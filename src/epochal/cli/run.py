@@ -1,5 +1,5 @@
 """``epochal run SCRIPT.py``: run a job script here, as ``python SCRIPT.py`` would, with the
-settings of :mod:`epochal.api.run_settings` (restore, parallelism, master) that the script's
+settings of :mod:`epochal.control.run_settings` (restore, parallelism, master) that the script's
 ``Environment`` and ``execute`` take when it does not set them itself (Flink's ``flink run``).
 
 The script runs in this process (``runpy``, as ``__main__``, with ``sys.argv`` = the script and
@@ -16,13 +16,13 @@ import runpy
 import sys
 import traceback
 
-from epochal.api.run_settings import (
+from epochal.cli.common import CliError, Exit
+from epochal.control.run_settings import (
     ALLOW_NON_RESTORED_STATE_ENV,
     MASTER_ENV,
     PARALLELISM_ENV,
     RESTORE_FROM_ENV,
 )
-from epochal.cli.common import CliError, Exit
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ executors whose Python can import epochal), creates the job's token and JobMaste
 kind's coordinator (:class:`~epochal.control.kinds.KindCoordinator`), and submits the Spark job
 of ``num_workers`` tasks, each running the kind's worker body. A kind that recovers lost workers
 task-locally has each worker run as a Spark job of its own. Waiting for the job as a user's
-blocking call does is :func:`epochal.api.running.wait`.
+blocking call does is :func:`epochal.control.running.wait`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`submit` is what :func:`~epochal.graph.job.run_graph` runs instead of launching the job
 itself once ``enable_high_availability`` is on: the driver joins the job's election through the
-runner every kind shares (:func:`epochal.dataflow.ha.lead`), waits as a standby, and as leader
+runner every kind shares (:func:`epochal.control.ha.leadership.lead`), waits as a standby, and as leader
 resumes from the superstep checkpoint the HA store names (read here, handed to the coordinator
 with :meth:`~epochal.graph.coordination.GraphCoordination.resume`). Its checkpoint metadata
 writes are fenced by its epoch and each completed one becomes the job's latest in the HA store,
@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from epochal.config import HighAvailabilityConfig
 from epochal.control.client import JobClient
 from epochal.control.ha.fencing import Leadership
+from epochal.control.ha.leadership import HaJob, JobEndedElsewhere, lead, stable_job_id
 from epochal.control.ha.orphans import discard_orphans
 from epochal.control.ha.services import open_services
-from epochal.dataflow.ha import HaJob, JobEndedElsewhere, lead, stable_job_id
+from epochal.control.jobspec import JobSpec
 from epochal.errors import HighAvailabilityError, PlanError
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.model import Graph
 from epochal.graph.program import VectorProgram, VertexProgram
+from epochal.rest import server as rest_server
 from epochal.state.storage import CheckpointStorage
-
-if TYPE_CHECKING:
-    from epochal.api.environment import Environment
 
 
 def check(config: HighAvailabilityConfig, fault_tolerance: str, work_dir: str | None, job_name: str) -> str:
@@ -67,15 +66,14 @@ def fingerprint(graph: Graph, program: VectorProgram | VertexProgram, parallelis
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def submit(env: Environment, job_name: str, job_fingerprint: str, blob: bytes, coordination: GraphCoordination,
+def submit(spec: JobSpec, job_name: str, job_fingerprint: str, blob: bytes, coordination: GraphCoordination,
            replication_factor: float, launch_job: Callable[[Leadership], JobClient]) -> JobClient:
     """Lead the graph job (waiting as a standby first), resume ``coordination`` from the latest
     completed superstep checkpoint in the HA store, and launch it with ``launch_job`` (given the
     leadership, the fence of its checkpoint I/O). Raises
-    :class:`~epochal.dataflow.ha.JobEndedElsewhere` when the job ended under another driver (its
+    :class:`~epochal.control.ha.leadership.JobEndedElsewhere` when the job ended under another driver (its
     stored details: ``supersteps``, ``halt_reason`` and ``replication_factor``)."""
-    config = env.ha_config
-    assert config is not None and coordination.storage is not None
+    assert spec.ha is not None and coordination.storage is not None
     storage: CheckpointStorage = coordination.storage
 
     def start(leadership: Leadership) -> JobClient:
@@ -95,4 +93,5 @@ def submit(env: Environment, job_name: str, job_fingerprint: str, blob: bytes, c
         return {} if halted is None else {"supersteps": halted.superstep, "halt_reason": halted.reason,
                                           "replication_factor": replication_factor}
 
-    return lead(env, job_name, config, HaJob("graph", job_fingerprint, lambda: blob, start, details))
+    warm_up = rest_server.prepare if spec.engine.rest_enabled else None
+    return lead(spec, HaJob("graph", job_fingerprint, lambda: blob, start, details, warm_up=warm_up))

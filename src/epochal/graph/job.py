@@ -27,12 +27,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from epochal.api.running import wait
 from epochal.control import spark as spark_support
 from epochal.control.client import JobClient
+from epochal.control.ha.leadership import JobEndedElsewhere
+from epochal.control.jobspec import JobSpec, JobSpecSource, default_spec
 from epochal.control.launch import launch
 from epochal.control.restart import FixedDelayRestart, NoRestart, RestartStrategy
-from epochal.dataflow.ha import JobEndedElsewhere
+from epochal.control.running import wait
 from epochal.errors import EpochalError, PlanError
 from epochal.filesystems import is_uri, join, resolve
 from epochal.graph import ha as graph_ha
@@ -54,7 +55,6 @@ from epochal.state.storage import CheckpointStorage
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
-    from epochal.api.environment import Environment
     from epochal.control.ha.fencing import Leadership
 
 FAULT_TOLERANCE = ("none", "checkpoint", "replication")
@@ -62,7 +62,7 @@ FAULT_TOLERANCE = ("none", "checkpoint", "replication")
 
 def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram, *, parallelism: int = 2,
               partitioner: str = "hash", fault_tolerance: str = "none", checkpoint_interval: int = 1,
-              full_checkpoint_every: int = 8, work_dir: str | None = None, environment: Environment | None = None,
+              full_checkpoint_every: int = 8, work_dir: str | None = None, environment: JobSpecSource | None = None,
               restart: RestartStrategy | None = None, timeout: float | None = None,
               faults: list[Fault] | None = None, kill_worker: int | None = None,
               kill_at_superstep: int | None = None, job_name: str = "graph job", recovery: str = "rebirth",
@@ -89,6 +89,9 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
     ``selfish`` synchronises the FT replicas of vertices nobody reads only in the last superstep
     (programs that allow it: PageRank); ``ft_replicas=False`` exists only to show FT replicas
     are needed). Replication needs a vector program.
+    ``environment``: where the job's settings come from (an ``Environment``: its Spark session,
+    engine config, restart strategy and high availability; its streams play no part); by default
+    those of an ``Environment(parallelism)``.
     ``faults`` crash chosen workers (``Fault("superstep" | "barrier", worker=w, superstep=s)``);
     ``kill_worker`` and ``kill_at_superstep`` are the command line's shorthand for one
     ``Fault("superstep", ...)`` in the first attempt (SIGKILL after computing, before the barrier).
@@ -116,20 +119,19 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
         check_output_dir(output_dir)
     if isinstance(graph, Graph):
         program.check(graph)
-    from epochal.api.environment import Environment  # the API layer: Spark session and settings
-
-    env = environment or Environment(parallelism=parallelism)
+    spec = environment.job_spec(job_name, streams=False) if environment is not None else \
+        default_spec(job_name, parallelism)
     temporary = work_dir is None
     job_id = uuid.uuid4().hex[:12]
-    if env.ha_config is not None:  # the same job id, and so the same work directory, for every leader
+    if spec.ha is not None:  # the same job id, and so the same work directory, for every leader
         if isinstance(graph, GraphSource):
             raise PlanError("a graph loaded on the executors (a GraphSource) cannot run with high availability yet: "
                             "pass a Graph, or run it without enable_high_availability")
-        job_id = graph_ha.check(env.ha_config, fault_tolerance, work_dir, job_name)
+        job_id = graph_ha.check(spec.ha, fault_tolerance, work_dir, job_name)
         assert work_dir is not None
-        if (ended := graph_ha.ended_elsewhere(env.ha_config, job_id, job_name)) is not None:
+        if (ended := graph_ha.ended_elsewhere(spec.ha, job_id, job_name)) is not None:
             return _ended_elsewhere(ended, join(work_dir, job_id), program, parallelism)
-    spark = env.spark
+    spark = spec.spark.get()
     if work_dir is None and not spark_support.is_local(spark):
         raise PlanError("a graph job on a cluster needs work_dir=, a directory every executor can read "
                          "(an HDFS, S3 or shared path): the driver writes the partitions there")
@@ -139,10 +141,10 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
     try:
         if isinstance(graph, GraphSource):
             keep = result_dir or join(work_uri, "result")
-            return _run_loaded_on_executors(graph, program, env, parallelism, partitioner, fault_tolerance,
+            return _run_loaded_on_executors(graph, program, spec, parallelism, partitioner, fault_tolerance,
                                             checkpoint_interval, full_checkpoint_every, work_uri, restart, timeout,
                                             faults, job_name, job_id, settings, keep, output_dir)
-        return _run(graph, program, env, parallelism, partitioner, fault_tolerance, checkpoint_interval,
+        return _run(graph, program, spec, parallelism, partitioner, fault_tolerance, checkpoint_interval,
                     full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id, settings)
     except EpochalError as error:  # shown from the user's call, without epochal's inner frames
         raise error.with_traceback(None) from None
@@ -157,7 +159,7 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
                 shutil.rmtree(root, ignore_errors=True)
 
 
-def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment, parallelism: int,
+def _run(graph: Graph, program: VectorProgram | VertexProgram, spec: JobSpec, parallelism: int,
          partitioner: str, fault_tolerance: str, checkpoint_interval: int, full_checkpoint_every: int,
          work_uri: str, restart: RestartStrategy | None, timeout: float | None, faults: list[Fault] | None,
          job_name: str, job_id: str, settings: ReplicationSettings | None) -> GraphResult:
@@ -179,30 +181,30 @@ def _run(graph: Graph, program: VectorProgram | VertexProgram, env: Environment,
     factor = replication_of(parts)
     del parts
     storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
-    deployment = GraphDeployment(job_name, job_id, program, parallelism, graph.num_vertices, work_uri, env.config,
+    deployment = GraphDeployment(job_name, job_id, program, parallelism, graph.num_vertices, work_uri, spec.engine,
                                  storage.uri if storage is not None else None, FaultInjector.of(faults or []),
                                  replication=settings, directed=graph.directed)
     coordination = GraphCoordination(job_name, program, parallelism, storage,
                                      checkpoint_interval if storage is not None else 0, full_checkpoint_every,
                                      replication)
-    strategy = restart if restart is not None else env.restart_strategy
+    strategy = restart if restart is not None else spec.restart
     if restart is None and fault_tolerance == "checkpoint" and isinstance(strategy, NoRestart):
         strategy = FixedDelayRestart(attempts=3, delay=0.0)  # what checkpoints are for
     blob = serialize(deployment)
     started = time.monotonic()
 
     def start(fence: Leadership | None = None) -> JobClient:
-        return JobClient(serve(env.config, JobOutline("graph", parallelism), lambda: launch(
-            env.spark, env.config, job_name=job_name, job_id=job_id, deployment=blob, num_workers=parallelism,
+        return JobClient(serve(spec.engine, JobOutline("graph", parallelism), lambda: launch(
+            spec.spark.get(), spec.engine, job_name=job_name, job_id=job_id, deployment=blob, num_workers=parallelism,
             restart=strategy, kind=coordination, fence=fence)))
 
-    if env.ha_config is None:
+    if spec.ha is None:
         client, _ = wait(start, job_name, timeout)
     else:
         fingerprint = graph_ha.fingerprint(graph, program, parallelism, partitioner, checkpoint_interval,
                                            full_checkpoint_every)
         try:
-            client, _ = wait(lambda: graph_ha.submit(env, job_name, fingerprint, blob, coordination, factor, start),
+            client, _ = wait(lambda: graph_ha.submit(spec, job_name, fingerprint, blob, coordination, factor, start),
                              job_name, timeout)
         except JobEndedElsewhere as ended:  # another driver ran it to its end: its results are in work_dir
             return _ended_elsewhere(ended, work_uri, program, parallelism)
@@ -229,7 +231,7 @@ def _ended_elsewhere(ended: JobEndedElsewhere, work_uri: str, program: VectorPro
                        float(details.get("replication_factor", 0.0)))
 
 
-def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | VertexProgram, env: Environment,
+def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | VertexProgram, spec: JobSpec,
                              parallelism: int, partitioner: str, fault_tolerance: str, checkpoint_interval: int,
                              full_checkpoint_every: int, work_uri: str, restart: RestartStrategy | None,
                              timeout: float | None, faults: list[Fault] | None, job_name: str, job_id: str,
@@ -248,7 +250,7 @@ def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | Verte
     lookups = [int(source_vertex)] if isinstance(source_vertex, int) else []
     replicated = None if settings is None else (
         settings.k, settings.selfish and getattr(program, "selfish_safe", False), settings.ft_replicas)
-    stats = load_on_executors(env.spark, source, parallelism, work_uri, partitioner=partitioner,
+    stats = load_on_executors(spec.spark.get(), source, parallelism, work_uri, partitioner=partitioner,
                               directions=directions, adjacency=adjacency, replication=replicated, lookups=lookups)
     check_program(program, stats)
     replication = None
@@ -258,19 +260,19 @@ def _run_loaded_on_executors(source: GraphSource, program: VectorProgram | Verte
                                       stats.pattern_counts)
     storage = CheckpointStorage(join(work_uri, "checkpoints")) if fault_tolerance == "checkpoint" else None
     staged_results, staged_text = join(work_uri, "results-staged"), join(work_uri, "text-staged")
-    deployment = GraphDeployment(job_name, job_id, program, parallelism, stats.num_vertices, work_uri, env.config,
+    deployment = GraphDeployment(job_name, job_id, program, parallelism, stats.num_vertices, work_uri, spec.engine,
                                  storage.uri if storage is not None else None, FaultInjector.of(faults or []),
                                  replication=settings, directed=source.directed, result_dir=staged_results,
                                  text_dir=staged_text if output_dir is not None else None)
     coordination = GraphCoordination(job_name, program, parallelism, storage,
                                      checkpoint_interval if storage is not None else 0, full_checkpoint_every,
                                      replication)
-    strategy = restart if restart is not None else env.restart_strategy
+    strategy = restart if restart is not None else spec.restart
     if restart is None and fault_tolerance == "checkpoint" and isinstance(strategy, NoRestart):
         strategy = FixedDelayRestart(attempts=3, delay=0.0)
     blob = serialize(deployment)
     started = time.monotonic()
-    client, _ = wait(lambda: JobClient(launch(env.spark, env.config, job_name=job_name, job_id=job_id,
+    client, _ = wait(lambda: JobClient(launch(spec.spark.get(), spec.engine, job_name=job_name, job_id=job_id,
                                               deployment=blob, num_workers=parallelism, restart=strategy,
                                               kind=coordination)), job_name, timeout)
     duration = time.monotonic() - started

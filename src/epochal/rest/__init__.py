@@ -10,7 +10,7 @@
 - :mod:`~epochal.rest.app`: the FastAPI application, behind a bearer token.
 - :mod:`~epochal.rest.server`: one uvicorn server per driver process (in a thread of its own),
   started with the first job and stopped when none is left; :func:`~epochal.rest.server.serve`.
-- :mod:`~epochal.rest.registry`: the per-user file that names the jobs running on this machine,
+- :mod:`~epochal.control.job_registry`: the per-user file that names the jobs running on this machine,
   their addresses and tokens, so that the ``epochal`` command line finds them.
 - :mod:`~epochal.rest.client`: the command line's HTTP calls (``urllib``; no third-party code).
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import threading
 
+from epochal.control.job_registry import Registry
 from epochal.control.jobmaster import JobMaster
 from epochal.control.savepoints import IN_PROGRESS
 from epochal.rest import names
 from epochal.rest.outline import JobOutline
 from epochal.rest.rates import Rates
-from epochal.rest.registry import Registry
 
 #: Ended jobs a server keeps listing (with their final status) while it serves others.
 KEEP_ENDED = 100

@@ -4,7 +4,7 @@
 server runs for the job's ``EngineConfig.rest_host``/``rest_port`` (binding the port before the
 job starts, so a port in use fails the job at once and not after it started), starts the job,
 adds it to the server's :class:`~epochal.rest.directory.JobDirectory` and writes its entry in the
-per-user registry (:mod:`epochal.rest.registry`). Every job asking for the same host and port
+per-user registry (:mod:`epochal.control.job_registry`). Every job asking for the same host and port
 shares one server, and its token (32 random bytes from :mod:`secrets`).
 
 The server is uvicorn running the FastAPI application of :mod:`epochal.rest.app` on an event loop
@@ -31,11 +31,11 @@ import weakref
 from collections.abc import Callable
 
 from epochal.config import EngineConfig
+from epochal.control.job_registry import Registry, RegistryEntry
 from epochal.control.jobmaster import JobMaster
 from epochal.errors import EnvironmentSetupError
 from epochal.rest.directory import JobDirectory, ServedJob
 from epochal.rest.outline import JobOutline
-from epochal.rest.registry import Registry, RegistryEntry
 
 _log = logging.getLogger("epochal.rest")
 

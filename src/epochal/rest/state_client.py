@@ -409,8 +409,8 @@ def _route_source(job: Any, address: str | None, token: str | None) -> Callable[
     if jobmaster is not None:  # a job of this process: its JobMaster answers directly
         return lambda: routes_of(jobmaster)
     reference = str(job)
+    from epochal.control.job_registry import Registry
     from epochal.rest import names
-    from epochal.rest.registry import Registry
 
     try:
         entry = names.resolve(reference, Registry().entries())

@@ -5,6 +5,7 @@ with fencing tokens, and the stores a new leader resumes from (docs/high_availab
 embedded implementation on a shared file system), ``zookeeper`` (ZooKeeper through kazoo),
 ``election`` (the election as a pure state machine), ``driver`` (its thread), ``fencing`` (the
 JobMaster's fenced checkpoint I/O and the exact checkpoint id counter), ``orphans`` (what a new
-leader removes of its predecessors' checkpoints). Running a job with HA (standby, leader, end) is
-``epochal.dataflow.ha.lead``, for every kind that supports it (dataflow, graph).
+leader removes of its predecessors' checkpoints), ``leadership`` (running a job with HA: standby,
+leader, takeover, end; :func:`~epochal.control.ha.leadership.lead`, for every kind that supports
+it: dataflow, graph).
 """

@@ -1,9 +1,9 @@
 """Waiting for a started job as a user's blocking call does (``execute``, ``run_graph``).
 
 :func:`wait` starts a job (Ctrl-C deferred while it talks to Spark) and waits for its result: a
-timeout cancels the job and says whether its workers stopped, Ctrl-C cancels this job only. It
-lives in the API layer because the errors it raises reach the user from here, without frames of
-epochal's internals.
+timeout cancels the job and says whether its workers stopped, Ctrl-C cancels this job only. The
+user's call that uses it (``Environment.execute``, ``run_graph``) re-raises epochal's errors
+without the frames of epochal's internals.
 """
 
 from __future__ import annotations
