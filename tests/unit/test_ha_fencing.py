@@ -3,13 +3,19 @@ commits, and of its workers' sink commits (epochal.state.fencing), on real file-
 
 from __future__ import annotations
 
-from epochal.control.checkpointing.files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
+from epochal.control.checkpointing.files import (
+    CheckpointFiles,
+    DeleteCheckpoints,
+    DiscardCheckpoint,
+    ReserveCheckpointId,
+    WriteCheckpoint,
+)
 from epochal.control.ha.driver import ElectionDriver
 from epochal.control.ha.election import ElectionTimings, Role
 from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.files import FileHaServices
 from epochal.control.ha.records import DriverInfo
-from epochal.messages import CheckpointComplete, TriggerCheckpoint
+from epochal.messages import CheckpointAbort, CheckpointComplete, TriggerCheckpoint
 from epochal.state.fencing import LeaderFence
 from epochal.state.storage import CheckpointStorage
 from tests.unit.test_checkpoint_coordination import SUBTASKS, ack, make, on_ack
@@ -85,11 +91,28 @@ def test_the_coordinator_stamps_the_leader_epoch_on_every_commit(tmp_path):
     coordinator = make(tmp_path)
     leadership.attach(coordinator)
     checkpoint_id, messages = coordinator.trigger(0.0, 0.0)
-    assert messages == [TriggerCheckpoint(checkpoint_id, None)]
+    assert messages == [ReserveCheckpointId(checkpoint_id)]  # the HA store's id first, then the trigger
+    assert coordinator.on_reserved(checkpoint_id, None) == [TriggerCheckpoint(checkpoint_id, None)]
     out = []
     for vertex, subtask in SUBTASKS:
         out += on_ack(coordinator, ack(checkpoint_id, vertex, subtask), 1.0)[1]
     assert CheckpointComplete(checkpoint_id, leader_epoch=leadership.epoch) in out
+
+
+def test_a_checkpoint_whose_id_is_refused_is_never_triggered_and_times_out(tmp_path):
+    """A deposed leader (or one that cannot reach the HA store) sends no trigger: no worker sees
+    the id, and the checkpoint times out as a counted failure, as before the reservation was an
+    instruction of the pure machine."""
+    leadership = lead(FileHaServices(str(tmp_path / "ha"), "job"), A)
+    coordinator = make(tmp_path)
+    leadership.attach(coordinator)
+    checkpoint_id, messages = coordinator.trigger(0.0, 0.0)
+    assert messages == [ReserveCheckpointId(checkpoint_id)]
+    assert coordinator.on_reserved(checkpoint_id, "starting checkpoint 1 was refused") == []
+    assert checkpoint_id in coordinator.pending
+    tolerable, aborts = coordinator.check_timeouts(coordinator.config.timeout + 1.0)
+    assert not tolerable and CheckpointAbort(checkpoint_id) in aborts
+    assert coordinator.on_reserved(checkpoint_id, None) == []  # a late answer for an aborted one
 
 
 def test_workers_admit_only_the_newest_leader(tmp_path):

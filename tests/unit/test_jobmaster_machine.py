@@ -13,7 +13,7 @@ import pytest
 
 from epochal.config import CheckpointConfig, EngineConfig
 from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, CheckpointWritten, WriteCheckpoint
-from epochal.control.checkpointing.files import CheckpointIO, RecordStats
+from epochal.control.checkpointing.files import CheckpointIdReserved, CheckpointIO, RecordStats, ReserveCheckpointId
 from epochal.control.jobmaster import _DO, _INBOX, resolve_restore
 from epochal.control.jobmaster_events import (
     Broadcast,
@@ -403,6 +403,24 @@ def test_finished_workers_need_no_heartbeat(tmp_path):
     send(machine, 1, Finished({}), 2.5)
     assert handled(machine, TimePassed(12.0, 0.0)) == []  # 9.5 s of silence; the checkpoint's timeout is 10 s
     assert machine.status == S.RUNNING  # waiting for the final checkpoint
+
+
+def test_with_high_availability_a_checkpoint_id_is_reserved_before_its_trigger_is_sent(tmp_path):
+    """The reservation in the HA store is an instruction of the pure machine, answered by an
+    event: the trigger goes out only once the id is the job's; a refused id sends nothing (the
+    checkpoint times out; a deposed leader's job is cancelled meanwhile)."""
+    coordinator = coordinator_on(tmp_path, interval=1.0)
+    coordinator.reserve_ids = True  # what Leadership.attach sets
+    machine = make(coordinator=coordinator)
+    deploy(machine)
+    start(machine)
+    assert machine.handle(TimePassed(3.0, 500.0)) == [ReserveCheckpointId(1)]
+    assert machine.handle(CheckpointIdReserved(1, None, 3.0)) == [Broadcast(TriggerCheckpoint(1), ATTEMPT_0)]
+    send(machine, 0, ack(1, 0), 3.2)
+    assert send(machine, 1, ack(1, 1), 3.2) == [Broadcast(CheckpointComplete(1), ATTEMPT_0)]
+    assert machine.handle(TimePassed(4.2, 501.0)) == [ReserveCheckpointId(2)]
+    assert machine.handle(CheckpointIdReserved(2, "starting checkpoint 2 was refused", 4.2)) == []
+    assert 2 in coordinator.pending and machine.status == S.RUNNING
 
 
 def test_restart_after_restart_resumes_from_the_latest_checkpoint_then_gives_up(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from epochal.config import EngineConfig
 from epochal.control.inbox import CancelAsked, Disconnected, Received, SparkEnded
 from epochal.control.jobmaster import JobMaster, JobStatus
+from epochal.control.kinds import collected_of
 from epochal.control.lifecycle import Started
 from epochal.control.restart import FixedDelayRestart
 from epochal.dataflow.coordination import DataflowCoordination
@@ -106,9 +107,9 @@ def test_messages_count_only_from_the_registered_connection(deploying):
     jm._process(Received(1, links[1].connection, Heartbeat({"records_processed": 7})))
     assert jm.snapshot_metrics() == {0: {}, 1: {"records_processed": 7}}
     jm._process(Received(1, links[1].connection, Collect("sink", 1, ["a", "b"])))
-    assert jm.query(lambda kind: kind.published("sink")) == ["a", "b"]
+    assert jm.query(lambda kind: collected_of(kind).published("sink")) == ["a", "b"]
     jm._process(Received(0, links[1].connection, Collect("sink", 0, ["c"])))  # wrong connection
-    assert jm.query(lambda kind: kind.published_all()) == {"sink": ["a", "b"]}
+    assert jm.query(lambda kind: collected_of(kind).published_all()) == {"sink": ["a", "b"]}
 
 
 def test_the_most_specific_failure_explains_the_job(deploying):

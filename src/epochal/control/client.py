@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.control.jobmaster import JobMaster, JobStatus
-from epochal.control.kinds import KindCoordinator
+from epochal.control.kinds import KindCoordinator, checkpoints_of, collected_of
 from epochal.control.source_progress import SourceVertex, job_share
 from epochal.errors import EpochalError, JobTimeoutError, SavepointError
 
@@ -104,7 +104,7 @@ class JobClient:
         """Records the job's sources read so far, each counted once across restarts (what
         ``JobResult.records_processed`` will say)."""
         jm = self._jobmaster
-        return jm.query(lambda kind: kind.records_base) + sum(
+        return jm.query(lambda kind: checkpoints_of(kind).records_base) + sum(
             m.get("source_records", 0) for m in jm.snapshot_metrics().values())
 
     def source_share(self) -> float | None:
@@ -158,7 +158,7 @@ class JobClient:
         when the checkpoint covering them completes, each exactly once across restarts; without
         checkpointing as they arrive. ``handle.get()`` returns the same."""
         collect_id = getattr(sink, "collect_id", sink)
-        return self._jobmaster.query(lambda kind: kind.published(collect_id))
+        return self._jobmaster.query(lambda kind: collected_of(kind).published(collect_id))
 
     def wait_until_running(self, timeout: float = 120.0) -> None:
         """Block until every worker has registered (or the job ended)."""
@@ -225,7 +225,8 @@ class JobClient:
         if jm.error is not None:
             raise _fresh(jm.error)
         collected, path, records_base, skipped = jm.query(lambda kind: (
-            kind.published_all(), kind.checkpoint_path, kind.records_base, kind.non_restored_state))
+            collected_of(kind).published_all(), checkpoints_of(kind).checkpoint_path,
+            checkpoints_of(kind).records_base, checkpoints_of(kind).non_restored_state))
         return JobResult(jm.job_name, jm.job_id, jm.ended_at - jm.started_at, collected, jm.snapshot_metrics(),
                          self.checkpoint_stats(), jm.restart_history(), path, records_base,
                          non_restored_state=skipped)
@@ -263,7 +264,7 @@ class JobClient:
 
     def _savepoint(self, target_dir: str | None, format: str, stop: bool, drain: bool,
                    timeout: float | None) -> str:
-        directory = target_dir or self._jobmaster.query(lambda kind: kind.default_savepoint_dir)
+        directory = target_dir or self._jobmaster.query(lambda kind: checkpoints_of(kind).default_savepoint_dir)
         if not directory:
             raise SavepointError(f"job '{self._jobmaster.job_name}' has no default savepoint directory: "
                                  "pass target_dir")
@@ -277,12 +278,12 @@ class JobClient:
 
     def checkpoint_stats(self) -> list[dict[str, Any]]:
         """Statistics of the checkpoints so far (also appended to checkpoint_stats.jsonl)."""
-        return self._jobmaster.query(lambda kind: kind.checkpoint_stats())
+        return self._jobmaster.query(lambda kind: checkpoints_of(kind).checkpoint_stats())
 
     @property
     def checkpoint_path(self) -> str:
         """Where this job's checkpoints go (empty without checkpointing); usable as ``restore_from``."""
-        return self._jobmaster.query(lambda kind: kind.checkpoint_path)
+        return self._jobmaster.query(lambda kind: checkpoints_of(kind).checkpoint_path)
 
     def restarts(self) -> list[dict[str, Any]]:
         """One entry per restart so far: the failed attempt, its cause, and (once back)

@@ -14,8 +14,9 @@ it with the time and hand it to the machine, then hand it a :class:`TimePassed`;
 instructions the machine returns, and once the job's status is terminal it closes every connection
 and sets ``done``. The machine is changed only under ``_lock``, held while ``handle`` runs; the
 query methods that other threads (``JobClient``) call take the same lock. Instructions are carried
-out outside it, in order; the answer to a :class:`ResolveRestore` or a ``WriteCheckpoint`` is handed
-to the machine at once, and its instructions are carried out before the rest.
+out outside it, in order; the answer to a :class:`ResolveRestore`, a ``WriteCheckpoint`` or a
+``ReserveCheckpointId`` is handed to the machine at once, and its instructions are carried out
+before the rest.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from epochal.config import EngineConfig
 from epochal.control.checkpointing.files import (
     CheckpointFence,
     CheckpointFiles,
+    CheckpointIdReserved,
     CheckpointWritten,
     DeleteCheckpoints,
     DiscardCheckpoint,
     RecordStats,
+    ReserveCheckpointId,
     WriteCheckpoint,
 )
 from epochal.control.inbox import CancelAsked, Disconnected, InboxEvent, Received, SavepointAsked, SparkEnded
@@ -68,7 +71,7 @@ from epochal.control.restart import RestartStrategy
 from epochal.control.savepoints import IN_PROGRESS, SavepointStatus, check_writable, new_request
 from epochal.control.server import ControlServer
 from epochal.errors import EpochalError
-from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker, TriggerCheckpoint
+from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker
 from epochal.runtime.queries.wire import query_token
 from epochal.state.storage import CheckpointStorage
 
@@ -301,11 +304,6 @@ class JobMaster:
 
     @_DO.on(Broadcast)
     def _broadcast(self, instruction: Broadcast) -> None:
-        message = instruction.message
-        if isinstance(message, TriggerCheckpoint) and (refused := self.files.reserve(message.checkpoint_id)):
-            # not started: no worker saw its id (it times out, or the deposed leader stops)
-            _log.warning("checkpoint %d of job '%s' not started: %s", message.checkpoint_id, self.job_name, refused)
-            return
         for connection in instruction.connections:
             self.server.send(connection, instruction.message)
 
@@ -347,6 +345,14 @@ class JobMaster:
     def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:
         error = self.files.write(instruction)
         self._carry_out(self._handle(CheckpointWritten(instruction.checkpoint_id, error, time.monotonic())))
+
+    @_DO.on(ReserveCheckpointId)
+    def _reserve_checkpoint_id(self, instruction: ReserveCheckpointId) -> None:
+        refused = self.files.reserve(instruction.checkpoint_id)
+        if refused:  # not started: no worker sees its id (aborted; a deposed leader stops)
+            _log.warning("checkpoint %d of job '%s' not started: %s", instruction.checkpoint_id, self.job_name,
+                         refused)
+        self._carry_out(self._handle(CheckpointIdReserved(instruction.checkpoint_id, refused, time.monotonic())))
 
     @_DO.on(DeleteCheckpoints)
     @_DO.on(DiscardCheckpoint)

@@ -11,8 +11,9 @@ never holds a socket. All are frozen dataclasses, compared by value in the tests
 
 Things that need I/O are round trips: :class:`ResolveRestore` asks the driver to read and check
 the checkpoint an attempt restores, and the driver answers with :class:`RestoreResolved` or
-:class:`RestoreFailed`; a kind's ``WriteCheckpoint`` is answered with ``CheckpointWritten``
-(:mod:`epochal.control.checkpointing.files`, whose other instructions need no answer).
+:class:`RestoreFailed`; a kind's ``WriteCheckpoint`` is answered with ``CheckpointWritten`` and
+its ``ReserveCheckpointId`` with ``CheckpointIdReserved`` (:mod:`epochal.control.checkpointing.files`,
+whose other instructions need no answer).
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epochal.control.checkpointing.files import CheckpointIO, CheckpointWritten
+from epochal.control.checkpointing.files import CheckpointIdReserved, CheckpointIO, CheckpointWritten
 from epochal.control.lifecycle import KillSparkJob
 from epochal.errors import EpochalError
 from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
-__all__ = ["Broadcast", "CancelRequested", "CheckpointWritten", "CloseConnections", "Event", "Instruction",
-           "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved", "Restarting",
-           "SavepointDone", "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded", "SubmitSparkJob",
-           "TimePassed", "WorkerDisconnected", "WorkerMessage"]
+__all__ = ["Broadcast", "CancelRequested", "CheckpointIdReserved", "CheckpointWritten", "CloseConnections", "Event",
+           "Instruction", "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved",
+           "Restarting", "SavepointDone", "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded",
+           "SubmitSparkJob", "TimePassed", "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -127,7 +128,7 @@ class SavepointRequested:
 
 
 Event = (JobStarted | WorkerMessage | WorkerDisconnected | SparkJobEnded | CancelRequested | TimePassed
-         | RestoreResolved | RestoreFailed | CheckpointWritten | SavepointRequested)
+         | RestoreResolved | RestoreFailed | CheckpointWritten | CheckpointIdReserved | SavepointRequested)
 
 
 # ---------------------------------------------------------------------- instructions

@@ -39,6 +39,7 @@ from epochal.control import job_failures, lifecycle
 from epochal.control.jobmaster_events import (
     Broadcast,
     CancelRequested,
+    CheckpointIdReserved,
     CheckpointWritten,
     CloseConnections,
     Event,
@@ -249,6 +250,10 @@ class JobMasterMachine:
                                     "is taken only while every worker runs; try again once it runs"))
             return
         self.kind_outputs(self.kind.request_savepoint(request, event.now, event.wall), event.now)
+
+    @EVENTS.on(CheckpointIdReserved)
+    def _on_checkpoint_id_reserved(self, event: CheckpointIdReserved) -> None:
+        self.kind_outputs(self.kind.checkpoint_reserved(event.checkpoint_id, event.refused, event.now), event.now)
 
     @EVENTS.on(CheckpointWritten)
     def _on_checkpoint_written(self, event: CheckpointWritten) -> None:

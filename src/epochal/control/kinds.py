@@ -10,6 +10,11 @@ own messages and reports and the passing of time, and tells it when every worker
 an attempt failed and when the next one starts; a coordinator is pure (time is passed in) and
 answers with :data:`KindOutput` values, which the machine carries out.
 
+What a kind answers beyond what every kind shares is behind interfaces of its own, declared here
+too: :class:`CheckpointedJob` (checkpoint statistics, paths, restored state: the ``dataflow``
+kind) and :class:`CollectingJob` (``collect()`` sinks); readers ask through
+:func:`checkpoints_of` and :func:`collected_of`, which answer "none" for a kind without them.
+
 Recovery has one extension point, declared here: a coordinator's ``local_recovery``. None (the
 default) means a lost worker fails the attempt and the restart strategy decides (the job
 restarts from its latest checkpoint); a :class:`TaskLocalRecovery` recovers the lost worker while
@@ -19,7 +24,7 @@ the others keep running (Imitator's Rebirth and Migration, CEC's single-worker r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from epochal.control.jobmaster_events import Instruction, ResolveRestore, SavepointDone, SavepointRequest
 from epochal.messages import Failed, ToJobMaster, ToWorker
@@ -173,41 +178,13 @@ class KindCoordinator:
         this coordinator returned: the metadata is written (``error`` None) or could not be."""
         return []
 
+    def checkpoint_reserved(self, checkpoint_id: int, refused: str | None, now: float) -> list[KindOutput]:
+        """The driver carried out a :class:`~epochal.control.checkpointing.files.ReserveCheckpointId`
+        this coordinator returned: the id is reserved (``refused`` None) or may not be used."""
+        return []
+
     def job_ended(self) -> list[Instruction]:
         """The job reached a terminal status: I/O to clean up (checkpoints that can no longer complete)."""
-        return []
-
-    # ------------------------------------------------------------------ what a JobClient reads
-    def published(self, collect_id: str) -> list[Any]:
-        """The records ``collect()`` sink ``collect_id`` published so far (a copy)."""
-        return []
-
-    def published_all(self) -> dict[str, list[Any]]:
-        """Every ``collect()`` sink's published records (copies)."""
-        return {}
-
-    def checkpoint_stats(self) -> list[dict[str, Any]]:
-        """Statistics of the checkpoints so far (safe from any thread)."""
-        return []
-
-    @property
-    def default_savepoint_dir(self) -> str:
-        """Where savepoints go when the user names no directory (empty: the user must name one)."""
-        return ""
-
-    @property
-    def checkpoint_path(self) -> str:
-        """Where the job's checkpoints are (empty without checkpoints)."""
-        return ""
-
-    @property
-    def records_base(self) -> int:
-        """Source records read before the current attempt, covered by the checkpoint it restored."""
-        return 0
-
-    @property
-    def non_restored_state(self) -> list[dict[str, Any]]:
-        """State of the user's ``restore_from`` checkpoint that no operator claimed (skipped)."""
         return []
 
     def tables(self, metrics: dict[int, dict[str, Any]]) -> list[KindTable]:
@@ -221,3 +198,85 @@ class KindCoordinator:
         extents, replay sizes and recoveries per worker); ``metrics`` as for :meth:`tables`. The
         same name always comes with the same kind, help and label names. Default: none."""
         return []
+
+
+# ---------------------------------------------------------------------- what some kinds answer
+@runtime_checkable
+class CheckpointedJob(Protocol):
+    """What a ``JobClient``, the REST API and Prometheus read of a kind whose jobs take the
+    checkpoints and savepoints a user sees, restores and lists (the ``dataflow`` kind). A kind
+    without them does not implement it: :func:`checkpoints_of` answers for it with none.
+    Read under the JobMaster's lock (through ``JobMaster.query``): copies only."""
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        """Statistics of the checkpoints so far."""
+        ...
+
+    @property
+    def checkpoint_path(self) -> str:
+        """Where the job's checkpoints are (empty without checkpoints)."""
+        ...
+
+    @property
+    def default_savepoint_dir(self) -> str:
+        """Where savepoints go when the user names no directory (empty: the user must name one)."""
+        ...
+
+    @property
+    def records_base(self) -> int:
+        """Source records read before the current attempt, covered by the checkpoint it restored."""
+        ...
+
+    @property
+    def non_restored_state(self) -> list[dict[str, Any]]:
+        """State of the user's ``restore_from`` checkpoint that no operator claimed (skipped)."""
+        ...
+
+
+@runtime_checkable
+class CollectingJob(Protocol):
+    """What a ``JobClient`` reads of a kind whose jobs have ``collect()`` sinks (``dataflow``):
+    the records each published so far (copies, read under the JobMaster's lock)."""
+
+    def published(self, collect_id: str) -> list[Any]:
+        """The records ``collect()`` sink ``collect_id`` published so far."""
+        ...
+
+    def published_all(self) -> dict[str, list[Any]]:
+        """Every ``collect()`` sink's published records."""
+        ...
+
+
+class _NoCheckpoints:
+    """The answers of a kind that takes no checkpoints a user sees: none, nowhere."""
+
+    checkpoint_path = ""
+    default_savepoint_dir = ""
+    records_base = 0
+
+    def checkpoint_stats(self) -> list[dict[str, Any]]:
+        return []
+
+    @property
+    def non_restored_state(self) -> list[dict[str, Any]]:
+        return []
+
+
+class _NothingCollected:
+    """The answers of a kind without ``collect()`` sinks."""
+
+    def published(self, collect_id: str) -> list[Any]:
+        return []
+
+    def published_all(self) -> dict[str, list[Any]]:
+        return {}
+
+
+def checkpoints_of(kind: KindCoordinator) -> CheckpointedJob:
+    """``kind``'s checkpoint queries, or empty answers for a kind without user-visible checkpoints."""
+    return kind if isinstance(kind, CheckpointedJob) else _NoCheckpoints()
+
+
+def collected_of(kind: KindCoordinator) -> CollectingJob:
+    """``kind``'s ``collect()`` queries, or empty answers for a kind without ``collect()`` sinks."""
+    return kind if isinstance(kind, CollectingJob) else _NothingCollected()

@@ -168,6 +168,10 @@ class DataflowCoordination(KindCoordinator):
                                                         coordinator.config.tolerable_failures))
         return out
 
+    def checkpoint_reserved(self, checkpoint_id: int, refused: str | None, now: float) -> list[KindOutput]:
+        """With high availability: the trigger of a checkpoint whose id the HA store gave."""
+        return list(self.coordinator.on_reserved(checkpoint_id, refused)) if self.coordinator is not None else []
+
     def job_ended(self) -> list[Any]:
         """Checkpoints still pending can never complete (the workers are gone): their files go."""
         return self.coordinator.discard_pending() if self.coordinator is not None else []

@@ -30,6 +30,7 @@ from fastapi import FastAPI, Query, Request, Security
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPBearer
 
+from epochal.control.kinds import checkpoints_of
 from epochal.control.savepoints import IN_PROGRESS
 from epochal.rest import dashboard, views
 from epochal.rest.directory import JobDirectory, ServedJob
@@ -318,7 +319,7 @@ def trigger(served: ServedJob, target: str | None, format: str, stop: bool, drai
     who = f"job '{jm.job_name}' (id {jm.job_id})"
     if jm.done.is_set():
         raise ApiError(409, f"{who} has ended ({jm.status.value}): it takes no savepoint")
-    directory = target or jm.query(lambda kind: kind.default_savepoint_dir)
+    directory = target or jm.query(lambda kind: checkpoints_of(kind).default_savepoint_dir)
     if not directory:
         raise ApiError(400, f"{who} has no default savepoint directory: give target_directory")
     status = jm.request_savepoint(directory, format, stop=stop, drain=drain)

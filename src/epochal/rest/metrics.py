@@ -62,6 +62,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from epochal.control.kinds import checkpoints_of
 from epochal.control.lifecycle import JobStatus
 from epochal.rest.directory import JobDirectory, ServedJob
 
@@ -161,7 +162,8 @@ class JobCollector(Collector):
         uptime = ((jm.ended_at if done else time.monotonic()) - jm.started_at) if jm.started_at else 0.0
         out.gauge("epochal_job_uptime_seconds", "Seconds since the job started (until it ended)").add_metric(
             job, max(uptime, 0.0))
-        stats, records_base = jm.query(lambda kind: (kind.checkpoint_stats(), kind.records_base))
+        stats, records_base = jm.query(lambda kind: (checkpoints_of(kind).checkpoint_stats(),
+                                                     checkpoints_of(kind).records_base))
         out.counter("epochal_job_restarts", "Restarts of the job so far").add_metric(job, len(jm.restart_history()))
         metrics = jm.snapshot_metrics()
         read = records_base + sum(int(m.get("source_records", 0)) for m in metrics.values())

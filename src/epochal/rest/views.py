@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any, Literal
 
+from epochal.control.kinds import checkpoints_of
 from epochal.control.savepoints import SavepointStatus
 from epochal.control.source_progress import SourceVertex, vertex_progress
 from epochal.rest.directory import ServedJob
@@ -63,7 +64,8 @@ def _overview_fields(served: ServedJob) -> dict[str, Any]:
 def details(served: ServedJob) -> JobDetails:
     jm = served.jobmaster
     checkpoint_path, savepoint_dir, records_base, takes_savepoints = jm.query(
-        lambda kind: (kind.checkpoint_path, kind.default_savepoint_dir, kind.records_base, kind.takes_savepoints))
+        lambda kind: (checkpoints_of(kind).checkpoint_path, checkpoints_of(kind).default_savepoint_dir,
+                      checkpoints_of(kind).records_base, kind.takes_savepoints))
     error = jm.error
     metrics = jm.snapshot_metrics()
     read = records_base + sum(m.get("source_records", 0) for m in metrics.values())
@@ -134,7 +136,7 @@ def vertices(served: ServedJob) -> VertexList:
 def latest_state_bytes(served: ServedJob) -> dict[str, int]:
     """Operator uid -> its state's bytes in the latest completed checkpoint ({}: none yet)."""
     def read(kind: Any) -> dict[str, int]:
-        for entry in reversed(kind.checkpoint_stats()):
+        for entry in reversed(checkpoints_of(kind).checkpoint_stats()):
             if entry["status"] == "completed" and "state_bytes" in entry:
                 return dict(entry["state_bytes"])
         return {}
@@ -208,7 +210,7 @@ def checkpoints(served: ServedJob, history: int) -> CheckpointList:
     long history costs little); models are built only for the latest ones and the ``history``
     newest."""
     jm = served.jobmaster
-    stats, path = jm.query(lambda kind: (kind.checkpoint_stats(), kind.checkpoint_path))
+    stats, path = jm.query(lambda kind: (checkpoints_of(kind).checkpoint_stats(), checkpoints_of(kind).checkpoint_path))
     completed = [e for e in stats if e["status"] == "completed"]
     savepoints = [e for e in completed if e.get("savepoint")]
 

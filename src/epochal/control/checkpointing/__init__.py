@@ -12,11 +12,13 @@ from epochal.control.checkpointing.coordinator import CheckpointCoordinator
 from epochal.control.checkpointing.failures import AbortReason, CheckpointFailureManager
 from epochal.control.checkpointing.files import (
     CheckpointFiles,
+    CheckpointIdReserved,
     CheckpointIO,
     CheckpointWritten,
     DeleteCheckpoints,
     DiscardCheckpoint,
     RecordStats,
+    ReserveCheckpointId,
     WriteCheckpoint,
 )
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
@@ -25,6 +27,6 @@ from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
 
 __all__ = ["AbortReason", "AckResult", "CheckpointCoordinator", "CheckpointFailureManager", "CheckpointFiles",
-           "CheckpointIO", "CheckpointStatsTracker", "CheckpointWritten", "CompletedCheckpointStore",
-           "DeleteCheckpoints", "DiscardCheckpoint", "PendingCheckpoint", "RecordStats", "WriteCheckpoint",
-           "check_restore"]
+           "CheckpointIdReserved", "CheckpointIO", "CheckpointStatsTracker", "CheckpointWritten",
+           "CompletedCheckpointStore", "DeleteCheckpoints", "DiscardCheckpoint", "PendingCheckpoint", "RecordStats",
+           "ReserveCheckpointId", "WriteCheckpoint", "check_restore"]

@@ -30,6 +30,7 @@ from epochal.control.checkpointing.files import (
     DeleteCheckpoints,
     DiscardCheckpoint,
     RecordStats,
+    ReserveCheckpointId,
     WriteCheckpoint,
 )
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
@@ -79,6 +80,10 @@ class CheckpointCoordinator:
         #: with high availability: the epoch of this driver's leadership (stamped on every
         #: ``CheckpointComplete``, which workers check before committing); None without
         self.leader_epoch: int | None = None
+        #: with high availability: a checkpoint's id is reserved in the HA store before its
+        #: trigger is sent (:meth:`trigger` returns a ``ReserveCheckpointId``, :meth:`on_reserved`
+        #: the trigger); without, the trigger goes at once
+        self.reserve_ids = False
 
     # ---------------------------------------------------------------- views of the parts
     @property
@@ -128,13 +133,26 @@ class CheckpointCoordinator:
 
     def trigger(self, now: float, wall: float, savepoint: SavepointTarget | None = None) -> tuple[int, Outbox]:
         """Start the next checkpoint (``now`` monotonic, ``wall`` the wall-clock time), a
-        savepoint when ``savepoint`` says where; returns its id and the ``TriggerCheckpoint``."""
+        savepoint when ``savepoint`` says where; returns its id and the ``TriggerCheckpoint`` (with
+        :attr:`reserve_ids`, the ``ReserveCheckpointId`` that :meth:`on_reserved` answers)."""
         checkpoint_id = self.next_id
         self.next_id += 1
         self.last_trigger = now
         self.pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, wall, now, set(self.subtasks),
                                                         savepoint=savepoint)
+        if self.reserve_ids:
+            return checkpoint_id, [ReserveCheckpointId(checkpoint_id)]
         return checkpoint_id, [TriggerCheckpoint(checkpoint_id, savepoint)]
+
+    def on_reserved(self, checkpoint_id: int, refused: str | None) -> Outbox:
+        """The answer to :meth:`trigger`'s ``ReserveCheckpointId``: the ``TriggerCheckpoint`` once
+        its id is reserved. Refused, nothing is sent: no worker ever sees the id, and the
+        checkpoint stays pending until it times out (a counted failure; a deposed leader's job is
+        cancelled meanwhile)."""
+        pending = self.pending.get(checkpoint_id)
+        if pending is None or refused is not None:
+            return []
+        return [TriggerCheckpoint(checkpoint_id, pending.savepoint)]
 
     def storage_of(self, pending: PendingCheckpoint) -> CheckpointStorage:
         """Where ``pending``'s files and metadata go: the job's checkpoint storage, or its savepoint's directory."""

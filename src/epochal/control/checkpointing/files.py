@@ -80,7 +80,18 @@ class RecordStats:
     entry: dict[str, Any]
 
 
-CheckpointIO = WriteCheckpoint | DeleteCheckpoints | DiscardCheckpoint | RecordStats
+@dataclass(frozen=True, slots=True)
+class ReserveCheckpointId:
+    """With high availability: take ``checkpoint_id`` from the HA store's fenced checkpoint id
+    counter before its trigger reaches any worker, so that a later leader starts past it and a
+    deposed leader starts nothing. Answered with :class:`CheckpointIdReserved`."""
+
+    checkpoint_id: int
+
+
+#: The checkpoint I/O a job kind's coordinator returns; the JobMaster carries it out off its lock.
+#: A :class:`WriteCheckpoint` and a :class:`ReserveCheckpointId` are answered with an event.
+CheckpointIO = WriteCheckpoint | ReserveCheckpointId | DeleteCheckpoints | DiscardCheckpoint | RecordStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +100,16 @@ class CheckpointWritten:
 
     checkpoint_id: int
     error: str | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointIdReserved:
+    """The answer to :class:`ReserveCheckpointId`: taken (``refused`` None), or why the
+    checkpoint must not start (a newer leader, an unreachable HA store); ``now`` monotonic."""
+
+    checkpoint_id: int
+    refused: str | None
     now: float
 
 
@@ -103,9 +124,12 @@ class CheckpointFiles:
         self._shared: dict[tuple[str, int], set[str]] = {}
 
     def carry_out(self, instruction: CheckpointIO) -> str | None:
-        """Carry out any of the instructions: a write's error (None once written), else None."""
+        """Carry out any of the instructions: a write's error (None once written), a reservation's
+        refusal (None once reserved), else None."""
         if isinstance(instruction, WriteCheckpoint):
             return self.write(instruction)
+        if isinstance(instruction, ReserveCheckpointId):
+            return self.reserve(instruction.checkpoint_id)
         if isinstance(instruction, DeleteCheckpoints):
             self.delete(instruction)
         elif isinstance(instruction, DiscardCheckpoint):

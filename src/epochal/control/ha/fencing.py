@@ -50,9 +50,11 @@ class Leadership:
         self.coordinator: CheckpointCoordinator | None = None
 
     def attach(self, coordinator: CheckpointCoordinator) -> None:
-        """Let the job's checkpoint coordinator stamp its epoch on every ``CheckpointComplete``."""
+        """Let the job's checkpoint coordinator stamp its epoch on every ``CheckpointComplete``,
+        and reserve each checkpoint's id in the HA store before triggering it."""
         self.coordinator = coordinator
         coordinator.leader_epoch = self.epoch if self.fencing else None
+        coordinator.reserve_ids = True
 
     # ---------------------------------------------------------------- CheckpointFence
     def allows(self, action: str) -> str | None:
