@@ -9,7 +9,8 @@ import pytest
 
 from epochal.control.ha.files import KEEP, FileHaServices
 from epochal.control.ha.records import CheckpointPointer, DriverInfo, JobRecord, JobResultRecord
-from epochal.control.ha.services import Fenced, open_services
+from epochal.control.ha.services import Fenced
+from epochal.control.ha.stores import open_services
 from epochal.errors import HighAvailabilityError
 
 A = DriverInfo("a", "h", 1, 1.0)

@@ -22,7 +22,7 @@ from epochal.control.client import JobClient
 from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.leadership import HaJob, JobEndedElsewhere, lead, stable_job_id
 from epochal.control.ha.orphans import discard_orphans
-from epochal.control.ha.services import open_services
+from epochal.control.ha.stores import open_services
 from epochal.control.jobspec import JobSpec
 from epochal.errors import HighAvailabilityError, PlanError
 from epochal.graph.coordination import GraphCoordination

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -33,12 +33,29 @@ import pyarrow.parquet as pq
 
 from epochal.errors import EpochalError
 from epochal.filesystems import join, resolve
-from epochal.graph.local import GraphResult
 
 #: the name of part file ``i``
 PART_NAME = "part-{:05d}"
 _PART = re.compile(r"part-\d{5}")
 _SPACE, _NEWLINE, _EMPTY = (pa.scalar(text, pa.large_string()) for text in (" ", "\n", ""))
+
+
+class GraphResult(Protocol):
+    """What this module reads of a result: every vertex id (ascending) and its value, in the
+    same order; a :class:`~epochal.graph.local.GraphResult` is one."""
+
+    @property
+    def ids(self) -> np.ndarray: ...
+
+    @property
+    def values(self) -> Any: ...
+
+
+class _Masters(NamedTuple):
+    """One worker's own result: its masters' ids and values."""
+
+    ids: np.ndarray
+    values: Any
 
 
 class GraphOutputError(EpochalError, ValueError):
@@ -227,7 +244,7 @@ def write_worker_result(result_dir: str, text_dir: str | None, worker: int, ids:
     """A worker's own result (its masters, in id order): ``part-<w>.parquet`` in ``result_dir``
     and, with ``text_dir``, the Graphalytics part file ``part-<w>`` there; each written under a
     temporary name and renamed, so a retry replaces it whole."""
-    result = GraphResult(np.asarray(ids, dtype=np.int64), values, 0, "", 0.0)
+    result = _Masters(np.asarray(ids, dtype=np.int64), values)
     fs, path = resolve(result_dir)
     fs.create_dir(path, recursive=True)
     table = results_table(result)

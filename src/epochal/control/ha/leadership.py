@@ -37,7 +37,8 @@ from epochal.control.ha.driver import ElectionDriver
 from epochal.control.ha.election import ElectionTimings
 from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.records import DriverInfo, JobRecord, JobResultRecord
-from epochal.control.ha.services import Fenced, HaServices, open_services
+from epochal.control.ha.services import Fenced, HaServices
+from epochal.control.ha.stores import open_services
 from epochal.control.job_registry import Registry, RegistryEntry
 from epochal.control.jobmaster import JobMaster, JobStatus
 from epochal.control.jobspec import JobSpec

@@ -1,6 +1,6 @@
 """The high-availability services of one job, behind one interface (Flink's HighAvailabilityServices).
 
-A driver opens them for a job id (:func:`open_services`) and uses them for:
+A driver opens them for a job id (:func:`~epochal.control.ha.stores.open_services`) and uses them for:
 
 - **leader election** (:meth:`HaServices.observe`, :meth:`claim`, :meth:`renew`,
   :meth:`release`): the leader holds an *epoch*, the fencing token, which grows by one with
@@ -140,18 +140,3 @@ class HaServices(ABC):
         return {"uri": self.uri, "epoch": seen.epoch, "leader": seen.leader.to_json() if seen.leader else None,
                 "standbys": [c.to_json() for c in self.contenders() if c.driver_id != leader],
                 "finished": seen.finished}
-
-
-def open_services(uri: str, job_id: str, *, session_timeout: float = 5.0,
-                  connect_timeout: float = 10.0) -> HaServices:
-    """The HA services for ``job_id`` at ``uri``: ``zookeeper://host:port[,host:port]/root``, or a
-    ``file://`` URI or path (a local disk or shared POSIX mount). Raises
-    :class:`~epochal.errors.HighAvailabilityError` (storage not writable, ZooKeeper unreachable
-    within ``connect_timeout`` seconds) with one readable sentence."""
-    if uri.startswith("zookeeper://") or uri.startswith("zk://"):
-        from epochal.control.ha.zookeeper import ZooKeeperHaServices
-
-        return ZooKeeperHaServices(uri, job_id, session_timeout=session_timeout, connect_timeout=connect_timeout)
-    from epochal.control.ha.files import FileHaServices
-
-    return FileHaServices(uri, job_id)
