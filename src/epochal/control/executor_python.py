@@ -31,7 +31,7 @@ _HOW_TO_FIX = (
     "spark.pyspark.python={driver}); in local mode, leaving both unset makes epochal use the driver's "
     "Python. On a cluster, install epochal on every executor or ship a packed "
     "environment (venv-pack or conda-pack, spark-submit --archives env.tar.gz#env with "
-    "PYSPARK_PYTHON=./env/bin/python). See 'Running with your own SparkSession' in epochal's README")
+    "PYSPARK_PYTHON=./env/bin/python). See 'With your own SparkSession' in epochal's docs/deploying.md")
 
 
 def _how_to_fix(driver_python: str, driver_version: str) -> str:
