@@ -255,11 +255,11 @@ def test_a_commit_stuck_after_a_broker_restart_is_done_by_a_new_producer(monkeyp
     blocks past its timeout. The writer gives up on it after RECOVER_AFTER and commits the epoch
     with a new producer, in the running attempt, exactly once. Without that the commit fails
     (StuckCall): the job would restart from its checkpoint after operation_timeout + margin."""
-    from epochal.connectors import kafka_transactions
+    from epochal.connectors.kafka import writers
     from epochal.testing.kafka_broker import KafkaBroker
 
-    monkeypatch.setattr(kafka_transactions, "RECOVER_AFTER", 3.0 if recovery else None)
-    monkeypatch.setattr(kafka_transactions, "STUCK_MARGIN", 2.0)
+    monkeypatch.setattr(writers, "RECOVER_AFTER", 3.0 if recovery else None)
+    monkeypatch.setattr(writers, "STUCK_MARGIN", 2.0)
     with KafkaBroker() as broker:
         topic = new_topic(broker)
         w = writer(broker, topic, "stuck", 0, 1, operation_timeout=4.0)
@@ -273,7 +273,7 @@ def test_a_commit_stuck_after_a_broker_restart_is_done_by_a_new_producer(monkeyp
         broker.start()
         started = time.monotonic()
         if not recovery:
-            with pytest.raises(kafka_transactions.StuckCall, match="did not return within 6 s"):
+            with pytest.raises(writers.StuckCall, match="did not return within 6 s"):
                 w.commit([two])
             return
         w.commit([two])

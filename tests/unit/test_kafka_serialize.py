@@ -42,8 +42,8 @@ def test_a_transactional_call_that_blocks_past_its_limit_fails_the_writer_instea
 
     import pytest
 
-    from epochal.connectors.kafka_common import KafkaError
-    from epochal.connectors.kafka_transactions import bounded
+    from epochal.connectors.kafka.common import KafkaError
+    from epochal.connectors.kafka.writers import bounded
 
     assert bounded(lambda: 7, 1.0, "committing") == 7
     with pytest.raises(ValueError, match="boom"):
@@ -62,15 +62,15 @@ def test_the_operation_timeout_bounds_every_call_of_the_transactional_writer(mon
     timeout that is not a positive number is refused at the sink's construction."""
     from types import SimpleNamespace
 
-    from epochal.connectors import kafka_transactions
+    from epochal.connectors.kafka import writers
     from epochal.errors import PlanError
 
     with pytest.raises(PlanError, match="operation_timeout must be a positive"):
         KafkaSink("localhost:9092", "t", guarantee="at_least_once", operation_timeout=0)
     sink = KafkaSink("localhost:9092", "t", transactional_id_prefix="p", operation_timeout=7.5)
-    writer = kafka_transactions.KafkaTransactionalWriter(sink, SimpleNamespace(subtask_index=0))
+    writer = writers.KafkaTransactionalWriter(sink, SimpleNamespace(subtask_index=0))
     limits = []
-    monkeypatch.setattr(kafka_transactions, "bounded", lambda action, limit, what: limits.append(limit))
+    monkeypatch.setattr(writers, "bounded", lambda action, limit, what: limits.append(limit))
     writer._call(lambda: None, "p-0", "committing")
-    assert limits == [7.5 + kafka_transactions.STUCK_MARGIN]
-    assert kafka_transactions._Producer({"bootstrap.servers": "localhost:1"}, sink.operation_timeout).timeout == 7.5
+    assert limits == [7.5 + writers.STUCK_MARGIN]
+    assert writers._Producer({"bootstrap.servers": "localhost:1"}, sink.operation_timeout).timeout == 7.5

@@ -17,7 +17,7 @@ with its marker. Transactional ids of subtasks a downscale removed are initialis
 too; an id of this subtask is initialised when its producer starts. A running writer whose
 marking or commit hangs (librdkafka after a broker restart) does the same in place: a new
 producer fences the stuck one and the epoch is written again unless its marker shows it
-committed. See kafka_transactions.
+committed. See :mod:`epochal.connectors.kafka.writers`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.connectors.base import AT_LEAST_ONCE, EXACTLY_ONCE, JobSettings, Sink, SinkContext, SinkWriter
-from epochal.connectors.kafka_common import (
+from epochal.connectors.kafka.common import (
     SERIALIZERS,
     Serde,
     check_bootstrap,
@@ -155,7 +155,7 @@ class KafkaSink(Sink):
                 for r in records]
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
-        from epochal.connectors.kafka_transactions import KafkaAtLeastOnceWriter, KafkaTransactionalWriter
+        from epochal.connectors.kafka.writers import KafkaAtLeastOnceWriter, KafkaTransactionalWriter
 
         if self.guarantee == EXACTLY_ONCE:
             return KafkaTransactionalWriter(self, context)

@@ -4,7 +4,7 @@ Every partition is a split (``"<topic>-<partition>"``) whose position, the offse
 record, is operator state in checkpoints: a restore seeks every partition back to it, at any
 parallelism (the positions of all partitions go to every subtask; each takes the partitions it
 is assigned now). On the worker one consumer per source subtask reads all its partitions
-(:class:`~epochal.connectors.kafka_reader.KafkaPartitionReader`). Offsets are committed to the
+(:class:`~epochal.connectors.kafka.reader.KafkaPartitionReader`). Offsets are committed to the
 consumer group when a checkpoint completes, for monitoring only (Flink does the same): the
 checkpoint, not the group, is what a restore reads.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.connectors.base import JobSettings, ReaderContext, Source, SourceSplit, SplitReader
-from epochal.connectors.kafka_common import (
+from epochal.connectors.kafka.common import (
     DESERIALIZERS,
     Serde,
     check_bootstrap,
@@ -61,7 +61,7 @@ def split_id(topic: str, partition: int) -> str:
 
 
 class KafkaSource(Source):
-    """Records of Kafka topics, as :class:`~epochal.connectors.kafka_common.KafkaRecord` objects.
+    """Records of Kafka topics, as :class:`~epochal.connectors.kafka.common.KafkaRecord` objects.
 
     Args:
         bootstrap_servers: ``host:port[,host:port]`` of the cluster.
@@ -78,7 +78,7 @@ class KafkaSource(Source):
         key_deserializer, value_deserializer: ``"bytes"``, ``"str"``, ``"json"`` or a function of
             the raw bytes (or None).
         errors: an ``OutputTag``: records that fail to deserialise go to this side output as
-            :class:`~epochal.connectors.kafka_common.UndecodableRecord` instead of failing the job
+            :class:`~epochal.connectors.kafka.common.UndecodableRecord` instead of failing the job
             (``stream.side_output(tag)`` reads them). None: such a record fails the job with an
             error naming its topic, partition and offset.
         watermarks: make event-time watermarks per partition; a subtask's watermark is the minimum
@@ -203,7 +203,7 @@ class KafkaSource(Source):
         return [tp.offset if tp.offset >= 0 else self._high(consumer, tp) for tp in found]
 
     def _consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
-        from epochal.connectors.kafka_common import client_config
+        from epochal.connectors.kafka.common import client_config
 
         return client_config(self.bootstrap_servers, self.config, **{
             "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False,
@@ -212,7 +212,7 @@ class KafkaSource(Source):
     # ------------------------------------------------------------------ on the worker
     def create_reader(self, splits: list[SourceSplit], restored: dict[str, Any],
                       context: ReaderContext) -> SplitReader | None:
-        from epochal.connectors.kafka_reader import KafkaPartitionReader
+        from epochal.connectors.kafka.reader import KafkaPartitionReader
 
         return KafkaPartitionReader(self, [s for s in splits if isinstance(s, KafkaPartitionSplit)], restored,
                                     context)

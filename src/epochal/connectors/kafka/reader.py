@@ -1,4 +1,4 @@
-"""The worker side of :class:`~epochal.connectors.kafka_source.KafkaSource`: one consumer per
+"""The worker side of :class:`~epochal.connectors.kafka.source.KafkaSource`: one consumer per
 source subtask reads all the partitions it is assigned, tracks the offset of the next record of
 each (the checkpointed position), keeps event time per partition, and looks for partitions
 created while the job runs."""
@@ -9,11 +9,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from epochal.connectors.base import ReaderContext, SplitReader
-from epochal.connectors.kafka_common import KafkaError, KafkaRecord, UndecodableRecord, _from_bytes
-from epochal.connectors.kafka_source import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
+from epochal.connectors.kafka.common import KafkaError, KafkaRecord, UndecodableRecord, _from_bytes
+from epochal.connectors.kafka.source import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
 
 if TYPE_CHECKING:
-    from epochal.connectors.kafka_source import KafkaSource
+    from epochal.connectors.kafka.source import KafkaSource
 
 #: How long the consumer may go without reaching any broker before the job fails (and restarts
 #: from its latest checkpoint): librdkafka reconnects by itself within this time.

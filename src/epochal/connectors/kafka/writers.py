@@ -1,8 +1,8 @@
-"""The writers of :class:`~epochal.connectors.kafka_sink.KafkaSink`.
+"""The writers of :class:`~epochal.connectors.kafka.sink.KafkaSink`.
 
 :class:`KafkaAtLeastOnceWriter` is an idempotent producer flushed at every barrier.
 :class:`KafkaTransactionalWriter` runs two-phase commit with Kafka transactions and commit
-markers; the module docstring of :mod:`epochal.connectors.kafka_sink` explains the protocol.
+markers; the module docstring of :mod:`epochal.connectors.kafka.sink` explains the protocol.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from epochal.connectors.base import SinkContext, SinkWriter, TransactionalSinkWriter
-from epochal.connectors.kafka_common import KafkaError, client_config
+from epochal.connectors.kafka.common import KafkaError, client_config
 
 if TYPE_CHECKING:
-    from epochal.connectors.kafka_sink import KafkaSink, Serialized
+    from epochal.connectors.kafka.sink import KafkaSink, Serialized
 
 #: Seconds a flush, an init or a commit may take before the job fails (and restarts).
 OPERATION_TIMEOUT = 60.0
