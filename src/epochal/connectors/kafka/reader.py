@@ -1,23 +1,61 @@
 """The worker side of :class:`~epochal.connectors.kafka.source.KafkaSource`: one consumer per
 source subtask reads all the partitions it is assigned, tracks the offset of the next record of
 each (the checkpointed position), keeps event time per partition, and looks for partitions
-created while the job runs."""
+created while the job runs. The reader knows its source only by :class:`SourceSettings`, what it
+reads of it: the source module imports this one, never the other way round."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from epochal.connectors.base import ReaderContext, SplitReader
 from epochal.connectors.kafka.common import KafkaError, KafkaRecord, UndecodableRecord, _from_bytes
-from epochal.connectors.kafka.source import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
-
-if TYPE_CHECKING:
-    from epochal.connectors.kafka.source import KafkaSource
+from epochal.connectors.kafka.partitions import OFFSET_BEGINNING, KafkaPartitionSplit, owner_of_new_split, split_id
 
 #: How long the consumer may go without reaching any broker before the job fails (and restarts
 #: from its latest checkpoint): librdkafka reconnects by itself within this time.
 BROKER_DOWN_LIMIT = 60.0
+
+
+class SourceSettings(Protocol):
+    """What a :class:`KafkaPartitionReader` reads of its source: the settings of a
+    :class:`~epochal.connectors.kafka.source.KafkaSource` (which the source passes as itself),
+    the consumer settings it makes, and which topics it reads."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def group_id(self) -> str | None: ...
+    @property
+    def bounded(self) -> bool: ...
+    @property
+    def discovery_interval(self) -> float | None: ...
+    @property
+    def known_splits(self) -> frozenset[str]:
+        """The split ids known when the job was planned: a partition not among them is new."""
+    @property
+    def key_deserializer(self) -> Callable[[bytes | None], Any]: ...
+    @property
+    def value_deserializer(self) -> Callable[[bytes | None], Any]: ...
+    @property
+    def errors_tag(self) -> str | None:
+        """The side output of undecodable records; None: such a record fails the job."""
+    @property
+    def watermarks(self) -> bool: ...
+    @property
+    def timestamp(self) -> Callable[[Any], Any] | None: ...
+    @property
+    def max_out_of_orderness(self) -> float: ...
+    @property
+    def idle_timeout(self) -> float | None: ...
+
+    def consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
+        """librdkafka settings of a consumer in consumer group ``group``, ``settings`` added."""
+
+    def matching_topics(self, metadata: Any) -> list[str]:
+        """The topics the source reads, among those of the cluster's ``metadata``."""
 
 
 class _Partition:
@@ -36,7 +74,7 @@ class _Partition:
 class KafkaPartitionReader(SplitReader):
     """Reads one source subtask's partitions with one ``confluent_kafka.Consumer``."""
 
-    def __init__(self, source: KafkaSource, splits: list[KafkaPartitionSplit], restored: dict[str, Any],
+    def __init__(self, source: SourceSettings, splits: list[KafkaPartitionSplit], restored: dict[str, Any],
                  context: ReaderContext) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
@@ -48,7 +86,7 @@ class KafkaPartitionReader(SplitReader):
         self.next_discovery = time.monotonic() + (source.discovery_interval or 0)
         self.down_since: float | None = None
         group = source.group_id or f"epochal-{context.operator_name}"
-        self.consumer = Consumer(source._consumer_config(group, **{"enable.partition.eof": True}))
+        self.consumer = Consumer(source.consumer_config(group, **{"enable.partition.eof": True}))
         assignment = []
         #: each split's offset at submit (its start), what its progress counts from
         self.origins = {split.split_id: split.start for split in splits}

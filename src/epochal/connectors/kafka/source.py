@@ -1,12 +1,12 @@
 """Reading Kafka topics: :class:`KafkaSource`.
 
-Every partition is a split (``"<topic>-<partition>"``) whose position, the offset of the next
-record, is operator state in checkpoints: a restore seeks every partition back to it, at any
-parallelism (the positions of all partitions go to every subtask; each takes the partitions it
-is assigned now). On the worker one consumer per source subtask reads all its partitions
-(:class:`~epochal.connectors.kafka.reader.KafkaPartitionReader`). Offsets are committed to the
-consumer group when a checkpoint completes, for monitoring only (Flink does the same): the
-checkpoint, not the group, is what a restore reads.
+Every partition is a split (``"<topic>-<partition>"``, :mod:`epochal.connectors.kafka.partitions`)
+whose position, the offset of the next record, is operator state in checkpoints: a restore seeks
+every partition back to it, at any parallelism (the positions of all partitions go to every
+subtask; each takes the partitions it is assigned now). On the worker one consumer per source
+subtask reads all its partitions (:class:`~epochal.connectors.kafka.reader.KafkaPartitionReader`).
+Offsets are committed to the consumer group when a checkpoint completes, for monitoring only
+(Flink does the same): the checkpoint, not the group, is what a restore reads.
 """
 
 from __future__ import annotations
@@ -20,44 +20,17 @@ from epochal.connectors.kafka.common import (
     DESERIALIZERS,
     Serde,
     check_bootstrap,
+    client_config,
     cluster_metadata,
     missing_topics,
     resolve_serde,
 )
+from epochal.connectors.kafka.partitions import KafkaPartitionSplit
+from epochal.connectors.kafka.reader import KafkaPartitionReader
 from epochal.errors import PlanError
 
 #: Where a partition without a restored position starts (``starting_offsets``).
 EARLIEST, LATEST, COMMITTED = "earliest", "latest", "committed"
-#: librdkafka's logical offset "the beginning of the partition".
-OFFSET_BEGINNING = -2
-
-
-class KafkaPartitionSplit(SourceSplit):
-    """One partition of a topic; ``start`` is the offset to read first, ``stop`` (bounded mode)
-    the offset found at the end of the partition when the job started."""
-
-    def __init__(self, topic: str, partition: int, start: int, stop: int | None = None) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.stop = stop
-        self.split_id = split_id(topic, partition)
-
-    def read_batch(self, max_records: int) -> list[Any] | None:
-        raise NotImplementedError("Kafka partitions are read together, by KafkaSource.create_reader")
-
-    def position(self) -> Any:
-        return self.start
-
-    def seek(self, position: Any) -> None:
-        self.start = position
-
-    def __repr__(self) -> str:
-        return f"KafkaPartitionSplit({self.split_id}, start={self.start}, stop={self.stop})"
-
-
-def split_id(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 class KafkaSource(Source):
@@ -170,7 +143,7 @@ class KafkaSource(Source):
         if missing:
             raise PlanError(f"KafkaSource: topic(s) {', '.join(missing)} do not exist at {self.bootstrap_servers}")
         partitions = [TopicPartition(t, p) for t in topics for p in sorted(metadata.topics[t].partitions)]
-        consumer = Consumer(self._consumer_config(group=self.group_id or "epochal-plan"))
+        consumer = Consumer(self.consumer_config(group=self.group_id or "epochal-plan"))
         try:
             starts = self._resolve_starts(consumer, partitions)
             stops = [self._high(consumer, tp) for tp in partitions] if self.bounded else [None] * len(partitions)
@@ -202,9 +175,9 @@ class KafkaSource(Source):
         found = consumer.offsets_for_times(wanted, timeout=timeout)
         return [tp.offset if tp.offset >= 0 else self._high(consumer, tp) for tp in found]
 
-    def _consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
-        from epochal.connectors.kafka.common import client_config
-
+    def consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
+        """librdkafka settings of a consumer of this source in consumer group ``group`` (offsets
+        stored and committed only on request), ``settings`` added."""
         return client_config(self.bootstrap_servers, self.config, **{
             "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "isolation.level": self.isolation_level, **settings})
@@ -212,8 +185,6 @@ class KafkaSource(Source):
     # ------------------------------------------------------------------ on the worker
     def create_reader(self, splits: list[SourceSplit], restored: dict[str, Any],
                       context: ReaderContext) -> SplitReader | None:
-        from epochal.connectors.kafka.reader import KafkaPartitionReader
-
         return KafkaPartitionReader(self, [s for s in splits if isinstance(s, KafkaPartitionSplit)], restored,
                                     context)
 
@@ -223,10 +194,3 @@ def _tag_id(tag: Any) -> str:
     if not isinstance(tag_id, str):
         raise PlanError(f"KafkaSource errors= takes an OutputTag, got {tag!r}")
     return tag_id
-
-
-def owner_of_new_split(split: str, parallelism: int) -> int:
-    """The subtask that reads a partition created while the job runs: a stable hash of its id."""
-    import zlib
-
-    return zlib.crc32(split.encode("utf-8")) % parallelism
