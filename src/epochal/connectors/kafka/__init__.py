@@ -5,7 +5,7 @@ User code imports from here. The modules: ``common`` (records, (de)serialisers, 
 errors), ``partitions`` (a partition as a split), ``source`` (:class:`KafkaSource`, on the
 driver), ``reader`` (its worker side), ``sink`` (:class:`KafkaSink`) and ``writers`` (its
 at-least-once and transactional writers). Imports go one way: ``source`` -> ``reader`` ->
-``partitions``, all -> ``common``."""
+``partitions``, ``sink`` -> ``writers``, all -> ``common``."""
 
 from epochal.connectors.kafka.common import KafkaError, KafkaRecord, UndecodableRecord
 from epochal.connectors.kafka.partitions import KafkaPartitionSplit

@@ -34,6 +34,7 @@ from epochal.connectors.kafka.common import (
     missing_topics,
     resolve_serde,
 )
+from epochal.connectors.kafka.writers import KafkaAtLeastOnceWriter, KafkaTransactionalWriter, Serialized
 from epochal.errors import PlanError
 
 
@@ -155,13 +156,6 @@ class KafkaSink(Sink):
                 for r in records]
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
-        from epochal.connectors.kafka.writers import KafkaAtLeastOnceWriter, KafkaTransactionalWriter
-
         if self.guarantee == EXACTLY_ONCE:
             return KafkaTransactionalWriter(self, context)
         return KafkaAtLeastOnceWriter(self, context)
-
-
-#: ``(topic, key, value, partition, headers)``: a record as the writers send it and the
-#: exactly-once committables keep it
-Serialized = tuple[str, bytes | None, bytes | None, int | None, Any]

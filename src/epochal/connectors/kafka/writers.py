@@ -3,6 +3,8 @@
 :class:`KafkaAtLeastOnceWriter` is an idempotent producer flushed at every barrier.
 :class:`KafkaTransactionalWriter` runs two-phase commit with Kafka transactions and commit
 markers; the module docstring of :mod:`epochal.connectors.kafka.sink` explains the protocol.
+A writer knows its sink by :class:`SinkSettings`, what it reads of it: the sink module imports
+this one, never the other way round.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from epochal.connectors.base import SinkContext, SinkWriter, TransactionalSinkWriter
 from epochal.connectors.kafka.common import KafkaError, client_config
 
-if TYPE_CHECKING:
-    from epochal.connectors.kafka.sink import KafkaSink, Serialized
+#: ``(topic, key, value, partition, headers)``: a record as the writers send it and the
+#: exactly-once committables keep it
+Serialized = tuple[str, bytes | None, bytes | None, int | None, Any]
 
 #: Seconds a flush, an init or a commit may take before the job fails (and restarts).
 OPERATION_TIMEOUT = 60.0
@@ -34,6 +37,30 @@ STUCK_MARGIN = 15.0
 RECOVER_AFTER: float | None = 10.0  # (None: no recovery; the job restarts instead)
 
 log = logging.getLogger(__name__)
+
+
+class SinkSettings(Protocol):
+    """What a writer reads of its sink: the settings of a
+    :class:`~epochal.connectors.kafka.sink.KafkaSink` (which the sink passes as itself) and how it
+    serialises records."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def config(self) -> dict[str, Any]:
+        """Further librdkafka producer settings."""
+    @property
+    def operation_timeout(self) -> float:
+        """Seconds one call to the broker may take."""
+    @property
+    def transaction_timeout(self) -> float:
+        """Exactly once: seconds the broker keeps a transaction open."""
+    @property
+    def transactional_id_prefix(self) -> str | None:
+        """Exactly once: the prefix of the transactional ids (``<prefix>-<subtask>``)."""
+
+    def serialize_batch(self, records: list[Any]) -> list[Serialized]:
+        """``(topic, key, value, partition, headers)`` of each of ``records``."""
 
 
 class StuckCall(KafkaError):
@@ -130,7 +157,7 @@ class _Producer:
 class KafkaAtLeastOnceWriter(SinkWriter):
     """Produces as records arrive; ``flush`` (at every barrier) waits until all are acknowledged."""
 
-    def __init__(self, sink: KafkaSink, context: SinkContext) -> None:
+    def __init__(self, sink: SinkSettings, context: SinkContext) -> None:
         self.sink = sink
         self.producer = _Producer(client_config(sink.bootstrap_servers, sink.config, **{
             "enable.idempotence": True, "linger.ms": 5, "batch.num.messages": 10000,
@@ -154,7 +181,7 @@ class KafkaTransactionalWriter(TransactionalSinkWriter):
     pre-committed awaits its commit (a producer has one transaction at a time).
     """
 
-    def __init__(self, sink: KafkaSink, context: SinkContext) -> None:
+    def __init__(self, sink: SinkSettings, context: SinkContext) -> None:
         self.sink = sink
         self.context = context
         self.transactional_id = f"{sink.transactional_id_prefix}-{context.subtask_index}"
