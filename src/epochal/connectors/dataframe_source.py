@@ -18,7 +18,7 @@ from typing import Any
 
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import list_files
-from epochal.connectors.table_file_sources import _ParquetSplit
+from epochal.connectors.parquet_split import ParquetSplit
 
 __all__ = ["DataFrameSource"]
 
@@ -58,10 +58,10 @@ def _internal(value: Any, kind: Any) -> Any:
     return value
 
 
-class _DataFrameSplit(_ParquetSplit):
+class _DataFrameSplit(ParquetSplit):
     """One Parquet file of the snapshot (one Spark partition); rows as ``df.collect()`` gives them."""
 
-    _TRANSIENT: tuple[str, ...] = (*_ParquetSplit._TRANSIENT, "_schema")
+    _TRANSIENT: tuple[str, ...] = (*ParquetSplit._TRANSIENT, "_schema")
 
     def __init__(self, file: Any, schema_json: str) -> None:
         super().__init__(file, None, as_dicts=False)

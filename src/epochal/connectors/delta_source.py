@@ -29,8 +29,8 @@ import pyarrow.fs as pafs
 
 from epochal.connectors import delta_tables as dt
 from epochal.connectors.base import Source, SourceSplit
-from epochal.connectors.file_splits import FileRef
-from epochal.connectors.table_file_sources import _ParquetSplit, _rows
+from epochal.connectors.file_splits import FileRef, rows_of
+from epochal.connectors.parquet_split import ParquetSplit
 from epochal.errors import SourceError
 from epochal.filesystems import is_uri, join, resolve
 
@@ -73,10 +73,10 @@ class _Table:
         table = pa.Table.from_arrays(columns, schema=self.schema)
         if self.columns is not None:
             table = table.select(self.columns)
-        return _rows(table, self.as_dicts)
+        return rows_of(table, self.as_dicts)
 
 
-class _DeltaFileSplit(_ParquetSplit):
+class _DeltaFileSplit(ParquetSplit):
     """One data file of a snapshot: a Parquet split whose rows get the partition columns."""
 
     def __init__(self, table: _Table, data_file: DataFile) -> None:

@@ -1,10 +1,12 @@
-"""What the file sources share: which files a source path names, and the base of their splits.
+"""What the file sources share (those of files, Delta Lake tables and DataFrame snapshots): which
+files a source path names, the base of their splits, and rows of Arrow data as Python values.
 
 A path is a plain local path, a ``file://`` URI, or any URI that
 :meth:`pyarrow.fs.FileSystem.from_uri` understands. It names a file, a directory (its regular
 files, sorted, not recursive) or, for local paths only, a glob pattern; hidden files (``.`` or
 ``_`` names) are skipped unless named explicitly. :func:`list_files` turns it into one picklable
-:class:`FileRef` per file, and every file source makes one :class:`FileSplit` per file.
+:class:`FileRef` per file, and every file source makes one :class:`FileSplit` per file;
+:func:`rows_of` turns what pyarrow read into dicts or tuples.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from epochal.filesystems import resolve as _resolve
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
-__all__ = ["FileRef", "FileSplit", "file_sizes", "list_files"]
+__all__ = ["FileRef", "FileSplit", "file_sizes", "list_files", "rows_of"]
 
 
 class FileRef:
@@ -117,3 +119,10 @@ class FileSplit(SourceSplit):
 
     def _fail(self, what: str, exc: BaseException) -> SourceError:
         return SourceError(f"cannot read {self.file}: {what}: {exc}")
+
+
+def rows_of(batch: pa.RecordBatch | pa.Table, as_dicts: bool) -> list[Any]:
+    """The rows of ``batch`` as Python dicts or tuples."""
+    if as_dicts:
+        return batch.to_pylist()
+    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))

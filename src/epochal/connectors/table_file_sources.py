@@ -1,7 +1,8 @@
 """The table file sources, read with pyarrow: :class:`CsvFileSource` and :class:`ParquetFileSource`.
 
 Both return rows as dicts (column -> value) or tuples, one split per file. A CSV split's position
-is the number of rows it has returned; a Parquet split's is ``(row_group, row_within_group)``.
+is the number of rows it has returned; a Parquet split's is ``(row_group, row_within_group)``
+(:mod:`epochal.connectors.parquet_split`, which the Delta Lake and DataFrame sources read by too).
 Which files a path names is decided in :mod:`epochal.connectors.file_splits`.
 """
 
@@ -11,22 +12,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from epochal.connectors.base import Source, SourceSplit
-from epochal.connectors.file_splits import FileRef, FileSplit, list_files
+from epochal.connectors.file_splits import FileRef, FileSplit, list_files, rows_of
+from epochal.connectors.parquet_split import ParquetSplit
 from epochal.errors import PlanError, SourceError
 
 _CSV_BLOCK_SIZE: int | None = None  # bytes per CSV record batch; None: pyarrow's default (1 MiB)
 
 __all__ = ["CsvFileSource", "ParquetFileSource"]
-
-
-def _rows(batch: pa.RecordBatch | pa.Table, as_dicts: bool) -> list[Any]:
-    """The rows of ``batch`` as Python dicts or tuples."""
-    if as_dicts:
-        return batch.to_pylist()
-    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,7 +115,7 @@ class _CsvSplit(FileSplit):
                     break
                 continue
             take = min(max_records - len(out), self._pending.num_rows)
-            out.extend(_rows(self._pending.slice(0, take), self.as_dicts))
+            out.extend(rows_of(self._pending.slice(0, take), self.as_dicts))
             self._pending = self._pending.slice(take)
             self._rows_returned += take
         if not out and self._exhausted:
@@ -177,75 +171,6 @@ class CsvFileSource(Source):
 # Parquet
 
 
-class _ParquetSplit(FileSplit):
-    """The rows of one Parquet file; the position is ``(row_group, row_within_group)``."""
-
-    _TRANSIENT: tuple[str, ...] = ("_parquet", "_file", "_table")
-
-    def __init__(self, file: FileRef, columns: list[str] | None, as_dicts: bool) -> None:
-        self.file = file
-        self.split_id = str(file)
-        self.columns = columns
-        self.as_dicts = as_dicts
-        self._group = 0
-        self._row = 0
-        self._parquet: pq.ParquetFile | None = None
-        self._file: Any = None
-        self._table: pa.Table | None = None  # the current row group, loaded lazily
-
-    def open(self) -> None:
-        try:
-            self._file = self.file.filesystem().open_input_file(self.file.path)
-            self._parquet = pq.ParquetFile(self._file)
-        except (pa.ArrowException, OSError) as exc:
-            self.close()
-            raise self._fail("not a readable Parquet file", exc) from exc
-        self._table = None
-
-    def read_batch(self, max_records: int) -> list[Any] | None:
-        if self._parquet is None:
-            self.open()
-        assert self._parquet is not None
-        groups = self._parquet.num_row_groups
-        out: list[Any] = []
-        while len(out) < max_records and self._group < groups:
-            if self._table is None:
-                try:
-                    self._table = self._parquet.read_row_group(self._group, columns=self.columns)
-                except (pa.ArrowException, OSError) as exc:
-                    raise self._fail(f"cannot read row group {self._group}", exc) from exc
-            take = min(max_records - len(out), self._table.num_rows - self._row)
-            if take > 0:
-                out.extend(_rows(self._table.slice(self._row, take), self.as_dicts))
-                self._row += take
-            if self._row >= self._table.num_rows:
-                self._group, self._row, self._table = self._group + 1, 0, None
-        if not out and self._group >= groups:
-            return None
-        return out
-
-    def position(self) -> tuple[int, int]:
-        return self._group, self._row
-
-    def seek(self, position: tuple[int, int]) -> None:
-        group, row = (int(v) for v in position)
-        if group < 0 or row < 0:
-            raise SourceError(f"cannot seek {self.file} to position {position!r}")
-        if self._parquet is not None:
-            groups = self._parquet.num_row_groups
-            if group > groups or (group < groups and row > self._parquet.metadata.row_group(group).num_rows):
-                raise SourceError(f"cannot seek {self.file} to position {position!r}: "
-                                  f"the file has {groups} row groups")
-        self._group, self._row, self._table = group, row, None
-
-    def close(self) -> None:
-        self._parquet = None
-        self._table = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
 class ParquetFileSource(Source):
     """The rows of Parquet files, as dicts or tuples (in ``columns`` order); one split per file.
 
@@ -258,4 +183,4 @@ class ParquetFileSource(Source):
         self.as_dicts = as_dicts
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [_ParquetSplit(f, self.columns, self.as_dicts) for f in list_files(self.path, "Parquet file")]
+        return [ParquetSplit(f, self.columns, self.as_dicts) for f in list_files(self.path, "Parquet file")]
