@@ -50,7 +50,7 @@ def run_job(spark: Any, records: int, work: Path, ha_uri: str | None) -> tuple[f
     from ``execute_async`` until every worker ran (the start: HA's election and stores, once per
     job) and from then until the job ended (the run: what HA costs per checkpoint)."""
     import epochal
-    from epochal.connectors.transactional import ExactlyOnceFileSink
+    from epochal.connectors.files import ExactlyOnceFileSink
 
     name = f"ha-overhead-{uuid.uuid4().hex[:8]}"  # a job id of its own: never "ended elsewhere"
     env = epochal.Environment(2, spark=spark)

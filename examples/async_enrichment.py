@@ -23,7 +23,7 @@ from collections import Counter
 
 import epochal
 from epochal.api.async_io import async_map
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 COUNTRIES = ["de", "fr", "jp", "br", "us", "in", "ng"]
 PAGES = ["/", "/cart", "/search", "/product", "/checkout"]

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 VOCABULARY = ["stream", "state", "epoch", "barrier", "snapshot", "spark", "python", "worker",
               "subtask", "checkpoint", "savepoint", "key", "group", "window", "record", "channel"]

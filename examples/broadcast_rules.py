@@ -31,7 +31,7 @@ from typing import Any
 
 import epochal
 from epochal import KeyedBroadcastProcessFunction, ListStateDescriptor, MapStateDescriptor
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 SENSORS = 50
 KINDS = ["temperature", "pressure", "vibration", "flow", "humidity"]

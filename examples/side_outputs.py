@@ -28,7 +28,7 @@ from typing import Any
 
 import epochal
 from epochal import OutputTag, ProcessFunction
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 DEAD_LETTERS = OutputTag("dead-letters")
 WARNINGS = OutputTag("warnings")  # emitted, never read: dropped

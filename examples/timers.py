@@ -28,7 +28,7 @@ from typing import Any
 
 import epochal
 from epochal import KeyedProcessFunction, ValueStateDescriptor
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 USERS = 60
 GAP = 100  # a session ends after 100 units of event time without an event of its user

@@ -30,7 +30,7 @@ from typing import Any
 
 import epochal
 from epochal import EventTimeSessionWindows, OutputTag, ProcessWindowFunction, SlidingEventTimeWindows
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 
 USERS, VIEWS = 9, 30_000
 GAP, LATENESS = 40, 500

@@ -36,7 +36,7 @@ def main() -> int:
     import logging
 
     import epochal
-    from epochal.connectors.transactional import ExactlyOnceFileSink
+    from epochal.connectors.files import ExactlyOnceFileSink
     from epochal.control.restart import FixedDelayRestart
     from epochal.errors import LeadershipLostError
 

@@ -46,7 +46,7 @@ import epochal
 from benchmarks.cec.workload import Items, check_output, item_id, item_price, oracle
 from benchmarks.graph.measure import jobmaster_events
 from epochal.config import CecConfig
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault
 

@@ -43,10 +43,9 @@ if TYPE_CHECKING:
     from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
     from epochal.connectors.delta_sink import DeltaSink
     from epochal.connectors.delta_source import DeltaSource
-    from epochal.connectors.file_sinks import ParquetFileSink, TextFileSink
+    from epochal.connectors.files import ExactlyOnceFileSink, ParquetFileSink, TextFileSink
     from epochal.connectors.kafka import KafkaRecord, KafkaSink, KafkaSource
     from epochal.connectors.postgres_sink import PostgresSink
-    from epochal.connectors.transactional import ExactlyOnceFileSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
     from epochal.control.jobspec import JobSpec
@@ -132,9 +131,9 @@ _EXPORTS = {
     **dict.fromkeys(("JoinContext", "ProcessJoinFunction"), "epochal.runtime.windows.joins"),
     "AsyncTimeoutError": "epochal.runtime.operators.async_io",
     **dict.fromkeys(("CheckpointConfig", "EngineConfig"), "epochal.config"),
-    "ExactlyOnceFileSink": "epochal.connectors.transactional",
+    "ExactlyOnceFileSink": "epochal.connectors.files",
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
-    **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.file_sinks"),
+    **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.files"),
     **dict.fromkeys(("KafkaRecord", "KafkaSink", "KafkaSource"), "epochal.connectors.kafka"),
     "DeltaSink": "epochal.connectors.delta_sink",
     "DeltaSource": "epochal.connectors.delta_source",

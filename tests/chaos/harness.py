@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 
 

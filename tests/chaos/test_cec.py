@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.errors import JobFailedError
 from epochal.testing import Fault
 

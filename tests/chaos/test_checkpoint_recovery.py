@@ -11,7 +11,7 @@ import time
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import NoRestart
 from epochal.state.storage import CheckpointError, CheckpointStorage, state_files
 

@@ -23,7 +23,7 @@ import collections
 import pytest
 
 from epochal import BroadcastProcessFunction, CoProcessFunction, MapStateDescriptor, OutputTag, ProcessFunction
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.state.descriptors import MapStateDescriptor as _Map
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import random_faults

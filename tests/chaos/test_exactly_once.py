@@ -8,7 +8,7 @@ import collections
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.state.descriptors import AggregatingStateDescriptor, ValueStateDescriptor
 from epochal.testing import Fault, random_faults
 from tests.chaos.conftest import BACKENDS

@@ -24,7 +24,7 @@ import uuid
 import numpy as np
 import pytest
 
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 from tests.ha_job import oracle
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "ha_job.py"

@@ -12,7 +12,7 @@ import collections
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.testing import Fault, random_faults
 from tests.chaos.harness import run_with_faults
 from tests.collatz import collatz_step, collatz_steps

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 from epochal.state.postgres_spill import SpillDirectory
 from epochal.testing import Fault, random_faults

@@ -17,8 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from epochal.connectors.base import AT_LEAST_ONCE, Sink, SinkContext, SinkWriter
-from epochal.connectors.files import ParquetFileSink, TextFileSink
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import ParquetFileSink, TextFileSink, read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
 

@@ -19,8 +19,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from epochal.connectors.delta_sink import DeltaSink
 from epochal.connectors.delta_source import DeltaSource
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.connectors.postgres_sink import PostgresSink
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
 

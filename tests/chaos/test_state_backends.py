@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 from epochal.testing import Fault
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 

@@ -21,7 +21,7 @@ import zlib
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import NoRestart
 from epochal.errors import JobFailedError
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
 

@@ -8,7 +8,7 @@ import collections
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.testing import random_faults
 from tests.aggregates import Span
 from tests.chaos.harness import run_with_faults

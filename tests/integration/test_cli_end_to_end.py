@@ -24,7 +24,7 @@ JOB = """
 import sys
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink
+from epochal.connectors.files import ExactlyOnceFileSink
 
 out, checkpoints = sys.argv[1], sys.argv[2]
 env = epochal.Environment()  # the parallelism and the restore come from `epochal run`

@@ -11,8 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import epochal
-from epochal.connectors.files import ParquetFileSink, TextFileSink
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import ParquetFileSink, TextFileSink, read_committed_lines
 
 
 def test_text_files_word_count_to_text_sink(make_env, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 import epochal
 from epochal import FixedDelayRestart, JobFailedError
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.runtime.operators.iteration import LOG_STATE
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.snapshot import RestoreSource

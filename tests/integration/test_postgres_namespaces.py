@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import read_committed_lines
 from epochal.errors import StateBackendError, StateNamespaceInUseError
 from epochal.state import postgres_claims
 from epochal.state.postgres_claims import NamespaceClaim, resolve_left

@@ -9,7 +9,7 @@ import collections
 import time
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.runtime.windows.assigners import EventTimeSessionWindows
 from tests.chaos.test_datastream_features import BucketSums
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.state.inspect import format_savepoint_info
 from epochal.state.storage import METADATA, state_files
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from tests.aggregates import Span
 
 RECORDS = 60_000

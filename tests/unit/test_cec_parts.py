@@ -25,7 +25,7 @@ from epochal.cec.worker_machine import (
     SetUpWorker,
 )
 from epochal.connectors.base import SinkContext
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.kinds import ReplaceWorker
 from epochal.errors import PlanError
 from epochal.messages import Deploy, KindCommand, KindReport, Processing, Ready, Shutdown, Start

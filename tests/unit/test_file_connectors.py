@@ -24,13 +24,15 @@ from epochal.connectors.base import (
 from epochal.connectors.files import (
     PENDING_DIR,
     CsvFileSource,
+    ExactlyOnceFileSink,
     ParquetFileSink,
     ParquetFileSource,
     TextFileSink,
     TextFileSource,
+    cleanup_pending,
+    read_committed_lines,
 )
 from epochal.connectors.memory import CollectSink, DiscardSink, PrintSink
-from epochal.connectors.transactional import ExactlyOnceFileSink, cleanup_pending, read_committed_lines
 from epochal.errors import PlanError, SourceError
 
 
@@ -153,7 +155,7 @@ def test_text_batches_of_various_sizes(text_dir: tuple[Path, list[list[str]]]) -
 
 
 def test_text_long_lines_cross_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import epochal.connectors.text_file_source as files
+    import epochal.connectors.files.text_source as files
 
     monkeypatch.setattr(files, "_TEXT_CHUNK", 7)
     lines = ["x" * 20, "", "ab", "ü" * 9, "tail"]
@@ -255,7 +257,7 @@ def test_csv_seek_round_trip(csv_dir: tuple[Path, list[list[dict[str, Any]]]]) -
 
 def test_csv_seek_across_record_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Many small blocks: seeking must skip whole record batches and slice into the last one.
-    import epochal.connectors.table_file_sources as files
+    import epochal.connectors.files.table_sources as files
 
     monkeypatch.setattr(files, "_CSV_BLOCK_SIZE", 4096)
     lines = "".join(f"{i},{'v' * 30}{i}\n" for i in range(3000))

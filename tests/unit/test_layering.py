@@ -219,7 +219,7 @@ def test_every_job_kind_is_registered_and_has_the_same_five_modules():
     "import pickle; from epochal.runtime.host.hooks import Fault, FaultInjector; "
     "pickle.loads(pickle.dumps(FaultInjector.of([Fault('time')])))",
     "import epochal.runtime.operators.base, epochal.runtime.windows.time_windows, epochal.runtime.operators.iteration, "
-    "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.transactional",
+    "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.kafka",
     # the built-in graph programs a graph worker unpickles, and what a CEC deployment holds
     "import epochal.graph.algorithms, epochal.cec.plan, epochal.runtime.windows.count_windows",
 ])

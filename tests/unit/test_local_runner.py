@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import epochal
-from epochal.connectors.files import ParquetFileSink, TextFileSink
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import ParquetFileSink, TextFileSink, read_committed_lines
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import LocalRunner, TestSink, TestSource, run_locally

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import epochal
-from epochal.connectors.transactional import ExactlyOnceFileSink, read_committed_lines
+from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.runtime.operators.aggregates import CountAggregate
 from epochal.runtime.operators.base import SinkOperator
 from epochal.runtime.operators.inband import CheckpointBarrier, EndOfPartition, Watermark

@@ -9,8 +9,7 @@ from typing import Any
 
 from epochal.api.functions import RuntimeContext
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
-from epochal.connectors.files import TextFileSink
-from epochal.connectors.transactional import read_committed_lines
+from epochal.connectors.files import TextFileSink, read_committed_lines
 from epochal.runtime.operators.base import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 

@@ -5,7 +5,7 @@ once each reported, and shares the job's progress between records and such units
 
 from __future__ import annotations
 
-from epochal.connectors.text_file_source import TextFileSource
+from epochal.connectors.files import TextFileSource
 from epochal.control.source_progress import SourceProgress, SourceVertex, job_share, vertex_progress
 from epochal.rest.outline import EdgeOutline, JobOutline, VertexOutline
 from epochal.runtime.dataplane.source_reader import SourceReader

@@ -1,5 +1,7 @@
-"""Sources and sinks: interfaces (base), in-memory ones (memory), files via pyarrow (files, which
-re-exports the sources of text_file_source and table_file_sources and the sinks of file_sinks),
-Delta Lake via deltalake (delta_source, delta_sink, delta_tables), PostgreSQL via psycopg 3
-(postgres_sink, postgres_sql) and the worker side of ``Environment.from_dataframe``
-(dataframe_source)."""
+"""Sources and sinks. What every connector shares lives here: the interfaces (base), the
+in-memory connectors (memory), which files a source path names and rows of Arrow data
+(file_splits), a Parquet file read as a split (parquet_split) and the worker side of
+``Environment.from_dataframe`` (dataframe_source). Each external system has a sub-package: files
+via pyarrow (files), Kafka via confluent-kafka (kafka); Delta Lake via deltalake (delta_source,
+delta_sink, delta_tables) and PostgreSQL via psycopg 3 (postgres_sink, postgres_sql) are modules
+here still."""

@@ -4,7 +4,7 @@ On the driver, ``from_dataframe`` has Spark write the DataFrame as Parquet into 
 directory (one file per Spark partition, written by the executors: nothing is collected onto the
 driver) and builds a :class:`DataFrameSource` from the directory and the DataFrame's schema. Here
 each file is one split, read a row group at a time (position: row group and row, as for
-:class:`~epochal.connectors.table_file_sources.ParquetFileSource`), and every row is turned into
+:class:`~epochal.connectors.files.ParquetFileSource`), and every row is turned into
 what ``df.collect()`` returns: a ``pyspark.sql.Row`` whose values have the Python types Spark
 gives (timestamps as naive local datetimes, maps as dicts, structs as Rows, binary as bytes like
 Spark 4's default ``spark.sql.execution.pyspark.binaryAsBytes``).

@@ -3,7 +3,7 @@ file; optionally following the table's new versions as an unbounded source.
 
 A bounded source resolves the version on the driver (``deltalake``) and makes one split per data
 file of that snapshot, read a row group at a time like
-:class:`~epochal.connectors.table_file_sources.ParquetFileSource` (position: row group and row),
+:class:`~epochal.connectors.files.ParquetFileSource` (position: row group and row),
 with the partition columns added from the file's partition values and every row cast to the
 table's schema.
 

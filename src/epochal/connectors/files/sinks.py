@@ -202,7 +202,7 @@ class TextFileSink(Sink):
     A subtask or epoch without records writes no file. The directory is created if missing;
     files already in it are left alone (names never repeat). After a crash, ``_pending/`` may
     hold files of aborted epochs: never visible, removable once no job writes there
-    (``epochal.connectors.transactional.cleanup_pending``).
+    (``epochal.connectors.files.cleanup_pending``).
     """
 
     guarantee = EXACTLY_ONCE

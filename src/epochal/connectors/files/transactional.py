@@ -1,6 +1,6 @@
 """The exactly-once text file sink, and helpers to read and tidy its output.
 
-The two-phase commit itself lives in :mod:`epochal.connectors.files`, shared by
+The two-phase commit itself lives in :mod:`epochal.connectors.files.sinks`, shared by
 :class:`~epochal.connectors.files.TextFileSink` and
 :class:`~epochal.connectors.files.ParquetFileSink`: records of an epoch go to an in-progress file
 under ``<dir>/_pending/`` (hidden from readers, which skip names starting with ``_`` or ``.``).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from epochal.connectors.files import PENDING_DIR, FileCommittable, TextFileSink
+from epochal.connectors.files.sinks import PENDING_DIR, FileCommittable, TextFileSink
 
 __all__ = ["PENDING_DIR", "ExactlyOnceFileSink", "FileCommittable", "cleanup_pending", "read_committed_lines"]
 
