@@ -102,7 +102,7 @@ def timed_sink(sink: Any, log_dir: str) -> Any:
 
 def run_epochal(args: argparse.Namespace) -> dict[str, Any]:
     import epochal
-    from epochal.connectors.delta_sink import DeltaSink
+    from epochal.connectors.delta import DeltaSink
     from epochal.connectors.files import ParquetFileSink
     from epochal.connectors.postgres_sink import PostgresSink
 

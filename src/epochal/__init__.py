@@ -41,8 +41,7 @@ if TYPE_CHECKING:
     )
     from epochal.config import CheckpointConfig, EngineConfig
     from epochal.connectors.base import Sink, SinkWriter, TransactionalSinkWriter
-    from epochal.connectors.delta_sink import DeltaSink
-    from epochal.connectors.delta_source import DeltaSource
+    from epochal.connectors.delta import DeltaSink, DeltaSource
     from epochal.connectors.files import ExactlyOnceFileSink, ParquetFileSink, TextFileSink
     from epochal.connectors.kafka import KafkaRecord, KafkaSink, KafkaSource
     from epochal.connectors.postgres_sink import PostgresSink
@@ -135,8 +134,7 @@ _EXPORTS = {
     **dict.fromkeys(("Sink", "SinkWriter", "TransactionalSinkWriter"), "epochal.connectors.base"),
     **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.files"),
     **dict.fromkeys(("KafkaRecord", "KafkaSink", "KafkaSource"), "epochal.connectors.kafka"),
-    "DeltaSink": "epochal.connectors.delta_sink",
-    "DeltaSource": "epochal.connectors.delta_source",
+    **dict.fromkeys(("DeltaSink", "DeltaSource"), "epochal.connectors.delta"),
     "PostgresSink": "epochal.connectors.postgres_sink",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",

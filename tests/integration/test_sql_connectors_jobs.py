@@ -17,8 +17,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from epochal.connectors.delta_sink import DeltaSink
-from epochal.connectors.delta_source import DeltaSource
+from epochal.connectors.delta import DeltaSink, DeltaSource
 from epochal.connectors.postgres_sink import PostgresSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.errors import JobFailedError, PlanError

@@ -13,8 +13,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from epochal.connectors.base import SinkContext
-from epochal.connectors.delta_sink import DeltaSink
-from epochal.connectors.delta_source import DeltaSource
+from epochal.connectors.delta import DeltaSink, DeltaSource
 from epochal.errors import PlanError, SinkError, SourceError
 
 

@@ -27,8 +27,8 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from epochal.connectors import delta_tables as dt
 from epochal.connectors.base import Source, SourceSplit
+from epochal.connectors.delta import tables as dt
 from epochal.connectors.file_splits import FileRef, rows_of
 from epochal.connectors.parquet_split import ParquetSplit
 from epochal.errors import SourceError

@@ -12,7 +12,7 @@ transaction but does not enforce it, so before every commit the writer reads
 ``transaction_version(app_id)``: committables at or below it were committed before and are
 skipped. Re-adding the same files would otherwise put the same rows into a new table version:
 every reader of the table's changes (a streaming reader, Change Data Feed,
-:class:`~epochal.connectors.delta_source.DeltaSource` following the table) would get them twice,
+:class:`~epochal.connectors.delta.source.DeltaSource` following the table) would get them twice,
 and after a compaction a snapshot reader too.
 
 Other writers (another job, a Spark batch job, a compaction) may commit to the same table: a
@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from epochal.connectors import delta_tables as dt
 from epochal.connectors.base import EXACTLY_ONCE, Sink, SinkContext, TransactionalSinkWriter
+from epochal.connectors.delta import tables as dt
 from epochal.errors import PlanError, SinkError
 from epochal.filesystems import join, resolve
 
