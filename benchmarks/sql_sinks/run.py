@@ -104,7 +104,7 @@ def run_epochal(args: argparse.Namespace) -> dict[str, Any]:
     import epochal
     from epochal.connectors.delta import DeltaSink
     from epochal.connectors.files import ParquetFileSink
-    from epochal.connectors.postgres_sink import PostgresSink
+    from epochal.connectors.postgres import PostgresSink
 
     target = os.path.join(args.work_dir, "out")
     log_dir = os.path.join(args.work_dir, "commits")

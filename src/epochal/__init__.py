@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from epochal.connectors.delta import DeltaSink, DeltaSource
     from epochal.connectors.files import ExactlyOnceFileSink, ParquetFileSink, TextFileSink
     from epochal.connectors.kafka import KafkaRecord, KafkaSink, KafkaSource
-    from epochal.connectors.postgres_sink import PostgresSink
+    from epochal.connectors.postgres import PostgresSink
     from epochal.control.client import JobClient, JobResult
     from epochal.control.jobmaster import JobStatus
     from epochal.control.jobspec import JobSpec
@@ -135,7 +135,7 @@ _EXPORTS = {
     **dict.fromkeys(("ParquetFileSink", "TextFileSink"), "epochal.connectors.files"),
     **dict.fromkeys(("KafkaRecord", "KafkaSink", "KafkaSource"), "epochal.connectors.kafka"),
     **dict.fromkeys(("DeltaSink", "DeltaSource"), "epochal.connectors.delta"),
-    "PostgresSink": "epochal.connectors.postgres_sink",
+    "PostgresSink": "epochal.connectors.postgres",
     **dict.fromkeys(("JobClient", "JobResult"), "epochal.control.client"),
     "JobStatus": "epochal.control.jobmaster",
     **dict.fromkeys(("ExponentialBackoffRestart", "FailureRateRestart", "FixedDelayRestart", "NoRestart",

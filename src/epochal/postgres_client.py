@@ -1,5 +1,5 @@
 """Connecting to PostgreSQL through psycopg 3, for every part of epochal that does: the PostgreSQL
-sink (:mod:`epochal.connectors.postgres_sql`) and the PostgreSQL state backend
+sink (:mod:`epochal.connectors.postgres.sql`) and the PostgreSQL state backend
 (:mod:`epochal.state.postgres_schema`). A leaf: it imports nothing of epochal but its errors.
 
 Promises: a connection is autocommit; a failure to connect raises the caller's error type with

@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from epochal.connectors.delta import DeltaSink, DeltaSource
 from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
-from epochal.connectors.postgres_sink import PostgresSink
+from epochal.connectors.postgres import PostgresSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.testing import Fault, random_faults
 

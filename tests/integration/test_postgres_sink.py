@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from epochal.connectors.base import AT_LEAST_ONCE, EXACTLY_ONCE, SinkContext
-from epochal.connectors.postgres_sink import PostgresSink
+from epochal.connectors.postgres import PostgresSink
 from epochal.errors import PlanError, SinkError
 
 

@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from epochal.connectors.delta import DeltaSink, DeltaSource
-from epochal.connectors.postgres_sink import PostgresSink
+from epochal.connectors.postgres import PostgresSink
 from epochal.control.restart import FixedDelayRestart
 from epochal.errors import JobFailedError, PlanError
 

@@ -26,8 +26,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from epochal.connectors import postgres_sql as pg
 from epochal.connectors.base import AT_LEAST_ONCE, EXACTLY_ONCE, Sink, SinkContext, SinkWriter, TransactionalSinkWriter
+from epochal.connectors.postgres import sql as pg
 from epochal.errors import PlanError, SinkError
 from epochal.postgres_client import first_line, table_identifier
 

@@ -1,4 +1,4 @@
-"""PostgreSQL plumbing of :mod:`epochal.connectors.postgres_sink`, through psycopg 3 (connections
+"""PostgreSQL plumbing of :mod:`epochal.connectors.postgres.sink`, through psycopg 3 (connections
 by :mod:`epochal.postgres_client`): the table's columns and keys, global transaction ids, and errors that
 name the record and the constraint.
 
