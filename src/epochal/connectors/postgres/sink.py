@@ -153,14 +153,14 @@ class _TwoPhaseAppendWriter(_Writer, TransactionalSinkWriter):
     def _roll_back_leftovers(self, context: SinkContext) -> None:
         """Roll back this sink's prepared transactions that no restore will commit: those of the
         subtasks this one stands for (``s % parallelism``), of checkpoints after the restored one."""
-        for gid in pg.prepared_gids(self.control, self.prefix):
-            if gid.subtask % context.parallelism != context.subtask_index:
+        for prepared in pg.prepared_transaction_ids(self.control, self.prefix):
+            if prepared.subtask % context.parallelism != context.subtask_index:
                 continue
-            if context.restored_checkpoint is not None and gid.checkpoint <= context.restored_checkpoint:
+            if context.restored_checkpoint is not None and prepared.checkpoint <= context.restored_checkpoint:
                 continue  # the restored checkpoint's: committed by whoever restores its committable
             _log.info("%s: rolling back prepared transaction %s (not in the restored checkpoint %s)",
-                      self.what, gid, context.restored_checkpoint)
-            self._execute(_sql("ROLLBACK PREPARED {}", str(gid)), conn=self.control)
+                      self.what, prepared, context.restored_checkpoint)
+            self._execute(_sql("ROLLBACK PREPARED {}", str(prepared)), conn=self.control)
 
     def _flush_buffer(self) -> None:
         if not self.in_transaction:
@@ -176,7 +176,7 @@ class _TwoPhaseAppendWriter(_Writer, TransactionalSinkWriter):
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_xact_id()::text")
             xid = cur.fetchone()[0]
-        gid = str(pg.Gid(self.prefix, self.job_id, self.attempt, self.subtask, checkpoint_id))
+        gid = str(pg.SinkTransactionId(self.prefix, self.job_id, self.attempt, self.subtask, checkpoint_id))
         self._execute(_sql("PREPARE TRANSACTION {}", gid))
         self.in_transaction = False
         return gid, xid

@@ -1,5 +1,6 @@
 """PostgreSQL plumbing of :mod:`epochal.connectors.postgres.sink`, through psycopg 3 (connections
-by :mod:`epochal.postgres_client`): the table's columns and keys, global transaction ids, and errors that
+by :mod:`epochal.postgres_client`): the table's columns and keys, the ids of the sink's prepared
+transactions (:class:`SinkTransactionId`, PostgreSQL's global transaction ids), and errors that
 name the record and the constraint.
 
 ``psycopg`` is imported on first use, so jobs without PostgreSQL never load it.
@@ -60,8 +61,10 @@ def max_prepared_transactions(conn: Any) -> int:
 # ---------------------------------------------------------------------------------- transaction ids
 
 
-class Gid(NamedTuple):
-    """A global transaction id, ``<prefix>|<job id>|a<attempt>|s<subtask>|c<checkpoint>``."""
+class SinkTransactionId(NamedTuple):
+    """The id of one prepared transaction of a sink (one subtask's writes of one checkpoint epoch),
+    as PostgreSQL's global transaction id (``gid``) names it:
+    ``<prefix>|<job id>|a<attempt>|s<subtask>|c<checkpoint>``."""
 
     prefix: str
     job_id: str
@@ -78,23 +81,23 @@ def clean_part(text: str, limit: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.:-]+", "-", text)[:limit] or "-"
 
 
-def parse_gid(gid: str, prefix: str) -> Gid | None:
-    """``gid`` parsed if it is one of this prefix's, else None."""
+def parse_transaction_id(gid: str, prefix: str) -> SinkTransactionId | None:
+    """The global transaction id ``gid`` parsed if it is one of this prefix's, else None."""
     if not gid.startswith(prefix + SEP):
         return None
     parts = gid[len(prefix) + 1:].split(SEP)
     if len(parts) != 4 or not parts[1][1:].isdigit() or not parts[2][1:].isdigit() or not parts[3][1:].isdigit():
         return None
-    return Gid(prefix, parts[0], int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]))
+    return SinkTransactionId(prefix, parts[0], int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]))
 
 
-def prepared_gids(conn: Any, prefix: str) -> list[Gid]:
+def prepared_transaction_ids(conn: Any, prefix: str) -> list[SinkTransactionId]:
     """The prepared transactions of this sink in the connection's database."""
     with conn.cursor() as cur:
         cur.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
                     (prefix + SEP,))
-        found = [parse_gid(r[0], prefix) for r in cur.fetchall()]
-    return [g for g in found if g is not None]
+        found = [parse_transaction_id(r[0], prefix) for r in cur.fetchall()]
+    return [t for t in found if t is not None]
 
 
 def transaction_status(conn: Any, xid: str) -> str | None:
