@@ -4,7 +4,9 @@ Every import in src/epochal counts, also those inside functions; imports under
 ``if TYPE_CHECKING:`` do not (they exist for type checkers only). ``runtime``'s sub-packages are
 components (layers) of their own. A worker process must never import driver code: the static
 rules say so, and a fresh interpreter that loads each job kind's worker (from the registry,
-``epochal.kinds``) checks it for real. Every job kind has the same five modules.
+``epochal.kinds``) checks it for real. Every job kind has the same five modules. Inside
+``connectors``, the sub-packages (one per external system) never import each other, and the
+modules every connector shares import none of them.
 """
 
 from __future__ import annotations
@@ -196,6 +198,41 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
     assert _component("epochal.graph.__main__") == "__main__" and _allowed("__main__", "cli")
 
 
+def _connector_subpackage(module: str) -> str | None:
+    """``epochal.connectors.kafka.reader`` -> ``kafka``; None for a module outside the connector
+    sub-packages (``epochal.connectors.base``, one of the modules every connector shares)."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "connectors" and (PACKAGE / "connectors" / parts[2] / "__init__.py").exists():
+        return parts[2]
+    return None
+
+
+def _crosses_connectors(importer: str, imported: str) -> bool:
+    """Whether ``importer`` (a module of ``epochal.connectors``) may not import ``imported``: the
+    connector sub-packages (one per external system) are independent of each other, and the shared
+    modules of ``connectors`` are below them all."""
+    target = _connector_subpackage(imported)
+    return target is not None and target != _connector_subpackage(importer)
+
+
+def test_no_connector_sub_package_imports_another():
+    assert _crosses_connectors("epochal.connectors.delta.source", "epochal.connectors.files.sinks")
+    assert _crosses_connectors("epochal.connectors.kafka.sink", "epochal.connectors.postgres")
+    assert _crosses_connectors("epochal.connectors.parquet_split", "epochal.connectors.files")
+    assert not _crosses_connectors("epochal.connectors.delta.source", "epochal.connectors.parquet_split")
+    assert not _crosses_connectors("epochal.connectors.kafka.reader", "epochal.connectors.kafka.partitions")
+    assert not _crosses_connectors("epochal.connectors.files.sinks", "epochal.filesystems")
+    assert {"files", "kafka", "delta", "postgres"} <= {
+        p.parent.name for p in (PACKAGE / "connectors").glob("*/__init__.py")}
+    violations = []
+    for path in sorted((PACKAGE / "connectors").rglob("*.py")):
+        importer = _module_name(path)
+        violations += [f"{path.relative_to(SRC.parent)}:{line}: {importer} imports {module}"
+                       for line, module in imports_of(path) if _crosses_connectors(importer, module)]
+    assert not violations, ("a connector sub-package imports another, or a shared connector module imports a "
+                            "sub-package:\n" + "\n".join(violations))
+
+
 def test_every_job_kind_is_registered_and_has_the_same_five_modules():
     from epochal import kinds
 
@@ -219,7 +256,9 @@ def test_every_job_kind_is_registered_and_has_the_same_five_modules():
     "import pickle; from epochal.runtime.host.hooks import Fault, FaultInjector; "
     "pickle.loads(pickle.dumps(FaultInjector.of([Fault('time')])))",
     "import epochal.runtime.operators.base, epochal.runtime.windows.time_windows, epochal.runtime.operators.iteration, "
-    "epochal.connectors.memory, epochal.connectors.files, epochal.connectors.kafka",
+    "epochal.connectors.memory, epochal.connectors.dataframe_source",
+    # every connector sub-package (its sources, splits, sinks and writers)
+    "import epochal.connectors.files, epochal.connectors.kafka, epochal.connectors.delta, epochal.connectors.postgres",
     # the built-in graph programs a graph worker unpickles, and what a CEC deployment holds
     "import epochal.graph.algorithms, epochal.cec.plan, epochal.runtime.windows.count_windows",
 ])
