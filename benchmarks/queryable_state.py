@@ -121,8 +121,8 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     random words for ``seconds`` (or, with ``rate``, that many a second until the job is gone);
     writes a JSON summary to ``out``."""
     import epochal
-    from epochal.errors import QueryableStateError
     from epochal.control.job_registry import Registry
+    from epochal.errors import QueryableStateError
 
     if cores := os.environ.get(CLIENT_CORES):
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
