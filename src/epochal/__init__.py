@@ -13,6 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from epochal import moved
+
+moved.install()  # the import paths of an earlier epochal (users' code, pickles in old checkpoints)
+
 if TYPE_CHECKING:
     from epochal.api.collected import CollectedStream
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams

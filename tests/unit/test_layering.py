@@ -25,7 +25,7 @@ PACKAGE = SRC / "epochal"
 #: The layers, lowest first: a component (a package, or a top-level module) may import itself
 #: and the components of lower layers, never those of its own or a higher layer.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "filesystems", "processes", "serialization", "tracebacks"}),
+    ("leaves", {"errors", "filesystems", "moved", "processes", "serialization", "tracebacks"}),
     ("clients of external systems", {"postgres_client"}),
     ("messages", {"messages"}),
     ("validation", {"validation"}),
