@@ -3,11 +3,17 @@ so that snapshots written by earlier code still verify (tests/unit/data/crc32-be
 
 from __future__ import annotations
 
+import os
 import pathlib
+import random
 import shutil
+import subprocess
+import sys
+import zlib
 
 import pytest
 
+from epochal.state import checksums
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointError, CheckpointStorage, SavepointStorage
 
@@ -65,3 +71,37 @@ def test_the_fixtures_crcs_are_checked_a_flipped_byte_is_refused(tmp_path):
     keyed.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         _restored(SavepointStorage(str(copy)), 1)
+
+
+def test_the_library_computes_zlibs_crc_from_any_value_offset_and_length():
+    assert checksums.way() == "isal"  # a dependency: installed wherever epochal is
+    data = os.urandom(70_001)
+    pieces = [(start, start + n) for start in (0, 1, 5, 8, 13) for n in [*range(0, 200), 1000, 4095, 65_537]]
+    for start, end in [*pieces, (0, 70_001)]:
+        piece = memoryview(data)[start:end]
+        for value in (0, 1, 0x12345678, 0xFFFFFFFF):
+            assert checksums.crc32(piece, value) == zlib.crc32(piece, value)
+
+
+def test_a_crc_continued_over_chunks_is_the_whole_ones():
+    """What a streamed write does (direct_io, CheckpointStorage.link_file): each chunk's CRC
+    continued from the previous ones'."""
+    rng = random.Random(56)
+    data = rng.randbytes(3 << 20)
+    view = memoryview(data)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randrange(1, 40)))
+        value = 0
+        for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            value = checksums.crc32(view[start:end], value)
+        assert value == zlib.crc32(data)
+
+
+def test_without_the_library_python_zlib_computes_the_same_values():
+    code = ("import sys; sys.modules['isal'] = None; import os, zlib; from epochal.state import checksums; "
+            "data = os.urandom(100_000); "
+            "assert checksums.crc32(data) == zlib.crc32(data) and checksums.crc32(data, 7) == zlib.crc32(data, 7); "
+            "print(checksums.way())")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "zlib"

@@ -12,9 +12,10 @@
  * per key group, each loadable by pickle.loads as {column family name: (key bytes without the
  * 2-byte group prefix, value bytes)} (two lists of equal length, in key order; column families
  * without entries in the group left out; groups without entries left out), `spans` the list of
- * (group, offset in data, length, CRC-32 as zlib.crc32 gives it) of each pickle, in group order; whole groups, at least
+ * (group, offset in data, length) of each pickle, in group order; whole groups, at least
  * min_bytes of them unless the range ends (then b"" and []). The interpreter lock is released
- * while RocksDB is read. One thread at a time per Reader.
+ * while RocksDB is read. One thread at a time per Reader. The pickles' CRCs are the caller's
+ * (epochal.state.checksums, a maintained library: nothing here computes one).
  *
  * `data` is a Chunk: a read-only buffer (the buffer protocol, len()) that owns the memory the
  * reader filled, handed over without a copy; once the last reference to it goes, its memory is
@@ -106,140 +107,6 @@ static PyObject *load(PyObject *self, PyObject *args) {
     *(void **)(&api.set_perf_level) = dlsym(lib, "rocksdb_set_perf_level");
     api.loaded = 1;
     Py_RETURN_NONE;
-}
-
-/* CRC-32 as zlib's crc32 computes it (IEEE 802.3, reflected, polynomial 0xEDB88320), without the
- * interpreter lock, each way taking and returning zlib's running value: by folding with
- * carry-less multiplication where the CPU has PCLMULQDQ (x86-64; about 14 GB/s here), else by
- * zlib's own crc32 where the process can load zlib (the one Python's zlib module uses; 4 GB/s),
- * else by eight tables of 256 entries ("slicing by 8"). */
-static unsigned long (*zlib_crc32)(unsigned long, const unsigned char *, unsigned int);
-static uint32_t crc_tables[8][256];
-
-static void crc_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_tables[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++)
-        for (int t = 1; t < 8; t++)
-            crc_tables[t][n] = crc_tables[0][crc_tables[t - 1][n] & 0xff] ^ (crc_tables[t - 1][n] >> 8);
-}
-
-static void zlib_init(void) {
-    const char *names[] = {"libz.so.1", "libz.1.dylib", "libz.so"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && zlib_crc32 == NULL; i++) {
-        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (lib != NULL)
-            *(void **)(&zlib_crc32) = dlsym(lib, "crc32");
-    }
-}
-
-static uint32_t crc32_by_zlib(uint32_t value, const unsigned char *p, size_t n) {
-    unsigned long c = value;
-    for (size_t part; n > 0; p += part, n -= part) {
-        part = n < (1u << 30) ? n : (1u << 30); /* zlib takes an unsigned int length */
-        c = zlib_crc32(c, p, (unsigned int)part);
-    }
-    return (uint32_t)c;
-}
-
-/* The register (not inverted) after the bytes p[0..n), by the tables. */
-static uint32_t crc32_register_by_tables(uint32_t c, const unsigned char *p, size_t n) {
-    while (n && ((uintptr_t)p & 7)) {
-        c = crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-        n--;
-    }
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= c; /* little-endian, as every platform the RocksDB JNI library ships for */
-        c = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^ crc_tables[5][(lo >> 16) & 0xff] ^
-            crc_tables[4][lo >> 24] ^ crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
-            crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = crc_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return c;
-}
-
-static uint32_t crc32_by_tables(uint32_t value, const unsigned char *p, size_t n) {
-    return ~crc32_register_by_tables(~value, p, n);
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-static int folding; /* the CPU has PCLMULQDQ and SSE4.1 */
-
-/* Folding (Gopal et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
- * Instruction", Intel, 2009): four 128-bit lanes are folded forward 64 bytes at a time by
- * x^(4*128+-32) mod P, then into one lane by x^(128+-32) mod P, 16 bytes at a time, and reduced
- * to 32 bits (x^64 mod P, then Barrett's reduction by floor(x^64 / P) and P). The constants are
- * those powers of x for the reflected polynomial, bit-reflected and shifted by one. */
-__attribute__((target("pclmul,sse4.1"))) static inline __m128i fold(__m128i x, __m128i k, __m128i next) {
-    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
-}
-
-/* The register after p[0..n): n at least 64 and a multiple of 16. */
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_register_by_folding(uint32_t c, const unsigned char *p,
-                                                                                  size_t n) {
-    const __m128i k12 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
-    const __m128i k34 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
-    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
-    const __m128i barrett = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
-    const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
-    __m128i x1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)c));
-    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 16));
-    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32));
-    __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 48));
-    for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
-        x1 = fold(x1, k12, _mm_loadu_si128((const __m128i *)p));
-        x2 = fold(x2, k12, _mm_loadu_si128((const __m128i *)(p + 16)));
-        x3 = fold(x3, k12, _mm_loadu_si128((const __m128i *)(p + 32)));
-        x4 = fold(x4, k12, _mm_loadu_si128((const __m128i *)(p + 48)));
-    }
-    x1 = fold(fold(fold(x1, k34, x2), k34, x3), k34, x4);
-    for (; n >= 16; p += 16, n -= 16)
-        x1 = fold(x1, k34, _mm_loadu_si128((const __m128i *)p));
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(k34, x1, 0x01)); /* 128 -> 64 bits */
-    x1 = _mm_xor_si128(_mm_srli_si128(x1, 4), _mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00));
-    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), barrett, 0x10);
-    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), barrett, 0x00);
-    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, t), 1);
-}
-
-static uint32_t crc32_by_folding(uint32_t value, const unsigned char *p, size_t n) {
-    uint32_t c = ~value;
-    if (n >= 64) {
-        size_t whole = n & ~(size_t)15;
-        c = crc32_register_by_folding(c, p, whole);
-        p += whole;
-        n -= whole;
-    }
-    return ~crc32_register_by_tables(c, p, n);
-}
-
-static void folding_init(void) {
-    __builtin_cpu_init();
-    folding = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-}
-#else
-static const int folding = 0;
-static void folding_init(void) {}
-static uint32_t crc32_by_folding(uint32_t value, const unsigned char *p, size_t n) {
-    return crc32_by_tables(value, p, n);
-}
-#endif
-
-static uint32_t crc32_of(uint32_t value, const unsigned char *p, size_t n) {
-    if (folding)
-        return crc32_by_folding(value, p, n);
-    return zlib_crc32 != NULL ? crc32_by_zlib(value, p, n) : crc32_by_tables(value, p, n);
 }
 
 /* A growing byte buffer. */
@@ -380,7 +247,7 @@ typedef struct {
     const rdb_t **cf_options;
     cursor_t *cursors;
     buf_t data, keys; /* the chunk; one state's keys in a group, gathered aside */
-    int64_t *spans; /* group, offset, length, CRC-32 */
+    int64_t *spans; /* group, offset, length */
     size_t nspans, capspans;
     char *error;    /* RocksDB's (rocksdb_free) */
     const char *message;
@@ -521,8 +388,8 @@ static int read_chunk(Reader *r, size_t min_bytes) {
         }
         if (put(d, "u.", 2)) /* SETITEMS, STOP */
             goto oom;
-        if (r->nspans + 4 > r->capspans) {
-            size_t cap = r->capspans ? r->capspans * 2 : 4 * 64;
+        if (r->nspans + 3 > r->capspans) {
+            size_t cap = r->capspans ? r->capspans * 2 : 3 * 64;
             int64_t *spans = realloc(r->spans, cap * sizeof(*spans));
             if (spans == NULL)
                 goto oom;
@@ -532,7 +399,6 @@ static int read_chunk(Reader *r, size_t min_bytes) {
         r->spans[r->nspans++] = group;
         r->spans[r->nspans++] = (int64_t)start;
         r->spans[r->nspans++] = (int64_t)(d->len - start);
-        r->spans[r->nspans++] = crc32_of(0, (const unsigned char *)d->data + start, d->len - start);
     }
     return 0;
 oom:
@@ -610,14 +476,14 @@ static PyObject *Reader_read(Reader *r, PyObject *args) {
         r->data.data = NULL;
         r->data.len = r->data.cap = 0;
     }
-    PyObject *spans = PyList_New((Py_ssize_t)(r->nspans / 4));
+    PyObject *spans = PyList_New((Py_ssize_t)(r->nspans / 3));
     PyObject *out = NULL;
     if (data != NULL && spans != NULL) {
         int failed = 0;
-        for (size_t i = 0; i < r->nspans / 4 && !failed; i++) {
-            int64_t *span_of = r->spans + 4 * i;
-            PyObject *span = Py_BuildValue("(LLLL)", (long long)span_of[0], (long long)span_of[1],
-                                           (long long)span_of[2], (long long)span_of[3]);
+        for (size_t i = 0; i < r->nspans / 3 && !failed; i++) {
+            int64_t *span_of = r->spans + 3 * i;
+            PyObject *span = Py_BuildValue("(LLL)", (long long)span_of[0], (long long)span_of[1],
+                                           (long long)span_of[2]);
             failed = span == NULL;
             if (!failed)
                 PyList_SET_ITEM(spans, (Py_ssize_t)i, span);
@@ -646,7 +512,7 @@ static void Reader_dealloc(Reader *r) {
 
 static PyMethodDef reader_methods[] = {
     {"read", (PyCFunction)Reader_read, METH_VARARGS,
-     "read(min_bytes) -> (data, [(group, offset, length, crc32)]): the next groups, at least min_bytes of them "
+     "read(min_bytes) -> (data, [(group, offset, length)]): the next groups, at least min_bytes of them "
      "unless the range ends (then b'' and [] for ever after). The interpreter lock is released meanwhile."},
     {"close", (PyCFunction)Reader_close, METH_NOARGS, "close(): release the database (also on garbage collection)."},
     {NULL, NULL, 0, NULL},
@@ -664,78 +530,14 @@ static PyTypeObject ReaderType = {
     .tp_methods = reader_methods,
 };
 
-/* crc32(data, value=0, way=None): zlib.crc32(data, value), by the reader's way or by the one named
- * ("folding", "zlib", "tables"; ValueError where it is not available), without the interpreter
- * lock for large data. */
-static PyObject *crc32(PyObject *self, PyObject *args, PyObject *kwargs) {
-    Py_buffer data;
-    unsigned long value = 0;
-    const char *way = NULL;
-    static char *keywords[] = {"data", "value", "way", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|kz", keywords, &data, &value, &way))
-        return NULL;
-    uint32_t (*by)(uint32_t, const unsigned char *, size_t) = crc32_of;
-    if (way != NULL) {
-        if (strcmp(way, "folding") == 0 && folding)
-            by = crc32_by_folding;
-        else if (strcmp(way, "zlib") == 0 && zlib_crc32 != NULL)
-            by = crc32_by_zlib;
-        else if (strcmp(way, "tables") == 0)
-            by = crc32_by_tables;
-        else {
-            PyBuffer_Release(&data);
-            return PyErr_Format(PyExc_ValueError, "no CRC-32 way '%s' here: crc_ways() lists those there are", way);
-        }
-    }
-    const unsigned char *p = (const unsigned char *)data.buf;
-    uint32_t c;
-    if (data.len > (1 << 16)) {
-        Py_BEGIN_ALLOW_THREADS
-        c = by((uint32_t)value, p, (size_t)data.len);
-        Py_END_ALLOW_THREADS
-    } else {
-        c = by((uint32_t)value, p, (size_t)data.len);
-    }
-    PyBuffer_Release(&data);
-    return PyLong_FromUnsignedLong(c);
-}
-
-/* crc_ways(): the ways available here, the reader's first. */
-static PyObject *crc_ways(PyObject *self, PyObject *args) {
-    PyObject *ways = PyList_New(0);
-    if (ways == NULL)
-        return NULL;
-    const char *names[] = {"folding", "zlib", "tables"};
-    const int have[] = {folding, zlib_crc32 != NULL, 1};
-    for (int i = 0; i < 3; i++) {
-        if (!have[i])
-            continue;
-        PyObject *name = PyUnicode_FromString(names[i]);
-        if (name == NULL || PyList_Append(ways, name) < 0) {
-            Py_XDECREF(name);
-            Py_DECREF(ways);
-            return NULL;
-        }
-        Py_DECREF(name);
-    }
-    return ways;
-}
-
 static PyMethodDef methods[] = {
     {"load", load, METH_VARARGS, "load(path): use the RocksDB C API of the shared library at path."},
-    {"crc32", (PyCFunction)(void (*)(void))crc32, METH_VARARGS | METH_KEYWORDS,
-     "crc32(data, value=0, way=None): zlib.crc32(data, value), by the reader's way or the one named "
-     "(folding, zlib, tables)."},
-    {"crc_ways", crc_ways, METH_NOARGS, "crc_ways(): the CRC-32 ways available here, the reader's first."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rocksdb_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__rocksdb_native(void) {
-    crc_init();
-    zlib_init();
-    folding_init();
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ChunkType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -36,6 +36,7 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
+from epochal.state.checksums import crc32
 from epochal.state.rocksdb_keys import group_prefix
 from epochal.state.snapshot import Chunk
 
@@ -120,7 +121,7 @@ def _module() -> Any | None:
         if "module" in _state or "reason" in _state:
             return _state.get("module")
         try:
-            from epochal.state import _rocksdb_native as native
+            import epochal.state._rocksdb_native as native
         except ImportError:
             _state["reason"] = "the extension epochal.state._rocksdb_native was not built (no C compiler at install)"
             return None
@@ -174,15 +175,17 @@ def read_chunks(directory: str, key_groups: range, min_bytes: int = NATIVE_CHUNK
 
 
 def _chunks(reader: Any, min_bytes: int) -> Iterator[Chunk]:
-    """``reader``'s chunks (each group's span with its CRC-32, computed by the reader), each a
-    memoryview of the buffer the reader filled (no copy; its memory serves a later read once the
-    view is gone)."""
+    """``reader``'s chunks, each a memoryview of the buffer the reader filled (no copy; its memory
+    serves a later read once the view is gone) with each group's span and its CRC-32
+    (:func:`~epochal.state.checksums.crc32` of the group's bytes, here on the reading thread)."""
     try:
         while True:
             data, spans = reader.read(min_bytes)
             if not spans:
                 return
-            yield memoryview(data), spans
+            view = memoryview(data)
+            yield view, [(group, offset, length, crc32(view[offset:offset + length]))
+                         for group, offset, length in spans]
     finally:
         reader.close()
 
