@@ -14,7 +14,7 @@ A backend holds the keyed state of one operator subtask, partitioned by key grou
 * ``capture()`` / ``restore_group(group, states)``: the synchronous part of a snapshot
   (``{group: {state name: {key: value}}}``) and the restore of one key group.
 
-The heap backend (:mod:`epochal.state.keyed`) keeps plain dicts; other backends implement the
+The heap backend (:mod:`epochal.state.heap`) keeps plain dicts; other backends implement the
 same four methods (``owned_table``, ``capture``, ``restore_group``, ``entry_count``) and get the
 state objects for free.
 """
@@ -29,6 +29,7 @@ from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_of
 from epochal.state.copy_on_write import SharedValues
 from epochal.state.descriptors import StateDescriptor
+from epochal.state.keyed import STATE_TYPES, TTL_STATE_TYPES
 from epochal.state.ttl import CLOCK, IncrementalCleanup, KeyCursor, StateTtlConfig
 
 #: key group -> key -> value, for one state name
@@ -91,8 +92,6 @@ class KeyedStateBackend(ABC):
         """The state object for ``descriptor``; the same name must always have the same kind and
         the same TTL config (:mod:`epochal.state.ttl`). A state with TTL gets a TTL state object;
         one without keeps the plain object, which pays nothing for TTL."""
-        from epochal.state.keyed import STATE_TYPES, TTL_STATE_TYPES
-
         name, ttl = descriptor.name, descriptor.ttl
         if descriptor.queryable is not None:
             self.make_queryable(descriptor.queryable, name)

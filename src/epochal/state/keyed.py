@@ -14,24 +14,42 @@ values stored as ``(value, timestamp)`` tuples, expired ones invisible and remov
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 from epochal.errors import PlanError
-from epochal.state.backend import KeyedStateBackend
-from epochal.state.copy_on_write import ATOMS, store_untracked
+from epochal.state.copy_on_write import ATOMS, SharedValues, store_untracked
 from epochal.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.ttl import ABSENT, TtlAccess, store_map
+from epochal.state.ttl import CLOCK, IncrementalCleanup
+
+#: What TtlAccess reads return for "no visible value" (None may be a stored value).
+ABSENT: Any = object()
+
+
+class KeyScope(Protocol):
+    """What the state objects use of their backend (a
+    :class:`~epochal.state.backend.KeyedStateBackend`, which creates them in ``get_state``): the
+    current key and its group, each state's tables, which value objects a snapshot's copy shares
+    (:mod:`epochal.state.copy_on_write`), and the states' incremental TTL cleanups."""
+
+    current_key: Any
+    current_group: int
+    shared: SharedValues
+    ttl_cleanups: dict[str, IncrementalCleanup]
+
+    def owned_table(self, name: str) -> MutableMapping[int, MutableMapping[Any, Any]]:
+        """State ``name`` as ``{key group: {key: value}}`` with an entry for every owned group."""
+        ...
 
 
 class _BoundState:
     __slots__ = ("backend", "groups", "name")
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
+    def __init__(self, backend: KeyScope, descriptor: StateDescriptor) -> None:
         self.backend = backend
         self.groups = backend.owned_table(descriptor.name)
         self.name = descriptor.name
@@ -66,7 +84,7 @@ class ValueState(_BoundState):
 
     __slots__ = ("default",)
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: ValueStateDescriptor) -> None:
+    def __init__(self, backend: KeyScope, descriptor: ValueStateDescriptor) -> None:
         super().__init__(backend, descriptor)
         self.default = descriptor.default
 
@@ -117,7 +135,7 @@ class ReducingState(_BoundState):
 
     __slots__ = ("reduce_fn",)
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: ReducingStateDescriptor) -> None:
+    def __init__(self, backend: KeyScope, descriptor: ReducingStateDescriptor) -> None:
         super().__init__(backend, descriptor)
         if descriptor.reduce_fn is None:
             raise PlanError(f"ReducingStateDescriptor '{descriptor.name}' needs a reduce_fn")
@@ -147,7 +165,7 @@ class AggregatingState(_BoundState):
 
     __slots__ = ("function",)
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: AggregatingStateDescriptor) -> None:
+    def __init__(self, backend: KeyScope, descriptor: AggregatingStateDescriptor) -> None:
         super().__init__(backend, descriptor)
         if descriptor.aggregate_function is None:
             raise PlanError(f"AggregatingStateDescriptor '{descriptor.name}' needs an aggregate_function")
@@ -234,6 +252,84 @@ class MapState(_BoundState):
 
 STATE_TYPES: dict[str, type[_BoundState]] = {"value": ValueState, "list": ListState, "reducing": ReducingState,
                                              "aggregating": AggregatingState, "map": MapState}
+
+
+class TtlAccess:
+    """TTL access shared by the TTL state objects (:mod:`epochal.state.ttl`): what they store is
+    :data:`~epochal.state.ttl.TtlValue` tuples ``(value, timestamp)`` (per element for lists, per
+    user key for maps).
+
+    Every access reads the clock once (:meth:`_now`, which also advances the state's incremental
+    cleanup), removes the expired values it finds, returns them only under
+    ``return_expired_if_not_cleaned_up`` and renews live values it reads under
+    ``on_read_and_write``. Mixed into the TTL state objects below, which ``get_state`` picks for
+    descriptors with a TTL: states without one keep the plain classes."""
+
+    __slots__ = ()
+    #: the slots of every TTL state object (declared by each concrete class: one layout per base)
+    SLOTS = ("ttl", "refresh_on_read", "return_expired", "cleanup")
+    backend: KeyScope
+    groups: Any
+    name: str
+    ttl: float
+    refresh_on_read: bool
+    return_expired: bool
+    cleanup: IncrementalCleanup | None
+
+    def __init__(self, backend: KeyScope, descriptor: Any) -> None:
+        # the state class after this mixin in the MRO; the slots are the concrete TTL classes'
+        super().__init__(backend, descriptor)  # type: ignore[call-arg]
+        settings = ttl_settings(backend, descriptor)
+        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = settings  # type: ignore[misc]
+
+    def _now(self) -> float:
+        now = CLOCK.now()
+        if self.cleanup is not None:
+            self.cleanup.step(now)
+        return now
+
+    def _read(self, entries: MutableMapping[Any, Any], key: Any, now: float) -> Any:
+        """The current key's value, or ABSENT; removes it if expired, renews it on read if asked."""
+        found = entries.get(key)
+        if found is None:
+            return ABSENT
+        value = found[0]
+        if self.backend.shared:  # a private copy where a snapshot's copy may share it
+            value = self.backend.shared.private(self.name, key, value)
+        if found[1] <= now - self.ttl:
+            del entries[key]
+            return value if self.return_expired else ABSENT
+        if self.refresh_on_read:
+            entries[key] = (value, now)
+        elif value is not found[0]:
+            store_untracked(entries, key, (value, found[1]))
+        return value
+
+    def _base(self, entries: MutableMapping[Any, Any], key: Any, now: float) -> Any:
+        """What a write that combines (reduce, aggregate) starts from: the stored value unless it
+        expired (an expired one still counts under return_expired_if_not_cleaned_up), or ABSENT;
+        private (the caller stores what it combines it into)."""
+        found = entries.get(key)
+        if found is None or (found[1] <= now - self.ttl and not self.return_expired):
+            return ABSENT
+        return self.backend.shared.private(self.name, key, found[0]) if self.backend.shared else found[0]
+
+
+def ttl_settings(backend: KeyScope,
+                 descriptor: StateDescriptor) -> tuple[float, bool, bool, IncrementalCleanup | None]:
+    """What a TTL state object keeps (its :data:`TtlAccess.SLOTS`), from its descriptor and backend."""
+    config = descriptor.ttl
+    if config is None:
+        raise PlanError(f"state '{descriptor.name}' has no TTL config")
+    return config.ttl, config.refresh_on_read, config.return_expired, backend.ttl_cleanups.get(descriptor.name)
+
+
+def store_map(entries: MutableMapping[Any, Any], key: Any, found: dict[Any, Any]) -> None:
+    """Write a map state's dict back for ``key``, or remove the key when the dict is empty."""
+    if found:
+        entries[key] = found
+    else:
+        del entries[key]
 
 
 class TtlValueState(TtlAccess, ValueState):

@@ -39,8 +39,9 @@ Semantics (those of Flink's docs, "State Time-To-Live (TTL)"):
   incompatibility); changing the TTL of a TTL state is.
 
 Any :class:`~epochal.state.backend.KeyedStateBackend` gets TTL on access for free (the state
-objects do it through ``owned_table``); a backend's ``capture`` applies snapshot cleanup by
-calling :func:`drop_expired` for the states in ``backend.ttl_configs`` whose config asks for it.
+objects do it through ``owned_table``: :class:`epochal.state.keyed.TtlAccess`); a backend's
+``capture`` applies snapshot cleanup by calling :func:`drop_expired` for the states in
+``backend.ttl_configs`` whose config asks for it.
 """
 
 from __future__ import annotations
@@ -50,14 +51,9 @@ import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from epochal.errors import PlanError
-from epochal.state.copy_on_write import store_untracked
-
-if TYPE_CHECKING:
-    from epochal.state.backend import KeyedStateBackend
-    from epochal.state.descriptors import StateDescriptor
 
 UPDATE_TYPES = ("on_create_and_write", "on_read_and_write")
 VISIBILITIES = ("never_return_expired", "return_expired_if_not_cleaned_up")
@@ -278,84 +274,3 @@ class IncrementalCleanup:
             elif live is not stored:
                 entries[key] = live
         return dropped
-
-
-#: What TtlAccess reads return for "no visible value" (None may be a stored value).
-ABSENT: Any = object()
-
-
-class TtlAccess:
-    """TTL access shared by the TTL state objects (:mod:`epochal.state.ttl`): what they store is
-    :data:`TtlValue` tuples ``(value, timestamp)`` (per element for lists, per user key for maps).
-
-    Every access reads the clock once (:meth:`_now`, which also advances the state's incremental
-    cleanup), removes the expired values it finds, returns them only under
-    ``return_expired_if_not_cleaned_up`` and renews live values it reads under
-    ``on_read_and_write``. Mixed into the TTL state objects of :mod:`epochal.state.keyed`, which
-    ``get_state`` picks for descriptors with a TTL: states without one keep the plain classes."""
-
-    __slots__ = ()
-    #: the slots of every TTL state object (declared by each concrete class: one layout per base)
-    SLOTS = ("ttl", "refresh_on_read", "return_expired", "cleanup")
-    backend: KeyedStateBackend
-    groups: Any
-    name: str
-    ttl: float
-    refresh_on_read: bool
-    return_expired: bool
-    cleanup: IncrementalCleanup | None
-
-    def __init__(self, backend: KeyedStateBackend, descriptor: Any) -> None:
-        # the state class after this mixin in the MRO; the slots are the concrete TTL classes'
-        super().__init__(backend, descriptor)  # type: ignore[call-arg]
-        settings = ttl_settings(backend, descriptor)
-        self.ttl, self.refresh_on_read, self.return_expired, self.cleanup = settings  # type: ignore[misc]
-
-    def _now(self) -> float:
-        now = CLOCK.now()
-        if self.cleanup is not None:
-            self.cleanup.step(now)
-        return now
-
-    def _read(self, entries: MutableMapping[Any, Any], key: Any, now: float) -> Any:
-        """The current key's value, or ABSENT; removes it if expired, renews it on read if asked."""
-        found = entries.get(key)
-        if found is None:
-            return ABSENT
-        value = found[0]
-        if self.backend.shared:  # a private copy where a snapshot's copy may share it
-            value = self.backend.shared.private(self.name, key, value)
-        if found[1] <= now - self.ttl:
-            del entries[key]
-            return value if self.return_expired else ABSENT
-        if self.refresh_on_read:
-            entries[key] = (value, now)
-        elif value is not found[0]:
-            store_untracked(entries, key, (value, found[1]))
-        return value
-
-    def _base(self, entries: MutableMapping[Any, Any], key: Any, now: float) -> Any:
-        """What a write that combines (reduce, aggregate) starts from: the stored value unless it
-        expired (an expired one still counts under return_expired_if_not_cleaned_up), or ABSENT;
-        private (the caller stores what it combines it into)."""
-        found = entries.get(key)
-        if found is None or (found[1] <= now - self.ttl and not self.return_expired):
-            return ABSENT
-        return self.backend.shared.private(self.name, key, found[0]) if self.backend.shared else found[0]
-
-
-def ttl_settings(backend: KeyedStateBackend,
-                 descriptor: StateDescriptor) -> tuple[float, bool, bool, IncrementalCleanup | None]:
-    """What a TTL state object keeps (its :data:`TtlAccess.SLOTS`), from its descriptor and backend."""
-    config = descriptor.ttl
-    if config is None:
-        raise PlanError(f"state '{descriptor.name}' has no TTL config")
-    return config.ttl, config.refresh_on_read, config.return_expired, backend.ttl_cleanups.get(descriptor.name)
-
-
-def store_map(entries: MutableMapping[Any, Any], key: Any, found: dict[Any, Any]) -> None:
-    """Write a map state's dict back for ``key``, or remove the key when the dict is empty."""
-    if found:
-        entries[key] = found
-    else:
-        del entries[key]
