@@ -29,7 +29,7 @@ test-quick: setup
 
 setup: $(VENV)/.installed check
 
-$(VENV)/.installed: pyproject.toml setup.py src/epochal/state/_rocksdb_native.c $(LOCK)
+$(VENV)/.installed: pyproject.toml setup.py src/epochal/state/rocksdb/_native.c $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer; set PYTHON=python3.11 (or newer) and retry")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --constraint $(LOCK) pip

@@ -60,7 +60,7 @@ def backend_of(kind: str, work: Path, dsn: str | None) -> Any:
     if kind.startswith("rocksdb"):
         return create_backend(StateBackendConfig(ROCKSDB, local_dir=str(work)), MAXP, GROUPS, "op")
     if kind.startswith("postgres"):
-        from epochal.state.postgres_schema import ensure_schema
+        from epochal.state.postgres.schema import ensure_schema
 
         ensure_schema(dsn, "epochal_state", False)
         config = StateBackendConfig(POSTGRES, dsn=dsn, namespace=f"views{time.time_ns()}")

@@ -64,7 +64,7 @@ def make_server() -> Any:
     from epochal.runtime.host.mailbox import Mailbox
     from epochal.runtime.queries.server import KeyedSource, QueryServer
     from epochal.state.descriptors import ValueStateDescriptor
-    from epochal.state.heap import HeapKeyedStateBackend
+    from epochal.state.heap.backend import HeapKeyedStateBackend
 
     backend = HeapKeyedStateBackend(MAXP, range(MAXP))
     backend.get_state(ValueStateDescriptor("v", queryable=STATE))

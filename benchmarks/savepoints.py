@@ -52,7 +52,7 @@ EMBEDDED = ("heap", "heap-incremental", "rocksdb")
 
 FORMATS = ("canonical", "native")
 #: How a RocksDB canonical savepoint is read: the native reader, or rocksdict in Python with
-#: ``EPOCHAL_NATIVE_READER=0`` in the environment Spark starts with (epochal.state.rocksdb_native).
+#: ``EPOCHAL_NATIVE_READER=0`` in the environment Spark starts with (epochal.state.rocksdb.native).
 READER = "python" if os.environ.get("EPOCHAL_NATIVE_READER") == "0" else "native"
 
 

@@ -59,7 +59,7 @@ def make_env(spark):
 def make_rocksdb(tmp_path):
     """Makes RocksDB keyed-state backends under ``tmp_path`` and disposes of them when the test
     ends: ``make_rocksdb(key_groups=range(128), name="db", max_parallelism=128, **options)``."""
-    from epochal.state.rocksdb import RocksDBKeyedStateBackend
+    from epochal.state.rocksdb.backend import RocksDBKeyedStateBackend
 
     made = []
 

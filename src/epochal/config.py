@@ -192,7 +192,7 @@ class StateBackendConfig:
             a RocksDB database per keyed operator subtask on the worker's local disk (state larger
             than memory); its checkpoints are always incremental (a flush and a local hard-link
             checkpoint at the barrier, new SST files uploaded by a thread;
-            :mod:`epochal.state.rocksdb_checkpoints`), and ``snapshot``, ``incremental`` and
+            :mod:`epochal.state.rocksdb.checkpoints`), and ``snapshot``, ``incremental`` and
             ``full_every`` do not apply to it.
         snapshot: ``"fork"`` (the default where the platform has ``fork``): at the barrier the
             worker forks; the child sees the state as it was (copy-on-write), serialises and
@@ -213,7 +213,7 @@ class StateBackendConfig:
         write_buffer_bytes, block_cache_bytes: RocksDB: memtable size per state, and the read
             cache per operator subtask (with the OS page cache, what bounds its memory).
         dsn: PostgreSQL (``kind="postgres"``): the libpq connection string or URI of the database
-            that holds the state (:mod:`epochal.state.postgres`); every worker connects to it.
+            that holds the state (:mod:`epochal.state.postgres.backend`); every worker connects to it.
         table: PostgreSQL: the name (``name`` or ``schema.name``) the backend's tables start with;
             created when the job is submitted if missing.
         namespace: PostgreSQL: what separates this job's state from other jobs' in the same
@@ -231,7 +231,7 @@ class StateBackendConfig:
         wal_memory_bytes: PostgreSQL: how many bytes of changes not yet committed (this epoch's
             write-ahead log and the epochs waiting for their checkpoint, estimated per key) each
             keyed operator subtask keeps in memory; past it they are spilled to local disk under
-            ``local_dir`` (:mod:`epochal.state.postgres_spill`).
+            ``local_dir`` (:mod:`epochal.state.postgres.spill`).
         retained: PostgreSQL with ``mvcc``: versions needed by the last ``retained`` completed
             checkpoints are kept, older ones collected (``execute`` sets it from
             ``enable_checkpointing(retained=...)``).

@@ -34,7 +34,7 @@ import importlib
 #: what a worker of any kind imports first (the slow part of a fresh worker): the libraries, the
 #: Spark entry point, and every kind's worker body (:mod:`epochal.kinds`)
 PRELOAD = ("numpy", "pyarrow", "pyarrow.compute", "cloudpickle", "epochal.runtime.host.entry", "epochal.kinds",
-           "psycopg", "epochal.state.postgres")
+           "psycopg", "epochal.state.postgres.backend")
 
 
 def preload(freeze: bool = True) -> None:

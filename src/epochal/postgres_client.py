@@ -1,6 +1,6 @@
 """Connecting to PostgreSQL through psycopg 3, for every part of epochal that does: the PostgreSQL
 sink (:mod:`epochal.connectors.postgres.sql`) and the PostgreSQL state backend
-(:mod:`epochal.state.postgres_schema`). A leaf: it imports nothing of epochal but its errors.
+(:mod:`epochal.state.postgres.schema`). A leaf: it imports nothing of epochal but its errors.
 
 Promises: a connection is autocommit; a failure to connect raises the caller's error type with
 one line that names the server (host, port, database, user) and never the password.

@@ -16,7 +16,7 @@ import pytest
 
 from epochal.connectors.files import read_committed_lines
 from epochal.control.restart import FixedDelayRestart
-from epochal.state.postgres_spill import SpillDirectory
+from epochal.state.postgres.spill import SpillDirectory
 from epochal.testing import Fault, random_faults
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.chaos.test_exactly_once import ORACLE, running_count_job

@@ -1,5 +1,5 @@
 """One running job per PostgreSQL state namespace, and nothing left prepared when a job ends
-(state/postgres_claims.py), against a real PostgreSQL server: the namespace claim (refused with the
+(state/postgres/claims.py), against a real PostgreSQL server: the namespace claim (refused with the
 holder named, all or none, released, taken over by the same job's new leader, taken again after
 the server ended its connection); the end-of-job resolution (commits what a completed checkpoint
 left, rolls back the rest, fences a worker still running); and on real Spark workers: a second
@@ -15,9 +15,9 @@ import pytest
 
 from epochal.connectors.files import read_committed_lines
 from epochal.errors import StateBackendError, StateNamespaceInUseError
-from epochal.state import postgres_claims
-from epochal.state.postgres_claims import NamespaceClaim, resolve_left
-from epochal.state.postgres_schema import ensure_schema
+from epochal.state.postgres import claims as postgres_claims
+from epochal.state.postgres.claims import NamespaceClaim, resolve_left
+from epochal.state.postgres.schema import ensure_schema
 from tests.chaos.test_checkpoint_recovery import build, expected_lines
 from tests.integration.test_postgres_state_backend import KEYS, MAXP, add, checkpoint, counts, make_backend, prepared
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL keyed-state backend (epochal.state.postgres) against a real PostgreSQL server,
+"""The PostgreSQL keyed-state backend (epochal.state.postgres.backend) against a real PostgreSQL server,
 without Spark: every state type, the two-phase commit of checkpoint epochs (prepared at the
 barrier, committed by the completion, resolved by a restore: shown necessary), restores at other
 parallelisms without loading, canonical savepoints to and from the heap backend, and the MVCC
@@ -22,12 +22,12 @@ from epochal.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.postgres import PostgresKeyedStateBackend
-from epochal.state.postgres_schema import ensure_schema
-from epochal.state.postgres_spill import DiskSpill, SpillDirectory, sorted_changes
-from epochal.state.postgres_store import Fenced
-from epochal.state.release import pending_entries
+from epochal.state.heap.backend import HeapKeyedStateBackend
+from epochal.state.postgres.backend import PostgresKeyedStateBackend
+from epochal.state.postgres.release import pending_entries
+from epochal.state.postgres.schema import ensure_schema
+from epochal.state.postgres.spill import DiskSpill, SpillDirectory, sorted_changes
+from epochal.state.postgres.store import Fenced
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -295,7 +295,7 @@ def test_two_phase_commit_is_necessary(make_backend, monkeypatch):
     commit a failure interrupted keeps the key groups locked (the restore cannot take their
     fence) and is missing (the markers' check refuses), and without the check the job would run on
     an older state."""
-    import epochal.state.postgres_restore as module  # where a restore resolves the prepared transactions
+    import epochal.state.postgres.restore as module  # where a restore resolves the prepared transactions
 
     backend = make_backend()
     add(backend, KEYS)
@@ -516,7 +516,7 @@ def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_bac
     import threading
     import time
 
-    from epochal.state.postgres_store import Store
+    from epochal.state.postgres.store import Store
 
     zombie = make_backend()
     add(zombie, KEYS)
@@ -574,7 +574,7 @@ def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_bac
 @pytest.mark.parametrize("mvcc", [False, True], ids=["wal", "mvcc"])
 def test_read_committed_views_show_the_last_committed_checkpoint_without_copying_it(make_backend, mvcc):
     from epochal.runtime.queries.shown import views_of
-    from epochal.state.postgres_views import CommittedGroupView
+    from epochal.state.postgres.views import CommittedGroupView
 
     backend = make_backend(mvcc=mvcc)
     backend.get_state(ValueStateDescriptor("count", queryable="counts"))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.state.descriptors import ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 
 MAXP = 128
 

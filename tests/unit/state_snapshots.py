@@ -8,7 +8,7 @@ from typing import Any
 
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.descriptors import MapStateDescriptor, ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.snapshot import materialize
 from epochal.state.storage import CheckpointStorage, SavepointStorage
 
@@ -18,8 +18,8 @@ States = dict[str, dict[str, dict[Any, Any]]]
 
 def _backend(kind: str, max_parallelism: int, groups: range, directory: str) -> Any:
     if kind == "rocksdb":
-        from epochal.state.rocksdb import RocksDBKeyedStateBackend
-        from epochal.state.rocksdb_checkpoints import RocksDBSnapshots
+        from epochal.state.rocksdb.backend import RocksDBKeyedStateBackend
+        from epochal.state.rocksdb.checkpoints import RocksDBSnapshots
 
         backend = RocksDBKeyedStateBackend(max_parallelism, groups, directory)
         backend.snapshots = RocksDBSnapshots(backend)

@@ -15,8 +15,9 @@ from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.canonical import ENCODING, LAYOUT, decode_states, encode_states
 from epochal.state.descriptors import ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.rocksdb_keys import END, START, scan
+from epochal.state.heap.backend import HeapKeyedStateBackend
+from epochal.state.rocksdb.keys import END, START
+from epochal.state.rocksdict_scans import scan
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 from tests.unit.snapshot_helpers import metadata

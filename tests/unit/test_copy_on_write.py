@@ -21,7 +21,7 @@ from epochal.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.ttl import StateTtlConfig
 
 MAXP = 128

@@ -1,4 +1,4 @@
-"""Incremental checkpoints of the heap backend (state/incremental.py, state/heap.py) without Spark:
+"""Incremental checkpoints of the heap backend (state/incremental.py, state/heap/backend.py) without Spark:
 only changed keys are written, chains build on completed checkpoints only, a restore at another
 parallelism reads each old subtask's chain for the groups it owns, and retention never deletes a
 shared file a retained checkpoint references."""
@@ -21,7 +21,7 @@ from epochal.runtime.operators.aggregates import (
 )
 from epochal.runtime.operators.base import KeyedReduceOperator
 from epochal.state.descriptors import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.incremental import DELETED, BatchLog, SnapshotPlan, TrackedDict
 from epochal.state.operator_state import OperatorStateStore
 from epochal.state.storage import CheckpointStorage

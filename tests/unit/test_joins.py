@@ -22,9 +22,9 @@ from epochal.runtime.operators.timers import TIMERS
 from epochal.runtime.windows.joins import IntervalJoinOperator, ProcessJoinFunction
 from epochal.runtime.windows.shapes import TimeWindows
 from epochal.runtime.windows.window_join import CO_GROUP, FLAT_JOIN, WindowJoinOperator
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
-from epochal.state.rocksdb import RocksDBKeyedStateBackend
+from epochal.state.rocksdb.backend import RocksDBKeyedStateBackend
 from epochal.testing import OperatorHarness, run_locally
 
 MAX_P = 128

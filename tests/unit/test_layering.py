@@ -55,6 +55,9 @@ WORKER_SIDE = {"errors", "filesystems", "postgres_client", "processes", "seriali
 DRIVER_SIDE = {"control", "rest", "api", "cli", "testing"}
 #: The modules every job kind has (docs/architecture.md, "Job kinds").
 KIND_MODULES = ("protocol", "worker_machine", "worker", "coordination", "job")
+#: The state backends' sub-packages: the rest of ``state`` is generic and reaches them only
+#: through ``epochal.state.registry`` (by name, loaded on first use); none imports another.
+STATE_BACKENDS = ("epochal.state.heap", "epochal.state.rocksdb", "epochal.state.postgres")
 
 _LAYER_OF = {component: index for index, (_, members) in enumerate(LAYERS) for component in members}
 
@@ -231,6 +234,36 @@ def test_no_connector_sub_package_imports_another():
                        for line, module in imports_of(path) if _crosses_connectors(importer, module)]
     assert not violations, ("a connector sub-package imports another, or a shared connector module imports a "
                             "sub-package:\n" + "\n".join(violations))
+
+
+def _state_backend(module: str) -> str | None:
+    return next((b for b in STATE_BACKENDS if module == b or module.startswith(b + ".")), None)
+
+
+def _every_import(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every absolute import of an epochal module in ``path``, those
+    under ``if TYPE_CHECKING:`` included (a type-only import ties two modules together too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+            found.append((node.lineno, node.module))
+    return [(line, module) for line, module in found if module.split(".")[0] == "epochal"]
+
+
+def test_generic_state_code_imports_no_backend_and_no_backend_imports_another():
+    assert {_module_name(path) for path in (PACKAGE / "state").iterdir() if path.is_dir()} >= set(STATE_BACKENDS)
+    violations = []
+    for path in sorted((PACKAGE / "state").rglob("*.py")):
+        importer = _module_name(path)
+        for line, module in _every_import(path):
+            imported = _state_backend(module)
+            if imported is not None and imported != _state_backend(importer):
+                violations.append(f"{path.relative_to(SRC.parent)}:{line}: {importer} imports {module}")
+    assert not violations, ("generic state code finds a backend through epochal.state.registry, and a backend "
+                            "imports no other backend:\n" + "\n".join(violations))
 
 
 def test_every_job_kind_is_registered_and_has_the_same_five_modules():

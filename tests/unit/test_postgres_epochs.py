@@ -1,9 +1,9 @@
-"""The commit protocol of the PostgreSQL state backend (epochal.state.postgres_epochs), without a
+"""The commit protocol of the PostgreSQL state backend (epochal.state.postgres.epochs), without a
 database: epochs, one prepared transaction at a time, completion, aborts, restore resolution."""
 
 from __future__ import annotations
 
-from epochal.state.postgres_epochs import (
+from epochal.state.postgres.epochs import (
     SKIP,
     WAIT,
     EpochLog,
@@ -15,7 +15,7 @@ from epochal.state.postgres_epochs import (
     parse_session,
     resolve,
 )
-from epochal.state.postgres_spill import merge
+from epochal.state.postgres.spill import merge
 
 
 def changes(**values):

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's spilled write-ahead log (epochal.state.postgres_spill), without a
+"""The PostgreSQL backend's spilled write-ahead log (epochal.state.postgres.spill), without a
 database: the RocksDB spill of an epoch (lookups, a later spill replacing an earlier one,
 removals, key-group scans, removal of its files), the merged stream an upload writes (newest
 wins, key-group order), and the sweep of a killed worker's spill directories."""
@@ -13,7 +13,7 @@ import pytest
 
 from epochal.config import StateBackendConfig
 from epochal.errors import PlanError
-from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory, entry_key, merge, sorted_changes
+from epochal.state.postgres.spill import MISS, DiskSpill, SpillDirectory, entry_key, merge, sorted_changes
 
 
 def test_a_spill_answers_lookups_and_a_later_spill_of_a_key_replaces_the_earlier(tmp_path):

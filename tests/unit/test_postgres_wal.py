@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's write-ahead log (epochal.state.postgres_wal), without a database:
+"""The PostgreSQL backend's write-ahead log (epochal.state.postgres.wal), without a database:
 reads through its layers newest first (this epoch, then each epoch not yet committed, memory
 before spill), a barrier's freeze, the spill past the memory budget (this epoch's and the frozen
 epochs' changes), the savepoint's and a key group's views oldest first, and the removal of the
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from epochal.state.postgres_epochs import EpochLog
-from epochal.state.postgres_spill import MISS, SpillDirectory
-from epochal.state.postgres_wal import WriteAheadLog
+from epochal.state.postgres.epochs import EpochLog
+from epochal.state.postgres.spill import MISS, SpillDirectory
+from epochal.state.postgres.wal import WriteAheadLog
 
 SLOT = (1, 5)
 

@@ -32,7 +32,7 @@ from epochal.runtime.queries.wire import (
     split_frames,
 )
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.ttl import StateTtlConfig
 from tests.unit.queryable_servers import polled_heap_server
 

@@ -58,7 +58,7 @@ from epochal.runtime.queries.wire import (
     split_frames,
 )
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from tests.unit.queryable_servers import polled_heap_server
 
 TOKEN = query_token(b"j" * 32)

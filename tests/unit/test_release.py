@@ -1,4 +1,4 @@
-"""Freeing a finished subtask's containers in the background (epochal.state.release)."""
+"""Freeing a finished subtask's containers in the background (epochal.state.postgres.release)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import time
 import weakref
 
-from epochal.state import release
+from epochal.state.postgres import release
 
 
 class Value:

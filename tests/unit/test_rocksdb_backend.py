@@ -22,10 +22,11 @@ from epochal.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
-from epochal.state.rocksdb import RocksDBKeyedStateBackend, read_key_groups
-from epochal.state.rocksdb_keys import RangeKeyCursor, group_prefix
+from epochal.state.rocksdb.backend import RocksDBKeyedStateBackend
+from epochal.state.rocksdb.keys import RangeKeyCursor, group_prefix
+from epochal.state.rocksdb.reads import read_key_groups
 
 MAX_P = 128
 KEYS: list[Any] = ["a", "b", "ü", "", 0, 7, -3, 2**70, b"raw", None, ("t", 1), ("t", ("nested", 2.5))]
@@ -325,7 +326,8 @@ def test_a_subtask_adopts_a_checkpoint_that_holds_all_its_groups(make_rocksdb, t
 def test_a_scan_keeps_its_read_options_alive(make_rocksdb):
     """rocksdict iterators read their upper bound from ReadOptions they do not keep alive: a scan
     whose options (and bound) were dropped stopped after a random number of entries."""
-    from epochal.state.rocksdb_keys import group_prefix, scan, scan_keys
+    from epochal.state.rocksdb.keys import group_prefix
+    from epochal.state.rocksdict_scans import scan, scan_keys
 
     backend = make_rocksdb()
     table = backend.owned_table("s")
@@ -380,7 +382,8 @@ def test_blocks_are_lz4_and_a_checkpoint_written_with_snappy_still_restores(make
     docs/savepoints.md); checkpoints of versions that wrote Snappy restore and read as before."""
     from rocksdict import DBCompressionType
 
-    from epochal.state import rocksdb, rocksdb_native
+    from epochal.state.rocksdb import backend as rocksdb
+    from epochal.state.rocksdb import native as rocksdb_native
 
     current = make_rocksdb(name="lz4")
     _fill(current, range(500))
@@ -397,7 +400,7 @@ def test_blocks_are_lz4_and_a_checkpoint_written_with_snappy_still_restores(make
     assert restored.capture() == {g: s for g, s in everything.items() if g < 64}
     assert dict(read_key_groups(str(tmp_path / "chk"), range(MAX_P))) == everything
     if rocksdb_native.unavailable_reason() is None:  # the canonical savepoint's reader too
-        from epochal.state.rocksdb import read_stored_groups
+        from epochal.state.rocksdb.reads import read_stored_groups
 
         native = {group: pickle.loads(data[offset:offset + length])
                   for data, spans in rocksdb_native.read_chunks(str(tmp_path / "chk"), range(MAX_P))

@@ -1,4 +1,4 @@
-"""RocksDB checkpoints through checkpoint storage (state/rocksdb_checkpoints.py) without Spark: the
+"""RocksDB checkpoints through checkpoint storage (state/rocksdb/checkpoints.py) without Spark: the
 synchronous part is a local hard-link checkpoint, later checkpoints upload only new SST files and
 reference the others, restores at another parallelism read only owned key groups (into RocksDB or
 the heap backend), and retention keeps every SST file a retained checkpoint needs."""
@@ -16,8 +16,8 @@ from epochal.control.checkpointing.files import shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
-from epochal.state.rocksdb_checkpoints import download
+from epochal.state.heap.backend import HeapKeyedStateBackend
+from epochal.state.rocksdb.checkpoints import download
 from epochal.state.storage import CheckpointError, CheckpointStorage
 from tests.unit.snapshot_helpers import CheckpointHistory, metadata, write_checkpoint
 from tests.unit.snapshot_helpers import restored as snapshot_restored

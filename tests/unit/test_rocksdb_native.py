@@ -1,4 +1,4 @@
-"""The native reader of RocksDB checkpoints (state/rocksdb_native.py, state/_rocksdb_native.c)
+"""The native reader of RocksDB checkpoints (state/rocksdb/native.py, state/rocksdb/_native.c)
 without Spark: it gives the groups the Python reader gives (every key kind, values of every pickle
 length class, several states, empty groups, any key-group range, any chunk size), the canonical
 savepoint it writes restores the state, a checkpoint it cannot open falls back to Python, and
@@ -15,11 +15,11 @@ import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
 from epochal.plan.keygroups import key_group_of
-from epochal.state import rocksdb_native
 from epochal.state.backends import create_backend
 from epochal.state.canonical import decode_states
 from epochal.state.descriptors import MapStateDescriptor, ValueStateDescriptor
-from epochal.state.rocksdb import read_stored_groups
+from epochal.state.rocksdb import native as rocksdb_native
+from epochal.state.rocksdb.reads import read_stored_groups
 from epochal.state.snapshot import stored_chunks, write_group_chunks
 from epochal.state.storage import CheckpointStorage, crc
 
@@ -145,8 +145,8 @@ def test_switched_off_it_says_so(monkeypatch):
 
 
 def test_a_reader_opens_once_and_closed_reads_nothing_more(checkpoint):
-    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
-    from epochal.state.rocksdb_keys import group_prefix
+    from epochal.state.rocksdb import _native as native  # type: ignore[attr-defined]
+    from epochal.state.rocksdb.keys import group_prefix
 
     directory, groups = checkpoint
     reader = native.Reader(directory, group_prefix(groups.start), group_prefix(groups.stop))
@@ -165,8 +165,8 @@ def test_a_chunk_is_a_read_only_buffer_that_outlives_its_reader_and_whose_memory
     serves the next read (no fresh pages per chunk); held, the next read fills another."""
     import numpy as np
 
-    from epochal.state import _rocksdb_native as native  # type: ignore[attr-defined]
-    from epochal.state.rocksdb_keys import group_prefix
+    from epochal.state.rocksdb import _native as native  # type: ignore[attr-defined]
+    from epochal.state.rocksdb.keys import group_prefix
 
     def address(chunk) -> int:
         return np.frombuffer(chunk, dtype=np.uint8).__array_interface__["data"][0]

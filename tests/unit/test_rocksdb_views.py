@@ -1,4 +1,4 @@
-"""read_committed views of a RocksDB backend (state/rocksdb_views.py) without Spark: views of a local
+"""read_committed views of a RocksDB backend (state/rocksdb/views.py) without Spark: views of a local
 checkpoint taken at the barrier instead of a copy of the state, opened on the first read, showing
 the state of their moment whatever the live database does afterwards, answering the query
 machine's lookups and pages, and deleted with the last view of them; states with TTL still copied."""
@@ -27,7 +27,7 @@ from epochal.runtime.queries.shown import views_of
 from epochal.runtime.queries.wire import READ_COMMITTED, Lookup, Values, encode, query_token
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import MapStateDescriptor, ValueStateDescriptor
-from epochal.state.rocksdb_views import CommittedGroup
+from epochal.state.rocksdb.views import CommittedGroup
 from epochal.state.ttl import StateTtlConfig
 
 MAXP = 128

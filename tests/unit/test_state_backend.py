@@ -35,7 +35,7 @@ from epochal.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
 
 MAX_P = 16

@@ -46,9 +46,9 @@ from epochal.runtime.windows.triggers import (
     TriggerResult,
 )
 from epochal.state.descriptors import ReducingStateDescriptor, ValueStateDescriptor
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.state.operator_state import OperatorStateStore
-from epochal.state.rocksdb import RocksDBKeyedStateBackend
+from epochal.state.rocksdb.backend import RocksDBKeyedStateBackend
 from epochal.testing import OperatorHarness
 
 MAX_P = 128

@@ -22,7 +22,7 @@ from epochal.runtime.operators.aggregates import CountAggregate, ReduceAggregate
 from epochal.runtime.operators.base import Operator
 from epochal.runtime.operators.inband import END_OF_PARTITION, Watermark
 from epochal.runtime.windows.time_windows import TumblingWindowOperator, WatermarkGenerator
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.heap.backend import HeapKeyedStateBackend
 from epochal.testing import OperatorHarness
 
 MAX_PARALLELISM = 16

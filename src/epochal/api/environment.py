@@ -157,7 +157,7 @@ class Environment:
         checkpointed incrementally. ``kind="postgres"``: keyed state in the PostgreSQL database
         ``dsn`` (tables named after ``table``, this job's rows under ``namespace``, default the
         job's name), committed with each checkpoint by two-phase commit, or with ``mvcc=True`` as
-        versions per checkpoint epoch (:mod:`epochal.state.postgres`); a restore loads nothing.
+        versions per checkpoint epoch (:mod:`epochal.state.postgres.backend`); a restore loads nothing.
         Its changes not yet committed stay in memory up to ``wal_memory_bytes`` per subtask, then
         spill to ``local_dir``."""
         self.state_backend = StateBackendConfig(kind, snapshot or StateBackendConfig().snapshot, incremental,

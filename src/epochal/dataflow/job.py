@@ -116,7 +116,7 @@ def start(spec: JobSpec, leadership: Leadership | None) -> JobClient:
         collect_ids=[n.collect_id for n in spec.logical_graph.nodes if n.collect_id])
     state_claim = None
     if state_backend.kind == POSTGRES:  # one running job per state namespace; nothing left prepared
-        from epochal.state.postgres_claims import JobStateClaim
+        from epochal.state.postgres.claims import JobStateClaim
         from epochal.state.snapshot import RestoreSource
 
         restored = None if restore is None else RestoreSource(
@@ -184,7 +184,7 @@ def _validate_state_backend(spec: JobSpec) -> None:
     backend = spec.state_backend
     if backend.kind != POSTGRES:
         return
-    from epochal.state.postgres_schema import ensure_schema
+    from epochal.state.postgres.schema import ensure_schema
 
     checkpoint = spec.checkpoint
     if not backend.mvcc and checkpoint.enabled and checkpoint.max_concurrent > 1:

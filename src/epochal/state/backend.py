@@ -14,7 +14,7 @@ A backend holds the keyed state of one operator subtask, partitioned by key grou
 * ``capture()`` / ``restore_group(group, states)``: the synchronous part of a snapshot
   (``{group: {state name: {key: value}}}``) and the restore of one key group.
 
-The heap backend (:mod:`epochal.state.heap`) keeps plain dicts; other backends implement the
+The heap backend (:mod:`epochal.state.heap.backend`) keeps plain dicts; other backends implement the
 same four methods (``owned_table``, ``capture``, ``restore_group``, ``entry_count``) and get the
 state objects for free.
 """
@@ -135,7 +135,7 @@ class KeyedStateBackend(ABC):
 
     # -- snapshots. A backend whose snapshots are not a copy of ``capture()`` overrides these, or
     # -- sets ``snapshots`` (an object with ``begin``/``begin_canonical``/``written``/``completed``, see
-    # -- :class:`epochal.state.rocksdb_checkpoints.RocksDBSnapshots`).
+    # -- :class:`epochal.state.rocksdb.checkpoints.RocksDBSnapshots`).
     snapshots: Any = None
 
     def begin_snapshot(self, checkpoint_id: int) -> Any:

@@ -1,20 +1,13 @@
-"""Creating the keyed-state backend a job chose (:class:`~epochal.config.StateBackendConfig`)."""
+"""Creating the keyed-state backend a job chose (:class:`~epochal.config.StateBackendConfig`): the
+factory its kind registered (:mod:`epochal.state.registry`)."""
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
-
-from epochal.config import POSTGRES, ROCKSDB, StateBackendConfig
+from epochal.config import StateBackendConfig
 from epochal.state.backend import KeyedStateBackend
-from epochal.state.heap import HeapKeyedStateBackend
+from epochal.state.registry import backend_factory
 
-
-def local_root(config: StateBackendConfig) -> str:
-    """Where a backend keeps files on the worker's local disk: ``config.local_dir``, else Spark's
-    local directory (``SPARK_LOCAL_DIRS``), else the temp directory."""
-    return config.local_dir or (os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or tempfile.gettempdir())
+__all__ = ["create_backend"]
 
 
 def create_backend(config: StateBackendConfig, max_parallelism: int, key_groups: range,
@@ -26,31 +19,6 @@ def create_backend(config: StateBackendConfig, max_parallelism: int, key_groups:
     RocksDB databases live in a new directory under ``config.local_dir`` (default: Spark's local
     directory, ``SPARK_LOCAL_DIRS``, else the temp directory), removed with the subtask
     (``dispose``); local checkpoints are made beside the database, on the same file system, so
-    that they are hard links."""
-    if config.kind == POSTGRES:
-        from epochal.state.postgres import PostgresKeyedStateBackend
-
-        return PostgresKeyedStateBackend(max_parallelism, key_groups, config, uid or name,
-                                         config.namespace or job_name or "job", attempt, name)
-    if config.kind != ROCKSDB:
-        return HeapKeyedStateBackend(max_parallelism, key_groups, config.incremental, config.full_every)
-    from epochal.state.rocksdb import RocksDBKeyedStateBackend
-    from epochal.state.rocksdb_checkpoints import RocksDBSnapshots
-
-    base = os.path.join(local_root(config), "epochal-rocksdb")
-    os.makedirs(base, exist_ok=True)
-    owned = tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] + "-", dir=base)
-    backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, os.path.join(owned, "db"),
-                                       write_buffer_bytes=config.write_buffer_bytes,
-                                       block_cache_bytes=config.block_cache_bytes)
-    backend.snapshots = RocksDBSnapshots(backend)
-    dispose = backend.dispose
-
-    def dispose_all() -> None:
-        dispose()
-        import shutil
-
-        shutil.rmtree(owned, ignore_errors=True)
-
-    backend.dispose = dispose_all  # type: ignore[method-assign]
-    return backend
+    that they are hard links (:func:`epochal.state.rocksdb.backend.create`)."""
+    return backend_factory(config.kind)(config, max_parallelism, key_groups, name, uid=uid, job_name=job_name,
+                                        attempt=attempt)

@@ -12,7 +12,7 @@ named by the file's handle:
   CPU), and what the heap backends' checkpoints are.
 - **stored bytes** (``"encoding": "pickled-entries"``, :data:`ENCODING`): the pickle of
   ``{state name: (keys, values)}``, two lists of bytes of equal length: ``keys[i]`` is the
-  canonical bytes of a user key (:class:`~epochal.state.rocksdb_keys.KeyEncoder`'s pickle,
+  canonical bytes of a user key (:class:`KeyEncoder`'s pickle,
   protocol 5, memo-free for composite keys: what RocksDB stores after its 2-byte key-group
   prefix), ``values[i]`` the pickle of its value (:func:`epochal.serialization.dumps`: what
   RocksDB stores as the value). What RocksDB writes: it copies its stored bytes without
@@ -34,7 +34,6 @@ from collections.abc import Collection
 from typing import Any
 
 from epochal.serialization import dumps as _dumps
-from epochal.state.rocksdb_keys import _SCALAR_KEYS, KeyEncoder
 from epochal.state.storage import CheckpointError
 
 #: The ``encoding`` of a keyed-state handle whose groups hold stored bytes.
@@ -47,6 +46,37 @@ Stored = dict[str, tuple[list[bytes], list[bytes]]]
 
 _loads = pickle.loads
 _pickle = pickle.dumps
+#: Key types pickled with plain ``pickle.dumps`` (:class:`KeyEncoder`): their pickle does not
+#: depend on identity.
+SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
+
+
+class KeyEncoder:
+    """``key -> pickle``, the canonical bytes of a user key: equal bytes for equal keys of one type.
+
+    Scalar keys (:data:`SCALAR_KEYS`) are ``pickle.dumps(key, protocol=5)``; any other key (tuples,
+    dataclasses, date/time) is pickled without pickle's memo, because the memo makes the bytes
+    depend on object identity: ``("ab", "ab")`` pickles differently when its two strings are one
+    object than when they are two equal ones. Keys that are equal in Python but pickle differently
+    (``1``, ``1.0`` and ``True``) stay distinct. What RocksDB stores after a key's group prefix, and
+    PostgreSQL in its rows. One encoder per thread (it reuses one buffer)."""
+
+    __slots__ = ("_buffer", "_pickler")
+
+    def __init__(self) -> None:
+        self._buffer = io.BytesIO()
+        self._pickler = pickle.Pickler(self._buffer, protocol=5)
+        self._pickler.fast = True  # no memo: the bytes do not depend on which parts are one object
+
+    def __call__(self, key: Any) -> bytes:
+        if type(key) in SCALAR_KEYS:
+            return _pickle(key, 5)
+        buffer = self._buffer
+        buffer.seek(0)
+        buffer.truncate()
+        self._pickler.dump(key)
+        return buffer.getvalue()
+
 
 
 def encode_states(states: dict[str, dict[Any, Any]], encode_key: KeyEncoder | None = None) -> Stored:
@@ -58,7 +88,7 @@ def encode_states(states: dict[str, dict[Any, Any]], encode_key: KeyEncoder | No
     for name, entries in states.items():
         if not entries:
             continue
-        keys = [_pickle(key, 5) if type(key) in _SCALAR_KEYS else encode(key) for key in entries]
+        keys = [_pickle(key, 5) if type(key) in SCALAR_KEYS else encode(key) for key in entries]
         try:  # plain pickle for the whole group first: the fallback costs a second try only on failure
             values = [_pickle(value, 5) for value in entries.values()]
         except Exception:

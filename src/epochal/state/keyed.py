@@ -4,7 +4,7 @@ The state objects work on any :class:`~epochal.state.backend.KeyedStateBackend`:
 write the current key's entry in ``backend.owned_table(name)[current group]`` and write a value
 back after changing it, so a backend whose tables are views (RocksDB) sees every change.
 
-The backends: :mod:`epochal.state.heap` (Python dicts) and :mod:`epochal.state.rocksdb`.
+The backends: :mod:`epochal.state.heap.backend` (Python dicts) and :mod:`epochal.state.rocksdb.backend`.
 
 A descriptor with a TTL config gets the Ttl* subclass of its state object (:mod:`epochal.state.ttl`:
 values stored as ``(value, timestamp)`` tuples, expired ones invisible and removed on access);

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import pickle
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from epochal import serialization
 from epochal.state.canonical import (
     ENCODING,
+    KeyEncoder,
     Stored,
     check_encoding,
     check_layout,
@@ -27,12 +26,14 @@ from epochal.state.canonical import (
 )
 from epochal.state.incremental import IncrementalCapture, apply_delta
 from epochal.state.operator_state import redistribute
-from epochal.state.rocksdb_keys import KeyEncoder
+from epochal.state.registry import FormatReader, format_reader
 from epochal.state.storage import CheckpointError, CheckpointStorage, crc
 
 Captured = dict[str, dict[str, Any]]  # uid -> {"keyed": {group: {name: {key: value}}}, "operator": {...}}
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+#: ``format`` of an incremental checkpoint's keyed-state handle: its chain of files
+CHAIN = "chain"
 
 
 def file_stem(uid: str) -> str:
@@ -121,7 +122,7 @@ def stored_chunks(stored: Iterable[tuple[int, Stored]], min_bytes: int = CHUNK_B
 def write_group_chunks(storage: CheckpointStorage, checkpoint_id: int, name: str,
                        chunks: Iterable[Chunk]) -> dict[str, Any]:
     """Write chunks of stored-bytes group blobs (:func:`stored_chunks`, or the native reader's
-    :func:`epochal.state.rocksdb_native.read_chunks`), in group order, as file ``name`` of
+    :func:`epochal.state.rocksdb.native.read_chunks`), in group order, as file ``name`` of
     checkpoint ``checkpoint_id`` while they are produced (:meth:`CheckpointStorage.write_file_chunks`);
     returns its keyed-state handle, as :func:`write_stored_groups`'s."""
     groups: dict[str, list[int]] = {}
@@ -157,7 +158,7 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
             kind = "full" if plan.full else "delta"
             written = storage.write_shared(f"{file_stem(uid)}-{subtask}.c{checkpoint_id}.{kind}", data)
             link = {"file": written["file"], "size": written["size"], "groups": groups, "kind": kind}
-            handle["keyed"] = {"format": "chain", "chain": [*plan.base, link]}
+            handle["keyed"] = {"format": CHAIN, "chain": [*plan.base, link]}
         elif keyed:
             handle["keyed"] = write_key_groups(storage, checkpoint_id, f"{file_stem(uid)}-{subtask}.keyed",
                                                sorted(keyed.items()))
@@ -176,7 +177,7 @@ def materialize(storage: CheckpointStorage, checkpoint_id: int, subtask: int, ca
 
 def handle_bytes(handles: dict[str, Any]) -> int:
     """Bytes a subtask wrote for one checkpoint (of a chain, only its own newest file; of a
-    RocksDB checkpoint, the files it uploaded)."""
+    backend's own format, what it says it wrote: :mod:`epochal.state.registry`)."""
     total = 0
     for handle in handles.values():
         for part in ("keyed", "operator"):
@@ -184,12 +185,11 @@ def handle_bytes(handles: dict[str, Any]) -> int:
                 keyed = handle[part]
                 if "chain" in keyed:
                     total += keyed["chain"][-1]["size"]
-                elif keyed.get("format") in ("rocksdb", "postgres"):  # what this checkpoint uploaded
+                elif "written_bytes" in keyed:  # a backend's own format: what this checkpoint uploaded
                     total += keyed["written_bytes"]
                 else:
                     total += keyed["size"]
     return total
-
 
 
 
@@ -227,10 +227,13 @@ class RestoreSource:
                      names: frozenset[str] | None = None, stored: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(group, {state name: {key: value}})`` for every owned key group with state; of an
         incremental checkpoint, each old subtask's chain is read oldest first, only the ranges
-        of the owned groups of each file. ``skip_rocksdb``: leave out what RocksDB subtasks
-        wrote (a RocksDB backend ingests it: :meth:`rocksdb_checkpoints`). ``names``: only
-        these states (RocksDB then scans only their column families; of the heap formats a
-        group is read whole and the others dropped); groups without any of them are left out.
+        of the owned groups of each file. A handle in a backend's own format is read by the
+        reader that backend registered (:mod:`epochal.state.registry`; one whose state is in a
+        database refuses with a :class:`CheckpointError` that says what to do). ``skip_rocksdb``:
+        leave out the handles whose files a backend restores as they are (what RocksDB subtasks
+        wrote: a RocksDB backend ingests it, :meth:`rocksdb_checkpoints`). ``names``: only these
+        states (RocksDB then scans only their column families; of the heap formats a group is
+        read whole and the others dropped); groups without any of them are left out.
         ``stored``: each group as ``{state name: (key bytes, value bytes)}`` instead
         (:mod:`epochal.state.canonical`; a RocksDB canonical savepoint's groups as they are,
         nothing decoded; pickled dicts encoded), for a RocksDB backend's restore (``skip_rocksdb``
@@ -239,18 +242,10 @@ class RestoreSource:
             keyed = handle.get("keyed")
             if not keyed:
                 continue
-            if keyed.get("format") == "rocksdb":
-                if not skip_rocksdb:
-                    yield from self._rocksdb_groups(keyed, key_groups, names)
-                continue
-            if keyed.get("format") == "postgres":
-                start, stop = keyed["key_groups"]
-                if start < key_groups.stop and key_groups.start < stop:
-                    raise CheckpointError(
-                        f"checkpoint {self.checkpoint_id} keeps the keyed state of operator '{uid}' in PostgreSQL "
-                        f"(namespace '{keyed.get('namespace')}' of table {keyed.get('table')}): restore it with "
-                        "set_state_backend('postgres', dsn=...), or take a savepoint of the job (savepoints are "
-                        "canonical) to move its state to another backend")
+            reader = self._reader(keyed)
+            if reader is not None:
+                if not (skip_rocksdb and reader.fetches_files):
+                    yield from reader.key_groups(self.storage, self.checkpoint_id, uid, keyed, key_groups, names)
                 continue
             if "chain" not in keyed:
                 groups = self._groups_of(keyed, key_groups, stored, names)
@@ -267,41 +262,26 @@ class RestoreSource:
                     yield group, kept
 
     def rocksdb_checkpoints(self, uid: str, key_groups: range) -> Iterator[tuple[str, range]]:
-        """For each old RocksDB subtask of ``uid`` owning some of ``key_groups``: its files
-        fetched into a local checkpoint directory and the groups of it wanted, ``(directory,
-        groups)``; the directory is removed when the iteration moves on (or ends)."""
-        from epochal.state.rocksdb_checkpoints import download
-
+        """For each old subtask of ``uid`` owning some of ``key_groups`` whose files a backend
+        restores as they are (a format whose reader
+        :attr:`~epochal.state.registry.FormatReader.fetches_files`: RocksDB's): its files fetched
+        into a local checkpoint directory and the groups of it wanted, ``(directory, groups)``;
+        the directory is removed when the iteration moves on (or ends)."""
         for handle in self._subtasks(uid):
             keyed = handle.get("keyed")
-            if not keyed or keyed.get("format") != "rocksdb":
+            if not keyed:
                 continue
-            start, stop = keyed["key_groups"]
-            wanted = range(max(start, key_groups.start), min(stop, key_groups.stop))
-            if not wanted:
-                continue
-            local = tempfile.mkdtemp(prefix="epochal-restore-")
-            try:
-                yield download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted
-            finally:
-                shutil.rmtree(local, ignore_errors=True)
+            reader = self._reader(keyed)
+            if reader is not None and reader.fetches_files:
+                yield from reader.fetch(self.storage, self.checkpoint_id, keyed, key_groups)
 
-    def _rocksdb_groups(self, keyed: dict[str, Any], key_groups: range,
-                        names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-        """An old RocksDB subtask's owned groups: its files fetched into a local checkpoint,
-        read by key-group range."""
-        start, stop = keyed["key_groups"]
-        wanted = range(max(start, key_groups.start), min(stop, key_groups.stop))
-        if not wanted:
-            return
-        from epochal.state.rocksdb import read_key_groups
-        from epochal.state.rocksdb_checkpoints import download
-
-        local = tempfile.mkdtemp(prefix="epochal-restore-")
-        try:
-            yield from read_key_groups(download(self.storage, self.checkpoint_id, keyed, f"{local}/db"), wanted, names)
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
+    def _reader(self, keyed: dict[str, Any]) -> FormatReader | None:
+        """The registered reader of ``keyed``'s format; None for the generic handles (a file of
+        per-group blobs, an incremental chain)."""
+        handle_format = keyed.get("format")
+        if handle_format is None or handle_format == CHAIN:
+            return None
+        return format_reader(handle_format, "" if self.storage is None else self.storage.location(self.checkpoint_id))
 
     def _groups_of(self, keyed: dict[str, Any], key_groups: range, stored: bool = False,
                    names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

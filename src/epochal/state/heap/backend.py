@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from epochal.config import StateBackendConfig
 from epochal.state.backend import Captured, KeyedStateBackend
 from epochal.state.incremental import DELETED, BatchLog, DeltaTracker, IncrementalCapture, SnapshotPlan, TrackedDict
 from epochal.state.ttl import CLOCK, drop_expired
@@ -156,3 +157,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def checkpoint_completed(self, checkpoint_id: int) -> None:
         if self.tracker is not None:
             self.tracker.completed(checkpoint_id)
+
+
+def create(config: StateBackendConfig, max_parallelism: int, key_groups: range, name: str, **_: Any) -> \
+        HeapKeyedStateBackend:
+    """The heap backend of one keyed operator subtask, as
+    :func:`epochal.state.backends.create_backend` makes it (``config.incremental``,
+    ``config.full_every``)."""
+    return HeapKeyedStateBackend(max_parallelism, key_groups, config.incremental, config.full_every)

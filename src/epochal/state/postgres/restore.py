@@ -1,4 +1,4 @@
-"""Restores of the PostgreSQL backend (:mod:`epochal.state.postgres`) in the database: a restore of
+"""Restores of the PostgreSQL backend (:mod:`epochal.state.postgres.backend`) in the database: a restore of
 its own checkpoint resolves what earlier attempts left (non-MVCC: commits the prepared transactions
 of the restored checkpoint and earlier, rolls back later ones; MVCC: drops the versions written
 after it) and checks that the database holds that checkpoint; a fresh start rolls back every
@@ -17,8 +17,8 @@ from typing import Any
 
 from epochal.errors import StateBackendError
 from epochal.serialization import dumps
-from epochal.state.postgres_epochs import resolve
-from epochal.state.postgres_store import WRITE_CHUNK, Store
+from epochal.state.postgres.epochs import resolve
+from epochal.state.postgres.store import WRITE_CHUNK, Store
 from epochal.state.storage import CheckpointError
 
 #: How long a start waits for an earlier attempt's upload that holds its key groups' markers.
@@ -50,7 +50,7 @@ def take_fence(store: Store, prefix: str, key_groups: range, fence: int, restore
 
 def resolve_prepared(store: Store, prefix: str, key_groups: range, restored: int | None) -> tuple[list[str], list[str]]:
     """Commit and roll back the prepared transactions of ``key_groups`` as a start from
-    ``restored`` decides (:func:`~epochal.state.postgres_epochs.resolve`); returns their ids."""
+    ``restored`` decides (:func:`~epochal.state.postgres.epochs.resolve`); returns their ids."""
     commit, rollback = resolve(store.prepared(prefix), restored, key_groups)
     for gid in rollback:
         store.finish_prepared(str(gid), commit=False)
@@ -108,7 +108,7 @@ def roll_back_all(store: Store, prefix: str, key_groups: range, fence: int) -> l
 
 
 def start_fresh(backend: Any, restore: Any | None) -> None:
-    """Start ``backend`` (a :class:`~epochal.state.postgres.PostgresKeyedStateBackend` whose store
+    """Start ``backend`` (a :class:`~epochal.state.postgres.backend.PostgresKeyedStateBackend` whose store
     is open) empty: its prepared transactions rolled back and its key groups of the namespace
     cleared; then load the state ``restore`` holds in another backend's format (a heap or RocksDB
     checkpoint, a savepoint), if any."""

@@ -1,5 +1,5 @@
-/* epochal.state._rocksdb_native: the canonical savepoint of a RocksDB subtask written without a
- * Python object per entry (issue 34; see epochal/state/rocksdb_native.py for the contract).
+/* epochal.state.rocksdb._native: the canonical savepoint of a RocksDB subtask written without a
+ * Python object per entry (issue 34; see epochal/state/rocksdb/native.py for the contract).
  *
  * It calls RocksDB's C API (include/rocksdb/c.h, a stable interface) in a shared library that
  * the Python side finds and hands over by path: the RocksDB library inside the rocksdbjni JAR
@@ -211,7 +211,7 @@ static PyBufferProcs chunk_buffer = {.bf_getbuffer = (getbufferproc)Chunk_getbuf
 static PySequenceMethods chunk_sequence = {.sq_length = (lenfunc)Chunk_length};
 
 static PyTypeObject ChunkType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.state._rocksdb_native.Chunk",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.state.rocksdb._native.Chunk",
     .tp_basicsize = sizeof(Chunk),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A chunk of key-group pickles read by a Reader: a read-only buffer (memoryview(chunk)).",
@@ -519,7 +519,7 @@ static PyMethodDef reader_methods[] = {
 };
 
 static PyTypeObject ReaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.state._rocksdb_native.Reader",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.state.rocksdb._native.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Reader(directory, lower, upper): the keys in [lower, upper) of the RocksDB checkpoint at "
@@ -535,9 +535,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rocksdb_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__rocksdb_native(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&ChunkType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's snapshots (:mod:`epochal.state.postgres`), both run by the worker's
+"""The PostgreSQL backend's snapshots (:mod:`epochal.state.postgres.backend`), both run by the worker's
 uploader thread through ``upload`` (:func:`epochal.state.snapshot.materialize`): a checkpoint's
 epoch written and pre-committed (:class:`EpochUpload`), and a savepoint's canonical copy read from
 a ``REPEATABLE READ`` snapshot begun at the barrier (:class:`CanonicalSnapshot`)."""
@@ -8,18 +8,21 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from epochal.errors import StateBackendError
 from epochal.state.backend import Captured
-from epochal.state.postgres_epochs import SKIP, WAIT, Changes, Gid, UploadPlan
-from epochal.state.postgres_spill import merge
-from epochal.state.ttl import CLOCK, drop_expired
+from epochal.state.postgres.epochs import SKIP, WAIT, Changes, EpochLog, Gid, UploadPlan
+from epochal.state.postgres.spill import merge
+from epochal.state.postgres.store import Store
+from epochal.state.postgres.wal import WriteAheadLog
+from epochal.state.storage import CheckpointError, CheckpointStorage
+from epochal.state.ttl import CLOCK, StateTtlConfig, drop_expired
 
-if TYPE_CHECKING:
-    from epochal.state.postgres import PostgresKeyedStateBackend
+__all__ = ["POSTGRES_FORMAT", "READER", "CanonicalSnapshot", "DatabaseReader", "EpochUpload", "Snapshotted"]
 
-#: ``format`` of this backend's keyed-state handles in checkpoint metadata
+#: ``format`` of this backend's keyed-state handles in checkpoint metadata (:mod:`epochal.state.registry`)
 POSTGRES_FORMAT = "postgres"
 #: How long an upload waits for the commit of the subtask's previous epoch before it gives up
 #: (the checkpoint is declined; its changes go with the next one).
@@ -28,11 +31,42 @@ UPLOAD_WAIT_S = 300.0
 _loads = pickle.loads
 
 
+class Snapshotted(Protocol):
+    """What the snapshots read of their subtask's backend
+    (:class:`~epochal.state.postgres.backend.PostgresKeyedStateBackend`): its connections, epoch
+    log and write-ahead log, the lock and thread the log is shared under, what the handle names,
+    and its states' types and TTL configs."""
+
+    store: Store | None
+    log: EpochLog
+    wal: WriteAheadLog
+    cond: threading.Condition
+    processing_thread: int
+    what: str
+    mvcc: bool
+    table: str
+    namespace: str
+    uid: str
+    key_groups: range
+    prefix: str
+    attempt: int
+    fence: int
+    started: dict[str, Any]
+    rows_read: int
+    committed_epoch: int
+    state_types: dict[str, str]
+    ttl_configs: dict[str, StateTtlConfig]
+
+    def collect_garbage(self) -> int:
+        """Delete the MVCC versions no retained checkpoint reads (uploader thread); how many."""
+        ...
+
+
 class EpochUpload:
     """The upload of one checkpoint's epoch (and of earlier epochs no transaction holds), run by
     the worker's uploader thread through ``upload`` (:func:`epochal.state.snapshot.materialize`)."""
 
-    def __init__(self, backend: PostgresKeyedStateBackend, checkpoint_id: int) -> None:
+    def __init__(self, backend: Snapshotted, checkpoint_id: int) -> None:
         self.backend = backend
         self.checkpoint_id = checkpoint_id
 
@@ -40,12 +74,12 @@ class EpochUpload:
         backend = self.backend
         store = backend.store
         assert store is not None
-        cond = backend._cond
+        cond = backend.cond
         deadline = time.monotonic() + UPLOAD_WAIT_S
         with cond:
             while (plan := backend.log.plan(self.checkpoint_id)) is WAIT:
                 left = deadline - time.monotonic()
-                if left <= 0 or threading.get_ident() == backend._processing_thread:
+                if left <= 0 or threading.get_ident() == backend.processing_thread:
                     raise StateBackendError(
                         f"{backend.what}: checkpoint {self.checkpoint_id} cannot be pre-committed while the prepared "
                         f"transaction of checkpoint {backend.log.waiting_on(self.checkpoint_id)} is neither committed "
@@ -90,7 +124,7 @@ class CanonicalSnapshot:
     snapshot begun at the barrier (``isolated``; else read at once on the processing thread),
     overlaid with the epochs not yet committed and the log, as they were then."""
 
-    def __init__(self, backend: PostgresKeyedStateBackend, isolated: bool = True) -> None:
+    def __init__(self, backend: Snapshotted, isolated: bool = True) -> None:
         self.backend = backend
         self.committed = backend.committed_epoch
         self.overlays: list[Changes] = backend.wal.overlays()  # oldest first (spilled ones read back)
@@ -101,7 +135,7 @@ class CanonicalSnapshot:
         store = backend.store
         assert store is not None
         if isolated:
-            from epochal.state.postgres_schema import connect
+            from epochal.state.postgres.schema import connect
 
             self.conn = connect(store.dsn, backend.what)
             try:
@@ -153,3 +187,33 @@ class CanonicalSnapshot:
         from epochal.state.snapshot import write_key_groups
 
         return write_key_groups(storage, checkpoint_id, f"{stem}.keyed", sorted(self.read().items()))
+
+
+class DatabaseReader:
+    """The reader of ``postgres`` handles (:class:`epochal.state.registry.FormatReader`): the
+    state is in the database, not in checkpoint files, so another backend cannot restore it; a
+    restore that owns some of the handle's key groups is refused with what to do instead (this
+    backend restores its own handles when it opens:
+    :meth:`~epochal.state.postgres.backend.PostgresKeyedStateBackend.open_state`)."""
+
+    fetches_files = False
+
+    def key_groups(self, storage: CheckpointStorage, checkpoint_id: int, uid: str, handle: dict[str, Any],
+                   key_groups: range, names: frozenset[str] | None) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
+        start, stop = handle["key_groups"]
+        if start < key_groups.stop and key_groups.start < stop:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_id} keeps the keyed state of operator '{uid}' in PostgreSQL "
+                f"(namespace '{handle.get('namespace')}' of table {handle.get('table')}): restore it with "
+                "set_state_backend('postgres', dsn=...), or take a savepoint of the job (savepoints are "
+                "canonical) to move its state to another backend")
+        yield from ()
+
+    def fetch(self, storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, Any],
+              key_groups: range) -> Iterator[tuple[str, range]]:
+        """Nothing: there are no files to fetch."""
+        return iter(())
+
+
+#: What :data:`epochal.state.registry.FORMATS` names for :data:`POSTGRES_FORMAT`
+READER = DatabaseReader()

@@ -3,7 +3,7 @@
 papers/001 §4.1 (1): the changes of an epoch are kept "in memory, spilling to local disk". A
 subtask's log (the current epoch's changes, and the frozen epochs not yet committed) stays in
 memory up to ``wal_memory_bytes`` (:class:`~epochal.config.StateBackendConfig`); past it
-:meth:`~epochal.state.postgres_wal.WriteAheadLog.spill` moves every change held in memory to its
+:meth:`~epochal.state.postgres.wal.WriteAheadLog.spill` moves every change held in memory to its
 epochs' :class:`SpilledChanges`, which the epochs keep beside the (now empty) changes in memory,
 the newer of the two. One :class:`SpilledChanges` per epoch: a RocksDB database (``rocksdict``, as
 the RocksDB backend) in a directory of its own under :class:`SpillDirectory`, each spill written
@@ -33,8 +33,8 @@ from typing import Any, Protocol, cast
 from rocksdict import BlockBasedOptions, IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
 from epochal.processes import alive
-from epochal.state.postgres_epochs import Changes, Entry
-from epochal.state.rocksdb_keys import scan
+from epochal.state.postgres.epochs import Changes, Entry
+from epochal.state.rocksdict_scans import scan
 
 __all__ = ["DiskSpill", "Entry", "SpillDirectory", "SpilledChanges", "decode", "entry_key", "merge",
            "sorted_changes"]

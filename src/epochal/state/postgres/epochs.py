@@ -6,7 +6,7 @@ triggerSnapshot() is invoked. Once the global snapshot is complete, then pre-com
 fully-committed". For one keyed operator subtask that is:
 
 - **Epochs.** Between two barriers the subtask's changes collect in its write-ahead log (in
-  memory, past a budget spilled to local disk: :mod:`epochal.state.postgres_spill`; an epoch
+  memory, past a budget spilled to local disk: :mod:`epochal.state.postgres.spill`; an epoch
   carries its spilled part, opaque here). At the barrier of checkpoint *n* the log is frozen as
   epoch *n* (:meth:`EpochLog.begin`) and a new one starts. An epoch stays readable (the
   subtask reads its own uncommitted changes first) until a completed checkpoint has committed it.
@@ -33,7 +33,7 @@ The MVCC variant (``sequential=False``) writes each epoch as rows versioned by t
 commits them at once (no transaction stays open, so no upload waits); an abort rolls nothing
 back: an aborted checkpoint's versions belong to the state of the next completed one.
 
-No I/O, clock or threads here: :mod:`epochal.state.postgres` runs the statements and holds the lock.
+No I/O, clock or threads here: :mod:`epochal.state.postgres.backend` runs the statements and holds the lock.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Epoch:
 
     ``holder``: the checkpoint whose transaction holds them (prepared, or in the MVCC variant
     written); None while no upload has written them. ``spill``: those of the changes that left
-    memory (a :class:`~epochal.state.postgres_spill.SpilledChanges`, older than ``changes``; None
+    memory (a :class:`~epochal.state.postgres.spill.SpilledChanges`, older than ``changes``; None
     if none did), and ``size`` the driver's estimate of the bytes ``changes`` holds in memory:
     both the driver's, never read here."""
 
@@ -89,7 +89,7 @@ class UploadPlan:
 
     def layers(self) -> list[tuple[Changes, Any]]:
         """(changes in memory, spilled changes or None) of every epoch, newest first: what
-        :func:`epochal.state.postgres_spill.merge` streams (taken under the backend's lock: a
+        :func:`epochal.state.postgres.spill.merge` streams (taken under the backend's lock: a
         spill moves an epoch's changes from the first to the second)."""
         return [(epoch.changes, epoch.spill) for epoch in reversed(self.epochs)]
 

@@ -1,5 +1,5 @@
 """One running job per PostgreSQL state namespace, and nothing left prepared when a job ends
-(the driver's side of :mod:`epochal.state.postgres`).
+(the driver's side of :mod:`epochal.state.postgres.backend`).
 
 **The claim.** Two jobs whose keyed state is in one namespace of the same tables destroy each
 other's state: a job that starts without a checkpoint of the namespace clears its rows, and any
@@ -23,7 +23,7 @@ ends the driver resolves what its workers left as a restart would (:func:`resolv
 keyed operator's key groups fenced (a worker still running is refused and its connections ended),
 the transactions of checkpoints up to the job's last completed one committed, later ones rolled
 back. Then it lets go of the claim. A thin driver around the database: what to commit and what
-to roll back is decided by :func:`~epochal.state.postgres_epochs.resolve`, as for a restore.
+to roll back is decided by :func:`~epochal.state.postgres.epochs.resolve`, as for a restore.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from epochal.errors import StateNamespaceInUseError
-from epochal.state.postgres_epochs import Session, gid_prefix
-from epochal.state.postgres_restore import resolve_prepared, take_fence
-from epochal.state.postgres_schema import connect, describe
-from epochal.state.postgres_snapshots import POSTGRES_FORMAT
-from epochal.state.postgres_store import Store
+from epochal.state.postgres.epochs import Session, gid_prefix
+from epochal.state.postgres.restore import resolve_prepared, take_fence
+from epochal.state.postgres.schema import connect, describe
+from epochal.state.postgres.snapshots import POSTGRES_FORMAT
+from epochal.state.postgres.store import Store
 
 __all__ = ["JobStateClaim", "NamespaceClaim", "lock_key", "resolve_left"]
 

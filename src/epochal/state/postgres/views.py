@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's view of its keys (:mod:`epochal.state.postgres`): what the read cache
+"""The PostgreSQL backend's view of its keys (:mod:`epochal.state.postgres.backend`): what the read cache
 holds of one key group (:class:`Group`), how the cache takes in a committed epoch
 (:func:`fold_epoch`) and forgets groups past its budget (:func:`evict`); one key group of one
 state as a mapping (:class:`GroupView`) that reads the subtask's write-ahead log first, then its
@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from epochal.serialization import dumps as _dumps
-from epochal.state.postgres_spill import ENTRY_OVERHEAD, MISS
-
-if TYPE_CHECKING:
-    from epochal.state.postgres import PostgresKeyedStateBackend
-    from epochal.state.postgres_epochs import Changes
+from epochal.state.canonical import SCALAR_KEYS, KeyEncoder
+from epochal.state.postgres.epochs import Changes
+from epochal.state.postgres.spill import ENTRY_OVERHEAD, MISS
+from epochal.state.postgres.wal import WriteAheadLog
 
 _loads = pickle.loads
 _pickle = pickle.dumps
-#: key types stored as their plain pickle (others by the RocksDB backend's key encoder)
-SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
 _MISS: Any = MISS
 
 
@@ -100,13 +97,32 @@ def evict(order: list[Group], keep: set[int], total: int, target: int, start: in
     return total, dropped, start
 
 
+class Reads(Protocol):
+    """What the views read through (the subtask's
+    :class:`~epochal.state.postgres.backend.PostgresKeyedStateBackend`): its write-ahead log, its
+    key encoder (keys are stored as :class:`~epochal.state.canonical.KeyEncoder`'s bytes, scalar
+    keys as their plain pickle, :data:`~epochal.state.canonical.SCALAR_KEYS`), and its read
+    cache's fills from the database."""
+
+    wal: WriteAheadLog
+    encoder: KeyEncoder
+
+    def fetch_keys(self, key_groups: list[int], stored_keys: list[bytes]) -> None:
+        """Read every state of the given keys into the cache (they become known)."""
+        ...
+
+    def load_group(self, group: Group) -> None:
+        """Read a whole key group into the cache (it becomes complete)."""
+        ...
+
+
 class _CommittedReads:
     """What the read cache and the database say of a key: its value as of the last checkpoint
     this subtask committed (the cache holds the database's values, folded in as epochs commit);
     and the iteration both views share over what each shows of its group (``_shown``)."""
 
     __slots__ = ()
-    _backend: PostgresKeyedStateBackend
+    _backend: Reads
     _group: Group
     _values: dict[bytes, bytes]
 
@@ -117,7 +133,7 @@ class _CommittedReads:
         group = self._group
         if group.complete or stored_key in group.known:
             return None
-        self._backend._fetch([group.index], [stored_key])
+        self._backend.fetch_keys([group.index], [stored_key])
         return self._values.get(stored_key)
 
     def _shown(self) -> dict[bytes, bytes]:
@@ -140,17 +156,18 @@ class _CommittedReads:
 class CommittedGroupView(_CommittedReads, Mapping[Any, Any]):
     """One key group of one state as of the last checkpoint the subtask committed, read-only: the
     read cache, then the database; not the write-ahead log, not the epochs not yet committed. A
-    ``read_committed`` view (:meth:`PostgresKeyedStateBackend.committed_views`): it is read when
+    ``read_committed`` view
+    (:meth:`~epochal.state.postgres.backend.PostgresKeyedStateBackend.committed_views`): it is read when
     asked, and shows the checkpoint the query server calls committed because a worker commits a
     checkpoint's epochs before its query server promotes that checkpoint's view."""
 
     __slots__ = ("_backend", "_group", "_values", "_encode")
 
-    def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: Group) -> None:
+    def __init__(self, backend: Reads, state: int, group: Group) -> None:
         self._backend = backend
         self._group = group
         self._values = group.values_of(state)
-        self._encode = backend._encoder
+        self._encode = backend.encoder
 
     def get(self, key: Any, default: Any = None) -> Any:
         value = self._committed(_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key))
@@ -166,7 +183,7 @@ class CommittedGroupView(_CommittedReads, Mapping[Any, Any]):
         return self.get(key, _MISS) is not _MISS
 
     def _shown(self) -> dict[bytes, bytes]:
-        self._backend._load_group(self._group)
+        self._backend.load_group(self._group)
         return dict(self._values)
 
     def __repr__(self) -> str:
@@ -182,14 +199,14 @@ class GroupView(_CommittedReads, MutableMapping[Any, Any]):
 
     __slots__ = ("_backend", "_slot", "_wal", "_entries", "_group", "_values", "_encode")
 
-    def __init__(self, backend: PostgresKeyedStateBackend, state: int, group: Group) -> None:
+    def __init__(self, backend: Reads, state: int, group: Group) -> None:
         self._backend = backend
         self._slot = (state, group.index)
         self._wal = backend.wal
         self._entries = backend.wal.of(state, group.index)
         self._group = group
         self._values = group.values_of(state)
-        self._encode = backend._encoder
+        self._encode = backend.encoder
 
     def _key(self, key: Any) -> bytes:
         return _pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)
@@ -226,7 +243,7 @@ class GroupView(_CommittedReads, MutableMapping[Any, Any]):
 
     def _log(self, stored_key: bytes, value: bytes | None) -> None:
         """Write the log; a key new to it counts against the budget (its bytes and
-        :data:`~epochal.state.postgres_spill.ENTRY_OVERHEAD`), which past ``wal_memory_bytes``
+        :data:`~epochal.state.postgres.spill.ENTRY_OVERHEAD`), which past ``wal_memory_bytes``
         spills the log."""
         entries = self._entries
         size = len(entries)
@@ -261,7 +278,7 @@ class GroupView(_CommittedReads, MutableMapping[Any, Any]):
 
     def _shown(self) -> dict[bytes, bytes]:
         """Every stored key and value of the group as this subtask sees it (loads the group)."""
-        self._backend._load_group(self._group)
+        self._backend.load_group(self._group)
         merged: dict[bytes, bytes | None] = dict(self._values)
         for entries in self._wal.group_changes(*self._slot):  # oldest first
             merged.update(entries)

@@ -1,29 +1,29 @@
 """How the RocksDB backend lays out keyed state, and its view of one key group.
 
-In every column family (one per state name): key = 2-byte big-endian key group + pickle of the
-user key, value = :func:`epochal.serialization.dumps` of the value. Keys of a key group share a
-prefix and key groups follow each other, so a key-group range is one key range
-(:func:`group_prefix`, :func:`scan`). :class:`KeyEncoder` gives equal bytes for equal keys of one
-type (see :mod:`epochal.state.rocksdb` on which keys are distinct), and :class:`GroupView` is one
-group of one state as a mutable mapping over RocksDB.
+In every column family (one per state name): key = 2-byte big-endian key group + the canonical
+bytes of the user key (:class:`~epochal.state.canonical.KeyEncoder`: equal bytes for equal keys of
+one type; see :mod:`epochal.state.rocksdb.backend` on which keys are distinct), value =
+:func:`epochal.serialization.dumps` of the value. Keys of a key group share a prefix and key groups
+follow each other, so a key-group range is one key range (:func:`group_prefix`,
+:func:`~epochal.state.rocksdict_scans.scan`), and :class:`GroupView` is one group of one state as a
+mutable mapping over RocksDB.
 """
 
 from __future__ import annotations
 
-import io
 import pickle
 from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
 from itertools import islice
-from typing import Any, cast
+from typing import Any
 
-from rocksdict import Rdict, ReadOptions
+from rocksdict import Rdict
 
 from epochal.serialization import dumps as _dumps
+from epochal.state.canonical import SCALAR_KEYS, KeyEncoder
+from epochal.state.rocksdict_scans import scan, scan_keys
 
 _loads = pickle.loads
 _pickle = pickle.dumps
-#: Key types pickled with plain ``pickle.dumps``: their pickle does not depend on identity.
-_SCALAR_KEYS = frozenset({str, int, bytes, float, bool, type(None)})
 #: At or below every key, and above every key: prefixes are at most 0xffff and pickles start with 0x80.
 START, END = b"\x00\x00", b"\xff\xff\xff"
 _MISSING = object()
@@ -32,54 +32,6 @@ _MISSING = object()
 def group_prefix(group: int) -> bytes:
     """The first key of ``group`` (``END`` past the last possible group)."""
     return group.to_bytes(2, "big") if group < 0x10000 else END
-
-
-#: Read-ahead of a :func:`scan` with ``bulk``: a whole-database read (a canonical savepoint) reads
-#: each SST file front to back.
-BULK_READAHEAD = 4 << 20
-
-
-def scan(cf: Rdict, lower: bytes, upper: bytes, bulk: bool = False) -> Iterator[tuple[bytes, bytes]]:
-    """``(key, value)`` of ``cf`` in ``[lower, upper)``, in key order. ``bulk``: a scan of much of
-    the database that is read once (blocks not kept in the block cache, read ahead
-    :data:`BULK_READAHEAD`; at 500k entries 0.14-0.18 s instead of 0.28-0.38 s).
-
-    Two rocksdict quirks: iterators ignore ``iterate_lower_bound`` (``from_key`` seeks instead),
-    and an iterator does not keep its ReadOptions alive although it reads the upper bound from
-    them (a dropped one ends the scan early at random), so this generator holds them."""
-    opts = ReadOptions()
-    opts.set_iterate_upper_bound(upper)
-    if bulk:
-        opts.fill_cache(False)  # type: ignore[call-arg]  # rocksdict 0.3.29 stub lacks the argument
-        opts.set_readahead_size(BULK_READAHEAD)
-    yield from cast(Iterator[tuple[bytes, bytes]], cf.items(from_key=lower, read_opt=opts))
-
-
-def scan_keys(cf: Rdict, lower: bytes, upper: bytes) -> Iterator[bytes]:
-    """The keys of ``cf`` in ``[lower, upper)`` (see :func:`scan`)."""
-    opts = ReadOptions()
-    opts.set_iterate_upper_bound(upper)
-    yield from cast(Iterator[bytes], cf.keys(from_key=lower, read_opt=opts))
-
-
-class KeyEncoder:
-    """``key -> pickle`` that gives equal bytes for equal keys of one type (see the module doc)."""
-
-    __slots__ = ("_buffer", "_pickler")
-
-    def __init__(self) -> None:
-        self._buffer = io.BytesIO()
-        self._pickler = pickle.Pickler(self._buffer, protocol=5)
-        self._pickler.fast = True  # no memo: the bytes do not depend on which parts are one object
-
-    def __call__(self, key: Any) -> bytes:
-        if type(key) in _SCALAR_KEYS:
-            return _pickle(key, 5)
-        buffer = self._buffer
-        buffer.seek(0)
-        buffer.truncate()
-        self._pickler.dump(key)
-        return buffer.getvalue()
 
 
 class RangeKeyCursor:
@@ -160,17 +112,17 @@ class GroupView(MutableMapping[Any, Any]):
         self._put = cf.put
 
     def get(self, key: Any, default: Any = None) -> Any:
-        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
+        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)))
         return default if raw is None else _loads(raw)
 
     def __getitem__(self, key: Any) -> Any:
-        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)))
+        raw = self._get(self._prefix + (_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)))
         if raw is None:
             raise KeyError(key)
         return _loads(raw)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._put(self._prefix + (_pickle(key, 5) if type(key) in _SCALAR_KEYS else self._encode(key)),
+        self._put(self._prefix + (_pickle(key, 5) if type(key) in SCALAR_KEYS else self._encode(key)),
                   _dumps(value))
 
     def __contains__(self, key: object) -> bool:

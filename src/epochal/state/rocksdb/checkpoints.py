@@ -21,19 +21,31 @@ the snapshot store"; the LSM tree "lends itself to incremental snapshots". Here:
 - **Restore** (:func:`download`): the files of an old subtask are fetched (checksums verified;
   SST files hard-linked instead when the storage is a local file system on the same device)
   into a local directory with their database names, which is then a RocksDB checkpoint that
-  :func:`~epochal.state.rocksdb.read_key_groups` reads by key-group range (any backend can restore
-  from it), or that a RocksDB backend ingests.
+  :func:`~epochal.state.rocksdb.reads.read_key_groups` reads by key-group range (any backend can
+  restore from it: :data:`READER`, which :mod:`epochal.state.registry` names for this format), or
+  that a RocksDB backend adopts or ingests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 import uuid
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.state.rocksdb.native import read_chunks
+from epochal.state.rocksdb.reads import read_key_groups, read_stored_groups
+from epochal.state.snapshot import stored_chunks, write_group_chunks
 from epochal.state.storage import CheckpointStorage
+
+__all__ = ["FORMAT", "READER", "CanonicalPlan", "CheckpointReader", "RocksDBPlan", "RocksDBSnapshots", "download"]
+
+#: ``format`` of this backend's keyed-state handles in checkpoint metadata (:mod:`epochal.state.registry`)
+FORMAT = "rocksdb"
 
 
 @dataclass
@@ -70,7 +82,7 @@ class RocksDBPlan:
                     private.append({**written, "name": name})
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
-        return {"format": "rocksdb", "key_groups": [self.key_groups.start, self.key_groups.stop],
+        return {"format": FORMAT, "key_groups": [self.key_groups.start, self.key_groups.stop],
                 "shared": shared, "private": private, "written_bytes": written_bytes}
 
 
@@ -79,7 +91,7 @@ class CanonicalPlan:
     """A canonical savepoint of one RocksDB backend: a local checkpoint taken at the barrier
     (milliseconds), read by key group and written in the canonical layout on the uploader thread,
     so that the processing thread does not stall for a scan of the whole database. The native
-    reader (:mod:`epochal.state.rocksdb_native`) reads it without the interpreter lock where it
+    reader (:mod:`epochal.state.rocksdb.native`) reads it without the interpreter lock where it
     is built; else rocksdict reads it in Python. The keys and
     values go into the file as RocksDB stores them (:mod:`epochal.state.canonical`): nothing is
     unpickled or pickled again."""
@@ -90,10 +102,6 @@ class CanonicalPlan:
     def upload(self, storage: CheckpointStorage, checkpoint_id: int, stem: str) -> dict[str, Any]:
         """Write the canonical ``<stem>.keyed`` file; returns its handle (``file``, ``size``,
         ``groups``, ``encoding``). The local checkpoint directory is removed whatever happens."""
-        from epochal.state.rocksdb import read_stored_groups
-        from epochal.state.rocksdb_native import read_chunks
-        from epochal.state.snapshot import stored_chunks, write_group_chunks
-
         try:
             chunks = read_chunks(self.directory, self.key_groups)  # None: read in Python
             if chunks is None:
@@ -104,7 +112,7 @@ class CanonicalPlan:
 
 
 class RocksDBSnapshots:
-    """The checkpoints of one :class:`~epochal.state.rocksdb.RocksDBKeyedStateBackend`: local
+    """The checkpoints of one :class:`~epochal.state.rocksdb.backend.RocksDBKeyedStateBackend`: local
     checkpoints at barriers, which SST files completed checkpoints already hold."""
 
     def __init__(self, backend: Any) -> None:
@@ -155,3 +163,40 @@ def download(storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, A
         with open(path, "wb") as out:
             out.write(data)
     return target
+
+
+def _wanted(handle: dict[str, Any], key_groups: range) -> range:
+    """The groups of ``key_groups`` that the subtask of ``handle`` owned."""
+    start, stop = handle["key_groups"]
+    return range(max(start, key_groups.start), min(stop, key_groups.stop))
+
+
+class CheckpointReader:
+    """The reader of ``rocksdb`` handles (:class:`epochal.state.registry.FormatReader`): an old
+    subtask's files fetched into a local directory (:func:`download`), which is then a RocksDB
+    checkpoint that any backend reads by key group
+    (:func:`~epochal.state.rocksdb.reads.read_key_groups`) or a RocksDB backend takes as it is
+    (:meth:`fetch`)."""
+
+    fetches_files = True
+
+    def key_groups(self, storage: CheckpointStorage, checkpoint_id: int, uid: str, handle: dict[str, Any],
+                   key_groups: range, names: frozenset[str] | None) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
+        with contextlib.closing(self.fetch(storage, checkpoint_id, handle, key_groups)) as fetched:
+            for directory, wanted in fetched:  # the directory is removed once its groups were read
+                yield from read_key_groups(directory, wanted, names)
+
+    def fetch(self, storage: CheckpointStorage, checkpoint_id: int, handle: dict[str, Any],
+              key_groups: range) -> Generator[tuple[str, range], None, None]:
+        wanted = _wanted(handle, key_groups)
+        if not wanted:
+            return
+        local = tempfile.mkdtemp(prefix="epochal-restore-")
+        try:
+            yield download(storage, checkpoint_id, handle, f"{local}/db"), wanted
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+#: What :data:`epochal.state.registry.FORMATS` names for :data:`FORMAT`
+READER = CheckpointReader()

@@ -6,10 +6,10 @@ the key groups in the canonical layout's stored-bytes encoding (:mod:`epochal.st
 Read through rocksdict, that costs about 0.9 µs of Python an entry (rocksdict's iterator hands
 over each key and value as a Python object, the lists and the pickles), under the interpreter
 lock that the job's processing thread needs too: about 3x a native savepoint at 1 M keys. The
-extension ``epochal.state._rocksdb_native`` (C, built by ``pip install`` where a C compiler is;
+extension ``epochal.state.rocksdb._native`` (C, built by ``pip install`` where a C compiler is;
 optional) reads the checkpoint through RocksDB's own C API with the lock released, and writes
 the same pickles itself (``pickle.loads`` of a group's blob gives what
-:func:`~epochal.state.canonical.dump_stored` of :func:`~epochal.state.rocksdb.read_stored_groups`'
+:func:`~epochal.state.canonical.dump_stored` of :func:`~epochal.state.rocksdb.reads.read_stored_groups`'
 group would). The files are the same either way; only the cost differs.
 
 The RocksDB library is the one PySpark already ships: ``librocksdbjni-<platform>`` inside the
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from epochal.state.checksums import crc32
-from epochal.state.rocksdb_keys import group_prefix
+from epochal.state.rocksdb.keys import group_prefix
 from epochal.state.snapshot import Chunk
 
 __all__ = ["library_path", "read_chunks", "unavailable_reason"]
@@ -121,9 +121,9 @@ def _module() -> Any | None:
         if "module" in _state or "reason" in _state:
             return _state.get("module")
         try:
-            import epochal.state._rocksdb_native as native
+            import epochal.state.rocksdb._native as native
         except ImportError:
-            _state["reason"] = "the extension epochal.state._rocksdb_native was not built (no C compiler at install)"
+            _state["reason"] = "the extension epochal.state.rocksdb._native was not built (no C compiler at install)"
             return None
         try:
             native.load(library_path())
@@ -149,7 +149,7 @@ def read_chunks(directory: str, key_groups: range, min_bytes: int = NATIVE_CHUNK
     """The canonical stored-bytes groups of the RocksDB checkpoint at ``directory`` (one
     subtask's, not written to meanwhile) for ``key_groups``, in chunks of at least ``min_bytes``
     with their groups' spans, as :func:`~epochal.state.snapshot.stored_chunks` of
-    :func:`~epochal.state.rocksdb.read_stored_groups` gives them (the same groups, each pickle
+    :func:`~epochal.state.rocksdb.reads.read_stored_groups` gives them (the same groups, each pickle
     loading to the same value). The checkpoint is opened now; each chunk is read when asked
     for, without the interpreter lock. None when the native reader is off or unavailable, or
     RocksDB's library here cannot open this checkpoint (warned once): the caller reads it in

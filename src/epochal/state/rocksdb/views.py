@@ -7,7 +7,7 @@ the whole state at every checkpoint (a scan and an unpickle of every entry). A l
 costs a flush of the memtables, which the snapshot at the same barrier has just done, and a hard
 link per SST file: milliseconds whatever the state's size. The views open it read-only when they
 are first read (a job whose clients never ask ``read_committed`` opens nothing) and read it as
-:class:`~epochal.state.rocksdb_keys.GroupView` reads the live database: a point read per key, a
+:class:`~epochal.state.rocksdb.keys.GroupView` reads the live database: a point read per key, a
 range scan per group. The checkpoint's files never change, so what a view shows never changes.
 
 The checkpoint directory lives as long as a view of it: when the last one is dropped (the
@@ -22,7 +22,9 @@ import weakref
 from collections.abc import ItemsView, Iterator, Mapping
 from typing import Any
 
-from epochal.state.rocksdb_keys import GroupView, KeyEncoder
+from epochal.state.canonical import KeyEncoder
+from epochal.state.rocksdb.keys import GroupView
+from epochal.state.rocksdb.reads import close_database, open_read_only
 
 __all__ = ["CheckpointViews", "CommittedGroup"]
 
@@ -32,7 +34,7 @@ _UNREAD: Any = object()
 
 class CheckpointViews:
     """The local checkpoint at ``directory`` (made by
-    :meth:`~epochal.state.rocksdb.RocksDBKeyedStateBackend.local_checkpoint`, which nothing
+    :meth:`~epochal.state.rocksdb.backend.RocksDBKeyedStateBackend.local_checkpoint`, which nothing
     writes to afterwards) and the views of its groups. Opened on the first read; closed and
     deleted once neither it nor any :class:`CommittedGroup` of it is referenced. Used by one
     thread at a time (the worker's processing thread)."""
@@ -51,24 +53,20 @@ class CheckpointViews:
     def group_view(self, name: str, group: int) -> GroupView | None:
         """Group ``group`` of state ``name`` in the checkpoint; None if it has no such state."""
         if "db" not in self._opened:
-            from epochal.state.rocksdb import _open_read_only
-
-            self._opened["db"], self._opened["cfs"] = _open_read_only(self.directory)
+            self._opened["db"], self._opened["cfs"] = open_read_only(self.directory)
         cf = self._opened["cfs"].get(name)
         return None if cf is None else GroupView(cf, group, self._encode)
 
 
 def _release(opened: dict[str, Any], directory: str) -> None:
     if "db" in opened:
-        from epochal.state.rocksdb import _close
-
-        _close(opened.pop("db"), opened.pop("cfs"))
+        close_database(opened.pop("db"), opened.pop("cfs"))
     shutil.rmtree(directory, ignore_errors=True)
 
 
 class CommittedGroup(Mapping[Any, Any]):
     """One key group of one state in a :class:`CheckpointViews`, as a read-only ``{key: value}``
-    (values are fresh copies, as :class:`~epochal.state.rocksdb_keys.GroupView` reads them;
+    (values are fresh copies, as :class:`~epochal.state.rocksdb.keys.GroupView` reads them;
     ``len`` counts by a range scan)."""
 
     __slots__ = ("_checkpoint", "_group", "_name", "_view")

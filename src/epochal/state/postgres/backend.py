@@ -9,13 +9,13 @@ paper's variants are here:
 
 - **Non-MVCC** (default, §4.1 (1)). The table holds each key's value as of the last completed
   checkpoint. A subtask keeps its changes since the last barrier in a write-ahead log in memory
-  (:mod:`epochal.state.postgres_wal`; past ``wal_memory_bytes``, with those of its epochs not yet
-  committed, spilled to local disk: :mod:`epochal.state.postgres_spill`), reads its own
+  (:mod:`epochal.state.postgres.wal`; past ``wal_memory_bytes``, with those of its epochs not yet
+  committed, spilled to local disk: :mod:`epochal.state.postgres.spill`), reads its own
   uncommitted changes first and the database second (through a read cache), and at the barrier
   hands the epoch's log to the uploader thread, which writes it in batches and pre-commits it as
   one prepared transaction per subtask (``PREPARE TRANSACTION``). When the checkpoint completes
   the subtask commits it (``COMMIT PREPARED``); the protocol is the state machine of
-  :mod:`epochal.state.postgres_epochs`. Needs ``max_prepared_transactions`` > 0, and one
+  :mod:`epochal.state.postgres.epochs`. Needs ``max_prepared_transactions`` > 0, and one
   checkpoint at a time (``max_concurrent=1``): an epoch's prepared transaction holds its row
   locks, so the next epoch's upload waits for its commit.
 - **MVCC** (``mvcc=True``, §4.1 (2)). Every row carries the epoch (checkpoint id) whose upload
@@ -28,7 +28,7 @@ paper's variants are here:
 Either way a restore loads nothing: it resolves the prepared transactions of earlier attempts
 (non-MVCC) or drops the failed attempt's versions (MVCC), checks that the database holds the
 restored checkpoint, and the operators start reading the database with an empty cache. Rows are
-keyed by (operator, key group, key, state) (:mod:`epochal.state.postgres_store`), so a restore at
+keyed by (operator, key group, key, state) (:mod:`epochal.state.postgres.store`), so a restore at
 another parallelism reads another key-group range. A checkpoint's handle names the namespace,
 the table and the committed epoch: ``restore_from`` a checkpoint continues in its namespace.
 
@@ -57,18 +57,19 @@ from typing import Any
 from epochal.config import StateBackendConfig
 from epochal.errors import StateBackendError
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.postgres_epochs import Changes, EpochLog, Session, gid_prefix
-from epochal.state.postgres_restore import resolve_restore, start_fresh
-from epochal.state.postgres_snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
-from epochal.state.postgres_spill import SpillDirectory, merge
-from epochal.state.postgres_store import Store
-from epochal.state.postgres_views import SCALAR_KEYS, CommittedGroupView, Group, GroupView, evict, fold_epoch
-from epochal.state.postgres_wal import WriteAheadLog
-from epochal.state.release import release_later
-from epochal.state.rocksdb_keys import KeyEncoder
+from epochal.state.canonical import SCALAR_KEYS, KeyEncoder
+from epochal.state.local_disk import local_root
+from epochal.state.postgres.epochs import Changes, EpochLog, Session, gid_prefix
+from epochal.state.postgres.release import release_later
+from epochal.state.postgres.restore import resolve_restore, start_fresh
+from epochal.state.postgres.snapshots import POSTGRES_FORMAT, CanonicalSnapshot, EpochUpload
+from epochal.state.postgres.spill import SpillDirectory, merge
+from epochal.state.postgres.store import Store
+from epochal.state.postgres.views import CommittedGroupView, Group, GroupView, evict, fold_epoch
+from epochal.state.postgres.wal import WriteAheadLog
 from epochal.state.storage import CheckpointError
 
-__all__ = ["POSTGRES_FORMAT", "PostgresKeyedStateBackend"]
+__all__ = ["POSTGRES_FORMAT", "PostgresKeyedStateBackend", "create"]
 
 _loads = pickle.loads
 _pickle = pickle.dumps
@@ -95,10 +96,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.what = f"PostgreSQL state of {subtask or uid}"
         self.store: Store | None = None
         self.log = EpochLog(sequential=not self.mvcc)
-        self._cond = threading.Condition()
-        self._encoder = KeyEncoder()
+        #: guards the epoch log (and the garbage queued for collection) between the processing
+        #: thread and the uploader thread; notified when an epoch's transaction is resolved
+        self.cond = threading.Condition()
+        #: the canonical bytes of a user key (what the rows store)
+        self.encoder = KeyEncoder()
         #: this epoch's changes and those of the epochs not yet committed (memory and spills)
-        self.wal = WriteAheadLog(self.log, self._cond, config.wal_memory_bytes)
+        self.wal = WriteAheadLog(self.log, self.cond, config.wal_memory_bytes)
         self._groups = {group: Group(group, True) for group in key_groups}
         self._incomplete = 0
         self._cached = 0
@@ -123,7 +127,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         #: reads a key's rows once): each checkpoint's handle carries it, so that a test can tell
         #: that a recovery did no state I/O
         self.rows_read = 0
-        self._processing_thread = threading.get_ident()
+        #: the thread that took the last barrier: an upload on it may not wait for a commit that
+        #: only it could make (:class:`~epochal.state.postgres.snapshots.EpochUpload`)
+        self.processing_thread = threading.get_ident()
 
     # ------------------------------------------------------------------ starting
     def open_state(self, restore: Any | None) -> None:
@@ -149,8 +155,6 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self.store = Store(self.config.dsn or "", self.table, self.mvcc, self.what,
                            Session(self.prefix, self.key_groups.start, self.key_groups.stop, self.fence))
         self.store.register(self.namespace, self.uid)
-        from epochal.state.backends import local_root
-
         directory = self.wal.directory = SpillDirectory(local_root(self.config),
                                                         f"{self.uid}-{self.key_groups.start}-{self.key_groups.stop}")
         self.started["spills_removed"] = len(directory.sweep())  # those of killed workers
@@ -172,7 +176,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         self._incomplete = len(self._groups)
 
     def _encode_key(self, key: Any) -> bytes:
-        return _pickle(key, 5) if type(key) in SCALAR_KEYS else self._encoder(key)
+        return _pickle(key, 5) if type(key) in SCALAR_KEYS else self.encoder(key)
 
     def _state_id(self, name: str) -> int:
         state = self._state_ids.get(name)
@@ -192,7 +196,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def committed_views(self, names: Mapping[str, str]) -> dict[str, dict[int, CommittedGroupView]]:
         """States ``names`` (query -> state name) as of the last checkpoint this subtask committed,
         ``{query: {owned group: view}}``, read when asked: nothing is copied at a barrier
-        (:class:`~epochal.state.postgres_views.CommittedGroupView` says why that is right)."""
+        (:class:`~epochal.state.postgres.views.CommittedGroupView` says why that is right)."""
         ids = {query: self._state_id(state) for query, state in names.items()}
         return {query: {g: CommittedGroupView(self, state, self._groups[g]) for g in self.key_groups}
                 for query, state in ids.items()}
@@ -208,7 +212,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if not self._incomplete:
             return
         groups = self._groups
-        encode = self._encoder
+        encode = self.encoder
         want_groups: list[int] = []
         want_keys: list[bytes] = []
         seen: set[bytes] = set()
@@ -223,9 +227,9 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             want_groups.append(index)
             want_keys.append(stored_key)
         if want_keys:
-            self._fetch(want_groups, want_keys)
+            self.fetch_keys(want_groups, want_keys)
 
-    def _fetch(self, key_groups: list[int], stored_keys: list[bytes]) -> None:
+    def fetch_keys(self, key_groups: list[int], stored_keys: list[bytes]) -> None:
         """Read every state of the given keys into the cache (they become known)."""
         store = self.store
         assert store is not None
@@ -240,7 +244,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         if self._cached > self.config.cache_entries:
             self._evict(set(key_groups))
 
-    def _load_group(self, group: Group) -> None:
+    def load_group(self, group: Group) -> None:
         """Read a whole key group into the cache (it becomes complete)."""
         if group.complete:
             return
@@ -286,7 +290,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
     def begin_snapshot(self, checkpoint_id: int) -> EpochUpload:
         """The barrier: this epoch's log becomes epoch ``checkpoint_id`` (copied, the live dicts
         emptied in place: the views hold them) and a plan the uploader thread writes."""
-        self._processing_thread = threading.get_ident()
+        self.processing_thread = threading.get_ident()
         self.wal.freeze(checkpoint_id)
         return EpochUpload(self, checkpoint_id)
 
@@ -308,7 +312,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         store = self.store
         if store is None:
             return
-        with self._cond:
+        with self.cond:
             newly = checkpoint_id > self.log.committed
             commits, done = self.log.completed(checkpoint_id)
         if not newly:
@@ -321,8 +325,8 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             if self.mvcc:
                 store.set_committed(self.namespace, checkpoint_id, forward_only=True)
         finally:
-            with self._cond:
-                self._cond.notify_all()
+            with self.cond:
+                self.cond.notify_all()
         if self.mvcc:
             self.committed_epoch = checkpoint_id
             self._collectable(checkpoint_id, done)
@@ -342,14 +346,14 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         store = self.store
         if store is None:
             return
-        with self._cond:
+        with self.cond:
             gid = self.log.aborted(checkpoint_id)
         if gid is not None:
             try:
                 store.finish_prepared(gid, commit=False)
             finally:
-                with self._cond:
-                    self._cond.notify_all()
+                with self.cond:
+                    self.cond.notify_all()
 
     # ------------------------------------------------------------------ MVCC garbage collection
     def _collectable(self, checkpoint_id: int, done: list[Any]) -> None:
@@ -369,13 +373,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         due = [item for item in self._gc if item[0] <= horizon]
         if due:
             self._gc = [item for item in self._gc if item[0] > horizon]
-            with self._cond:
+            with self.cond:
                 self._gc_due.extend(due)
                 self._gc_horizon = max(self._gc_horizon, horizon)
 
     def collect_garbage(self) -> int:
         """Delete the versions queued by :meth:`_collectable` (uploader thread); returns how many."""
-        with self._cond:
+        with self.cond:
             due, self._gc_due = self._gc_due, []
             horizon = self._gc_horizon
         store = self.store
@@ -386,7 +390,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             for epoch, entries in due:
                 deleted += store.collect(entries, epoch, horizon)
         except StateBackendError:
-            with self._cond:  # tried again after the next checkpoint
+            with self.cond:  # tried again after the next checkpoint
                 self._gc_due = due + self._gc_due
             raise
         return deleted
@@ -408,7 +412,7 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
         """Close the connections and remove the spilled log. Prepared transactions stay: a
         completed checkpoint's are committed by the restore that follows, later ones rolled back
         by it. Without a store, a late notification (a checkpoint completed or aborted) does
-        nothing. The read cache is freed in the background (:mod:`epochal.state.release`): the
+        nothing. The read cache is freed in the background (:mod:`epochal.state.postgres.release`): the
         task ends, and a next task in this process starts, without waiting for it."""
         self.wal.remove_spills()
         store, self.store = self.store, None
@@ -420,3 +424,13 @@ class PostgresKeyedStateBackend(KeyedStateBackend):
             containers.append(group.known)
         self._groups = {}
         release_later(containers)
+
+
+def create(config: StateBackendConfig, max_parallelism: int, key_groups: range, name: str, *, uid: str = "",
+           job_name: str = "", attempt: int = 0) -> PostgresKeyedStateBackend:
+    """The PostgreSQL backend of one keyed operator subtask, as
+    :func:`epochal.state.backends.create_backend` makes it: operator ``uid`` (else ``name``), in
+    ``config.namespace``, else the job's name; its :meth:`~PostgresKeyedStateBackend.open_state`
+    must run before it is used."""
+    return PostgresKeyedStateBackend(max_parallelism, key_groups, config, uid or name,
+                                     config.namespace or job_name or "job", attempt, name)

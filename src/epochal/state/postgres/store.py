@@ -1,9 +1,9 @@
 """The SQL of the PostgreSQL keyed-state backend (psycopg 3): its tables, and every statement
-:mod:`epochal.state.postgres` runs, in batches (arrays bound as binary parameters and expanded
+:mod:`epochal.state.postgres.backend` runs, in batches (arrays bound as binary parameters and expanded
 with ``unnest``: one round trip per record batch, per checkpoint chunk, never per record).
 
 Tables, named after the backend's ``table`` option ``T`` (created when a job is submitted,
-:func:`epochal.state.postgres_schema.ensure_schema`)::
+:func:`epochal.state.postgres.schema.ensure_schema`)::
 
     T_operators (op serial, ns text, uid text, horizon)  one id per (namespace, operator uid); MVCC:
                                                          the oldest checkpoint of the operator whose
@@ -25,7 +25,7 @@ Tables, named after the backend's ``table`` option ``T`` (created when a job is 
 
 A row is keyed by (operator, key group, key, state): the operator and state ids stand for the
 operator's uid and the state's name in a namespace, ``kg`` is the key's key group and ``key`` the
-pickled key (:class:`epochal.state.rocksdb_keys.KeyEncoder`, as RocksDB stores it). Every row of a
+pickled key (:class:`epochal.state.canonical.KeyEncoder`, as RocksDB stores it). Every row of a
 key sits next to the others of the key (one index descent reads all its states), and a key-group
 range of an operator is one index range: a restore at another parallelism reads another range.
 """
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from epochal.errors import StateBackendError
-from epochal.state.postgres_epochs import Entry, Gid, Session, parse_gid, parse_session
-from epochal.state.postgres_schema import connect, describe, first_line, names, psycopg_sql
+from epochal.state.postgres.epochs import Entry, Gid, Session, parse_gid, parse_session
+from epochal.state.postgres.schema import connect, describe, first_line, names, psycopg_sql
 
 #: Rows per statement when an epoch or a restore is written.
 WRITE_CHUNK = 20_000
@@ -185,7 +185,7 @@ class Store:
     # ------------------------------------------------------------------ writes
     def write_epoch(self, entries: Iterable[Entry], checkpoint_id: int, groups: range, gid: str | None,
                     fence: int) -> tuple[int, int]:
-        """Write ``entries`` (an epoch's changes, in key-group order: :func:`epochal.state.postgres_spill.merge`,
+        """Write ``entries`` (an epoch's changes, in key-group order: :func:`epochal.state.postgres.spill.merge`,
         streamed ``WRITE_CHUNK`` at a time) in one transaction: non-MVCC, upserts and deletes, the
         key groups' marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC,
         versions at epoch ``checkpoint_id``, committed. The transaction's first statement locks the

@@ -10,8 +10,8 @@ family holds a state only if the state is named ``"default"``); in every column 
 RocksDB orders keys bytewise, so all keys of a key group share a prefix and key groups follow
 each other in order: the state of any key-group range is one contiguous key range. That makes
 the operations of a rescaled restore range operations: reading some groups of a checkpoint is a
-range scan per column family (:func:`read_key_groups`), loading them is a scan written into one
-SST file that is ingested whole (:meth:`~RocksDBKeyedStateBackend.ingest_key_groups`), and
+range scan per column family (:func:`~epochal.state.rocksdb.reads.read_key_groups`), loading them
+is a scan written into one SST file that is ingested whole (:meth:`~RocksDBKeyedStateBackend.ingest_key_groups`), and
 dropping the groups a subtask no longer owns is one ``delete_range`` per column family
 (:meth:`~RocksDBKeyedStateBackend.delete_key_groups_outside`). A subtask whose groups all come
 from one predecessor (a restore at the same parallelism) takes that predecessor's checkpoint as
@@ -28,21 +28,22 @@ one object than when they are two equal ones. Keys must be picklable by plain pi
 
 Durability comes from checkpoints only: the write-ahead log is off and the working directory is
 wiped when a backend opens it, so :meth:`~RocksDBKeyedStateBackend.local_checkpoint` flushes the
-memtables before linking the files. A backend is used by one thread at a time; the module
-functions open their own read-only instance and may run on any thread.
+memtables before linking the files. A backend is used by one thread at a time; the readers of
+:mod:`epochal.state.rocksdb.reads` open their own read-only instance and may run on any thread.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
+import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rocksdict import (
-    AccessType,
     BlockBasedOptions,
     Cache,
     Checkpoint,
@@ -55,92 +56,20 @@ from rocksdict import (
     WriteOptions,
 )
 
+from epochal.config import StateBackendConfig
 from epochal.serialization import dumps as _dumps
 from epochal.state.backend import Captured, GroupTables, KeyedStateBackend
-from epochal.state.canonical import Stored
-from epochal.state.rocksdb_keys import (
-    END,
-    START,
-    GroupView,
-    KeyEncoder,
-    RangeKeyCursor,
-    group_prefix,
-    scan,
-    scan_keys,
-)
-from epochal.state.rocksdb_views import CheckpointViews, CommittedGroup
+from epochal.state.canonical import KeyEncoder, Stored
+from epochal.state.local_disk import local_root
+from epochal.state.rocksdb.checkpoints import RocksDBSnapshots
+from epochal.state.rocksdb.keys import END, START, GroupView, RangeKeyCursor, group_prefix
+from epochal.state.rocksdb.reads import close_database, open_read_only
+from epochal.state.rocksdb.views import CheckpointViews, CommittedGroup
+from epochal.state.rocksdict_scans import scan, scan_keys
 
-__all__ = ["RocksDBKeyedStateBackend", "read_key_groups", "read_stored_groups"]
+__all__ = ["RocksDBKeyedStateBackend", "create"]
 
 _loads = pickle.loads
-
-def _open_read_only(path: str) -> tuple[Rdict, dict[str, Rdict]]:
-    """A read-only instance of the database (or checkpoint) at ``path`` and all its column
-    families by name. It writes nothing into ``path`` and takes no lock."""
-    options = Options(raw_mode=True)
-    names = Rdict.list_cf(path, options)
-    db = Rdict(path, options, column_families={n: options for n in names if n != "default"} or None,
-               access_type=AccessType.read_only(False))
-    return db, {name: db.get_column_family(name) for name in names}
-
-
-def _close(db: Rdict, cfs: dict[str, Rdict]) -> None:
-    for cf in cfs.values():
-        cf.close()
-    db.close()
-
-
-def read_key_groups(checkpoint_dir: str, key_groups: range,
-                    names: frozenset[str] | None = None) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
-    """``(group, {state name: {key: value}})`` for each group of ``key_groups`` that has state
-    in the checkpoint at ``checkpoint_dir``, in group order, one group in memory at a time
-    (``names``: of these states only; the other column families are not read).
-
-    Assumes ``checkpoint_dir`` holds a checkpoint made by
-    :meth:`RocksDBKeyedStateBackend.local_checkpoint` (or a copy of one) that nothing writes to
-    while it is read; opens it read-only and reads each group with a range scan (a seek) per
-    column family, never a full scan. The instance is closed when the iterator is exhausted or
-    closed (or garbage-collected).
-    """
-    db, cfs = _open_read_only(checkpoint_dir)
-    wanted = cfs if names is None else {name: cf for name, cf in cfs.items() if name in names}
-    try:
-        for group in key_groups:
-            lower, upper = group_prefix(group), group_prefix(group + 1)
-            states: dict[str, dict[Any, Any]] = {}
-            for name, cf in wanted.items():
-                entries = {_loads(stored[2:]): _loads(raw) for stored, raw in scan(cf, lower, upper)}
-                if entries:
-                    states[name] = entries
-            if states:
-                yield group, states
-    finally:
-        _close(db, cfs)
-
-
-def read_stored_groups(checkpoint_dir: str, key_groups: range) -> Iterator[tuple[int, Stored]]:
-    """:func:`read_key_groups` without decoding: ``(group, {state name: (key bytes, value
-    bytes)})`` (:mod:`epochal.state.canonical`: the key without its group prefix, the value as
-    stored), in group order, for a canonical savepoint. Nothing is unpickled; the scans read
-    ahead and keep no block in the cache (``scan(..., bulk=True)``)."""
-    db, cfs = _open_read_only(checkpoint_dir)
-    try:
-        for group in key_groups:
-            lower, upper = group_prefix(group), group_prefix(group + 1)
-            states: Stored = {}
-            for name, cf in cfs.items():
-                keys: list[bytes] = []
-                values: list[bytes] = []
-                add_key, add_value = keys.append, values.append
-                for stored, raw in scan(cf, lower, upper, bulk=True):
-                    add_key(stored[2:])
-                    add_value(raw)
-                if keys:
-                    states[name] = (keys, values)
-            if states:
-                yield group, states
-    finally:
-        _close(db, cfs)
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -207,7 +136,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         yet (a restore, before the operators open); raises ``RuntimeError`` otherwise."""
         if self._tables or self._closed:
             raise RuntimeError("a RocksDB backend adopts a checkpoint only before its state is used")
-        _close(self._db, self._cfs)
+        close_database(self._db, self._cfs)
         self._open(checkpoint_dir)
 
     def _column_family(self, name: str, existing: bool = False) -> Rdict:
@@ -298,7 +227,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         copies them), the small metadata files copies. Returns the names of the files in ``path``.
 
         The synchronous part of a snapshot: afterwards the live database may change freely while
-        the caller uploads (or reads, :func:`read_key_groups`) the files, which never change."""
+        the caller uploads (or reads, :func:`~epochal.state.rocksdb.reads.read_key_groups`) the
+        files, which never change."""
         for cf in self._cfs.values():
             cf.flush()
         Checkpoint(self._db).create_checkpoint(path)
@@ -307,7 +237,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def committed_views(self, names: Mapping[str, str]) -> dict[str, dict[int, CommittedGroup]]:
         """The states ``names`` (query name -> state name) as they are now, read-only, as
         ``{query name: {owned group: view}}``: views of a local checkpoint made now (milliseconds
-        after a snapshot's flush), not a copy (:mod:`epochal.state.rocksdb_views`). The views stay
+        after a snapshot's flush), not a copy (:mod:`epochal.state.rocksdb.views`). The views stay
         valid after this backend is closed; their checkpoint is deleted when the last is dropped."""
         directory = f"{self.directory}.query-{uuid.uuid4().hex[:12]}"
         self.local_checkpoint(directory)
@@ -329,7 +259,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)
         total = 0
-        db, cfs = _open_read_only(checkpoint_dir)
+        db, cfs = open_read_only(checkpoint_dir)
         try:
             for index, (name, source) in enumerate(cfs.items()):
                 path = os.path.join(staging, f"{index}.sst")
@@ -345,7 +275,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     self._column_family(name).ingest_external_file([path], ingest)
                     total += count
         finally:
-            _close(db, cfs)
+            close_database(db, cfs)
             shutil.rmtree(staging, ignore_errors=True)
         return total
 
@@ -366,7 +296,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if self._closed:
             return
         self._closed = True
-        _close(self._db, self._cfs)
+        close_database(self._db, self._cfs)
 
     def dispose(self) -> None:
         """Close the database and delete its working directory."""
@@ -388,3 +318,27 @@ def _clone_checkpoint(source: str, target: str) -> None:
             except OSError:
                 pass
         shutil.copy2(src, dst)
+
+
+def create(config: StateBackendConfig, max_parallelism: int, key_groups: range, name: str, **_: Any) -> \
+        RocksDBKeyedStateBackend:
+    """The RocksDB backend of one keyed operator subtask (``name``: its uid and index), as
+    :func:`epochal.state.backends.create_backend` makes it: its database in a new directory under
+    :func:`~epochal.state.local_disk.local_root` (``epochal-rocksdb/<name>-<random>/db``), removed
+    with the subtask (``dispose``); local checkpoints are made beside the database, on the same
+    file system, so that they are hard links (:class:`~epochal.state.rocksdb.checkpoints.RocksDBSnapshots`)."""
+    base = os.path.join(local_root(config), "epochal-rocksdb")
+    os.makedirs(base, exist_ok=True)
+    owned = tempfile.mkdtemp(prefix=re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] + "-", dir=base)
+    backend = RocksDBKeyedStateBackend(max_parallelism, key_groups, os.path.join(owned, "db"),
+                                       write_buffer_bytes=config.write_buffer_bytes,
+                                       block_cache_bytes=config.block_cache_bytes)
+    backend.snapshots = RocksDBSnapshots(backend)
+    dispose = backend.dispose
+
+    def dispose_all() -> None:
+        dispose()
+        shutil.rmtree(owned, ignore_errors=True)
+
+    backend.dispose = dispose_all  # type: ignore[method-assign]
+    return backend

@@ -1,7 +1,7 @@
 """The PostgreSQL keyed-state backend's connection and tables: how a connection is opened (and
 what its errors say, never a password), the identifiers of the tables named after the backend's
 ``table`` option, and :func:`ensure_schema`, which the driver runs when a job is submitted. The
-tables themselves are described in :mod:`epochal.state.postgres_store`."""
+tables themselves are described in :mod:`epochal.state.postgres.store`."""
 
 from __future__ import annotations
 

@@ -3,12 +3,12 @@
 papers/001 §4.1 (1): a subtask keeps the changes it made since the last barrier "in memory,
 spilling to local disk", and reads its own uncommitted changes before the database. The log is
 layered, newest first: this epoch's changes in memory (``{state: {key group: {stored key: stored
-value or None}}}``, the dicts :class:`~epochal.state.postgres_views.GroupView` writes), this
+value or None}}}``, the dicts :class:`~epochal.state.postgres.views.GroupView` writes), this
 epoch's spill, then each epoch frozen at a barrier and not yet committed (its changes in memory,
-then its spill: the :class:`~epochal.state.postgres_epochs.Epoch` of the backend's
-:class:`~epochal.state.postgres_epochs.EpochLog`). The memory of the whole log is held to
+then its spill: the :class:`~epochal.state.postgres.epochs.Epoch` of the backend's
+:class:`~epochal.state.postgres.epochs.EpochLog`). The memory of the whole log is held to
 ``wal_memory_bytes``; past it :meth:`WriteAheadLog.spill` moves every change in memory to its
-epoch's spill (:mod:`epochal.state.postgres_spill`). The read cache and the database are the
+epoch's spill (:mod:`epochal.state.postgres.spill`). The read cache and the database are the
 backend's: this module answers only for the changes they do not hold yet.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from epochal.state.postgres_epochs import Changes, EpochLog
-from epochal.state.postgres_spill import MISS, DiskSpill, SpillDirectory
+from epochal.state.postgres.epochs import Changes, EpochLog
+from epochal.state.postgres.spill import MISS, DiskSpill, SpillDirectory
 
 __all__ = ["WriteAheadLog"]
 
@@ -30,7 +30,7 @@ class WriteAheadLog:
     takes an epoch's (changes, spill): :meth:`spill` and :meth:`freeze` change them under it.
     ``directory`` (where spills go) is set when the backend opens, before the first spill.
 
-    Fields read on the hot path of :class:`~epochal.state.postgres_views.GroupView`: ``bytes``
+    Fields read on the hot path of :class:`~epochal.state.postgres.views.GroupView`: ``bytes``
     (the estimated bytes of this epoch's log in memory, counted by the views), ``room`` (what the
     budget leaves it beside the frozen epochs' memory), ``spilled`` (some epoch spilled: reads go
     through :meth:`spilled_read`) and ``pending`` (otherwise: the frozen epochs' changes, newest
@@ -87,7 +87,7 @@ class WriteAheadLog:
 
     def freeze(self, checkpoint_id: int) -> None:
         """The barrier of ``checkpoint_id``: this epoch's log (memory and spill) becomes that
-        epoch of the :class:`~epochal.state.postgres_epochs.EpochLog`; a new epoch starts empty."""
+        epoch of the :class:`~epochal.state.postgres.epochs.EpochLog`; a new epoch starts empty."""
         changes = self._take()
         with self.cond:
             self.log.begin(checkpoint_id, changes, self.current_spill, self.bytes)
@@ -95,7 +95,7 @@ class WriteAheadLog:
         self.refresh()
 
     def spill(self) -> int:
-        """The log is over ``wal_memory_bytes`` (:class:`~epochal.state.postgres_views.GroupView`
+        """The log is over ``wal_memory_bytes`` (:class:`~epochal.state.postgres.views.GroupView`
         counts each new key's bytes): move every change held in memory, this epoch's and the
         frozen epochs', to their epochs' spills on local disk. Returns how many moved."""
         directory = self.directory
@@ -123,7 +123,7 @@ class WriteAheadLog:
     def spilled_read(self, slot: tuple[int, int], stored_key: bytes) -> Any:
         """The value of ``stored_key`` in ``slot`` after this epoch's log in memory, while some
         epoch spilled: this epoch's spill, then each epoch not yet committed (memory, then
-        spill), newest first; :data:`~epochal.state.postgres_spill.MISS` if none changed it."""
+        spill), newest first; :data:`~epochal.state.postgres.spill.MISS` if none changed it."""
         if self.current_spill is not None:
             value = self.current_spill.get(slot, stored_key)
             if value is not MISS:
