@@ -27,7 +27,7 @@ from epochal.state.postgres.backend import PostgresKeyedStateBackend
 from epochal.state.postgres.release import pending_entries
 from epochal.state.postgres.schema import ensure_schema
 from epochal.state.postgres.spill import DiskSpill, SpillDirectory, sorted_changes
-from epochal.state.postgres.store import Fenced
+from epochal.state.postgres.store import FencedUploadError
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 
@@ -493,7 +493,7 @@ def test_a_worker_of_a_failed_attempt_that_still_runs_cannot_write_after_the_res
     add(zombie, KEYS + ["zombie-only"], 10)
     late = zombie.begin_snapshot(2)  # the barrier; its upload has not run when the attempt fails
     restored = make_backend(restore=source1, mvcc=mvcc, attempt=1)
-    with pytest.raises(Fenced, match="restored by a later attempt"):
+    with pytest.raises(FencedUploadError, match="restored by a later attempt"):
         late.upload(None, 2, "x")
     assert prepared(postgres, zombie) == []
     add(restored, KEYS, 2)

@@ -7,11 +7,11 @@ from epochal.state.postgres.epochs import (
     SKIP,
     WAIT,
     EpochLog,
-    Gid,
+    EpochTransactionId,
     Session,
     UploadPlan,
     gid_prefix,
-    parse_gid,
+    parse_epoch_transaction_id,
     parse_session,
     resolve,
 )
@@ -106,15 +106,15 @@ def test_mvcc_epochs_never_wait_and_an_abort_keeps_the_versions_for_the_next_com
 
 def test_transaction_ids_round_trip_and_belong_to_one_operator():
     prefix = gid_prefix("epochal_state", "job", "count")
-    gid = Gid(prefix, 0, 64, 7, 2)
-    assert parse_gid(str(gid), prefix) == gid
-    assert parse_gid(str(gid), gid_prefix("epochal_state", "job", "other")) is None
-    assert len(str(Gid(gid_prefix("t" * 40, "n" * 500, "u" * 500), 32767, 32768, 10 ** 12, 99))) < 200
+    gid = EpochTransactionId(prefix, 0, 64, 7, 2)
+    assert parse_epoch_transaction_id(str(gid), prefix) == gid
+    assert parse_epoch_transaction_id(str(gid), gid_prefix("epochal_state", "job", "other")) is None
+    assert len(str(EpochTransactionId(gid_prefix("t" * 40, "n" * 500, "u" * 500), 32767, 32768, 10 ** 12, 99))) < 200
 
 
 def test_a_restore_commits_up_to_the_restored_checkpoint_and_rolls_back_later_ones_it_overlaps():
-    prefix = "p"
-    old = [Gid(prefix, 0, 64, 5, 0), Gid(prefix, 64, 128, 5, 0), Gid(prefix, 0, 64, 6, 0), Gid(prefix, 64, 128, 6, 0)]
+    prefix, Tid = "p", EpochTransactionId
+    old = [Tid(prefix, 0, 64, 5, 0), Tid(prefix, 64, 128, 5, 0), Tid(prefix, 0, 64, 6, 0), Tid(prefix, 64, 128, 6, 0)]
     commit, rollback = resolve(old, 5, range(0, 43))
     assert commit == [old[0]] and rollback == [old[2]]
     commit, rollback = resolve(old, 5, range(43, 86))  # overlaps both old subtasks

@@ -184,8 +184,9 @@ class EpochLog:
 # ------------------------------------------------------------------------------ transaction ids
 
 
-class Gid(NamedTuple):
-    """The global transaction id of one subtask's epoch:
+class EpochTransactionId(NamedTuple):
+    """The global transaction id (PostgreSQL's ``gid`` of ``PREPARE TRANSACTION``) of one
+    subtask's state epoch (not a sink's: :mod:`epochal.connectors.postgres_sql` names its own):
     ``<prefix>:<first key group>-<end key group>:c<checkpoint>:a<attempt>``; the prefix names the
     table, the namespace and the operator (:func:`gid_prefix`)."""
 
@@ -221,13 +222,13 @@ def _after_prefix(name: str, prefix: str, pattern: re.Pattern[str]) -> tuple[str
     return None if match is None else match.groups()
 
 
-def parse_gid(gid: str, prefix: str) -> Gid | None:
+def parse_epoch_transaction_id(gid: str, prefix: str) -> EpochTransactionId | None:
     """``gid`` if it is one of ``prefix``'s, else None."""
     groups = _after_prefix(gid, prefix, _GID)
     if groups is None:
         return None
     first, end, checkpoint, attempt = map(int, groups)
-    return Gid(prefix, first, end, checkpoint, attempt)
+    return EpochTransactionId(prefix, first, end, checkpoint, attempt)
 
 
 class Session(NamedTuple):
@@ -261,7 +262,8 @@ def parse_session(name: str, prefix: str) -> Session | None:
     return Session(prefix, int(groups[0]), int(groups[1]), int(groups[2], 16))
 
 
-def resolve(prepared: list[Gid], restored: int | None, key_groups: range) -> tuple[list[Gid], list[Gid]]:
+def resolve(prepared: list[EpochTransactionId], restored: int | None,
+            key_groups: range) -> tuple[list[EpochTransactionId], list[EpochTransactionId]]:
     """At a subtask's start, of the transactions earlier attempts left prepared: those whose key
     groups overlap ``key_groups`` to commit (checkpoints up to ``restored``, oldest first) and to
     roll back (later ones; all of them when the subtask starts without a checkpoint of this

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from epochal.errors import StateBackendError
 from epochal.state.backend import Captured
-from epochal.state.postgres.epochs import SKIP, WAIT, Changes, EpochLog, Gid, UploadPlan
+from epochal.state.postgres.epochs import SKIP, WAIT, Changes, EpochLog, EpochTransactionId, UploadPlan
 from epochal.state.postgres.spill import merge
 from epochal.state.postgres.store import Store
 from epochal.state.postgres.wal import WriteAheadLog
@@ -97,8 +97,9 @@ class EpochUpload:
             handle["skipped"] = True
             return handle
         assert isinstance(plan, UploadPlan)
-        gid = None if backend.mvcc else str(Gid(backend.prefix, backend.key_groups.start, backend.key_groups.stop,
-                                                self.checkpoint_id, backend.attempt))
+        gid = None if backend.mvcc else str(EpochTransactionId(backend.prefix, backend.key_groups.start,
+                                                               backend.key_groups.stop, self.checkpoint_id,
+                                                               backend.attempt))
         rows, written = store.write_epoch(merge(layers), self.checkpoint_id, backend.key_groups, gid, backend.fence)
         with cond:
             kept = backend.log.prepared(plan, gid or "")

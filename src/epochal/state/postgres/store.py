@@ -38,7 +38,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from epochal.errors import StateBackendError
-from epochal.state.postgres.epochs import Entry, Gid, Session, parse_gid, parse_session
+from epochal.state.postgres.epochs import (
+    Entry,
+    EpochTransactionId,
+    Session,
+    parse_epoch_transaction_id,
+    parse_session,
+)
 from epochal.state.postgres.schema import connect, describe, first_line, names, psycopg_sql
 
 #: Rows per statement when an epoch or a restore is written.
@@ -47,9 +53,10 @@ WRITE_CHUNK = 20_000
 READ_CHUNK = 8192
 
 
-class Fenced(StateBackendError):
-    """An upload of a subtask whose key groups a later attempt's subtask restored since: refused,
-    nothing written (that subtask's worker is a zombie of a failed attempt)."""
+class FencedUploadError(StateBackendError):
+    """An upload of a subtask whose key groups a later attempt's subtask restored since: refused
+    by the fence on its key groups, nothing written (that subtask's worker is a zombie of a failed
+    attempt). Not the HA store's refusal of a deposed leader (:class:`epochal.control.ha.services.Fenced`)."""
 
 
 class Store:
@@ -190,7 +197,7 @@ class Store:
         key groups' marker set to ``checkpoint_id``, then ``PREPARE TRANSACTION gid``; MVCC,
         versions at epoch ``checkpoint_id``, committed. The transaction's first statement locks the
         key groups' markers and checks that ``fence`` still owns them all (:meth:`take_fence`),
-        else it raises :class:`Fenced`: a later attempt's subtask restored them. Returns (rows,
+        else it raises :class:`FencedUploadError`: a later attempt's subtask restored them. Returns (rows,
         bytes). On failure the transaction is rolled back (a lost connection rolls it back in the
         server) and the error raised."""
         conn = self.write
@@ -202,7 +209,7 @@ class Store:
                 "WHERE op = %s AND kg >= %s AND kg < %s AND fence = %s RETURNING kg"),
                 (self.mvcc, checkpoint_id, self.op, groups.start, groups.stop, fence), fetch=True)
             if len(owned) != len(groups):
-                raise Fenced(f"{self.what}: checkpoint {checkpoint_id} is not written: key groups "
+                raise FencedUploadError(f"{self.what}: checkpoint {checkpoint_id} is not written: key groups "
                              f"{groups.start}-{groups.stop - 1} were restored by a later attempt (this subtask's "
                              "fencing token no longer owns them): a worker of a failed attempt still running")
             stream = iter(entries)
@@ -268,10 +275,10 @@ class Store:
                     (self.op, *arrays))
 
     # ------------------------------------------------------------------ two-phase commit
-    def prepared(self, prefix: str) -> list[Gid]:
+    def prepared(self, prefix: str) -> list[EpochTransactionId]:
         rows = self._run(self.read, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
                                     "AND starts_with(gid, %s)", (prefix + ":",), fetch=True)
-        found = [parse_gid(r[0], prefix) for r in rows]
+        found = [parse_epoch_transaction_id(r[0], prefix) for r in rows]
         return [g for g in found if g is not None]
 
     def finish_prepared(self, gid: str, commit: bool, conn: Any = None) -> bool:
