@@ -186,7 +186,7 @@ class EpochLog:
 
 class EpochTransactionId(NamedTuple):
     """The global transaction id (PostgreSQL's ``gid`` of ``PREPARE TRANSACTION``) of one
-    subtask's state epoch (not a sink's: :mod:`epochal.connectors.postgres_sql` names its own):
+    subtask's state epoch (a sink's is another: :class:`epochal.connectors.postgres.sql.SinkTransactionId`):
     ``<prefix>:<first key group>-<end key group>:c<checkpoint>:a<attempt>``; the prefix names the
     table, the namespace and the operator (:func:`gid_prefix`)."""
 
