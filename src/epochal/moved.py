@@ -61,6 +61,27 @@ MOVED: dict[str, Moved] = {
         "_ParquetSplit": "epochal.connectors.parquet_split:ParquetSplit",
         "_rows": "epochal.connectors.file_splits:rows_of"}),
     "epochal.connectors.transactional": Moved("epochal.connectors.files.transactional"),
+    # state backends in sub-packages (state/{heap,rocksdb,postgres}/); epochal.state.heap, .rocksdb
+    # and .postgres are those packages now, which export what the modules of those names did
+    "epochal.state.rocksdb_checkpoints": Moved("epochal.state.rocksdb.checkpoints"),
+    "epochal.state.rocksdb_keys": Moved("epochal.state.rocksdb.keys", {
+        "KeyEncoder": "epochal.state.canonical:KeyEncoder", "_SCALAR_KEYS": "epochal.state.canonical:SCALAR_KEYS",
+        **{name: f"epochal.state.rocksdict_scans:{name}" for name in ("scan", "scan_keys", "BULK_READAHEAD")}}),
+    "epochal.state.rocksdb_native": Moved("epochal.state.rocksdb.native"),
+    "epochal.state.rocksdb_views": Moved("epochal.state.rocksdb.views"),
+    "epochal.state.postgres_claims": Moved("epochal.state.postgres.claims"),
+    "epochal.state.postgres_epochs": Moved("epochal.state.postgres.epochs", {
+        "Gid": "epochal.state.postgres.epochs:EpochTransactionId",
+        "parse_gid": "epochal.state.postgres.epochs:parse_epoch_transaction_id"}),
+    "epochal.state.postgres_restore": Moved("epochal.state.postgres.restore"),
+    "epochal.state.postgres_schema": Moved("epochal.state.postgres.schema"),
+    "epochal.state.postgres_snapshots": Moved("epochal.state.postgres.snapshots"),
+    "epochal.state.postgres_spill": Moved("epochal.state.postgres.spill"),
+    "epochal.state.postgres_store": Moved("epochal.state.postgres.store", {
+        "Fenced": "epochal.state.postgres.store:FencedUploadError"}),
+    "epochal.state.postgres_views": Moved("epochal.state.postgres.views"),
+    "epochal.state.postgres_wal": Moved("epochal.state.postgres.wal"),
+    "epochal.state.release": Moved("epochal.state.postgres.release"),
     # the driver's own: below the API, beside what they serve
     "epochal.api.run_settings": Moved("epochal.control.run_settings"),
     "epochal.api.running": Moved("epochal.control.running"),

@@ -95,3 +95,30 @@ def test_the_factory_of_each_embedded_kind_makes_its_backend(tmp_path):
     finally:
         rocksdb.dispose()
     assert not list((tmp_path / "epochal-rocksdb").iterdir())  # its directory goes with it
+
+
+def test_the_import_paths_of_the_flat_state_modules_still_work():
+    """epochal.moved answers the old module paths (those of names that moved elsewhere too); the
+    old modules epochal.state.heap, .rocksdb and .postgres are packages that export what they held."""
+    import warnings
+
+    from epochal.state import canonical, rocksdict_scans
+    from epochal.state.heap import HeapKeyedStateBackend
+    from epochal.state.heap.backend import HeapKeyedStateBackend as heap_backend
+    from epochal.state.postgres import POSTGRES_FORMAT, PostgresKeyedStateBackend, epochs, store
+    from epochal.state.postgres import backend as postgres_backend
+    from epochal.state.rocksdb import RocksDBKeyedStateBackend, read_key_groups, read_stored_groups, reads
+    from epochal.state.rocksdb import backend as rocksdb_backend
+
+    assert HeapKeyedStateBackend is heap_backend
+    assert RocksDBKeyedStateBackend is rocksdb_backend.RocksDBKeyedStateBackend
+    assert (read_key_groups, read_stored_groups) == (reads.read_key_groups, reads.read_stored_groups)
+    assert PostgresKeyedStateBackend is postgres_backend.PostgresKeyedStateBackend and POSTGRES_FORMAT == "postgres"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from epochal.state.postgres_epochs import Gid
+        from epochal.state.postgres_store import Fenced
+        from epochal.state.rocksdb_keys import KeyEncoder, scan
+
+    assert Gid is epochs.EpochTransactionId and Fenced is store.FencedUploadError
+    assert KeyEncoder is canonical.KeyEncoder and scan is rocksdict_scans.scan
