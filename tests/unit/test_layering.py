@@ -181,6 +181,58 @@ def test_no_job_kind_imports_another():
     assert not found, "a job kind imports another (what kinds share lives in control/):\n" + "\n".join(found)
 
 
+#: The one import circle allowed: the API builders' own (a DataStream makes KeyedStreams, which
+#: make WindowedStreams and DataStreams again; the environment makes DataStreams).
+API_BUILDERS = "epochal.api."
+
+
+def _circles() -> list[list[str]]:
+    """Every set of modules that import each other (strongly connected, more than one module),
+    counting function-level and type-only imports as the circle finder of docs/architecture.md does."""
+    # the package's own __init__ only names what it exports (loaded lazily): no part of a circle
+    modules = {_module_name(path): path for path in _sources() if _module_name(path) != "epochal"}
+    graph = {name: sorted({m for _, m in imports_of(path, type_checking=True) if m in modules and m != name})
+             for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_no_import_circles_but_the_api_builders_own():
+    """Split by concern, never by size: modules that import each other (even for type checking,
+    even inside a function) are one concern in two files, or two concerns tangled."""
+    circles = [c for c in _circles() if not all(m.startswith(API_BUILDERS) for m in c)]
+    assert not circles, "import circles:\n" + "\n".join(", ".join(c) for c in circles)
+
+
 def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from typing import TYPE_CHECKING\n"
