@@ -188,7 +188,7 @@ def jobmaster_events() -> Iterator[list[Event]]:
             name, worker = type(message).__name__, getattr(message, "worker", None)
             if name == "KindReport":
                 name = f"KindReport:{type(message.payload).__name__}"
-        if name not in ("Tick", "Heartbeat", "KindReport:SuperstepDone"):
+        if name not in ("TimePassed", "Heartbeat", "KindReport:SuperstepDone"):
             events.append((getattr(event, "now", time.monotonic()), name, worker))
         instructions = original(machine, event)
         now = time.monotonic()

@@ -28,10 +28,11 @@ from epochal.connectors.base import SinkContext
 from epochal.connectors.files import ExactlyOnceFileSink, read_committed_lines
 from epochal.control.kinds import ReplaceWorker
 from epochal.errors import PlanError
+from epochal.machines import TimePassed
 from epochal.messages import Deploy, KindCommand, KindReport, Processing, Ready, Shutdown, Start
 from epochal.plan.execution import build_execution_graph
 from epochal.plan.partitioners import KeyGroupPartitioner, RebalancePartitioner
-from epochal.runtime.host.events import Send, StopWorker, Tick
+from epochal.runtime.host.events import Send, StopWorker
 
 
 # ---------------------------------------------------------------- OutputChannels
@@ -92,7 +93,7 @@ def test_a_replacement_reports_its_rebuild_and_a_silent_jobmaster_stops_it():
     machine.handle(deploy(joining=True))
     out = machine.handle(SetUp(5.0, 10.0, {"load_s": 0.1}))
     assert out == [Send(Ready(1)), Send(KindReport(1, Rejoined(1, {"load_s": 0.1})))]
-    assert machine.handle(Tick(16.0))[0].reason.startswith("no 'Start' from the JobMaster")
+    assert machine.handle(TimePassed(16.0, 0.0))[0].reason.startswith("no 'Start' from the JobMaster")
 
 
 # ---------------------------------------------------------------- the coordinator

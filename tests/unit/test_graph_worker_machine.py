@@ -37,8 +37,9 @@ from epochal.graph.worker_machine import (
     WriteCheckpoint,
     WriteOutput,
 )
+from epochal.machines import TimePassed
 from epochal.messages import Cancel, Deploy, KindCommand, KindReport, Processing, Ready, Reject, Shutdown, Start
-from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
 
 DEPLOY = Deploy(b"graph", {0: ("h", 1), 1: ("h", 2), 2: ("h", 3)}, None)
@@ -125,12 +126,12 @@ def test_a_restored_worker_resyncs_replicas_before_it_is_ready():
 def test_deadlines_and_stops():
     machine = GraphWorkerMachine(0)
     machine.handle(Registered(0.0, 5.0))
-    assert machine.handle(Tick(6.0)) == [StopWorker("no 'Deploy' from the JobMaster within 5 s")]
+    assert machine.handle(TimePassed(6.0, 0.0)) == [StopWorker("no 'Deploy' from the JobMaster within 5 s")]
     machine = GraphWorkerMachine(0)
     machine.handle(Registered(0.0, 60.0))
     machine.handle(DEPLOY)
     machine.handle(Loaded(1.0, 30.0, 3, restored=True))
-    assert machine.handle(Tick(32.0)) == [StopWorker("peers did not resynchronise within 30 s")]
+    assert machine.handle(TimePassed(32.0, 0.0)) == [StopWorker("peers did not resynchronise within 30 s")]
     assert running().handle(Reject("late")) == []
     machine = GraphWorkerMachine(0)
     machine.handle(Registered(0.0, 60.0))

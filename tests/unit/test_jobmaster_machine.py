@@ -30,7 +30,6 @@ from epochal.control.jobmaster_events import (
     SendTo,
     SparkJobEnded,
     SubmitSparkJob,
-    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -39,6 +38,7 @@ from epochal.control.lifecycle import FAILURE_GRACE_S, JobStatus
 from epochal.control.restart import FixedDelayRestart
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import InsufficientSlotsError, JobCancelledError
+from epochal.machines import TimePassed
 from epochal.messages import (
     Ack,
     Cancel,

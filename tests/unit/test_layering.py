@@ -25,7 +25,7 @@ PACKAGE = SRC / "epochal"
 #: The layers, lowest first: a component (a package, or a top-level module) may import itself
 #: and the components of lower layers, never those of its own or a higher layer.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "filesystems", "moved", "processes", "serialization", "tracebacks"}),
+    ("leaves", {"errors", "filesystems", "machines", "moved", "processes", "serialization", "tracebacks"}),
     ("clients of external systems", {"postgres_client"}),
     ("messages", {"messages"}),
     ("validation", {"validation"}),
@@ -49,7 +49,8 @@ LAYERS: list[tuple[str, set[str]]] = [
 RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane",
            "runtime.queries"}
 #: What runs in a worker process; none of it may import these.
-WORKER_SIDE = {"errors", "filesystems", "postgres_client", "processes", "serialization", "tracebacks", "messages",
+WORKER_SIDE = {"errors", "filesystems", "machines", "postgres_client", "processes", "serialization", "tracebacks",
+               "messages",
                "validation", "config",
                "connectors", "plan", "state", *RUNTIME}
 DRIVER_SIDE = {"control", "rest", "api", "cli", "testing"}

@@ -15,11 +15,11 @@ from epochal.control.jobmaster_events import (
     SavepointDone,
     SavepointRequest,
     SavepointRequested,
-    TimePassed,
     WorkerMessage,
 )
 from epochal.control.lifecycle import JobStatus
 from epochal.control.restart import FixedDelayRestart
+from epochal.machines import TimePassed
 from epochal.messages import (
     CheckpointAbort,
     CheckpointComplete,

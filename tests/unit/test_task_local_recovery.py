@@ -19,7 +19,6 @@ from epochal.control.jobmaster_events import (
     SendTo,
     SubmitSparkJob,
     SubmitWorker,
-    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -39,6 +38,7 @@ from epochal.graph.supersteps import (
     RunSuperstep,
     SuperstepDone,
 )
+from epochal.machines import TimePassed
 from epochal.messages import Deploy, Finished, KindCommand, KindReport, Ready, Register, Start
 
 CONFIG = EngineConfig(registration_timeout=10.0, heartbeat_timeout=5.0, cancel_timeout=3.0)

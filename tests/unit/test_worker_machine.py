@@ -8,6 +8,7 @@ import pytest
 from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
 from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, StartProcessing, WorkerDrained
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
+from epochal.machines import TimePassed
 from epochal.messages import (
     Cancel,
     CheckpointAbort,
@@ -49,7 +50,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskInfo,
     UploadWithLog,
 )
-from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker, Tick
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
 
 SOURCE = (0, 0)
@@ -82,8 +83,8 @@ def test_registration_deploy_ready_start():
 def test_no_deployment_in_time_stops_the_worker():
     machine = WorkerMachine(3)
     machine.handle(Registered(10.0, 5.0))
-    assert machine.handle(Tick(14.0)) == []
-    assert machine.handle(Tick(15.5)) == [StopWorker("no 'Deploy' from the JobMaster within 5 s")]
+    assert machine.handle(TimePassed(14.0, 0.0)) == []
+    assert machine.handle(TimePassed(15.5, 0.0)) == [StopWorker("no 'Deploy' from the JobMaster within 5 s")]
     assert machine.phase is WorkerPhase.STOPPED
     assert machine.handle(DEPLOY) == []  # a stopped machine ignores everything
 
@@ -93,8 +94,8 @@ def test_no_start_in_time_stops_the_worker():
     machine.handle(Registered(0.0, 60.0))
     machine.handle(DEPLOY)
     machine.handle(Built(1.0, 30.0, (), EXACTLY_ONCE))
-    assert machine.handle(Tick(30.5)) == []
-    assert machine.handle(Tick(31.5)) == [StopWorker("no 'Start' from the JobMaster within 30 s")]
+    assert machine.handle(TimePassed(30.5, 0.0)) == []
+    assert machine.handle(TimePassed(31.5, 0.0)) == [StopWorker("no 'Start' from the JobMaster within 30 s")]
 
 
 def test_messages_out_of_phase_are_ignored():

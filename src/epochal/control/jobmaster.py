@@ -60,7 +60,6 @@ from epochal.control.jobmaster_events import (
     SparkJobEnded,
     SubmitSparkJob,
     SubmitWorker,
-    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -71,6 +70,7 @@ from epochal.control.restart import RestartStrategy
 from epochal.control.savepoints import IN_PROGRESS, SavepointStatus, check_writable, new_request
 from epochal.control.server import ControlServer
 from epochal.errors import EpochalError
+from epochal.machines import TimePassed
 from epochal.messages import Dispatch, Metrics, RestorePoint, ToWorker
 from epochal.runtime.queries.wire import query_token
 from epochal.state.storage import CheckpointStorage

@@ -4,10 +4,11 @@
 of the events below and returns a list of the instructions below, which the driver
 (:class:`~epochal.control.jobmaster.JobMaster`) carries out. Events carry every input the
 machine needs, time included (``now`` is ``time.monotonic()``, ``wall`` is ``time.time()``, both
-read by the driver); instructions carry everything the driver needs to carry them out. A worker's
-control connection is named by a *connection id*, an int the driver's
-:class:`~epochal.control.server.ControlServer` assigns per accepted connection, so the machine
-never holds a socket. All are frozen dataclasses, compared by value in the tests.
+read by the driver; time passing is every machine's :class:`~epochal.machines.TimePassed`);
+instructions carry everything the driver needs to carry them out. A worker's control connection
+is named by a *connection id*, an int the driver's :class:`~epochal.control.server.ControlServer`
+assigns per accepted connection, so the machine never holds a socket. All are frozen dataclasses,
+compared by value in the tests.
 
 Things that need I/O are round trips: :class:`ResolveRestore` asks the driver to read and check
 the checkpoint an attempt restores, and the driver answers with :class:`RestoreResolved` or
@@ -24,13 +25,14 @@ from typing import Any
 from epochal.control.checkpointing.files import CheckpointIdReserved, CheckpointIO, CheckpointWritten
 from epochal.control.lifecycle import KillSparkJob
 from epochal.errors import EpochalError
+from epochal.machines import TimePassed
 from epochal.messages import RestorePoint, ToJobMaster, ToWorker
 from epochal.state.storage import CheckpointStorage
 
 __all__ = ["Broadcast", "CancelRequested", "CheckpointIdReserved", "CheckpointWritten", "CloseConnections", "Event",
            "Instruction", "JobStarted", "KillSparkJob", "ResolveRestore", "RestoreFailed", "RestoreResolved",
            "Restarting", "SavepointDone", "SavepointRequest", "SavepointRequested", "SendTo", "SparkJobEnded",
-           "SubmitSparkJob", "TimePassed", "WorkerDisconnected", "WorkerMessage"]
+           "SubmitSparkJob", "WorkerDisconnected", "WorkerMessage"]
 
 
 # ---------------------------------------------------------------------- events
@@ -78,14 +80,6 @@ class CancelRequested:
 
     reason: str
     now: float
-
-
-@dataclass(frozen=True, slots=True)
-class TimePassed:
-    """The clock moved (the driver sends one every ~50 ms): every timer is checked on it."""
-
-    now: float
-    wall: float
 
 
 @dataclass(frozen=True, slots=True)

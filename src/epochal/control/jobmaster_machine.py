@@ -56,7 +56,6 @@ from epochal.control.jobmaster_events import (
     SparkJobEnded,
     SubmitSparkJob,
     SubmitWorker,
-    TimePassed,
     WorkerDisconnected,
     WorkerMessage,
 )
@@ -64,6 +63,7 @@ from epochal.control.kinds import EndJob, KindCoordinator, KindOutput, ReplaceWo
 from epochal.control.lifecycle import JobLifecycle, JobStatus
 from epochal.control.restart import RestartMachine, RestartStrategy
 from epochal.errors import EpochalError, JobCancelledError, JobFailedError
+from epochal.machines import TimePassed
 from epochal.messages import (
     Cancel,
     Deploy,

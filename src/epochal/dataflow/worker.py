@@ -62,7 +62,7 @@ from epochal.runtime.checkpointing.uploads import Uploader, add_back_edge_log, c
 from epochal.runtime.dataplane.datapath import DataPath, alignment_stats, key_of
 from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
-from epochal.runtime.host.events import Registered, Tick
+from epochal.runtime.host.events import Registered
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
@@ -111,7 +111,7 @@ class Worker(WorkerShell):
         return self.data.records_processed
 
     # ------------------------------------------------------------------ events and instructions
-    def _handle(self, event: MailboxEvent | Tick) -> None:
+    def _handle(self, event: MailboxEvent) -> None:
         """The data path's events are handled here; every other event goes to the machine."""
         handler = _DATA.handlers.get(type(event))
         if handler is not None:

@@ -33,10 +33,10 @@ from epochal.control.ha.election import (
     RenewAnswered,
     Resign,
     Role,
-    Tick,
 )
 from epochal.control.ha.records import DriverInfo
 from epochal.control.ha.services import HaServices
+from epochal.machines import TimePassed
 
 _log = logging.getLogger("epochal")
 
@@ -103,7 +103,7 @@ class ElectionDriver:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
-            self._feed(Tick(now))
+            self._feed(TimePassed(now, time.time()))
             if now - self._refreshed >= REFRESH_S:
                 self._refreshed = now
                 try:

@@ -30,6 +30,7 @@ import enum
 from dataclasses import dataclass
 
 from epochal.control.ha.records import Observation
+from epochal.machines import TimePassed, UnknownEvent
 
 
 class Role(enum.Enum):
@@ -42,11 +43,6 @@ class Role(enum.Enum):
 
 
 # ---------------------------------------------------------------------- events
-@dataclass(frozen=True)
-class Tick:
-    now: float
-
-
 @dataclass(frozen=True)
 class Observed:
     """The driver read the store (answer to :class:`Observe`)."""
@@ -93,7 +89,7 @@ class Resign:
     """The job ended here (its result is stored) or the driver steps down: stop leading."""
 
 
-Event = Tick | Observed | ObserveFailed | ClaimAnswered | RenewAnswered | FencedWrite | Resign
+Event = TimePassed | Observed | ObserveFailed | ClaimAnswered | RenewAnswered | FencedWrite | Resign
 
 
 # ---------------------------------------------------------------------- instructions
@@ -179,7 +175,7 @@ class ElectionMachine:
         self.reason = ""
 
     def handle(self, event: Event) -> list[Instruction]:
-        if isinstance(event, Tick):
+        if isinstance(event, TimePassed):
             return self._tick(event.now)
         if isinstance(event, Observed):
             return self._observed(event)
@@ -194,7 +190,7 @@ class ElectionMachine:
             return self._depose(f"a fenced write was refused: {event.reason}")
         if isinstance(event, Resign):
             return self._resign()
-        raise TypeError(f"not an election event: {event!r}")
+        raise UnknownEvent("the election machine", event)
 
     # ---------------------------------------------------------------- standby
     def _tick(self, now: float) -> list[Instruction]:

@@ -3,7 +3,8 @@
 Each kind's worker machine (the dataflow :mod:`~epochal.dataflow.worker_machine`, the graph and
 CEC ones) is pure: events in, instructions out. These are the ones all of them handle or return,
 carried out by the shared :class:`~epochal.runtime.host.shell.WorkerShell`: the registration
-sent, time passing, a message for the JobMaster, a stop, a lost peer, a hook point reached.
+sent, a message for the JobMaster, a stop, a lost peer, a hook point reached. Time passing is
+:class:`epochal.machines.TimePassed`, as for every machine.
 """
 
 from __future__ import annotations
@@ -19,13 +20,6 @@ class Registered:
 
     now: float
     timeout: float
-
-
-@dataclass(frozen=True)
-class Tick:
-    """Time passed (monotonic ``now``): deadlines are checked."""
-
-    now: float
 
 
 @dataclass(frozen=True)

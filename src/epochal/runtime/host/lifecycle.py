@@ -1,7 +1,7 @@
 """What every worker body's machine shares: the waits of its start-up and the ways it stops.
 
 A worker of any job kind registers, waits for its deployment, later for ``Start``, each wait
-with a deadline checked on :class:`~epochal.runtime.host.events.Tick`; it stops on ``Cancel``
+with a deadline checked on :class:`~epochal.machines.TimePassed`; it stops on ``Cancel``
 or ``Shutdown``, when the driver goes away, and on a ``Reject`` of its registration (a running
 worker was not rejected and ignores a stale one). :class:`WorkerLifecycle` holds that part and
 :func:`register_lifecycle` puts its handlers into a machine's dispatch table; the dataflow
@@ -14,8 +14,9 @@ from __future__ import annotations
 import enum
 from typing import Any, ClassVar
 
+from epochal.machines import TimePassed
 from epochal.messages import Cancel, Dispatch, Reject, Shutdown
-from epochal.runtime.host.events import Registered, StopWorker, Tick
+from epochal.runtime.host.events import Registered, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost
 
 
@@ -62,7 +63,7 @@ class WorkerLifecycle:
         self._wait(self.phase, event.now, event.timeout)
         return []
 
-    def _tick(self, event: Tick) -> list[Any]:
+    def _tick(self, event: TimePassed) -> list[Any]:
         if self.deadline is not None and event.now > self.deadline:
             return self._stop(self._timed_out())
         return []
@@ -80,7 +81,7 @@ class WorkerLifecycle:
 def register_lifecycle(table: Dispatch) -> None:
     """Handle the shared events of :class:`WorkerLifecycle` through ``table``."""
     table.on(Registered)(WorkerLifecycle._registered)
-    table.on(Tick)(WorkerLifecycle._tick)
+    table.on(TimePassed)(WorkerLifecycle._tick)
     table.on(Cancel, Shutdown)(WorkerLifecycle._cancel)
     table.on(Reject)(WorkerLifecycle._reject)
     table.on(JobMasterLost)(WorkerLifecycle._jobmaster_lost)

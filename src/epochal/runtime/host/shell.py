@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from epochal.errors import UserFunctionError
+from epochal.machines import TimePassed
 from epochal.messages import Decline, Dispatch, Failed, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.host.entry import WARMED_FOR, task_started
-from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send, StopWorker, Tick
+from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send, StopWorker
 from epochal.runtime.host.hooks import HookPoint, WorkerHook
 from epochal.runtime.host.links import Bootstrap, ControlLink, accept_replacements, connect_peers
 from epochal.runtime.host.mailbox import JobMasterLost, Mailbox, PeerClosed, PeerJoined
@@ -80,7 +81,7 @@ class WorkerShell:
 
     def _tick(self, now: float) -> None:
         """Time passed: let the machine check its deadlines."""
-        self._feed(Tick(now))
+        self._feed(TimePassed(now, time.time()))
 
     def _serve(self) -> None:
         """After registration: everything until the job ends (raises :class:`WorkerStopped`)."""
