@@ -15,7 +15,7 @@ from epochal.runtime.checkpointing.barriers import (
     BarrierTracker,
     Block,
     LogClosed,
-    Release,
+    Unblock,
 )
 from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
 
@@ -28,7 +28,7 @@ def test_aligned_blocks_each_input_until_all_delivered_then_snapshots_and_releas
     assert aligner.state is BarrierState.ALIGNING and aligner.pending == 1
     assert aligner.on_barrier(C, 1, now=10.5) == [Block(C)]
     # the snapshot is taken while every input is still blocked, then all are released
-    assert aligner.on_barrier(B, 1, now=12.0) == [Block(B), Aligned(1, 2.0), Release((A, B, C))]
+    assert aligner.on_barrier(B, 1, now=12.0) == [Block(B), Aligned(1, 2.0), Unblock((A, B, C))]
     assert aligner.state is BarrierState.WAITING and aligner.pending is None
 
 
@@ -42,17 +42,17 @@ def test_at_least_once_never_blocks():
 def test_a_newer_barrier_aborts_the_pending_checkpoint_and_its_late_barriers_start_nothing():
     aligner = BarrierAligner([A, B, C])
     aligner.on_barrier(A, 1, 0.0)
-    assert aligner.on_barrier(B, 2, 0.0) == [Release((A,)), Aborted(1, "barrier 2 arrived before 1 was aligned"),
+    assert aligner.on_barrier(B, 2, 0.0) == [Unblock((A,)), Aborted(1, "barrier 2 arrived before 1 was aligned"),
                                              Block(B)]
     assert aligner.on_barrier(A, 2, 0.0) == [Block(A)]
-    assert aligner.on_barrier(C, 2, 1.0) == [Block(C), Aligned(2, 1.0), Release((A, B, C))]
+    assert aligner.on_barrier(C, 2, 1.0) == [Block(C), Aligned(2, 1.0), Unblock((A, B, C))]
     assert aligner.on_barrier(C, 1, 2.0) == []  # a late barrier of the superseded checkpoint
 
 
 def test_the_coordinators_abort_releases_the_alignment_and_stragglers_start_nothing():
     aligner = BarrierAligner([A, B, C])
     aligner.on_barrier(A, 5, 0.0)
-    assert aligner.abort(5, "timeout") == [Release((A,)), Aborted(5, "timeout")]
+    assert aligner.abort(5, "timeout") == [Unblock((A,)), Aborted(5, "timeout")]
     assert aligner.on_barrier(B, 5, 0.0) == []
     assert aligner.pending is None
 
@@ -67,7 +67,7 @@ def test_a_barrier_that_comes_after_its_checkpoints_abort_is_never_aligned():
     assert aligner.on_barrier(A, 5, 0.0) == []  # not blocked
     assert aligner.on_barrier(B, 5, 0.0) == []  # not aligned
     assert aligner.on_barrier(A, 6, 1.0) == [Block(A)]  # the next checkpoint is unaffected
-    assert aligner.on_barrier(B, 6, 1.5) == [Block(B), Aligned(6, 0.5), Release((A, B))]
+    assert aligner.on_barrier(B, 6, 1.5) == [Block(B), Aligned(6, 0.5), Unblock((A, B))]
     assert aligner.aborted == set()  # forgotten once a newer checkpoint aligned
     tracker = BarrierTracker([A])
     tracker.abort(3, "timed out")
@@ -79,7 +79,7 @@ def test_an_abort_of_another_checkpoint_leaves_the_pending_one_aligning():
     aligner.on_barrier(A, 4, 0.0)
     assert aligner.abort(5, "timed out") == []
     assert aligner.pending == 4
-    assert aligner.on_barrier(B, 4, 1.0) == [Block(B), Aligned(4, 1.0), Release((A, B))]
+    assert aligner.on_barrier(B, 4, 1.0) == [Block(B), Aligned(4, 1.0), Unblock((A, B))]
     assert aligner.on_barrier(A, 5, 2.0) == []
 
 
@@ -87,7 +87,7 @@ def test_ended_inputs_count_as_delivered():
     aligner = BarrierAligner([A, B, C])
     assert aligner.on_input_ended(C, 0.0) == []
     aligner.on_barrier(A, 1, 0.0)
-    assert aligner.on_input_ended(B, 3.0) == [Aligned(1, 3.0), Release((A,))]
+    assert aligner.on_input_ended(B, 3.0) == [Aligned(1, 3.0), Unblock((A,))]
 
 
 def test_start_takes_a_checkpoint_only_once_every_input_ended():

@@ -18,7 +18,7 @@ from epochal.graph.supersteps import (
 from epochal.graph.worker_machine import (
     Assemble,
     Assembled,
-    CheckpointWritten,
+    CheckpointFileWritten,
     Commit,
     CommitResync,
     Compute,
@@ -34,7 +34,7 @@ from epochal.graph.worker_machine import (
     SendRecovery,
     SendResync,
     StartHeartbeats,
-    WriteCheckpoint,
+    WriteCheckpointFile,
     WriteOutput,
 )
 from epochal.machines import TimePassed
@@ -88,9 +88,10 @@ def test_a_checkpointed_superstep_reports_after_its_file_is_written():
     machine = running(workers=1, worker=0)
     machine.handle(run(4, checkpoint=True, full=True))
     out = machine.handle(Computed(4, report(4)))
-    assert out[-2:] == [Commit(4), WriteCheckpoint(4, True)]
+    assert out[-2:] == [Commit(4), WriteCheckpointFile(4, True)]
     handle = {"file": "worker-0", "size": 10, "crc": 1}
-    assert machine.handle(CheckpointWritten(4, handle)) == [Send(KindReport(0, SuperstepDone(report(4), handle, True)))]
+    assert machine.handle(CheckpointFileWritten(4, handle)) == [
+        Send(KindReport(0, SuperstepDone(report(4), handle, True)))]
 
 
 def test_a_command_for_a_new_superstep_before_the_last_completed_is_ignored():

@@ -14,7 +14,7 @@ from epochal.control.ha.election import (
     Observe,
     Observed,
     ObserveFailed,
-    Release,
+    ReleaseLeadership,
     Renew,
     RenewAnswered,
     Resign,
@@ -158,7 +158,7 @@ def test_a_refused_fenced_write_deposes_once():
 def test_resigning_releases_the_leadership_and_a_standby_just_stops():
     m = machine()
     elected(m)
-    assert m.handle(Resign()) == [Release(2)]
+    assert m.handle(Resign()) == [ReleaseLeadership(2)]
     assert m.role is Role.RESIGNED and m.handle(TimePassed(100.0, 0.0)) == []
     s = machine()
     assert s.handle(Resign()) == [] and s.role is Role.RESIGNED

@@ -31,7 +31,7 @@ from epochal.messages import (
     Shutdown,
     TriggerCheckpoint,
 )
-from epochal.runtime.checkpointing.events import Aligned, Capture, EmitBarrier, NotifyComplete, SubtaskInfo
+from epochal.runtime.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskAligned, SubtaskInfo
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
 from epochal.runtime.host.events import ReachPoint, Send
 from epochal.state.checkpoint_dirs import resolve_restore_path
@@ -61,12 +61,12 @@ def test_a_savepoints_barrier_that_overtakes_its_trigger_still_makes_a_savepoint
     the savepoint's directory), not an ordinary checkpoint, and forwards the target downstream."""
     snapshots = pipeline()
     target = SavepointTarget("/sp/savepoint-7")
-    out = snapshots.on_aligned(Aligned(SUM, 7, 0.01, savepoint=target))
+    out = snapshots.on_aligned(SubtaskAligned(SUM, 7, 0.01, savepoint=target))
     assert EmitBarrier(SUM, 7, target) in out
     assert Capture(SUM, 7, 0.01, savepoint=target) in out
     assert snapshots.on_trigger(7, target)[-1] == Capture(SOURCE, 7, savepoint=target)  # the trigger comes late
     # without the target on the barrier, the same overtaking barrier took an ordinary checkpoint
-    assert Capture(SUM, 8, 0.01) in pipeline().on_aligned(Aligned(SUM, 8, 0.01))
+    assert Capture(SUM, 8, 0.01) in pipeline().on_aligned(SubtaskAligned(SUM, 8, 0.01))
 
 
 def test_a_stop_savepoint_halts_the_sources_confirms_its_commit_and_an_abort_resumes_them():

@@ -30,7 +30,6 @@ from epochal.messages import (
 )
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
-    Aligned,
     AlignmentOverflow,
     Capture,
     EmitBarrier,
@@ -46,6 +45,7 @@ from epochal.runtime.checkpointing.events import (
     SnapshotHeld,
     SnapshotUpload,
     StartAlignment,
+    SubtaskAligned,
     SubtaskFinished,
     SubtaskInfo,
     UploadWithLog,
@@ -157,7 +157,7 @@ def test_trigger_sources_emit_and_snapshot_others_wait_for_barriers():
 def test_alignment_forwards_the_barrier_then_snapshots():
     machine = pipeline()
     machine.handle(TriggerCheckpoint(1))
-    assert machine.handle(Aligned(MAP, 1, 0.25, {"buffered_bytes": 10, "spilled_bytes": 0})) == [
+    assert machine.handle(SubtaskAligned(MAP, 1, 0.25, {"buffered_bytes": 10, "spilled_bytes": 0})) == [
         ReachPoint("alignment", 1), EmitBarrier(MAP, 1),
         Capture(MAP, 1, 0.25, {"buffered_bytes": 10, "spilled_bytes": 0})]
 
@@ -187,7 +187,7 @@ def test_a_finished_subtask_answers_every_expected_checkpoint_with_its_final_sta
     machine = pipeline()
     machine.handle(TriggerCheckpoint(1))
     machine.handle(TriggerCheckpoint(2))
-    machine.handle(Aligned(MAP, 1, 0.0))
+    machine.handle(SubtaskAligned(MAP, 1, 0.0))
     assert machine.handle(SubtaskFinished(MAP)) == [Capture(MAP, 2)]
     assert machine.handle(SubtaskFinished(MAP)) == []  # idempotent
     assert machine.handle(TriggerCheckpoint(3)) == [EmitBarrier(SOURCE, 3), Capture(SOURCE, 3), Capture(MAP, 3)]
@@ -234,7 +234,7 @@ def _upload(checkpoint_id: int) -> SnapshotUpload:
 def test_a_loop_head_holds_its_state_copy_and_logs_feedback_until_the_barrier_comes_back():
     machine = loop_machine()
     machine.handle(TriggerCheckpoint(1))
-    assert machine.handle(Aligned(HEAD, 1, 0.0)) == [ReachPoint("alignment", 1), EmitBarrier(HEAD, 1),
+    assert machine.handle(SubtaskAligned(HEAD, 1, 0.0)) == [ReachPoint("alignment", 1), EmitBarrier(HEAD, 1),
                                                      Capture(HEAD, 1, hold=True)]
     upload = _upload(1)
     assert machine.handle(SnapshotHeld(HEAD, upload)) == []
@@ -247,13 +247,13 @@ def test_a_loop_head_holds_its_state_copy_and_logs_feedback_until_the_barrier_co
 def test_without_the_iteration_log_a_loop_head_uploads_at_once():
     machine = loop_machine(iteration_log=False)
     machine.handle(TriggerCheckpoint(1))
-    assert machine.handle(Aligned(HEAD, 1, 0.0))[-1] == Capture(HEAD, 1)
+    assert machine.handle(SubtaskAligned(HEAD, 1, 0.0))[-1] == Capture(HEAD, 1)
 
 
 def test_an_abort_drops_the_back_edge_log_and_the_held_copy():
     machine = loop_machine()
     machine.handle(TriggerCheckpoint(1))
-    machine.handle(Aligned(HEAD, 1, 0.0))
+    machine.handle(SubtaskAligned(HEAD, 1, 0.0))
     machine.handle(SnapshotHeld(HEAD, _upload(1)))
     machine.handle(CheckpointAbort(1))
     assert machine.handle(LoopClosed(HEAD, 1)) == []
@@ -302,9 +302,10 @@ def test_an_alignment_of_an_aborted_or_completed_checkpoint_is_dropped():
     machine.handle(TriggerCheckpoint(1))
     assert machine.handle(CheckpointAbort(1)) == [NotifyAborted(1)]
     # the barrier came after the abort: no barrier downstream, no snapshot, no upload
-    assert machine.handle(Aligned(MAP, 1, 0.0)) == []
+    assert machine.handle(SubtaskAligned(MAP, 1, 0.0)) == []
     machine.handle(TriggerCheckpoint(2))
     machine.handle(CheckpointComplete(2))
-    assert machine.handle(Aligned(SINK, 2, 0.0)) == []
+    assert machine.handle(SubtaskAligned(SINK, 2, 0.0)) == []
     # a barrier that overtook its trigger is snapshotted
-    assert machine.handle(Aligned(MAP, 3, 0.0)) == [ReachPoint("alignment", 3), EmitBarrier(MAP, 3), Capture(MAP, 3)]
+    assert machine.handle(SubtaskAligned(MAP, 3, 0.0)) == [ReachPoint("alignment", 3), EmitBarrier(MAP, 3),
+                                                           Capture(MAP, 3)]

@@ -44,7 +44,6 @@ from epochal.messages import Collect, CollectPayload, Dispatch, SavepointTarget
 from epochal.plan.execution import Deployment
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
-    Aligned,
     Capture,
     EmitBarrier,
     FinishSubtask,
@@ -54,6 +53,7 @@ from epochal.runtime.checkpointing.events import (
     SendProbe,
     SnapshotHeld,
     StartAlignment,
+    SubtaskAligned,
     SubtaskFinished,
     SubtaskKey,
     UploadWithLog,
@@ -262,7 +262,7 @@ class Worker(WorkerShell):
     # ------------------------------------------------------------------ snapshots
     def _on_aligned(self, subtask: Subtask, checkpoint_id: int, alignment: float,
                     savepoint: SavepointTarget | None = None) -> None:
-        self._feed(Aligned(key_of(subtask), checkpoint_id, alignment, alignment_stats(subtask), savepoint))
+        self._feed(SubtaskAligned(key_of(subtask), checkpoint_id, alignment, alignment_stats(subtask), savepoint))
 
     def _on_loop_closed(self, subtask: Subtask, checkpoint_id: int) -> None:
         self._feed(LoopClosed(key_of(subtask), checkpoint_id))

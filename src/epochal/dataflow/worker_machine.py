@@ -48,7 +48,6 @@ from epochal.messages import (
     TriggerCheckpoint,
 )
 from epochal.runtime.checkpointing.events import (
-    Aligned,
     AlignmentOverflow,
     CheckpointingInstruction,
     Feedback,
@@ -57,6 +56,7 @@ from epochal.runtime.checkpointing.events import (
     LoopClosed,
     ProbeArrived,
     SnapshotHeld,
+    SubtaskAligned,
     SubtaskFinished,
     SubtaskInfo,
     SubtaskKey,
@@ -207,8 +207,8 @@ class WorkerMachine(WorkerLifecycle):
         self.finished.add(event.key)
         return self.snapshots.on_finished(event.key)
 
-    @_HANDLERS.on(Aligned)
-    def _aligned(self, event: Aligned) -> list[CheckpointingInstruction]:
+    @_HANDLERS.on(SubtaskAligned)
+    def _aligned(self, event: SubtaskAligned) -> list[CheckpointingInstruction]:
         return self.snapshots.on_aligned(event)
 
     @_HANDLERS.on(AlignmentOverflow)

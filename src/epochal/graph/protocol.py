@@ -73,7 +73,7 @@ class Computed:
 
 
 @dataclass(frozen=True)
-class CheckpointWritten:
+class CheckpointFileWritten:
     """This worker's checkpoint file of ``superstep`` is durable."""
 
     superstep: int
@@ -115,7 +115,7 @@ class Commit:
 
 
 @dataclass(frozen=True)
-class WriteCheckpoint:
+class WriteCheckpointFile:
     """Write this worker's state after ``superstep`` (changed masters only unless ``full``)."""
 
     superstep: int
@@ -154,5 +154,5 @@ class WriteOutput:
 
 
 Instruction = (Send | StopWorker | FailPeerLost | ReachPoint | ConnectAndLoad | SendResync | CommitResync
-               | Compute | Commit | WriteCheckpoint | StartHeartbeats | WriteOutput | Rewind | SendRecovery
+               | Compute | Commit | WriteCheckpointFile | StartHeartbeats | WriteOutput | Rewind | SendRecovery
                | Assemble)

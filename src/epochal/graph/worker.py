@@ -27,7 +27,7 @@ from epochal.graph.program import SuperstepContext
 from epochal.graph.protocol import (
     Assemble,
     Assembled,
-    CheckpointWritten,
+    CheckpointFileWritten,
     Commit,
     CommitResync,
     Compute,
@@ -41,7 +41,7 @@ from epochal.graph.protocol import (
     SendRecovery,
     SendResync,
     StartHeartbeats,
-    WriteCheckpoint,
+    WriteCheckpointFile,
     WriteOutput,
 )
 from epochal.graph.recovery import (
@@ -273,12 +273,12 @@ class GraphWorker(WorkerShell):
         phases, self.recovery_phases = {**self.recovery_phases, "assemble_s": time.perf_counter() - started}, {}
         self._feed(Assembled(command.epoch, phases))
 
-    @_DO.on(WriteCheckpoint)
-    def _write_checkpoint(self, instruction: WriteCheckpoint) -> None:
+    @_DO.on(WriteCheckpointFile)
+    def _write_checkpoint(self, instruction: WriteCheckpointFile) -> None:
         assert self.storage is not None and self.engine is not None
         data = checkpoints.encode(self.engine.delta(full=instruction.full))
         handle = self.storage.write_file(instruction.superstep, checkpoints.file_name(self.index), data)
-        self._feed(CheckpointWritten(instruction.superstep, handle))
+        self._feed(CheckpointFileWritten(instruction.superstep, handle))
 
     @_DO.on(WriteOutput)
     def _write_output(self, instruction: WriteOutput) -> None:

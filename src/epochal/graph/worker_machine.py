@@ -21,7 +21,7 @@ from epochal.graph.engine import StepReport
 from epochal.graph.protocol import (
     Assemble,
     Assembled,
-    CheckpointWritten,
+    CheckpointFileWritten,
     Commit,
     CommitResync,
     Compute,
@@ -36,7 +36,7 @@ from epochal.graph.protocol import (
     SendRecovery,
     SendResync,
     StartHeartbeats,
-    WriteCheckpoint,
+    WriteCheckpointFile,
     WriteOutput,
 )
 from epochal.graph.supersteps import (
@@ -300,12 +300,12 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.arrived.pop(n, None)  # (a single worker waits for no peer)
         out: list[Instruction] = [Commit(n, undo=self.replicated)]
         if current.command.checkpoint:
-            out.append(WriteCheckpoint(n, current.command.full))
+            out.append(WriteCheckpointFile(n, current.command.full))
             return out
         return out + self._report(None)
 
-    @_HANDLERS.on(CheckpointWritten)
-    def _checkpoint_written(self, event: CheckpointWritten) -> list[Instruction]:
+    @_HANDLERS.on(CheckpointFileWritten)
+    def _checkpoint_written(self, event: CheckpointFileWritten) -> list[Instruction]:
         current = self.current
         if current is None or current.command.superstep != event.superstep:
             return []

@@ -28,7 +28,7 @@ from epochal.control.ha.election import (
     Observe,
     Observed,
     ObserveFailed,
-    Release,
+    ReleaseLeadership,
     Renew,
     RenewAnswered,
     Resign,
@@ -164,7 +164,7 @@ class ElectionDriver:
                 except Exception:  # noqa: BLE001 - every callback runs
                     _log.exception("high availability: a deposition callback failed")
             self.deposed.set()
-        elif isinstance(instruction, Release):
+        elif isinstance(instruction, ReleaseLeadership):
             try:
                 self.services.release(instruction.epoch)
             except Exception as error:  # noqa: BLE001 - a standby takes over once the lease expires

@@ -133,13 +133,13 @@ class JobEnded:
 
 
 @dataclass(frozen=True)
-class Release:
+class ReleaseLeadership:
     """Give the leadership of ``epoch`` up."""
 
     epoch: int
 
 
-Instruction = Observe | Claim | Renew | Elected | Deposed | JobEnded | Release
+Instruction = Observe | Claim | Renew | Elected | Deposed | JobEnded | ReleaseLeadership
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class ElectionMachine:
         if self.role is Role.LEADER:
             assert self.epoch is not None
             self.role = Role.RESIGNED
-            return [Release(self.epoch)]
+            return [ReleaseLeadership(self.epoch)]
         if self.role in (Role.STANDBY, Role.CLAIMING):
             self.role = Role.RESIGNED
         return []

@@ -46,7 +46,7 @@ class Block:
 
 
 @dataclass(frozen=True)
-class Release:
+class Unblock:
     """Unblock ``channels`` (their buffered data is processed first)."""
 
     channels: tuple[int, ...]
@@ -75,7 +75,7 @@ class LogClosed:
     checkpoint_id: int
 
 
-BarrierOutput = Block | Release | Aligned | Aborted | LogClosed
+BarrierOutput = Block | Unblock | Aligned | Aborted | LogClosed
 
 
 class BarrierState(enum.Enum):
@@ -153,7 +153,7 @@ class _Barriers:
         """Back to WAITING: release what was blocked."""
         released = tuple(sorted(self.arrived)) if self.blocks else ()
         self.state, self.pending, self.arrived = BarrierState.WAITING, None, set()
-        return [Release(released)] if released else []
+        return [Unblock(released)] if released else []
 
     def _give_up(self, reason: str) -> list[BarrierOutput]:
         assert self.pending is not None

@@ -56,7 +56,7 @@ class SubtaskFinished:
 
 
 @dataclass(frozen=True)
-class Aligned:
+class SubtaskAligned:
     """A subtask received barrier ``checkpoint_id`` on every input (alignment took ``alignment_s``).
     ``savepoint``: the target a barrier carried (the checkpoint is a savepoint's)."""
 

@@ -26,7 +26,6 @@ from epochal.config import SYNCHRONOUS
 from epochal.messages import Committed, Decline, SavepointTarget
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
-    Aligned,
     AlignmentOverflow,
     Capture,
     CheckpointingInstruction,
@@ -34,6 +33,7 @@ from epochal.runtime.checkpointing.events import (
     NotifyAborted,
     NotifyComplete,
     StartAlignment,
+    SubtaskAligned,
     SubtaskInfo,
     SubtaskKey,
 )
@@ -107,7 +107,7 @@ class SnapshotPipeline:
         """A finished subtask's state is final: it answers every expected checkpoint with it."""
         return [self._capture(key, c) for c in self.owed(key)]
 
-    def on_aligned(self, event: Aligned) -> list[CheckpointingInstruction]:
+    def on_aligned(self, event: SubtaskAligned) -> list[CheckpointingInstruction]:
         """Forward the barrier and snapshot, unless the checkpoint was already aborted or
         completed (then nothing: no barrier downstream, no snapshot, no upload). A checkpoint
         not triggered here yet is snapshotted: its barrier may overtake the trigger, and then the

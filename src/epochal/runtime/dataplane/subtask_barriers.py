@@ -23,7 +23,7 @@ from epochal.runtime.checkpointing.barriers import (
     BarrierTracker,
     Block,
     LogClosed,
-    Release,
+    Unblock,
 )
 
 
@@ -90,7 +90,7 @@ class SubtaskBarriers:
         for output in outputs:
             if isinstance(output, Block):
                 self.channels[output.channel].blocked = True
-            elif isinstance(output, Release):
+            elif isinstance(output, Unblock):
                 released = [self.channels[c] for c in output.channels]
                 for channel in released:
                     channel.blocked = False

@@ -23,7 +23,7 @@ from epochal.runtime.windows.shapes import TimeWindows
 _END_OF_TIME = float("inf")
 
 
-class WindowAssigner(Protocol):
+class JoinWindows(Protocol):
     """What a window join needs of its windows (:class:`TimeWindows` has it): the starts of the
     windows that hold event time ``ts``, and whether window ``start`` is complete once the event
     time reached ``watermark``."""
@@ -46,7 +46,7 @@ class WindowJoinOperator(Operator):
     :data:`CO_GROUP`: every record of ``function(key, lefts, rights)``, for every window with a
     record on either side (lists in arrival order). Windows fire in order of start when the
     watermark closes them, and all at the end of the input. ``windows``: a
-    :class:`WindowAssigner` or a size (tumbling :class:`TimeWindows`).
+    :class:`JoinWindows` or a size (tumbling :class:`TimeWindows`).
     """
 
     keyed = True
@@ -55,7 +55,7 @@ class WindowJoinOperator(Operator):
     STATE = "window-join"
 
     def __init__(self, key_selector: Callable[[Any], Any], key_selector2: Callable[[Any], Any],
-                 timestamp: Callable[[Any], Any], timestamp2: Callable[[Any], Any], windows: WindowAssigner | Any,
+                 timestamp: Callable[[Any], Any], timestamp2: Callable[[Any], Any], windows: JoinWindows | Any,
                  function: Callable[..., Any], mode: str = JOIN) -> None:
         if mode not in (JOIN, FLAT_JOIN, CO_GROUP):
             raise ValueError(f"mode is one of {JOIN!r}, {FLAT_JOIN!r}, {CO_GROUP!r}, not {mode!r}")
@@ -63,7 +63,7 @@ class WindowJoinOperator(Operator):
         self.key_selector2 = key_selector2
         self.timestamp = timestamp
         self.timestamp2 = timestamp2
-        self.windows: WindowAssigner = windows if hasattr(windows, "starts") else TimeWindows(windows)
+        self.windows: JoinWindows = windows if hasattr(windows, "starts") else TimeWindows(windows)
         self.function = function
         self.mode = mode
         self.watermark: Any = NO_WATERMARK
