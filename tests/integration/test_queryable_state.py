@@ -17,8 +17,9 @@ import pytest
 import epochal
 from epochal.control.job_registry import HOME_ENV, Registry
 from epochal.errors import QueryKeyTypeError, QueryUnauthorizedError, UnknownQueryableStateError
+from epochal.runtime.host.frames import split_frames
 from epochal.runtime.queries.local import connect, host_identity
-from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame, split_frames
+from epochal.runtime.queries.wire import UNAUTHORIZED, Lookup, decode, encode, request_frame
 from epochal.state.checkpoint_dirs import latest_checkpoint
 from tests.queryable_jobs import (
     IN_PLACE,

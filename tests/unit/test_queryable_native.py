@@ -9,7 +9,9 @@ off."""
 from __future__ import annotations
 
 import os
+import pathlib
 import random
+import re
 import socket
 import time
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from epochal.plan.keygroups import key_group_of
+from epochal.runtime.host.frames import LENGTH, TOKEN_BYTES, split_frames
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import native
 from epochal.runtime.queries.machine import FrameArrived
@@ -29,7 +32,6 @@ from epochal.runtime.queries.wire import (
     encode,
     query_token,
     request_frame,
-    split_frames,
 )
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 from epochal.state.heap.backend import HeapKeyedStateBackend
@@ -262,3 +264,12 @@ def test_the_switch_turns_the_native_path_off(monkeypatch):
     assert native.answerer(memoryview(bytearray(1024)), TOKEN, {}) is None
     monkeypatch.delenv(native.SWITCH_ENV)
     assert native.unavailable_reason() is None
+
+
+def test_the_native_path_frames_as_the_python_side():
+    """_answer.c reads request frames and writes answer frames itself: its length prefix and token
+    are those of runtime.host.frames, which frames every other read and write."""
+    source = (pathlib.Path(native.__file__).parent / "_answer.c").read_text()
+    defines = {name: int(value) for name, value in re.findall(r"^#define (\w+) (\d+)$", source, re.M)}
+    assert defines["HEADER"] == LENGTH.size
+    assert defines["TOKEN"] == TOKEN_BYTES

@@ -17,6 +17,7 @@ import epochal
 from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.rest.state_routes import Routes
+from epochal.runtime.host.frames import split_frames
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import local as local_sockets
 from epochal.runtime.queries.committed import CommittedViews
@@ -55,7 +56,6 @@ from epochal.runtime.queries.wire import (
     encode,
     query_token,
     request_frame,
-    split_frames,
 )
 from epochal.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 from epochal.state.heap.backend import HeapKeyedStateBackend

@@ -10,8 +10,9 @@ import socket
 import struct
 from typing import Any
 
+from epochal.runtime.host.frames import frames_received
 from epochal.runtime.queries import local
-from epochal.runtime.queries.wire import RECV_BYTES, decode, frames_received
+from epochal.runtime.queries.wire import RECV_BYTES, decode
 
 
 class WorkerConnection:

@@ -11,13 +11,13 @@ batches. No sockets, threads or clocks inside.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from epochal.messages import Dispatch
 from epochal.plan.keygroups import key_group_of
+from epochal.runtime.host.frames import TOKEN_BYTES, token_matches
 from epochal.runtime.queries.committed import CommittedViews, Views
 from epochal.runtime.queries.wire import (
     BAD_KEY,
@@ -26,7 +26,6 @@ from epochal.runtime.queries.wire import (
     NOT_OWNER,
     NOT_READY,
     READ_COMMITTED,
-    TOKEN_BYTES,
     UNAUTHORIZED,
     UNKNOWN_STATE,
     Answer,
@@ -201,7 +200,7 @@ class QueryMachine:
     @_ON.on(FrameArrived)
     def _frame(self, event: FrameArrived) -> list[Instruction]:
         body = event.body
-        if len(body) < TOKEN_BYTES or not hmac.compare_digest(body[:TOKEN_BYTES], self.token):
+        if len(body) < TOKEN_BYTES or not token_matches(body[:TOKEN_BYTES], self.token):
             return [Reply(event.conn, QueryFailed(0, UNAUTHORIZED, "unauthorized: a query must carry the job's "
                                                                    "query token")),
                     CloseConnection(event.conn)]

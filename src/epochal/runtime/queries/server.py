@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.runtime.host.frames import frames_received, plain_frame
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import local, native
 from epochal.runtime.queries.committed import CommittedViews, Views
@@ -52,9 +53,7 @@ from epochal.runtime.queries.wire import (
     Page,
     QueryFailed,
     Values,
-    answer_frame,
     encode,
-    frames_received,
     query_token,
 )
 from epochal.state.ttl import CLOCK
@@ -394,7 +393,7 @@ class QueryServer:
         except Exception as error:  # a value that cannot be pickled
             payload = encode(QueryFailed(getattr(answer, "request_id", 0), BAD_REQUEST,
                                          f"the value cannot be sent: {type(error).__name__}: {error}"))
-        self.outgoing.setdefault(conn, []).append(answer_frame(payload))
+        self.outgoing.setdefault(conn, []).append(plain_frame(payload))
         self.answered += 1
 
     def close(self) -> None:

@@ -2,11 +2,11 @@
 
 Messages are frozen dataclasses without slots. A client keeps one TCP connection to each worker it
 asks (the address comes from the JobMaster, through the driver's REST API). Each request is one
-frame::
+plain frame (:mod:`epochal.runtime.host.frames`, which cuts both sides' reads into frames)::
 
     length:u32 | token:32 bytes | payload
 
-and each answer one frame ``length:u32 | payload``. A payload (:func:`encode`, :func:`decode`) is
+and each answer one plain frame ``length:u32 | payload``. A payload (:func:`encode`, :func:`decode`) is
 the pickle-5 of a plain tuple: the message's kind (its index in :data:`KINDS`), then its fields in
 order. Pickling the dataclass itself cost 4-5 µs a message more on each side (pickle names and
 looks up its class). The token is the job's query token (:func:`query_token`, derived from the
@@ -22,10 +22,10 @@ import hashlib
 import hmac
 import operator
 import pickle
-import struct
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from epochal.runtime.host.frames import LENGTH, TOKEN_BYTES
 from epochal.serialization import dumps
 
 #: The isolation levels (docs/queryable_state.md).
@@ -34,10 +34,6 @@ READ_COMMITTED = "read_committed"
 LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 Level = Literal["read_uncommitted", "read_committed"]
 
-TOKEN_BYTES = 32
-#: The largest frame either side accepts.
-MAX_FRAME = 64 << 20
-HEADER = struct.Struct("!I")
 #: The most bytes one read of a query connection takes, on either side, into one buffer that
 #: every read of the connection reuses (``recv_into``). A ``recv`` into a fresh 1 MiB ``bytes``
 #: cost about 20 µs of CPU a call on each side (glibc maps and unmaps a block that large; in a
@@ -155,38 +151,4 @@ def decode(payload: bytes | memoryview) -> Request | Answer:
 
 def request_frame(token: bytes, payload: bytes) -> bytes:
     """A request frame: ``payload`` (a :data:`Request` as :func:`encode` writes it) behind ``token``."""
-    return HEADER.pack(TOKEN_BYTES + len(payload)) + token + payload
-
-
-def answer_frame(payload: bytes) -> bytes:
-    return HEADER.pack(len(payload)) + payload
-
-
-def frames_received(buffer: bytearray, scratch: memoryview, received: int) -> list[bytes]:
-    """The frames' bodies complete after a read of ``received`` bytes into ``scratch`` (the
-    connection's reused read buffer), ``buffer`` holding what earlier reads left incomplete. The
-    usual read, one whole frame with nothing pending, is taken without passing through
-    ``buffer``. Raises ValueError as :func:`split_frames` does."""
-    if not buffer and received > HEADER.size and HEADER.unpack_from(scratch)[0] == received - HEADER.size:
-        return [bytes(scratch[HEADER.size:received])]
-    buffer += scratch[:received]
-    return split_frames(buffer)
-
-
-def split_frames(buffer: bytearray) -> list[bytes]:
-    """Take every complete frame's body off the front of ``buffer`` (what a connection received);
-    an incomplete frame stays. Raises ValueError for a frame longer than :data:`MAX_FRAME`."""
-    frames = []
-    start = 0
-    size = len(buffer)
-    while size - start >= 4:
-        (length,) = HEADER.unpack_from(buffer, start)
-        if length > MAX_FRAME:
-            raise ValueError(f"a frame of {length} bytes, more than {MAX_FRAME}")
-        if size - start - 4 < length:
-            break
-        frames.append(bytes(buffer[start + 4:start + 4 + length]))
-        start += 4 + length
-    if start:
-        del buffer[:start]
-    return frames
+    return LENGTH.pack(TOKEN_BYTES + len(payload)) + token + payload
