@@ -1,25 +1,30 @@
-"""The control protocol between workers and the JobMaster: every message, defined once.
+"""The control protocol every job kind shares, between workers and the JobMaster: each message, defined once.
 
 Messages travel pickled (protocol 5) in CONTROL frames of :mod:`epochal.runtime.host.frames`, one
 message per frame, on the one TCP connection each worker keeps to the JobMaster. Each message is
 a frozen, slotted dataclass; receivers dispatch on its type through a :class:`Dispatch` table,
 never on a string. Two directions:
 
-* :class:`ToJobMaster` (worker -> JobMaster): registration, readiness, heartbeats, checkpoint
-  acknowledgements and declines, loop termination votes, collected records, failures;
-* :class:`ToWorker` (JobMaster -> worker): deployment, start, checkpoint trigger, completion and
-  abort, loop probe rounds, and the three ways to stop (:class:`Stop`).
+* :class:`ToJobMaster` (worker -> JobMaster): registration, readiness, heartbeats, the first
+  record, finished, failures, and a kind's reports (:class:`KindReport`);
+* :class:`ToWorker` (JobMaster -> worker): deployment, start, a kind's commands
+  (:class:`KindCommand`), and the three ways to stop (:class:`Stop`).
 
-The collect sink's payloads (:class:`CollectBatch`, :class:`CollectSeal`, :class:`CollectCommit`,
-and the committable :class:`CollectEpoch`) are defined here too: the sink writer builds them on
-the worker, the driver's :class:`~epochal.dataflow.collect.CollectLedger` consumes them.
+A job kind's own messages are its own: a dataflow job's checkpoint and loop protocol is
+:mod:`epochal.runtime.checkpointing.messages` (its two ends, the worker's checkpointing and the
+JobMaster's checkpoint coordinator, are below the ``dataflow`` package), its ``collect()`` output
+:class:`~epochal.dataflow.protocol.Collect` and stop-with-drain
+:class:`~epochal.dataflow.protocol.EndSources`; a graph or CEC job's are the payloads of
+:class:`KindReport` and :class:`KindCommand`. The JobMaster's machine handles those every kind
+shares and hands the others to the kind's coordinator (:mod:`epochal.control.kinds`).
 
 Terms used in field names: ``worker`` is a worker index (the Spark partition running it);
 ``subtask`` is the index of a subtask within its vertex (slot sharing puts subtask ``i`` on
 worker ``i``, but the two are different things); ``job_attempt`` counts the job's restarts (0
 first); ``task_attempt`` is Spark's attempt number of the task running a worker.
 
-This module imports nothing from epochal: workers, connectors and the driver all use it.
+This module imports nothing from epochal but the leaf :mod:`epochal.tracebacks`: workers,
+connectors and the driver all use it.
 """
 
 from __future__ import annotations
@@ -34,8 +39,6 @@ from epochal.tracebacks import UserTraceback
 #: A worker's counters as sent with heartbeats and at the end (see ``Worker.metrics``): JSON-like,
 #: str -> int | float, and ``operators`` -> {"<operator>#<subtask>": records in}.
 Metrics = dict[str, Any]
-#: Where one operator's state of one subtask was written (see ``epochal.state.snapshot``): JSON-like.
-StateHandle = dict[str, Any]
 #: Why a job attempt failed; ordered by how well each explains a failure in the JobMaster.
 FailureCategory = Literal["restore", "user", "worker_lost", "internal", "checkpoint", "spark", "heartbeat",
                       "peer_lost"]
@@ -57,47 +60,6 @@ class ToWorker(ControlMessage):
     """A message from the JobMaster to a worker."""
 
     __slots__ = ()
-
-
-# ---------------------------------------------------------------------- collect sink payloads
-@dataclass(frozen=True, slots=True)
-class CollectEpoch:
-    """One epoch of one collect writer: the committable kept in the sink's checkpointed state."""
-
-    writer: str
-    attempt: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class CollectBatch:
-    """Records of writer ``writer`` (of job attempt ``attempt``), epoch ``epoch``."""
-
-    writer: str
-    attempt: int
-    epoch: int
-    records: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class CollectSeal:
-    """Epoch ``epoch`` is complete; it ends at checkpoint ``checkpoint_id``."""
-
-    writer: str
-    attempt: int
-    epoch: int
-    checkpoint_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class CollectCommit:
-    """Publish these sealed epochs (their checkpoints completed)."""
-
-    epochs: tuple[CollectEpoch, ...]
-
-
-#: What a collect sink sends: epoch-tagged messages under checkpointing, else plain record lists.
-CollectPayload = CollectBatch | CollectSeal | CollectCommit | list[Any]
 
 
 # ---------------------------------------------------------------------- worker -> JobMaster
@@ -140,66 +102,6 @@ class Finished(ToJobMaster):
     """Every subtask of the worker ended and all its output was sent."""
 
     metrics: Metrics
-
-
-@dataclass(frozen=True, slots=True)
-class Ack(ToJobMaster):
-    """Subtask ``subtask`` of vertex ``vertex`` wrote its snapshot for checkpoint ``checkpoint_id``."""
-
-    checkpoint_id: int
-    vertex: int
-    subtask: int
-    worker: int
-    #: operator uid -> where its state was written
-    handles: dict[str, StateHandle]
-    #: alignment_s, sync_s, async_s, bytes, and where they apply buffered_bytes, spilled_bytes,
-    #: loop_log_records, source_records
-    stats: dict[str, float]
-
-
-@dataclass(frozen=True, slots=True)
-class Decline(ToJobMaster):
-    """The worker cannot complete checkpoint ``checkpoint_id`` (an upload failed, alignment overflowed)."""
-
-    checkpoint_id: int
-    worker: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Committed(ToJobMaster):
-    """A finished worker's sinks committed checkpoint ``checkpoint_id`` (the final one)."""
-
-    checkpoint_id: int
-    worker: int
-
-
-@dataclass(frozen=True, slots=True)
-class LoopReady(ToJobMaster):
-    """Head subtask ``subtask`` of loop ``loop`` will receive nothing more from outside the loop."""
-
-    loop: int
-    subtask: int
-
-
-@dataclass(frozen=True, slots=True)
-class LoopVote(ToJobMaster):
-    """Head subtask ``subtask`` of loop ``loop`` saw probe round ``round`` come back; ``quiet``: no
-    record arrived on its back-edge since it sent the probe."""
-
-    loop: int
-    round: int
-    subtask: int
-    quiet: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Collect(ToJobMaster):
-    """Output of a collect sink for the driver; ``collect_id`` names the sink."""
-
-    collect_id: str
-    worker: int
-    payload: CollectPayload
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,72 +167,9 @@ class Start(ToWorker):
 
 
 @dataclass(frozen=True, slots=True)
-class SavepointTarget:
-    """A checkpoint that is a savepoint (papers/001 §3.3.1): its state goes to ``location`` (the
-    savepoint's own directory) in ``format`` (``canonical``: one layout every state backend reads;
-    ``native``: the backend's own, where it has one), whole (nothing shared with a checkpoint).
-    ``stop``: the job stops at it: sources read nothing after its barrier, and once it completes
-    the sinks commit and the job ends."""
-
-    location: str
-    format: str = "canonical"
-    stop: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerCheckpoint(ToWorker):
-    """Start checkpoint ``checkpoint_id`` (a savepoint when ``savepoint`` is set): sources
-    snapshot and emit its barrier."""
-
-    checkpoint_id: int
-    savepoint: SavepointTarget | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointComplete(ToWorker):
-    """Checkpoint ``checkpoint_id`` is complete (its metadata is written): sinks may commit.
-    ``savepoint``: it is a savepoint the job stops at (the state backends keep no base of it;
-    workers confirm the commit with ``Committed``). ``leader_epoch``: with high availability, the
-    epoch of the leader that completed it: a worker commits only while no newer leader took over
-    (:class:`~epochal.state.fencing.LeaderFence`)."""
-
-    checkpoint_id: int
-    savepoint: bool = False
-    leader_epoch: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointAbort(ToWorker):
-    """Checkpoint ``checkpoint_id`` was aborted: release its alignment, forget its snapshot."""
-
-    checkpoint_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndSources(ToWorker):
-    """Stop with drain: every source subtask ends its input now (end of input flows: the maximum
-    watermark, windows and timers fire), as if its splits were exhausted."""
-
-
-@dataclass(frozen=True, slots=True)
-class StartLoopProbe(ToWorker):
-    """The heads of loop ``loop`` send probe round ``round`` around the loop."""
-
-    loop: int
-    round: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndLoop(ToWorker):
-    """Loop ``loop`` is empty and nothing can enter it: its heads end it."""
-
-    loop: int
-
-
-@dataclass(frozen=True, slots=True)
 class KindCommand(ToWorker):
     """A command of the job's kind to every worker (a graph job: run superstep *n*, halt). The
-    payload is a frozen dataclass the kind's module defines; other kinds' workers ignore it."""
+    payload is a frozen dataclass the kind's module defines."""
 
     payload: Any
 

@@ -20,7 +20,7 @@ from epochal.control.checkpointing import (
     PendingCheckpoint,
 )
 from epochal.control.checkpointing.files import CheckpointFiles, CheckpointIO, RecordStats, WriteCheckpoint
-from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
+from epochal.runtime.checkpointing.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
 from epochal.state.storage import CheckpointStorage
 
 SUBTASKS = {(0, 0): "source", (1, 0): "sum", (1, 1): "sum"}

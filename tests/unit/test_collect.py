@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from epochal.api.functions import RuntimeContext
-from epochal.connectors.memory import CollectSink
+from epochal.connectors.memory import CollectBatch, CollectCommit, CollectEpoch, CollectSeal, CollectSink
 from epochal.dataflow.collect import CollectLedger
-from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
 from epochal.runtime.operators.base import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 

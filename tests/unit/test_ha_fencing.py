@@ -15,7 +15,7 @@ from epochal.control.ha.election import ElectionTimings, Role
 from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.files import FileHaServices
 from epochal.control.ha.records import DriverInfo
-from epochal.messages import CheckpointAbort, CheckpointComplete, TriggerCheckpoint
+from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete, TriggerCheckpoint
 from epochal.state.fencing import LeaderFence
 from epochal.state.storage import CheckpointStorage
 from tests.unit.test_checkpoint_coordination import SUBTASKS, ack, make, on_ack

@@ -40,20 +40,12 @@ from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import InsufficientSlotsError, JobCancelledError
 from epochal.machines import TimePassed
 from epochal.messages import (
-    Ack,
     Cancel,
-    CheckpointAbort,
-    CheckpointComplete,
-    Committed,
-    Decline,
     Deploy,
-    EndLoop,
     Failed,
     Finished,
     Heartbeat,
     KindReport,
-    LoopReady,
-    LoopVote,
     Processing,
     Ready,
     Register,
@@ -61,10 +53,20 @@ from epochal.messages import (
     RestorePoint,
     Shutdown,
     Start,
-    StartLoopProbe,
     ToJobMaster,
-    TriggerCheckpoint,
     message_types,
+)
+from epochal.runtime.checkpointing.messages import (
+    Ack,
+    CheckpointAbort,
+    CheckpointComplete,
+    Committed,
+    Decline,
+    EndLoop,
+    LoopReady,
+    LoopVote,
+    StartLoopProbe,
+    TriggerCheckpoint,
 )
 from epochal.state.storage import CheckpointError, CheckpointStorage
 

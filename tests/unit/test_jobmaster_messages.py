@@ -17,18 +17,8 @@ from epochal.control.kinds import collected_of
 from epochal.control.lifecycle import Started
 from epochal.control.restart import FixedDelayRestart
 from epochal.dataflow.coordination import DataflowCoordination
-from epochal.messages import (
-    Cancel,
-    Collect,
-    Deploy,
-    Failed,
-    Heartbeat,
-    Ready,
-    Register,
-    Reject,
-    Start,
-    ToWorker,
-)
+from epochal.dataflow.protocol import Collect
+from epochal.messages import Cancel, Deploy, Failed, Heartbeat, Ready, Register, Reject, Start, ToWorker
 from epochal.runtime.host import frames as protocol
 
 

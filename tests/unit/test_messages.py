@@ -1,5 +1,6 @@
-"""The typed protocol: every control message, mailbox event, inbox event and upload job is a
-frozen, slotted dataclass that survives the wire encoding, and every one has a handler."""
+"""The typed protocol: every control message (those every kind shares, the dataflow kind's and
+its checkpoint and loop protocol's), mailbox event, inbox event and upload job is a frozen,
+slotted dataclass that survives the wire encoding, and every one has a handler."""
 
 from __future__ import annotations
 
@@ -11,51 +12,49 @@ import typing
 import pytest
 
 from epochal import messages
+from epochal.connectors.memory import CollectBatch, CollectCommit, CollectEpoch, CollectPayload, CollectSeal
 from epochal.control import inbox
 from epochal.control.jobmaster import _INBOX, _ON
 from epochal.control.jobmaster_events import SavepointRequest
 from epochal.dataflow.coordination import DataflowCoordination
-from epochal.dataflow.protocol import Instruction
+from epochal.dataflow.protocol import Collect, EndSources, Instruction
 from epochal.dataflow.worker import _DATA, _DO, Bootstrap, PeerLost, Worker, WorkerStopped
 from epochal.dataflow.worker_machine import _HANDLERS, WorkerPhase
 from epochal.messages import (
-    Ack,
     Cancel,
-    CheckpointAbort,
-    CheckpointComplete,
-    Collect,
-    CollectBatch,
-    CollectCommit,
-    CollectEpoch,
-    CollectSeal,
-    Committed,
-    Decline,
     Deploy,
     Dispatch,
-    EndLoop,
-    EndSources,
     Failed,
     Finished,
     Heartbeat,
     KindCommand,
     KindReport,
-    LoopReady,
-    LoopVote,
     Processing,
     Ready,
     Register,
     Reject,
     RestorePoint,
-    SavepointTarget,
     Shutdown,
     Start,
-    StartLoopProbe,
     ToJobMaster,
     ToWorker,
-    TriggerCheckpoint,
     message_types,
 )
+from epochal.runtime.checkpointing import messages as checkpoint_messages
 from epochal.runtime.checkpointing.events import SnapshotUpload
+from epochal.runtime.checkpointing.messages import (
+    Ack,
+    CheckpointAbort,
+    CheckpointComplete,
+    Committed,
+    Decline,
+    EndLoop,
+    LoopReady,
+    LoopVote,
+    SavepointTarget,
+    StartLoopProbe,
+    TriggerCheckpoint,
+)
 from epochal.runtime.host import frames as protocol
 from epochal.runtime.host import mailbox
 from epochal.runtime.host.events import StopWorker
@@ -145,7 +144,10 @@ def _union_members(alias: object) -> set[type]:
 
 
 def test_every_type_of_the_protocol_has_a_sample():
-    defined = _dataclasses_of(messages) | _dataclasses_of(mailbox) | _dataclasses_of(inbox) | {HookPoint}
+    collect_payloads = {CollectEpoch, *(t for t in typing.get_args(CollectPayload) if dataclasses.is_dataclass(t))}
+    defined = (_dataclasses_of(messages) | _dataclasses_of(checkpoint_messages) | collect_payloads
+               | set(message_types(messages.ControlMessage)) | _dataclasses_of(mailbox) | _dataclasses_of(inbox)
+               | {HookPoint})
     assert defined - set(SAMPLES) == set(), "add a sample of each new type to SAMPLES"
 
 

@@ -10,7 +10,7 @@ import pytest
 from epochal.config import CheckpointConfig
 from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, check_restore
 from epochal.errors import PlanError
-from epochal.messages import Ack
+from epochal.runtime.checkpointing.messages import Ack
 from epochal.state.snapshot import RestoreSource, file_stem, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 

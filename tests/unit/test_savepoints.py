@@ -19,19 +19,18 @@ from epochal.control.jobmaster_events import (
 )
 from epochal.control.lifecycle import JobStatus
 from epochal.control.restart import FixedDelayRestart
+from epochal.dataflow.protocol import EndSources
 from epochal.machines import TimePassed
-from epochal.messages import (
+from epochal.messages import Finished, Shutdown
+from epochal.runtime.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskAligned, SubtaskInfo
+from epochal.runtime.checkpointing.messages import (
     CheckpointAbort,
     CheckpointComplete,
     Committed,
     Decline,
-    EndSources,
-    Finished,
     SavepointTarget,
-    Shutdown,
     TriggerCheckpoint,
 )
-from epochal.runtime.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskAligned, SubtaskInfo
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
 from epochal.runtime.host.events import ReachPoint, Send
 from epochal.state.checkpoint_dirs import resolve_restore_path

@@ -9,25 +9,7 @@ from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
 from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, StartProcessing, WorkerDrained
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.machines import TimePassed
-from epochal.messages import (
-    Cancel,
-    CheckpointAbort,
-    CheckpointComplete,
-    Committed,
-    Decline,
-    Deploy,
-    EndLoop,
-    Finished,
-    LoopReady,
-    LoopVote,
-    Processing,
-    Ready,
-    Reject,
-    Shutdown,
-    Start,
-    StartLoopProbe,
-    TriggerCheckpoint,
-)
+from epochal.messages import Cancel, Deploy, Finished, Processing, Ready, Reject, Shutdown, Start
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
     AlignmentOverflow,
@@ -49,6 +31,17 @@ from epochal.runtime.checkpointing.events import (
     SubtaskFinished,
     SubtaskInfo,
     UploadWithLog,
+)
+from epochal.runtime.checkpointing.messages import (
+    CheckpointAbort,
+    CheckpointComplete,
+    Committed,
+    Decline,
+    EndLoop,
+    LoopReady,
+    LoopVote,
+    StartLoopProbe,
+    TriggerCheckpoint,
 )
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed

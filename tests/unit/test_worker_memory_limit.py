@@ -12,8 +12,10 @@ import pyarrow
 import pytest
 
 from epochal.config import EngineConfig
+from epochal.dataflow.worker import Worker
 from epochal.errors import PlanError, UserFunctionError
-from epochal.messages import Decline, Failed
+from epochal.messages import Failed
+from epochal.runtime.checkpointing.messages import Decline
 from epochal.runtime.host import memory_limit
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import JobMasterLost
@@ -158,6 +160,19 @@ class _Body(WorkerShell):
         self.work(self)
 
 
+class _DataflowBody(Worker):
+    """A dataflow worker (the kind whose snapshots are declined) run as :class:`_Body`."""
+
+    def __init__(self, work, limit: int | None = 64 * MIB) -> None:
+        super().__init__(Bootstrap("127.0.0.1", 1, b"token", "job", 1.0), index=1)
+        self.work = work
+        self.limit = limit
+        self.rlimit_while_working = None
+
+    _register = _Body._register
+    _serve = _Body._serve
+
+
 def _fail_with(error):
     def work(body):
         raise error
@@ -206,7 +221,7 @@ def test_a_checkpoint_declined_for_lack_of_memory_fails_the_job(fake_rlimit):
         body.send_control(Decline(4, 1, "FileNotFoundError: gone"))  # any other decline stays one
         assert body.metrics()["memory_limit_bytes"] == 64 * MIB
 
-    body = _Body(work)
+    body = _DataflowBody(work)
     body.run()
     oom, other = body.link.sent
     assert isinstance(oom, Failed) and "worker 1 ran out of memory in the snapshot of checkpoint 3" in oom.error

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from epochal.connectors.base import (
@@ -24,7 +25,6 @@ from epochal.connectors.base import (
     SourceSplit,
     TransactionalSinkWriter,
 )
-from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectSeal
 from epochal.validation import check_number
 
 
@@ -196,6 +196,48 @@ class PrintSink(Sink):
     def create_writer(self, context: SinkContext) -> SinkWriter:
         number = f"{context.subtask_index + 1}> " if context.parallelism > 1 else ""
         return _PrintWriter(f"{self.prefix}{number}", self.stream)
+
+
+# ---------------------------------------------------------------------- what a collect writer sends
+# (in a Collect message to the driver, whose CollectLedger takes them: epochal.dataflow.collect)
+@dataclass(frozen=True, slots=True)
+class CollectEpoch:
+    """One epoch of one collect writer: the committable kept in the sink's checkpointed state."""
+
+    writer: str
+    attempt: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CollectBatch:
+    """Records of writer ``writer`` (of job attempt ``attempt``), epoch ``epoch``."""
+
+    writer: str
+    attempt: int
+    epoch: int
+    records: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectSeal:
+    """Epoch ``epoch`` is complete; it ends at checkpoint ``checkpoint_id``."""
+
+    writer: str
+    attempt: int
+    epoch: int
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CollectCommit:
+    """Publish these sealed epochs (their checkpoints completed)."""
+
+    epochs: tuple[CollectEpoch, ...]
+
+
+#: What a collect sink sends: epoch-tagged messages under checkpointing, else plain record lists.
+CollectPayload = CollectBatch | CollectSeal | CollectCommit | list[Any]
 
 
 class _CollectWriter(TransactionalSinkWriter):

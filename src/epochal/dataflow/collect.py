@@ -14,7 +14,7 @@ do not pile up in driver memory.
 
 Without checkpointing writers send plain lists of records, published at once.
 
-The messages (defined in :mod:`epochal.messages`, since the worker's sink writer builds them)
+The messages (defined in :mod:`epochal.connectors.memory`, by the sink writer that builds them)
 arrive from one worker over one connection, in order: an epoch's records before its
 seal, its seal before the checkpoint's acknowledgement (so before the checkpoint can complete),
 and before any commit. :class:`CollectLedger` is pure bookkeeping (no sockets, no threads): the
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochal.messages import CollectBatch, CollectCommit, CollectEpoch, CollectPayload, CollectSeal
+from epochal.connectors.memory import CollectBatch, CollectCommit, CollectEpoch, CollectPayload, CollectSeal
 
-__all__ = ["CollectBatch", "CollectCommit", "CollectEpoch", "CollectLedger", "CollectSeal"]
+__all__ = ["CollectLedger"]
 
 
 class _Writer:
@@ -77,7 +77,8 @@ class CollectLedger:
 
     # ------------------------------------------------------------------ events
     def receive(self, collect_id: str, payload: CollectPayload) -> None:
-        """One collect message from a worker (the payload of its :class:`~epochal.messages.Collect`)."""
+        """One collect message from a worker (the payload of its
+        :class:`~epochal.dataflow.protocol.Collect`)."""
         if isinstance(payload, CollectBatch):
             self._stage(collect_id, payload)
         elif isinstance(payload, CollectSeal):

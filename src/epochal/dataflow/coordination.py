@@ -22,10 +22,12 @@ from epochal.control.jobmaster_events import ResolveRestore, SavepointRequest
 from epochal.control.kinds import EndJob, KindCoordinator, KindOutput
 from epochal.dataflow.collect import CollectLedger
 from epochal.dataflow.loops import LoopTermination
+from epochal.dataflow.protocol import Collect
 from epochal.dataflow.savepoints import SavepointRequests
 from epochal.dataflow.worker import Worker
 from epochal.filesystems import join
-from epochal.messages import Ack, CheckpointAbort, Collect, Committed, Decline, LoopReady, LoopVote, ToJobMaster
+from epochal.messages import ToJobMaster
+from epochal.runtime.checkpointing.messages import Ack, CheckpointAbort, Committed, Decline, LoopReady, LoopVote
 
 
 class DataflowCoordination(KindCoordinator):

@@ -1,12 +1,18 @@
-"""The dataflow worker machine's own vocabulary: the events it handles and the instructions it returns.
+"""The dataflow kind's own vocabulary: its messages, and the worker machine's events and instructions.
+
+Messages: :class:`Collect` (worker -> JobMaster: a ``collect()`` sink's output, whose payloads the
+sink writer defines, :mod:`epochal.connectors.memory`) and :class:`EndSources` (JobMaster ->
+worker: stop with drain). The checkpoint and loop protocol is
+:mod:`epochal.runtime.checkpointing.messages` (both its ends are below this package), what every
+job kind shares :mod:`epochal.messages`.
 
 The worker's heart (:class:`epochal.dataflow.worker_machine.WorkerMachine`, with its
 sub-machines :mod:`~epochal.runtime.checkpointing.snapshots` and
 :mod:`~epochal.runtime.checkpointing.loop_heads`) is pure: events in, instructions out. Control
-messages from the JobMaster (:mod:`epochal.messages`) are events as they are; the events and
-instructions every kind's worker shares are :mod:`epochal.runtime.host.events`, the
-checkpointing ones :mod:`epochal.runtime.checkpointing.events`; this module adds the dataflow
-worker's life cycle (built, first record, drained) and the :data:`Instruction` union.
+messages from the JobMaster are events as they are; the events and instructions every kind's
+worker shares are :mod:`epochal.runtime.host.events`, the checkpointing ones
+:mod:`epochal.runtime.checkpointing.events`; this module adds the dataflow worker's life cycle
+(built, first record, drained) and the :data:`Instruction` union.
 """
 
 from __future__ import annotations
@@ -14,11 +20,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.messages import Deploy
+from epochal.connectors.memory import CollectPayload
+from epochal.messages import Deploy, ToJobMaster, ToWorker
 from epochal.runtime.checkpointing.events import CheckpointingInstruction, SubtaskInfo
 from epochal.runtime.host.events import FailPeerLost, StopWorker
 
 
+# ---------------------------------------------------------------------- messages
+@dataclass(frozen=True, slots=True)
+class Collect(ToJobMaster):
+    """Output of a collect sink for the driver; ``collect_id`` names the sink."""
+
+    collect_id: str
+    worker: int
+    payload: CollectPayload
+
+
+@dataclass(frozen=True, slots=True)
+class EndSources(ToWorker):
+    """Stop with drain: every source subtask ends its input now (end of input flows: the maximum
+    watermark, windows and timers fire), as if its splits were exhausted."""
+
+
+# ---------------------------------------------------------------------- the worker machine's events
 @dataclass(frozen=True)
 class Built:
     """Peers connected and subtasks opened (in this order); ``Start`` must come within ``timeout``."""

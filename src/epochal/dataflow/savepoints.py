@@ -2,7 +2,8 @@
 
 :class:`SavepointRequests` is part of the dataflow kind's coordination
 (:class:`~epochal.dataflow.coordination.DataflowCoordination`) and pure like it. A request
-becomes a checkpoint triggered with a :class:`~epochal.messages.SavepointTarget`; it ends with a
+becomes a checkpoint triggered with a
+:class:`~epochal.runtime.checkpointing.messages.SavepointTarget`; it ends with a
 :class:`~epochal.control.jobmaster_events.SavepointDone` when the savepoint's metadata is
 written or when the checkpoint is aborted (a decline, a timeout, a failed write, a failed attempt).
 
@@ -21,7 +22,8 @@ from __future__ import annotations
 from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster_events import SavepointDone, SavepointRequest
 from epochal.control.kinds import KindOutput
-from epochal.messages import EndSources, SavepointTarget
+from epochal.dataflow.protocol import EndSources
+from epochal.runtime.checkpointing.messages import SavepointTarget
 
 FORMATS = ("canonical", "native")
 

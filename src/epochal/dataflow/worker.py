@@ -29,8 +29,10 @@ from typing import Any, cast
 import cloudpickle
 
 from epochal.config import FORK, HEAP, NONE, SYNCHRONOUS
+from epochal.connectors.memory import CollectPayload
 from epochal.dataflow.protocol import (
     Built,
+    Collect,
     ConnectAndBuild,
     FinishSources,
     FirstRecord,
@@ -40,7 +42,7 @@ from epochal.dataflow.protocol import (
 )
 from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
 from epochal.errors import RestoreError
-from epochal.messages import Collect, CollectPayload, Dispatch, SavepointTarget
+from epochal.messages import Dispatch, Failed, ToJobMaster
 from epochal.plan.execution import Deployment
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
@@ -58,6 +60,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskKey,
     UploadWithLog,
 )
+from epochal.runtime.checkpointing.messages import Decline, SavepointTarget
 from epochal.runtime.checkpointing.uploads import Uploader, add_back_edge_log, capture, capture_forked
 from epochal.runtime.dataplane.datapath import DataPath, alignment_stats, key_of
 from epochal.runtime.dataplane.tasks import Subtask
@@ -65,6 +68,7 @@ from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.runtime.host.events import Registered
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
+from epochal.runtime.host.memory_limit import OUT_OF_MEMORY
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
@@ -353,6 +357,18 @@ class Worker(WorkerShell):
                     self._drain_mailbox(timeout)
 
     # ------------------------------------------------------------------ driver-facing
+    def send_control(self, message: ToJobMaster) -> None:
+        """Send one message to the JobMaster (thread safe). A checkpoint that would be declined
+        because an allocation failed under the memory limit (in a forked snapshot child or the
+        uploader) fails the job instead: the limit was exceeded, and a decline that is tolerated
+        would only repeat."""
+        limit = self.memory_limit
+        if isinstance(message, Decline) and limit is not None and limit.active \
+                and any(text in message.reason for text in OUT_OF_MEMORY):
+            where = f"the snapshot of checkpoint {message.checkpoint_id} ({message.reason})"
+            message = Failed("internal", str(limit.exceeded(where)), self.index)
+        super().send_control(message)
+
     def _send_to_driver(self, collect_id: str | None, payload: CollectPayload) -> None:
         # only collect sinks send, and each has a collect id
         self.send_control(Collect(cast(str, collect_id), self.index, payload))

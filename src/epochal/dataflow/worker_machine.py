@@ -26,27 +26,14 @@ from epochal.config import NONE
 from epochal.dataflow.protocol import (
     Built,
     ConnectAndBuild,
+    EndSources,
     FinishSources,
     FirstRecord,
     Instruction,
     StartProcessing,
     WorkerDrained,
 )
-from epochal.messages import (
-    CheckpointAbort,
-    CheckpointComplete,
-    Deploy,
-    Dispatch,
-    EndLoop,
-    EndSources,
-    Finished,
-    KindCommand,
-    Processing,
-    Ready,
-    Start,
-    StartLoopProbe,
-    TriggerCheckpoint,
-)
+from epochal.messages import Deploy, Dispatch, Finished, KindCommand, Processing, Ready, Start
 from epochal.runtime.checkpointing.events import (
     AlignmentOverflow,
     CheckpointingInstruction,
@@ -62,6 +49,13 @@ from epochal.runtime.checkpointing.events import (
     SubtaskKey,
 )
 from epochal.runtime.checkpointing.loop_heads import LoopHeads
+from epochal.runtime.checkpointing.messages import (
+    CheckpointAbort,
+    CheckpointComplete,
+    EndLoop,
+    StartLoopProbe,
+    TriggerCheckpoint,
+)
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
 from epochal.runtime.host.events import FailPeerLost, Send, StopWorker
 from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle

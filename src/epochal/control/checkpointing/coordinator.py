@@ -36,7 +36,14 @@ from epochal.control.checkpointing.files import (
 from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.control.checkpointing.stats import CheckpointStatsTracker
 from epochal.control.checkpointing.store import CompletedCheckpointStore
-from epochal.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, SavepointTarget, TriggerCheckpoint
+from epochal.runtime.checkpointing.messages import (
+    Ack,
+    CheckpointAbort,
+    CheckpointComplete,
+    Decline,
+    SavepointTarget,
+    TriggerCheckpoint,
+)
 from epochal.state.canonical import LAYOUT as CANONICAL_LAYOUT
 from epochal.state.storage import CheckpointStorage, SavepointStorage
 

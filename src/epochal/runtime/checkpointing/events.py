@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.messages import SavepointTarget
+from epochal.runtime.checkpointing.messages import SavepointTarget
 from epochal.runtime.host.events import ReachPoint, Send
 
 #: ``(vertex id, subtask index)``: one subtask of the job graph.

@@ -25,8 +25,9 @@ The hard parts, and what this module does about them:
   that *ends* (its job cancelled or restarting) leaves its process alive in PySpark's pool, so
   the worker kills its running children when it closes (:func:`kill_running`).
 - **A child that dies** (killed, out of memory, a bug): the pipe ends without a report; the
-  uploader declines the checkpoint (:class:`~epochal.messages.Decline`) and a later one completes.
-  Files it wrote belong to a checkpoint that never completes and are deleted with it.
+  uploader declines the checkpoint (:class:`~epochal.runtime.checkpointing.messages.Decline`) and a
+  later one completes. Files it wrote belong to a checkpoint that never completes and are deleted
+  with it.
 - **Memory while the child runs.** Pages are shared until written: the parent's writes copy the
   pages they touch, and the child's pickling touches the reference counts of every object it
   writes, so a snapshot can at worst double the state's memory for its duration. The parent

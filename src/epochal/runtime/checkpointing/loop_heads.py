@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochal.messages import LoopReady, LoopVote
 from epochal.runtime.checkpointing.events import (
     CheckpointingInstruction,
     LoopShape,
@@ -31,6 +30,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskKey,
     UploadWithLog,
 )
+from epochal.runtime.checkpointing.messages import LoopReady, LoopVote
 from epochal.runtime.host.events import ReachPoint, Send
 
 

@@ -23,7 +23,6 @@ No sockets, threads or clocks here.
 from __future__ import annotations
 
 from epochal.config import SYNCHRONOUS
-from epochal.messages import Committed, Decline, SavepointTarget
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
     AlignmentOverflow,
@@ -37,6 +36,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskInfo,
     SubtaskKey,
 )
+from epochal.runtime.checkpointing.messages import Committed, Decline, SavepointTarget
 from epochal.runtime.host.events import ReachPoint, Send
 
 

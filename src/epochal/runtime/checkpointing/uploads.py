@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from epochal.messages import Ack, Decline, ToJobMaster
+from epochal.messages import ToJobMaster
 from epochal.runtime.checkpointing.events import Capture, SnapshotUpload
 from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill_running, wait_report
+from epochal.runtime.checkpointing.messages import Ack, Decline
 from epochal.runtime.operators.iteration import IterationHead
 from epochal.state.snapshot import handle_bytes, materialize
 from epochal.state.storage import CheckpointStorage

@@ -23,13 +23,13 @@ from typing import Any, ClassVar
 
 from epochal.errors import UserFunctionError
 from epochal.machines import TimePassed
-from epochal.messages import Decline, Dispatch, Failed, Heartbeat, Register, Stop, ToJobMaster
+from epochal.messages import Dispatch, Failed, Heartbeat, Register, Stop, ToJobMaster
 from epochal.runtime.host.entry import WARMED_FOR, task_started
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send, StopWorker
 from epochal.runtime.host.hooks import HookPoint, WorkerHook
 from epochal.runtime.host.links import Bootstrap, ControlLink, accept_replacements, connect_peers
 from epochal.runtime.host.mailbox import JobMasterLost, Mailbox, PeerClosed, PeerJoined
-from epochal.runtime.host.memory_limit import OUT_OF_MEMORY, MemoryLimit, WorkerMemoryLimitError, data_bytes
+from epochal.runtime.host.memory_limit import MemoryLimit, WorkerMemoryLimitError, data_bytes
 from epochal.runtime.host.peers import PeerConnection
 from epochal.runtime.host.reports import PeerLost, WorkerStopped, failure_report, rss_bytes
 
@@ -106,15 +106,7 @@ class WorkerShell:
 
     # ------------------------------------------------------------------ plumbing
     def send_control(self, message: ToJobMaster) -> None:
-        """Send one message to the JobMaster (thread safe). A checkpoint that would be declined
-        because an allocation failed under the memory limit (in a forked snapshot child or the
-        uploader) fails the job instead: the limit was exceeded, and a decline that is tolerated
-        would only repeat."""
-        limit = self.memory_limit
-        if isinstance(message, Decline) and limit is not None and limit.active \
-                and any(text in message.reason for text in OUT_OF_MEMORY):
-            where = f"the snapshot of checkpoint {message.checkpoint_id} ({message.reason})"
-            message = Failed("internal", str(limit.exceeded(where)), self.index)
+        """Send one message to the JobMaster (thread safe)."""
         self.link.send(message)  # type: ignore[union-attr]
 
     def _limit_memory(self, limit: int | None) -> None:
