@@ -1,11 +1,18 @@
 """The graph worker machine driven with event sequences (no sockets, no Spark): start-up and
-restore resync, supersteps with early exchanges, checkpoints at the barrier, halt, failures."""
+restore resync, supersteps with early exchanges, checkpoints at the barrier, halt, failures; every
+type of its event union (and every command) yields an exact list in a table, and any other type
+raises."""
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable
+
 import pytest
 
+from epochal.cec.protocol import FinishJob
 from epochal.graph.engine import StepReport
+from epochal.graph.protocol import Event, GraphCommand
 from epochal.graph.supersteps import (
     FinishRecovery,
     Halt,
@@ -16,6 +23,8 @@ from epochal.graph.supersteps import (
     SuperstepDone,
 )
 from epochal.graph.worker_machine import (
+    _COMMANDS,
+    _HANDLERS,
     Assemble,
     Assembled,
     CheckpointFileWritten,
@@ -37,10 +46,10 @@ from epochal.graph.worker_machine import (
     WriteCheckpointFile,
     WriteOutput,
 )
-from epochal.machines import TimePassed
+from epochal.machines import TimePassed, UnknownEvent
 from epochal.messages import Cancel, Deploy, KindCommand, KindReport, Processing, Ready, Reject, Shutdown, Start
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
-from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
+from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed, PeerJoined
 
 DEPLOY = Deploy(b"graph", {0: ("h", 1), 1: ("h", 2), 2: ("h", 3)}, None)
 
@@ -242,3 +251,124 @@ def test_the_barrier_point_is_reached_once_per_superstep_even_when_a_recovery_ru
     machine.handle(KindCommand(FinishRecovery(1)))
     machine.handle(Assembled(1))
     assert machine.handle(run(1)) == [Compute(RunSuperstep(1))]  # superstep 1 again: 0's barrier passed once
+
+
+# ---------------------------------------------------------------------- every event, exactly
+def _registering() -> GraphWorkerMachine:
+    machine = GraphWorkerMachine(1)
+    machine.handle(Registered(0.0, 60.0))
+    return machine
+
+
+def _loading() -> GraphWorkerMachine:
+    machine = _registering()
+    machine.handle(DEPLOY)
+    return machine
+
+
+def _ready() -> GraphWorkerMachine:
+    machine = _loading()
+    machine.handle(Loaded(1.0, 30.0, 3, restored=False))
+    return machine
+
+
+def _computing() -> GraphWorkerMachine:
+    machine = running()
+    machine.handle(run(0))
+    return machine
+
+
+def _checkpointing() -> GraphWorkerMachine:
+    machine = running()
+    machine.handle(run(4, checkpoint=True, full=True))
+    done(machine, 4)
+    return machine
+
+
+def _lost() -> GraphWorkerMachine:
+    machine = replicated()
+    machine.handle(run(0))
+    machine.handle(PeerClosed(2, "gone"))
+    return machine
+
+
+def _recovering() -> GraphWorkerMachine:
+    machine = _lost()
+    machine.handle(KindCommand(Recover(1, 0, (2,), "rebirth")))
+    return machine
+
+
+def _prepared() -> GraphWorkerMachine:
+    machine = _recovering()
+    machine.handle(PeerRejoined(2))
+    machine.handle(RecoveryArrived(1, 0))
+    machine.handle(RecoveryArrived(1, 2))
+    return machine
+
+
+def _assembling() -> GraphWorkerMachine:
+    machine = _prepared()
+    machine.handle(KindCommand(FinishRecovery(1)))
+    return machine
+
+
+REBIRTH = Recover(1, 0, (2,), "rebirth")
+HANDLE = {"file": "worker-1", "size": 10, "crc": 1}
+#: (state, event, every instruction it yields there, in order)
+EXACT: list[tuple[Callable[[], GraphWorkerMachine], object, list]] = [
+    (lambda: GraphWorkerMachine(1), Registered(0.0, 60.0), []),
+    (_registering, TimePassed(60.5, 0.0), [StopWorker("no 'Deploy' from the JobMaster within 60 s")]),
+    (_registering, Reject("not needed"), [StopWorker("not needed")]),
+    (_registering, DEPLOY, [ConnectAndLoad(DEPLOY)]),
+    (_loading, Loaded(1.0, 30.0, 3, restored=False), [Send(Ready(1))]),
+    (_ready, Start(), [StartHeartbeats()]),
+    (running, Cancel("cancelled"), [StopWorker("cancelled")]),
+    (running, Shutdown(), [StopWorker("shutdown")]),
+    (running, JobMasterLost("gone"), [StopWorker("gone")]),
+    (running, PeerClosed(2, "reset"), [FailPeerLost(2, "reset")]),
+    (running, run(0), [Compute(RunSuperstep(0))]),
+    (running, KindCommand(Halt(3, "bound")), [ReachPoint("barrier", 3), WriteOutput()]),
+    (_computing, ExchangeArrived(0, 0), []),
+    (_computing, Computed(0, report(0)), [ReachPoint("superstep", 0), Send(Processing(1))]),
+    (_checkpointing, CheckpointFileWritten(4, HANDLE), [Send(KindReport(1, SuperstepDone(report(4), HANDLE, True)))]),
+    (_lost, KindCommand(REBIRTH), [Rewind(0)]),
+    (_recovering, PeerRejoined(2), [SendRecovery(REBIRTH), ReachPoint("recovery", 1)]),
+    (_recovering, RecoveryArrived(1, 0), []),
+    (_prepared, KindCommand(FinishRecovery(1)), [Assemble(REBIRTH)]),
+    (_assembling, Assembled(1), [Send(KindReport(1, Recovered(1)))]),
+]
+
+
+def test_the_machine_takes_exactly_its_event_union_and_commands_and_the_table_covers_them():
+    assert set(_HANDLERS.handlers) == set(typing.get_args(Event))
+    assert set(_COMMANDS.handlers) == set(typing.get_args(GraphCommand))
+    assert {type(event) for _, event, _ in EXACT} == set(typing.get_args(Event))
+    commands = {type(event.payload) for _, event, _ in EXACT if isinstance(event, KindCommand)}
+    assert commands == set(typing.get_args(GraphCommand))
+
+
+@pytest.mark.parametrize(("state", "event", "expected"), EXACT,
+                         ids=[type(getattr(e, "payload", e)).__name__ for _, e, _ in EXACT])
+def test_each_event_yields_exactly_these_instructions(state, event, expected):
+    assert state().handle(event) == expected
+
+
+def _stopped() -> GraphWorkerMachine:
+    machine = running()
+    machine.handle(Cancel("cancelled"))
+    return machine
+
+
+@pytest.mark.parametrize("state", [_registering, _ready, running, _stopped],
+                         ids=["registering", "ready", "running", "stopped"])
+@pytest.mark.parametrize("event", [PeerJoined(2, None, 1), FinishJob(), object()],
+                         ids=["a connection event (the driver's)", "a bare command", "anything else"])
+def test_an_event_it_does_not_take_raises(state, event):
+    with pytest.raises(UnknownEvent, match="graph worker machine does not take"):
+        state().handle(event)
+
+
+@pytest.mark.parametrize("state", [_registering, _ready, running], ids=["registering", "ready", "running"])
+def test_a_command_of_another_kind_raises_even_before_the_start(state):
+    with pytest.raises(UnknownEvent, match="graph worker commands does not take"):
+        state().handle(KindCommand(FinishJob()))

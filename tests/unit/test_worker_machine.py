@@ -1,15 +1,28 @@
 """The worker machine (and its snapshot-pipeline and loop sub-machines) driven with event
-sequences: no sockets, no threads, no Spark. Each test compares the instructions returned."""
+sequences: no sockets, no threads, no Spark. Each test compares the instructions returned; every
+type of its event union yields an exact list in a table, and any other type raises."""
 
 from __future__ import annotations
+
+import typing
+from collections.abc import Callable
 
 import pytest
 
 from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
-from epochal.dataflow.protocol import Built, ConnectAndBuild, FirstRecord, StartProcessing, WorkerDrained
-from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
-from epochal.machines import TimePassed
-from epochal.messages import Cancel, Deploy, Finished, Processing, Ready, Reject, Shutdown, Start
+from epochal.dataflow.protocol import (
+    Built,
+    ConnectAndBuild,
+    EndSources,
+    Event,
+    FinishSources,
+    FirstRecord,
+    StartProcessing,
+    WorkerDrained,
+)
+from epochal.dataflow.worker_machine import _HANDLERS, WorkerMachine, WorkerPhase
+from epochal.machines import TimePassed, UnknownEvent
+from epochal.messages import Cancel, Deploy, Finished, KindCommand, Processing, Ready, Reject, Shutdown, Start
 from epochal.runtime.checkpointing.events import (
     AbortAlignment,
     AlignmentOverflow,
@@ -44,7 +57,7 @@ from epochal.runtime.checkpointing.messages import (
     TriggerCheckpoint,
 )
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
-from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
+from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed, PeerJoined
 
 SOURCE = (0, 0)
 MAP = (1, 0)
@@ -302,3 +315,104 @@ def test_an_alignment_of_an_aborted_or_completed_checkpoint_is_dropped():
     # a barrier that overtook its trigger is snapshotted
     assert machine.handle(SubtaskAligned(MAP, 3, 0.0)) == [ReachPoint("alignment", 3), EmitBarrier(MAP, 3),
                                                            Capture(MAP, 3)]
+
+
+# ---------------------------------------------------------------------- every event, exactly
+def _registering() -> WorkerMachine:
+    machine = WorkerMachine(0)
+    machine.handle(Registered(0.0, 60.0))
+    return machine
+
+
+def _deploying() -> WorkerMachine:
+    machine = _registering()
+    machine.handle(DEPLOY)
+    return machine
+
+
+def _ready() -> WorkerMachine:
+    machine = _deploying()
+    machine.handle(Built(1.0, 30.0, (SubtaskInfo(SINK),), EXACTLY_ONCE))
+    return machine
+
+
+def _triggered() -> WorkerMachine:
+    machine = pipeline()
+    machine.handle(TriggerCheckpoint(1))
+    return machine
+
+
+def _held() -> WorkerMachine:
+    machine = loop_machine()
+    machine.handle(TriggerCheckpoint(1))
+    machine.handle(SubtaskAligned(HEAD, 1, 0.0))
+    return machine
+
+
+def _logging() -> WorkerMachine:
+    machine = _held()
+    machine.handle(SnapshotHeld(HEAD, _upload(1)))
+    return machine
+
+
+def _probing() -> WorkerMachine:
+    machine = loop_machine()
+    machine.handle(StartLoopProbe(7, 1))
+    return machine
+
+
+#: (state, event, every instruction it yields there, in order)
+EXACT: list[tuple[Callable[[], WorkerMachine], object, list]] = [
+    (lambda: WorkerMachine(0), Registered(0.0, 60.0), []),
+    (_registering, TimePassed(60.5, 0.0), [StopWorker("no 'Deploy' from the JobMaster within 60 s")]),
+    (_registering, DEPLOY, [ConnectAndBuild(DEPLOY)]),
+    (_registering, Reject("not needed"), [StopWorker("not needed")]),
+    (_deploying, Built(1.0, 30.0, (SubtaskInfo(SINK),), EXACTLY_ONCE), [Send(Ready(0))]),
+    (_ready, Start(), [StartProcessing()]),
+    (pipeline, Cancel("cancelled"), [StopWorker("cancelled")]),
+    (pipeline, Shutdown(), [StopWorker("shutdown")]),
+    (pipeline, JobMasterLost("gone"), [StopWorker("gone")]),
+    (pipeline, PeerClosed(2, "reset"), [FailPeerLost(2, "reset")]),
+    (pipeline, FirstRecord(), [Send(Processing(0))]),
+    (pipeline, WorkerDrained({"records_processed": 3}), [Send(Finished({"records_processed": 3}))]),
+    (pipeline, EndSources(), [FinishSources()]),
+    (pipeline, TriggerCheckpoint(1), [EmitBarrier(SOURCE, 1), Capture(SOURCE, 1)]),
+    (_triggered, SubtaskAligned(MAP, 1, 0.25),
+     [ReachPoint("alignment", 1), EmitBarrier(MAP, 1), Capture(MAP, 1, 0.25)]),
+    (_triggered, SubtaskFinished(MAP), [Capture(MAP, 1)]),
+    (_triggered, AlignmentOverflow(MAP, 1, "full"), [AbortAlignment(MAP, 1, "full"), Send(Decline(1, 0, "full"))]),
+    (_triggered, CheckpointComplete(1), [ReachPoint("before_commit", 1), NotifyComplete(1)]),
+    (_triggered, CheckpointAbort(1), [NotifyAborted(1)]),
+    (_held, SnapshotHeld(HEAD, _upload(1)), []),
+    (_logging, Feedback(HEAD, ["a"]), [ReachPoint("back_edge_log", 1)]),
+    (_logging, LoopClosed(HEAD, 1), [UploadWithLog(HEAD, _upload(1), [])]),
+    (loop_machine, InputEnded(HEAD, EXTERNAL), [Send(LoopReady(7, 0))]),
+    (loop_machine, StartLoopProbe(7, 1), [SendProbe(HEAD, 7, 1)]),
+    (_probing, ProbeArrived(HEAD, BACK, 1, back_edge=True), [Send(LoopVote(7, 1, 0, quiet=True))]),
+    (loop_machine, EndLoop(7), [FinishSubtask(HEAD)]),
+]
+
+
+def test_the_machine_takes_exactly_its_event_union_and_the_table_covers_it():
+    assert set(_HANDLERS.handlers) == set(typing.get_args(Event))
+    assert {type(event) for _, event, _ in EXACT} == set(typing.get_args(Event))
+
+
+@pytest.mark.parametrize(("state", "event", "expected"), EXACT, ids=[type(e).__name__ for _, e, _ in EXACT])
+def test_each_event_yields_exactly_these_instructions(state, event, expected):
+    assert state().handle(event) == expected
+
+
+def _stopped() -> WorkerMachine:
+    machine = pipeline()
+    machine.handle(Cancel("cancelled"))
+    return machine
+
+
+@pytest.mark.parametrize("state", [lambda: WorkerMachine(0), _ready, pipeline, _stopped],
+                         ids=["new", "ready", "running", "stopped"])
+@pytest.mark.parametrize("event", [KindCommand(("run", 1)), PeerJoined(2, None, 1), object()],
+                         ids=["a kind's command", "a replacement's connection", "anything else"])
+def test_an_event_it_does_not_take_raises(state, event):
+    with pytest.raises(UnknownEvent, match="worker machine does not take"):
+        state().handle(event)

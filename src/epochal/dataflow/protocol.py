@@ -12,7 +12,9 @@ sub-machines :mod:`~epochal.runtime.checkpointing.snapshots` and
 messages from the JobMaster are events as they are; the events and instructions every kind's
 worker shares are :mod:`epochal.runtime.host.events`, the checkpointing ones
 :mod:`epochal.runtime.checkpointing.events`; this module adds the dataflow worker's life cycle
-(built, first record, drained) and the :data:`Instruction` union.
+(built, first record, drained), the :data:`Event` union of everything the machine takes (it
+raises :class:`~epochal.machines.UnknownEvent` for anything else) and the :data:`Instruction`
+union of everything it returns.
 """
 
 from __future__ import annotations
@@ -21,9 +23,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.connectors.memory import CollectPayload
-from epochal.messages import Deploy, ToJobMaster, ToWorker
-from epochal.runtime.checkpointing.events import CheckpointingInstruction, SubtaskInfo
+from epochal.messages import Deploy, Start, ToJobMaster, ToWorker
+from epochal.runtime.checkpointing.events import (
+    AlignmentOverflow,
+    CheckpointingInstruction,
+    Feedback,
+    InputEnded,
+    LoopClosed,
+    ProbeArrived,
+    SnapshotHeld,
+    SubtaskAligned,
+    SubtaskFinished,
+    SubtaskInfo,
+)
+from epochal.runtime.checkpointing.messages import (
+    CheckpointAbort,
+    CheckpointComplete,
+    EndLoop,
+    StartLoopProbe,
+    TriggerCheckpoint,
+)
 from epochal.runtime.host.events import FailPeerLost, StopWorker
+from epochal.runtime.host.lifecycle import LifecycleEvent
+from epochal.runtime.host.mailbox import PeerClosed
 
 
 # ---------------------------------------------------------------------- messages
@@ -65,6 +87,15 @@ class WorkerDrained:
     """Every subtask finished and every output drained; ``metrics`` are the final counters."""
 
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+#: Everything the dataflow worker machine takes: the start-up and stops every worker shares, the
+#: JobMaster's messages to a dataflow worker, a lost peer, and what the driver observes (its own
+#: life cycle, and its subtasks' checkpoints and loops).
+Event = (LifecycleEvent | Deploy | Start | Built | FirstRecord | WorkerDrained | PeerClosed
+         | TriggerCheckpoint | CheckpointComplete | CheckpointAbort | EndSources | StartLoopProbe | EndLoop
+         | SubtaskFinished | SubtaskAligned | AlignmentOverflow | SnapshotHeld | LoopClosed | Feedback
+         | ProbeArrived | InputEnded)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@
 with its deadlines, what it has reported to the JobMaster (first record, finished), and two sub-
 machines with one owner each: the snapshot pipeline
 (:mod:`epochal.runtime.checkpointing.snapshots`) and the loops
-(:mod:`epochal.runtime.checkpointing.loop_heads`). Its events are the JobMaster's control
-messages (:mod:`epochal.messages`), the connection events of
-:mod:`epochal.runtime.host.mailbox`, and what the driver observes
+(:mod:`epochal.runtime.checkpointing.loop_heads`). Its events, the :data:`~epochal.dataflow.protocol.Event`
+union, are the JobMaster's control messages to a dataflow worker, a lost peer
+(:mod:`epochal.runtime.host.mailbox`), and what the driver observes
 (:mod:`epochal.dataflow.protocol`, :mod:`epochal.runtime.checkpointing.events`,
-:mod:`epochal.runtime.host.events`); ``handle`` dispatches them by type (``_HANDLERS``) and
-returns the instructions the driver (:mod:`epochal.dataflow.worker`) carries out, in order. No
-sockets, threads or clocks here: time is an event field.
+:mod:`epochal.runtime.host.events`); ``handle`` dispatches them by type (``_HANDLERS``, one
+handler per member of the union) and returns the instructions the driver
+(:mod:`epochal.dataflow.worker`) carries out, in order. No sockets, threads or clocks here: time
+is an event field.
 
 Records do not pass through the machine: the driver's data path moves batches from input
 channels through the operators, and tells the machine only about protocol moments (an alignment
@@ -20,20 +21,20 @@ completed, a subtask finished, a probe or feedback arrived at a loop subtask).
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 from epochal.config import NONE
 from epochal.dataflow.protocol import (
     Built,
     ConnectAndBuild,
     EndSources,
+    Event,
     FinishSources,
     FirstRecord,
     Instruction,
     StartProcessing,
     WorkerDrained,
 )
-from epochal.messages import Deploy, Dispatch, Finished, KindCommand, Processing, Ready, Start
+from epochal.messages import Deploy, Dispatch, Finished, Processing, Ready, Start
 from epochal.runtime.checkpointing.events import (
     AlignmentOverflow,
     CheckpointingInstruction,
@@ -59,7 +60,7 @@ from epochal.runtime.checkpointing.messages import (
 from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
 from epochal.runtime.host.events import FailPeerLost, Send, StopWorker
 from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle
-from epochal.runtime.host.mailbox import PeerClosed, PeerJoined
+from epochal.runtime.host.mailbox import PeerClosed
 
 
 class WorkerPhase(enum.Enum):
@@ -81,9 +82,12 @@ _HANDLERS = Dispatch("worker machine")
 class WorkerMachine(WorkerLifecycle):
     """The protocol state of worker ``worker``; see the module docstring.
 
-    Contract: ``handle`` is called from one thread; an event the phase does not expect is
-    ignored (a late or early message), never an error. After :class:`StopWorker` or
-    :class:`FailPeerLost` the machine is STOPPED and ignores everything.
+    Contract: ``handle`` is called from one thread with an :data:`~epochal.dataflow.protocol.Event`;
+    an event of another type raises :class:`~epochal.machines.UnknownEvent` (a ``KindCommand``,
+    which a dataflow job never sends, or a ``PeerJoined``: a dataflow worker accepts no
+    replacements). An event the phase does not expect is ignored (a late or early message), never
+    an error. After :class:`StopWorker` or :class:`FailPeerLost` the machine is STOPPED and
+    ignores every event.
     """
 
     STOPPED = WorkerPhase.STOPPED
@@ -98,7 +102,7 @@ class WorkerMachine(WorkerLifecycle):
         self.processing_reported = False
         self.reported_finished = False
 
-    def handle(self, event: Any) -> list[Instruction]:
+    def handle(self, event: Event) -> list[Instruction]:
         """Apply one event; returns the instructions to carry out, in order."""
         return self.dispatch(_HANDLERS, event)
 
@@ -134,14 +138,6 @@ class WorkerMachine(WorkerLifecycle):
             return []
         self.phase, self.deadline = WorkerPhase.RUNNING, None
         return [StartProcessing()]
-
-    @_HANDLERS.on(KindCommand)
-    def _kind_command(self, message: KindCommand) -> list[Instruction]:
-        return []  # commands of other job kinds (a dataflow job sends none)
-
-    @_HANDLERS.on(PeerJoined)
-    def _peer_joined(self, event: PeerJoined) -> list[Instruction]:
-        return []  # a dataflow worker keeps no listener open for replacements: never delivered
 
     @_HANDLERS.on(PeerClosed)
     def _peer_closed(self, event: PeerClosed) -> list[Instruction]:
@@ -252,5 +248,3 @@ class WorkerMachine(WorkerLifecycle):
 
 
 register_lifecycle(_HANDLERS)
-#: Events and messages the machine handles (the driver handles the data path's own events).
-HANDLED = frozenset(_HANDLERS.handlers)

@@ -3,6 +3,10 @@
 Frozen dataclasses only, like :mod:`epochal.dataflow.protocol` for the dataflow worker; the
 machine is :mod:`epochal.graph.worker_machine`, the driver that carries the instructions out
 :mod:`epochal.graph.worker`. The recovery events and instructions are Imitator's (papers/003 §5).
+:data:`Event` lists everything the machine takes (anything else raises
+:class:`~epochal.machines.UnknownEvent`), :data:`GraphCommand` the payloads of the
+``KindCommand`` s it takes (the barrier's commands, :mod:`epochal.graph.supersteps`),
+:data:`Instruction` everything it returns.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.graph.engine import StepReport
-from epochal.graph.supersteps import Recover, RunSuperstep
-from epochal.messages import Deploy
+from epochal.graph.supersteps import FinishRecovery, Halt, Recover, RunSuperstep
+from epochal.messages import Deploy, KindCommand, Start
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Send, StopWorker
+from epochal.runtime.host.lifecycle import LifecycleEvent
+from epochal.runtime.host.mailbox import PeerClosed
 
 
 # ---------------------------------------------------------------------- events
@@ -78,6 +84,15 @@ class CheckpointFileWritten:
 
     superstep: int
     handle: dict[str, Any]
+
+
+#: The payloads of the ``KindCommand`` s a graph worker takes: the global barrier's commands.
+GraphCommand = RunSuperstep | Halt | Recover | FinishRecovery
+#: Everything the graph worker machine takes: the start-up and stops every worker shares, the
+#: JobMaster's messages (a ``KindCommand`` carries a :data:`GraphCommand`), a lost peer, and what
+#: the driver observes.
+Event = (LifecycleEvent | Deploy | Start | KindCommand | PeerClosed | Loaded | PeerRejoined | RecoveryArrived
+         | Assembled | ExchangeArrived | Computed | CheckpointFileWritten)
 
 
 # ---------------------------------------------------------------------- instructions

@@ -27,6 +27,7 @@ from epochal.graph.protocol import (
     Compute,
     Computed,
     ConnectAndLoad,
+    Event,
     ExchangeArrived,
     Instruction,
     Loaded,
@@ -48,6 +49,7 @@ from epochal.graph.supersteps import (
     RunSuperstep,
     SuperstepDone,
 )
+from epochal.machines import UnknownEvent
 from epochal.messages import (
     Deploy,
     Dispatch,
@@ -85,7 +87,10 @@ class _Superstep:
 
 
 class GraphWorkerMachine(WorkerLifecycle):
-    """The protocol state of graph worker ``worker``; unexpected events are ignored."""
+    """The protocol state of graph worker ``worker``. It takes the
+    :data:`~epochal.graph.protocol.Event` s and raises :class:`~epochal.machines.UnknownEvent` for
+    any other (a ``KindCommand`` too, whose payload is no :data:`~epochal.graph.protocol.GraphCommand`);
+    an event its phase does not expect is ignored."""
 
     STOPPED = GraphPhase.STOPPED
     WAITING_FOR = _WAITING_FOR
@@ -114,7 +119,7 @@ class GraphWorkerMachine(WorkerLifecycle):
         self.joined: set[int] = set()
         self.gone: set[int] = set()
 
-    def handle(self, event: Any) -> list[Instruction]:
+    def handle(self, event: Event) -> list[Instruction]:
         return self.dispatch(_HANDLERS, event)
 
     @property
@@ -179,10 +184,12 @@ class GraphWorkerMachine(WorkerLifecycle):
     # ---------------------------------------------------------------- supersteps
     @_HANDLERS.on(KindCommand)
     def _command(self, message: KindCommand) -> list[Instruction]:
+        handler = _COMMANDS.handlers.get(type(message.payload))
+        if handler is None:
+            raise UnknownEvent(_COMMANDS.name, message.payload)
         if self.phase is not GraphPhase.RUNNING and not (self.replicated and self.phase is GraphPhase.HALTED):
             return []
-        handler = _COMMANDS.handlers.get(type(message.payload))
-        return handler(self, message.payload) if handler is not None else []
+        return handler(self, message.payload)
 
     @_COMMANDS.on(RunSuperstep)
     def _run(self, command: RunSuperstep) -> list[Instruction]:

@@ -4,9 +4,12 @@ A worker of any job kind registers, waits for its deployment, later for ``Start`
 with a deadline checked on :class:`~epochal.machines.TimePassed`; it stops on ``Cancel``
 or ``Shutdown``, when the driver goes away, and on a ``Reject`` of its registration (a running
 worker was not rejected and ignores a stale one). :class:`WorkerLifecycle` holds that part and
-:func:`register_lifecycle` puts its handlers into a machine's dispatch table; the dataflow
-(:mod:`epochal.dataflow.worker_machine`) and graph (:mod:`epochal.graph.worker_machine`) machines
-add their own phases and events. Pure: no sockets, threads or clocks.
+:func:`register_lifecycle` puts its handlers, for the :data:`LifecycleEvent` s, into a machine's
+dispatch table; the dataflow (:mod:`epochal.dataflow.worker_machine`), graph
+(:mod:`epochal.graph.worker_machine`) and CEC (:mod:`epochal.cec.worker_machine`) machines add
+their own phases and events, each listed in its kind's ``Event`` union. An event of a type the
+table has no handler for raises :class:`~epochal.machines.UnknownEvent`, in any phase; a stopped
+machine ignores every other. Pure: no sockets, threads or clocks.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from __future__ import annotations
 import enum
 from typing import Any, ClassVar
 
-from epochal.machines import TimePassed
+from epochal.machines import TimePassed, UnknownEvent
 from epochal.messages import Cancel, Dispatch, Reject, Shutdown
 from epochal.runtime.host.events import Registered, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost
+
+#: The events every worker machine takes (their handlers are :func:`register_lifecycle`'s).
+LifecycleEvent = Registered | TimePassed | Cancel | Shutdown | Reject | JobMasterLost
 
 
 class WorkerLifecycle:
@@ -39,12 +45,15 @@ class WorkerLifecycle:
         """Past the start: a stale ``Reject`` is ignored."""
         raise NotImplementedError
 
-    def dispatch(self, table: Dispatch, event: Any) -> list[Any]:
-        """Apply one event with ``table``'s handler (unknown events and a stopped machine: nothing)."""
+    def dispatch(self, table: Dispatch, event: object) -> list[Any]:
+        """Apply one event with ``table``'s handler. Raises :class:`~epochal.machines.UnknownEvent`
+        for an event of a type it has no handler for; a stopped machine ignores every other."""
+        handler = table.handlers.get(type(event))
+        if handler is None:
+            raise UnknownEvent(table.name, event)
         if self.phase is self.STOPPED:
             return []
-        handler = table.handlers.get(type(event))
-        return handler(self, event) if handler is not None else []
+        return handler(self, event)
 
     def _stop(self, reason: str) -> list[Any]:
         self.phase = self.STOPPED
