@@ -1,4 +1,4 @@
-"""What CEC's workers tell each other and the JobMaster (typed, both sides).
+"""What CEC's workers tell each other and the JobMaster, and the worker machine's events and instructions.
 
 Between workers, on the peer connections (channel :data:`DATA`): a producer sends each consumer
 :class:`StreamEvent` s, the consumer's part of a durable frame of the producer's persisted
@@ -12,11 +12,21 @@ worker's output is complete and durable, and its sink committed everything) and
 :class:`Rejoined` (a replacement rebuilt its state: how long each phase took) and
 :class:`Resumed` (it processed its first input). From it, as a
 :class:`~epochal.messages.KindCommand`: :class:`FinishJob` once every worker is done.
+
+The worker machine (:mod:`epochal.cec.worker_machine`) takes the :data:`Event` s (anything else
+raises :class:`~epochal.machines.UnknownEvent`): what every worker shares, the JobMaster's
+messages, and what its driver (:mod:`epochal.cec.worker`) reports: :class:`SetUp`,
+:class:`FirstInput`, :class:`InputDone`; it returns the :data:`Instruction` s
+(:class:`SetUpWorker`, :class:`BeginProcessing`, :class:`ReportFinished` and the shared ones).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from epochal.messages import Deploy, KindCommand, Start
+from epochal.runtime.host.events import Send, StopWorker
+from epochal.runtime.host.lifecycle import LifecycleEvent
 
 #: The peer-connection channel that carries CEC's stream events and requests.
 DATA = 0
@@ -93,3 +103,59 @@ class Resumed:
 @dataclass(frozen=True)
 class FinishJob:
     """Every worker is done: report Finished and stop."""
+
+
+#: The payloads of the ``KindCommand`` s a CEC worker takes.
+CecCommand = FinishJob
+
+
+# ---------------------------------------------------------------- the worker machine's events
+@dataclass(frozen=True)
+class SetUp:
+    """The driver is set up (``phases``: a replacement's recovery timings, else empty); ``Start``
+    must come within ``timeout``."""
+
+    now: float
+    timeout: float
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FirstInput:
+    """The driver processed input records for the first time (a replacement reports it: the end of
+    its recovery, :class:`Resumed`)."""
+
+
+@dataclass(frozen=True)
+class InputDone:
+    """Input ended; output durable and sent; the sink committed. ``counters`` go to the JobMaster."""
+
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+#: Everything the CEC worker machine takes: the start-up and stops every worker shares, the
+#: JobMaster's messages (a ``KindCommand`` carries a :data:`CecCommand`), and what its driver reports.
+Event = LifecycleEvent | Deploy | Start | KindCommand | SetUp | FirstInput | InputDone
+
+
+# ---------------------------------------------------------------- the worker machine's instructions
+@dataclass(frozen=True)
+class SetUpWorker:
+    """Connect to the peers, open the output queue, rebuild state when ``deploy.joining``; then
+    feed :class:`SetUp`."""
+
+    deploy: Deploy
+
+
+@dataclass(frozen=True)
+class BeginProcessing:
+    """Start reading sources and inputs."""
+
+
+@dataclass(frozen=True)
+class ReportFinished:
+    """Send ``Finished`` with the worker's metrics."""
+
+
+#: Everything the CEC worker machine returns.
+Instruction = SetUpWorker | BeginProcessing | ReportFinished | Send | StopWorker

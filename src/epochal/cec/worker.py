@@ -33,21 +33,26 @@ from epochal.cec.output import Durable, ExtentFrames, StageOutput, remove_queue
 from epochal.cec.output_log import OutputLog
 from epochal.cec.parts import make_parts, queue_writer
 from epochal.cec.plan import CecDeployment, Stage, run_chain
-from epochal.cec.protocol import DATA, Credit, EndOfStream, ReplayRequest, Resumed, StreamEvent, TrimRequest
+from epochal.cec.protocol import (
+    DATA,
+    BeginProcessing,
+    Credit,
+    EndOfStream,
+    FirstInput,
+    InputDone,
+    ReplayRequest,
+    ReportFinished,
+    SetUp,
+    SetUpWorker,
+    StreamEvent,
+    TrimRequest,
+)
 from epochal.cec.rebuild import rebuild
 from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
 from epochal.cec.tuples import window_frame_meta
-from epochal.cec.worker_machine import (
-    BeginProcessing,
-    CecPhase,
-    CecWorkerMachine,
-    InputDone,
-    ReportFinished,
-    SetUp,
-    SetUpWorker,
-)
-from epochal.messages import Dispatch, Finished, KindReport
+from epochal.cec.worker_machine import CecPhase, CecWorkerMachine
+from epochal.messages import Dispatch, Finished
 from epochal.runtime.dataplane.source_reader import SourceReader
 from epochal.runtime.host.events import Registered
 from epochal.runtime.host.links import Bootstrap
@@ -84,8 +89,9 @@ class CecWorker(WorkerShell):
         self.next_commit = self.next_trim = 0.0
         #: a window stage's G_checks (CEC) or snapshots (CRB), and their pauses of the input
         self.background: BackgroundPath | None = None
-        #: a replacement reports its first input once (recovery time: kill -> first record)
-        self.resume_pending = False
+        #: whether input records were processed (the machine hears of the first: a replacement
+        #: reports it, the end of its recovery)
+        self.input_seen = False
         self.counters = {"records_in": 0, "records_out": 0, "frames": 0, "bytes_logged": 0, "replayed_frames": 0,
                          "queued_frames": 0}
 
@@ -194,7 +200,6 @@ class CecWorker(WorkerShell):
         phases: dict[str, float] = {}
         self.extent = ExtentFrames(deployment.mode)
         if message.joining:
-            self.resume_pending = True
             persisted = log if isinstance(log, OutputLog) else None
             rebuilt = rebuild(persisted, channels, deployment.mode, self.aggregate, self.source, self.sink)
             self.inputs = InputChannels(self.index, producers, rebuilt.after)
@@ -224,9 +229,9 @@ class CecWorker(WorkerShell):
         if self.sink is not None and self.output is not None:
             self._feed_own_sink()
 
-    def _resumed(self) -> None:
-        self.resume_pending = False
-        self.send_control(KindReport(self.index, Resumed(self.index)))
+    def _first_input(self) -> None:
+        self.input_seen = True
+        self._feed(FirstInput())
 
     @_DO.on(ReportFinished)
     def _report_finished(self, instruction: ReportFinished) -> None:
@@ -259,8 +264,8 @@ class CecWorker(WorkerShell):
         if len(seqs) != len(records):
             records = [records[k] for k in deliver.positions]
         self.counters["records_in"] += len(records)
-        if records and self.resume_pending:
-            self._resumed()
+        if records and not self.input_seen:
+            self._first_input()
         stage = self.stage
         if self.aggregate is not None:
             self.aggregate.now = time.monotonic()
@@ -303,8 +308,8 @@ class CecWorker(WorkerShell):
             return
         self.records_read += len(batch)
         self.counters["records_in"] += len(batch)
-        if self.resume_pending:
-            self._resumed()
+        if not self.input_seen:
+            self._first_input()
         # the frame's sequence number is the records read: a replacement resumes from its meta
         output.emit(run_chain(self.stage.pre, batch), (source.positions(), self.records_read), None,  # type: ignore[union-attr]
                     seq=self.records_read)
