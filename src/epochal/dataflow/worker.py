@@ -258,6 +258,8 @@ class Worker(WorkerShell):
 
     @_DO.on(NotifyAborted)
     def _do_aborted(self, instruction: NotifyAborted) -> None:
+        if self.uploader is not None:  # its uploads not yet written are dropped or abandoned
+            self.uploader.abort(instruction.checkpoint_id)
         for subtask in self.data.subtasks:
             subtask.notify_aborted(instruction.checkpoint_id)
         if self.queries is not None:

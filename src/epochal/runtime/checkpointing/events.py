@@ -199,7 +199,7 @@ class NotifyComplete:
 
 @dataclass(frozen=True)
 class NotifyAborted:
-    """Tell every subtask that ``checkpoint_id`` was aborted."""
+    """Tell every subtask that ``checkpoint_id`` was aborted, and drop its uploads not yet written."""
 
     checkpoint_id: int
 

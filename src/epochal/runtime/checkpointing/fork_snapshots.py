@@ -116,6 +116,17 @@ def kill_running() -> None:
             pass
 
 
+def kill(snapshot: ForkedSnapshot) -> None:
+    """SIGKILL the child of ``snapshot`` if it is still writing: its checkpoint was aborted, and
+    what it writes would never be read. Its report then ends in :func:`wait_report` as a refusal;
+    the caller must still hand it there (once), which reaps the child."""
+    if snapshot.pid in _running:
+        try:
+            os.kill(snapshot.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def wait_report(snapshot: ForkedSnapshot) -> tuple[dict[str, Any] | None, str]:
     """Block until the child of ``snapshot`` reported and exited (on the uploader thread, which
     releases the interpreter lock while it reads); returns ``(handles, "")`` or ``(None, why)``."""

@@ -90,7 +90,9 @@ class CheckpointComplete(ToWorker):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointAbort(ToWorker):
-    """Checkpoint ``checkpoint_id`` was aborted: release its alignment, forget its snapshot."""
+    """Checkpoint ``checkpoint_id`` was aborted (declined, timed out, superseded by a newer one that
+    completed, or its metadata could not be written): release its alignment, forget its snapshot,
+    drop its uploads not yet written."""
 
     checkpoint_id: int
 

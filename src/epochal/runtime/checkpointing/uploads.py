@@ -6,14 +6,15 @@ back-edge log (Algorithm 2). :class:`Uploader` is the asynchronous part: on its 
 the processing thread for the synchronous baseline) it serialises and writes the state to
 checkpoint storage, then acknowledges with the file handles, or declines when writing failed;
 for a snapshot taken by ``fork()`` (:mod:`epochal.runtime.checkpointing.fork_snapshots`) the child writes and
-the thread only waits for its report.
+the thread only waits for its report. An aborted checkpoint's uploads are dropped or abandoned
+(:meth:`Uploader.abort`; which ones, the pure :class:`~epochal.runtime.checkpointing.upload_queue.UploadQueue`
+decides).
 *When* to snapshot is the snapshot pipeline's decision (:mod:`epochal.runtime.checkpointing.snapshots`).
 """
 
 from __future__ import annotations
 
 import errno
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from epochal.messages import ToJobMaster
 from epochal.runtime.checkpointing.events import Capture, SnapshotUpload
-from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill_running, wait_report
+from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill, kill_running, wait_report
 from epochal.runtime.checkpointing.messages import Ack, Decline
+from epochal.runtime.checkpointing.upload_queue import End, KillChild, Reap, UploadQueue
 from epochal.runtime.operators.iteration import IterationHead
 from epochal.state.snapshot import handle_bytes, materialize
 from epochal.state.storage import CheckpointStorage
@@ -79,7 +81,8 @@ def add_back_edge_log(upload: SnapshotUpload, head: IterationHead, log: list[Any
 
 
 class Uploader:
-    """Writes captured snapshots and acknowledges them, in submission order.
+    """Writes captured snapshots and acknowledges them, in submission order; drops or abandons
+    those of an aborted checkpoint (:meth:`abort`).
 
     ``fault(point, checkpoint_id)`` reports the hook points ``during_upload`` (only if it is in
     ``hook_points``) and ``after_ack``. ``synchronous``: write on the caller's thread (the
@@ -99,7 +102,10 @@ class Uploader:
         self.written = written
         #: savepoints being written: each to its own location, and no backend builds on it
         self.savepoints: dict[int, CheckpointStorage] = {}
-        self.jobs: queue.SimpleQueue[SnapshotUpload | ForkedSnapshot | None] = queue.SimpleQueue()
+        #: the jobs not yet written, guarded by ``_changed`` (the processing thread submits and
+        #: aborts, the upload thread takes)
+        self.queue = UploadQueue()
+        self._changed = threading.Condition()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="epochal-uploader", daemon=True).start()
@@ -108,27 +114,54 @@ class Uploader:
         """The task ends: snapshot children still writing are killed (their checkpoints cannot
         complete any more), then the thread ends after the jobs queued before."""
         kill_running()
-        self.jobs.put(None)
+        with self._changed:
+            self.queue.close()
+            self._changed.notify()
 
     def submit(self, upload: SnapshotUpload | ForkedSnapshot) -> None:
-        if isinstance(upload, ForkedSnapshot):
-            self.jobs.put(upload)  # the child writes; this thread waits for its report
-        elif self.synchronous:
+        if self.synchronous and not isinstance(upload, ForkedSnapshot):
             self.upload(upload)  # the baseline writes state on the processing thread
-        else:
-            self.jobs.put(upload)
+            return
+        with self._changed:  # a forked one's child writes; the thread waits for its report
+            self.queue.submit(upload)
+            self._changed.notify()
+
+    def abort(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was aborted: its uploads still queued never run, its
+        snapshot children are killed, and the one being written is abandoned before its next
+        operator; none of them is acknowledged or declined."""
+        with self._changed:
+            done = self.queue.abort(checkpoint_id)
+        for step in done:
+            if isinstance(step, KillChild):
+                kill(step.snapshot)
+
+    def _abandoned(self) -> bool:
+        """Whether the checkpoint of the upload being written was aborted meanwhile."""
+        with self._changed:
+            return self.queue.abandoned()
 
     def _run(self) -> None:
-        while (upload := self.jobs.get()) is not None:
+        while True:
+            with self._changed:
+                while (step := self.queue.take()) is None:
+                    self._changed.wait()
+            if isinstance(step, End):
+                return
             try:
-                if isinstance(upload, ForkedSnapshot):
-                    self.forked(upload)
+                if isinstance(step, Reap):
+                    wait_report(step.snapshot)  # its child was killed: reaped, nothing to report
+                elif isinstance(step.job, ForkedSnapshot):
+                    self.forked(step.job)
                 else:
-                    self.upload(upload)
+                    self.upload(step.job)
             except OSError as error:
                 if getattr(error, "errno", None) != errno.EBADF:
                     raise
                 return  # the control connection was closed: the task ends, nobody waits for this
+            finally:
+                with self._changed:
+                    self.queue.done()
 
     def forked(self, snapshot: ForkedSnapshot) -> None:
         """Wait for a forked snapshot's child to report, then acknowledge (or decline)."""
@@ -136,6 +169,8 @@ class Uploader:
         if "during_upload" in self.hook_points:  # the worker dies while its child writes
             self.fault("during_upload", snapshot.checkpoint_id)
         handles, why = wait_report(snapshot)
+        if self._abandoned():  # its checkpoint was aborted (and its child killed): nobody waits for it
+            return
         if handles is None:
             self.send(Decline(snapshot.checkpoint_id, self.worker, why))
             return
@@ -146,18 +181,27 @@ class Uploader:
         self.fault("after_ack", snapshot.checkpoint_id)
 
     def upload(self, upload: SnapshotUpload) -> None:
-        """Serialise and write the captured state, then acknowledge (or decline)."""
+        """Serialise and write the captured state, one operator at a time, then acknowledge (or
+        decline). An upload whose checkpoint is aborted meanwhile stops before its next operator
+        and reports nothing."""
         checkpoint_id = upload.checkpoint_id
         started = time.monotonic()
         storage = self.savepoints.get(checkpoint_id, self.storage)
+        handles: dict[str, Any] = {}
         try:
             if "during_upload" in self.hook_points:  # write part of the snapshot, then crash
                 storage.write_file(  # type: ignore[union-attr]
                     checkpoint_id, f"partial-{self.worker}-{upload.subtask}", b"partial")
                 self.fault("during_upload", checkpoint_id)
-            handles = materialize(storage, checkpoint_id, upload.subtask, upload.captured)  # type: ignore[arg-type]
+            for uid, parts in upload.captured.items():
+                if self._abandoned():
+                    return
+                handles.update(materialize(storage, checkpoint_id, upload.subtask, {uid: parts}))  # type: ignore[arg-type]
         except Exception as error:
-            self.send(Decline(checkpoint_id, self.worker, f"{type(error).__name__}: {error}"))
+            if not self._abandoned():
+                self.send(Decline(checkpoint_id, self.worker, f"{type(error).__name__}: {error}"))
+            return
+        if self._abandoned():
             return
         stats = {**upload.stats, "async_s": time.monotonic() - started, "bytes": handle_bytes(handles)}
         if checkpoint_id not in self.savepoints:
