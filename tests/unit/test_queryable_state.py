@@ -17,13 +17,12 @@ import epochal
 from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.rest.state_routes import Routes
+from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
 from epochal.runtime.host.frames import split_frames
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import local as local_sockets
 from epochal.runtime.queries.committed import CommittedViews
 from epochal.runtime.queries.machine import (
-    CheckpointAborted,
-    CheckpointCompleted,
     CloseConnection,
     FrameArrived,
     QueryMachine,
@@ -160,19 +159,19 @@ def test_read_committed_answers_from_the_last_completed_checkpoint_only():
     assert committed(a) == (None, False, None)  # nothing completed yet
     m.handle(SnapshotTaken(1, {"counts": {ga: {a: 1}}}))
     assert committed(a) == (None, False, None)  # taken, not completed
-    m.handle(CheckpointCompleted(1))
+    m.handle(CheckpointComplete(1))
     assert committed(a) == (1, True, 1)
     m.handle(SnapshotTaken(2, {"counts": {ga: {a: 2}, gb: {b: 5}}}))
-    m.handle(CheckpointAborted(2))
-    m.handle(CheckpointCompleted(2))  # (an aborted checkpoint never completes; nothing to promote)
+    m.handle(CheckpointAbort(2))
+    m.handle(CheckpointComplete(2))  # (an aborted checkpoint never completes; nothing to promote)
     assert committed(a) == (1, True, 1)
     m.handle(SnapshotTaken(3, {"counts": {ga: {a: 3}}}))
     m.handle(SnapshotTaken(4, {"counts": {ga: {a: 4}}}))
-    m.handle(CheckpointCompleted(4, savepoint=True))  # a savepoint is never the committed view
+    m.handle(CheckpointComplete(4, savepoint=True))  # a savepoint is never the committed view
     assert committed(a) == (1, True, 1)
-    m.handle(CheckpointCompleted(3))
+    m.handle(CheckpointComplete(3))
     assert committed(a) == (3, True, 3)
-    m.handle(CheckpointCompleted(1))  # late and older: never backwards
+    m.handle(CheckpointComplete(1))  # late and older: never backwards
     assert committed(a) == (3, True, 3)
     m.handle(Restored(3, {"counts": {ga: {a: 3}}}))
     assert committed(a) == (3, True, 3) and committed(b) == (3, False, None)

@@ -12,8 +12,8 @@ import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
 from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.runtime.checkpointing.messages import CheckpointComplete
 from epochal.runtime.queries.machine import (
-    CheckpointCompleted,
     FrameArrived,
     QueryMachine,
     Reply,
@@ -116,7 +116,7 @@ def test_the_query_machine_answers_read_committed_lookups_and_pages_from_them(ba
     machine.handle(StatesDeclared({"counts": Served("op", "counts", 0, 2, GROUPS, MAXP)}))
     machine.handle(Serving())
     machine.handle(SnapshotTaken(3, views_of(backend)))
-    machine.handle(CheckpointCompleted(3, False))
+    machine.handle(CheckpointComplete(3, False))
     backend.set_current_key(keys[0])
     counts.update(1000)  # after the checkpoint: not committed
     [reply] = machine.handle(FrameArrived(5, TOKEN + encode(Lookup(1, "counts", (keys[0], keys[1], "k-none"),

@@ -17,6 +17,7 @@ from typing import Any
 
 from epochal.messages import Dispatch
 from epochal.plan.keygroups import key_group_of
+from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
 from epochal.runtime.host.frames import TOKEN_BYTES, token_matches
 from epochal.runtime.queries.committed import CommittedViews, Views
 from epochal.runtime.queries.wire import (
@@ -90,17 +91,6 @@ class SnapshotTaken:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointCompleted:
-    checkpoint_id: int
-    savepoint: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointAborted:
-    checkpoint_id: int
-
-
-@dataclass(frozen=True, slots=True)
 class Restored:
     """One subtask restored checkpoint ``checkpoint_id``; ``views``: its queryable states as restored."""
 
@@ -108,7 +98,9 @@ class Restored:
     views: Views
 
 
-Event = FrameArrived | StatesDeclared | Serving | SnapshotTaken | CheckpointCompleted | CheckpointAborted | Restored
+#: What the machine takes; a checkpoint's completion and abort are the JobMaster's messages, handed on
+#: by the worker once its subtasks were told (a completion the worker's fence refused never comes).
+Event = FrameArrived | StatesDeclared | Serving | SnapshotTaken | CheckpointComplete | CheckpointAbort | Restored
 
 
 # ---------------------------------------------------------------------- instructions
@@ -179,16 +171,16 @@ class QueryMachine:
         self.committed.taken(event.checkpoint_id, event.views)
         return []
 
-    @_ON.on(CheckpointCompleted)
-    def _completed(self, event: CheckpointCompleted) -> list[Instruction]:
+    @_ON.on(CheckpointComplete)
+    def _completed(self, event: CheckpointComplete) -> list[Instruction]:
         if event.savepoint:  # never the committed view: a restart restores the latest checkpoint
             self.committed.aborted(event.checkpoint_id)
         else:
             self.committed.completed(event.checkpoint_id)
         return []
 
-    @_ON.on(CheckpointAborted)
-    def _aborted(self, event: CheckpointAborted) -> list[Instruction]:
+    @_ON.on(CheckpointAbort)
+    def _aborted(self, event: CheckpointAbort) -> list[Instruction]:
         self.committed.aborted(event.checkpoint_id)
         return []
 

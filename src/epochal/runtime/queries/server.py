@@ -24,13 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
 from epochal.runtime.host.frames import frames_received, plain_frame
 from epochal.runtime.host.mailbox import Mailbox
 from epochal.runtime.queries import local, native
 from epochal.runtime.queries.committed import CommittedViews, Views
 from epochal.runtime.queries.machine import (
-    CheckpointAborted,
-    CheckpointCompleted,
     CloseConnection,
     Event,
     FrameArrived,
@@ -213,10 +212,10 @@ class QueryServer:
             self._feed(SnapshotTaken(checkpoint_id, views))
 
     def checkpoint_completed(self, checkpoint_id: int, savepoint: bool) -> None:
-        self._feed(CheckpointCompleted(checkpoint_id, savepoint))
+        self._feed(CheckpointComplete(checkpoint_id, savepoint))
 
     def checkpoint_aborted(self, checkpoint_id: int) -> None:
-        self._feed(CheckpointAborted(checkpoint_id))
+        self._feed(CheckpointAbort(checkpoint_id))
 
     # ------------------------------------------------------------------ serving (processing thread)
     @property
