@@ -98,6 +98,7 @@ Event = (LifecycleEvent | Deploy | Start | Built | FirstRecord | WorkerDrained |
          | ProbeArrived | InputEnded)
 
 
+# ---------------------------------------------------------------------- the worker machine's instructions
 @dataclass(frozen=True)
 class ConnectAndBuild:
     """Connect to the peers of ``deploy`` and open this worker's subtasks; then feed :class:`Built`."""
