@@ -23,8 +23,9 @@ Terms used in field names: ``worker`` is a worker index (the Spark partition run
 worker ``i``, but the two are different things); ``job_attempt`` counts the job's restarts (0
 first); ``task_attempt`` is Spark's attempt number of the task running a worker.
 
-This module imports nothing from epochal but the leaf :mod:`epochal.tracebacks`: workers,
-connectors and the driver all use it.
+This module imports nothing from epochal but the leaves :mod:`epochal.tracebacks` and
+:mod:`epochal.moved` (a name that left it, read by a pickle an earlier epochal wrote, is answered
+from where it lives now): workers, connectors and the driver all use it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from epochal import moved
 from epochal.tracebacks import UserTraceback
 
 #: A worker's counters as sent with heartbeats and at the end (see ``Worker.metrics``): JSON-like,
@@ -248,3 +250,8 @@ class Dispatch:
 
     def missing(self, types: Iterable[type]) -> list[type]:
         return [cls for cls in types if cls not in self.handlers]
+
+
+if not TYPE_CHECKING:  # (type checkers see only what is defined here)
+    def __getattr__(name: str) -> Any:
+        return moved.moved_name(__name__, name)

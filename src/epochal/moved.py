@@ -90,6 +90,25 @@ MOVED: dict[str, Moved] = {
 }
 
 
+#: names that left a module which is still there: module -> old name -> ``"new.module:new_name"``;
+#: the module's ``__getattr__`` answers them through :func:`moved_name`
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    # a collect sink's payloads went to the sink's writer (its committable, CollectEpoch, is in
+    # the operator state of checkpoints an earlier epochal wrote)
+    "epochal.messages": {name: f"epochal.connectors.memory:{name}"
+                         for name in ("CollectEpoch", "CollectBatch", "CollectSeal", "CollectCommit")},
+}
+
+
+def moved_name(module: str, name: str) -> Any:
+    """For the ``__getattr__`` of ``module``: the object ``name`` is now, if it left ``module``
+    (:data:`MOVED_NAMES`); else the AttributeError of a name the module never had."""
+    target = MOVED_NAMES.get(module, {}).get(name)
+    if target is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    return resolve(target)
+
+
 def resolve(target: str) -> Any:
     """The object ``"module:name"`` names."""
     module, _, name = target.partition(":")
