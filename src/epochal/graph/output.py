@@ -40,9 +40,9 @@ _PART = re.compile(r"part-\d{5}")
 _SPACE, _NEWLINE, _EMPTY = (pa.scalar(text, pa.large_string()) for text in (" ", "\n", ""))
 
 
-class GraphResult(Protocol):
+class VertexValues(Protocol):
     """What this module reads of a result: every vertex id (ascending) and its value, in the
-    same order; a :class:`~epochal.graph.local.GraphResult` is one."""
+    same order; a :class:`~epochal.graph.local.GraphResult` has them."""
 
     @property
     def ids(self) -> np.ndarray: ...
@@ -62,7 +62,7 @@ class GraphOutputError(EpochalError, ValueError):
     """The output location cannot take a graph result (a file, or a directory holding other files)."""
 
 
-def result_values(result: GraphResult) -> np.ndarray:
+def result_values(result: VertexValues) -> np.ndarray:
     """The result's values as a numpy array (numbers, 2-D rows of numbers, or objects)."""
     values = result.values
     if isinstance(values, np.ndarray):
@@ -106,7 +106,7 @@ def _value_strings(values: np.ndarray) -> pa.Array:
     return _number_strings(values)
 
 
-def format_lines(result: GraphResult) -> pa.Array:
+def format_lines(result: VertexValues) -> pa.Array:
     """Every vertex's output line ``"<id> <value>\\n"`` (Arrow large strings, in id order)."""
     ids = pc.cast(pa.array(np.asarray(result.ids, dtype=np.int64)), pa.large_string())
     lines = pc.binary_join_element_wise(ids, _value_strings(result_values(result)), _SPACE)
@@ -155,7 +155,7 @@ def check_output_dir(output_dir: str) -> None:
     _existing_parts(fs, path, output_dir)
 
 
-def write_results(result: GraphResult, output_dir: str, *, parts: int = 1) -> list[str]:
+def write_results(result: VertexValues, output_dir: str, *, parts: int = 1) -> list[str]:
     """Write ``result`` as Graphalytics output: ``parts`` part files in ``output_dir`` (local or a URI).
 
     Replaces the part files of a previous run (the directory may hold nothing else). Returns the
@@ -204,7 +204,7 @@ def _is_dir(fs: pafs.FileSystem, path: str) -> bool:
     return bool(fs.get_file_info(path).type == pafs.FileType.Directory)
 
 
-def results_table(result: GraphResult) -> pa.Table:
+def results_table(result: VertexValues) -> pa.Table:
     """The result as an Arrow table ``(id int64, value)``; see the module docstring for value types."""
     values = result_values(result)
     if values.dtype.kind == "O":
@@ -217,13 +217,13 @@ def results_table(result: GraphResult) -> pa.Table:
     return pa.table({"id": pa.array(np.asarray(result.ids, dtype=np.int64)), "value": column})
 
 
-def write_parquet(result: GraphResult, path: str) -> None:
+def write_parquet(result: VertexValues, path: str) -> None:
     """Write the result as one Parquet file ``(id, value)`` at ``path`` (local or a URI)."""
     fs, inner = resolve(path)
     pq.write_table(results_table(result), inner, filesystem=fs)
 
 
-def results_to_dataframe(result: GraphResult, spark: Any) -> Any:
+def results_to_dataframe(result: VertexValues, spark: Any) -> Any:
     """The result as a Spark DataFrame ``(id long, value ...)`` on session ``spark``."""
     return spark.createDataFrame(results_table(result))
 
