@@ -1,4 +1,5 @@
-"""Build-time helpers of the documentation site (mkdocs.yml names this file twice).
+"""Build-time helpers of the documentation site (mkdocs.yml names this file as a hook and twice
+as a griffe extension).
 
 * As an MkDocs hook: the site's home page is README.md, so the front page on GitHub and the
   site's are one text. README.md links into the site as ``docs/<page>.md`` (right on GitHub);
@@ -7,6 +8,10 @@
   (``:class:`~epochal.errors.PlanError```), which Markdown would show verbatim. They become
   optional cross-references: a link where the API reference documents the object, plain code
   where it does not (a module another page does not cover yet), never a warning.
+* As a griffe extension (``AttributeComments``): the code documents attributes and dataclass
+  fields with ``#:`` comments above them (Sphinx autodoc's convention), which griffe does not
+  read; they become the attributes' docstrings, so ``Sink.guarantee`` or ``GraphResult.recoveries``
+  are documented on the site as in the code.
 """
 
 from __future__ import annotations
@@ -76,3 +81,28 @@ class StripSphinxRoles(griffe.Extension):
                 scope = obj if obj.is_class or obj.is_module else obj.parent
                 obj.docstring.value = strip_roles(obj.docstring.value, scope)
             objects.extend(member for member in obj.members.values() if not member.is_alias)
+
+
+def comment_docstring(lines: list[str], lineno: int) -> str | None:
+    """The ``#:`` comment block right above line ``lineno`` (1-based) of ``lines``, as text, or None."""
+    block: list[str] = []
+    index = lineno - 2
+    while index >= 0 and lines[index].lstrip().startswith("#:"):
+        block.append(lines[index].lstrip()[2:].removeprefix(" "))
+        index -= 1
+    return "\n".join(reversed(block)).strip() or None
+
+
+class AttributeComments(griffe.Extension):
+    """Gives an attribute without a docstring the ``#:`` comment above it (see the module docstring)."""
+
+    def on_attribute_instance(self, *, attr: griffe.Attribute, **kwargs: Any) -> None:
+        if attr.docstring is not None or attr.lineno is None:
+            return
+        try:
+            lines = attr.module.lines
+        except Exception:  # noqa: BLE001 - no source (a compiled module): nothing to read
+            return
+        text = comment_docstring(lines, attr.lineno)
+        if text is not None:
+            attr.docstring = griffe.Docstring(text, parent=attr, lineno=attr.lineno)

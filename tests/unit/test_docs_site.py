@@ -41,3 +41,22 @@ def test_the_readme_is_a_front_page_whose_links_lead_into_docs():
     for target in local:
         assert target.startswith("docs/"), f"README.md links to {target}: the site has only docs/ (its home is README)"
         assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def test_attribute_comments_become_docstrings_on_the_site():
+    """docs/hooks.py reads the ``#:`` comment block right above an attribute (Sphinx's convention)."""
+    hooks = pytest.importorskip("griffe") and _hooks()
+    lines = ["class Sink:", "    #: What a reader sees:", "    #:", "    #: * ``exactly_once``", "    guarantee = 1",
+             "    # a plain comment", "    other = 2"]
+    assert hooks.comment_docstring(lines, 5) == "What a reader sees:\n\n* ``exactly_once``"
+    assert hooks.comment_docstring(lines, 7) is None
+    assert hooks.comment_docstring(lines, 1) is None
+
+
+def _hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
