@@ -1,6 +1,6 @@
 """What ``read_committed`` costs a worker at each checkpoint's barrier (issue 37: "keep what that
 needs cheap and say what it costs"), without Spark: the processing thread's time to take the
-pending view of one subtask's queryable state (``runtime.queries.shown.views_of``, what
+pending view of one subtask's queryable state (``dataflow.queries.shown.views_of``, what
 ``Worker._do_capture`` calls at every barrier), and a ``read_committed`` point lookup in it
 afterwards, at each state size, on each backend:
 
@@ -97,8 +97,8 @@ def checkpointed(backend: Any, kind: str, checkpoint_id: int) -> None:
 
 
 def measure(kind: str, size: int, repeats: int, work: Path, dsn: str | None) -> dict[str, Any]:
+    from epochal.dataflow.queries.shown import views_of
     from epochal.plan.keygroups import key_group_of
-    from epochal.runtime.queries.shown import views_of
     from epochal.state.descriptors import ValueStateDescriptor
 
     backend = backend_of(kind, work, dsn)

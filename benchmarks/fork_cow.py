@@ -1,6 +1,6 @@
 """What a forked snapshot costs the process that keeps processing: fork, then copy-on-write.
 
-The heap backend's asynchronous snapshot (:mod:`epochal.runtime.checkpointing.fork_snapshots`) forks the
+The heap backend's asynchronous snapshot (:mod:`epochal.dataflow.checkpointing.fork_snapshots`) forks the
 worker at the barrier; the child serialises the state while the parent goes on. The parent's
 stall is the ``fork()`` itself, but it pays again afterwards: every page of its heap is
 write-protected after a fork, so the first write to each page it touches takes a page fault, and
@@ -12,8 +12,8 @@ This benchmark isolates that cost in one process, without Spark: a loop applies 
 updates to uniformly random keys of a dict of ``--keys`` entries (``key -> (key, count)``, as a
 rolling count keeps it), and every ``--interval`` seconds (once the previous one finished, as the checkpoint
 coordinator triggers one at a time by default) takes a snapshot through the engine's own
-:func:`~epochal.runtime.checkpointing.fork_snapshots.fork_snapshot` (reaped on a thread by
-:func:`~epochal.runtime.checkpointing.fork_snapshots.wait_report`, as the uploader does). Variants:
+:func:`~epochal.dataflow.checkpointing.fork_snapshots.fork_snapshot` (reaped on a thread by
+:func:`~epochal.dataflow.checkpointing.fork_snapshots.wait_report`, as the uploader does). Variants:
 
 * ``none``: no snapshots (the baseline);
 * ``fork``: the child pickles the state and writes it to a file, as a checkpoint does;
@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks.graph.measure import machine, median, pyplot, write_csv
 from epochal import serialization
-from epochal.runtime.checkpointing.fork_snapshots import fork_snapshot, wait_report
+from epochal.dataflow.checkpointing.fork_snapshots import fork_snapshot, wait_report
 
 VARIANTS = ("none", "fork", "fork-exit")
 

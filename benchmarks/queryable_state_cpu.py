@@ -60,9 +60,9 @@ def server(src: str | None, ports: Any) -> None:
 
 
 def make_server() -> Any:
+    from epochal.dataflow.queries.server import KeyedSource, QueryServer
     from epochal.plan.keygroups import key_group_of
     from epochal.runtime.host.mailbox import Mailbox
-    from epochal.runtime.queries.server import KeyedSource, QueryServer
     from epochal.state.descriptors import ValueStateDescriptor
     from epochal.state.heap.backend import HeapKeyedStateBackend
 

@@ -55,7 +55,7 @@ def is_real(key: str, value: Any) -> bool:
 def break_committed_views(value: Any) -> Any:
     """A map in the job that switches the workers' committed views off (read_committed then reads
     the live state): the test showing they are needed."""
-    from epochal.runtime.queries import machine
+    from epochal.dataflow.queries import machine
 
     machine.COMMITTED_VIEWS = False
     return value
@@ -89,7 +89,7 @@ def values_at_position(checkpoint_root: str, checkpoint_id: int) -> dict[str, An
     """Every key's value of the reduce in checkpoint ``checkpoint_id``, from the one source
     subtask's position in it (the records before it reached the reduce, in order): the oracle where
     keyed state is in no checkpoint file (the PostgreSQL backend)."""
-    from epochal.runtime.dataplane.source_reader import SourceReader
+    from epochal.connectors.source_reader import SourceReader
 
     storage = CheckpointStorage(checkpoint_root)
     source = RestoreSource(storage, checkpoint_id, storage.read_metadata(checkpoint_id))
@@ -114,7 +114,7 @@ class TwoSteps(ProcessFunction):
 
     def process_element(self, value: Any, ctx: Any) -> Any:
         if self.unsafe:
-            from epochal.runtime.queries import server
+            from epochal.dataflow.queries import server
 
             server.SAFE_POINTS = False
         n = self.pair.value()[1]

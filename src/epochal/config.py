@@ -39,7 +39,7 @@ class EngineConfig:
             (None: batches are sized by count only). A source reads at most what its chained
             operators process in ``batch_time``, and the credits' worth of batches in flight on
             a channel hold about ``batch_time`` of its consumer's work; each subtask measures
-            its cost per record and adapts (:mod:`epochal.runtime.dataplane.batch_sizing`).
+            its cost per record and adapts (:mod:`epochal.dataflow.dataplane.batch_sizing`).
             So a barrier, and a record, waits about ``batch_time`` per slow operator in front of
             it instead of ``channel_credits * batch_size`` records of it; fast operators keep
             batches of ``batch_size``.
@@ -197,7 +197,7 @@ class StateBackendConfig:
         snapshot: ``"fork"`` (the default where the platform has ``fork``): at the barrier the
             worker forks; the child sees the state as it was (copy-on-write), serialises and
             writes it with its own interpreter and reports the files, while the worker goes on
-            processing (:mod:`epochal.runtime.checkpointing.fork_snapshots`). ``"thread"``: the worker copies
+            processing (:mod:`epochal.dataflow.checkpointing.fork_snapshots`). ``"thread"``: the worker copies
             the state's per-key-group dicts at the barrier and a thread of the worker serialises
             and writes them (it shares the interpreter lock with processing). Loop heads, whose
             snapshot waits for their back-edge log, and the ``synchronous`` checkpoint mode always

@@ -22,7 +22,7 @@ what it imported lives as long as the process, and a forked worker inherits the 
 generation, so its full collections do not traverse (and write to, copying every page on write)
 the ~100 MB the daemon imported: a fresh worker's first full collection took 0.1-0.16 s of its
 start before. A heap backend's forked snapshot unfreezes the whole process once its last child
-reported (:mod:`epochal.runtime.checkpointing.fork_snapshots`; ``gc.unfreeze`` has no partial
+reported (:mod:`epochal.dataflow.checkpointing.fork_snapshots`; ``gc.unfreeze`` has no partial
 form), so in a worker process that PySpark reuses the freeze lasts until its first such snapshot.
 """
 

@@ -11,7 +11,7 @@ never on a string. Two directions:
   (:class:`KindCommand`), and the three ways to stop (:class:`Stop`).
 
 A job kind's own messages are its own: a dataflow job's checkpoint and loop protocol is
-:mod:`epochal.runtime.checkpointing.messages` (its two ends, the worker's checkpointing and the
+:mod:`epochal.dataflow.checkpointing.messages` (its two ends, the worker's checkpointing and the
 JobMaster's checkpoint coordinator, are below the ``dataflow`` package), its ``collect()`` output
 :class:`~epochal.dataflow.protocol.Collect` and stop-with-drain
 :class:`~epochal.dataflow.protocol.EndSources`; a graph or CEC job's are the payloads of

@@ -87,6 +87,29 @@ MOVED: dict[str, Moved] = {
     "epochal.api.running": Moved("epochal.control.running"),
     "epochal.rest.registry": Moved("epochal.control.job_registry"),
     "epochal.control.jobmaster_messages": Moved("epochal.control.jobmaster_machine"),
+    # what the dataflow kind alone uses lives in it: its checkpointing (worker and JobMaster
+    # sides), its data plane and its query server; how a worker reads source splits is shared
+    **{f"epochal.runtime.checkpointing.{name}": Moved(f"epochal.dataflow.checkpointing.{name}")
+       for name in ("alignment", "barriers", "events", "fork_snapshots", "loop_heads", "messages", "snapshots",
+                    "upload_queue", "uploads")},
+    "epochal.runtime.checkpointing": Moved("epochal.dataflow.checkpointing"),
+    **{f"epochal.control.checkpointing.{name}": Moved(f"epochal.dataflow.checkpointing.{name}")
+       for name in ("coordinator", "pending", "failures", "stats", "store", "restore")},
+    "epochal.control.checkpointing.files": Moved("epochal.control.checkpoint_files"),
+    "epochal.control.checkpointing": Moved("epochal.control.checkpoint_files", {
+        **{name: f"epochal.dataflow.checkpointing.coordinator:{name}" for name in ("CheckpointCoordinator",)},
+        **{name: f"epochal.dataflow.checkpointing.failures:{name}"
+           for name in ("AbortReason", "CheckpointFailureManager")},
+        **{name: f"epochal.dataflow.checkpointing.pending:{name}" for name in ("AckResult", "PendingCheckpoint")},
+        "CheckpointStatsTracker": "epochal.dataflow.checkpointing.stats:CheckpointStatsTracker",
+        "CompletedCheckpointStore": "epochal.dataflow.checkpointing.store:CompletedCheckpointStore",
+        "check_restore": "epochal.dataflow.checkpointing.restore:check_restore"}),
+    **{f"epochal.runtime.dataplane.{name}": Moved(f"epochal.dataflow.dataplane.{name}")
+       for name in ("batch_sizing", "chains", "channels", "datapath", "subtask_barriers", "tasks", "wiring")},
+    "epochal.runtime.dataplane.source_reader": Moved("epochal.connectors.source_reader"),
+    "epochal.runtime.dataplane": Moved("epochal.dataflow.dataplane"),
+    **{f"epochal.runtime.queries.{name}": Moved(f"epochal.dataflow.queries.{name}")
+       for name in ("server", "machine", "committed", "shown", "native")},
 }
 
 
@@ -95,8 +118,14 @@ MOVED: dict[str, Moved] = {
 MOVED_NAMES: dict[str, dict[str, str]] = {
     # a collect sink's payloads went to the sink's writer (its committable, CollectEpoch, is in
     # the operator state of checkpoints an earlier epochal wrote)
-    "epochal.messages": {name: f"epochal.connectors.memory:{name}"
-                         for name in ("CollectEpoch", "CollectBatch", "CollectSeal", "CollectCommit")},
+    "epochal.messages": {
+        **{name: f"epochal.connectors.memory:{name}"
+           for name in ("CollectEpoch", "CollectBatch", "CollectSeal", "CollectCommit")},
+        # the dataflow kind's checkpoint and loop protocol, and its own messages
+        **{name: f"epochal.dataflow.checkpointing.messages:{name}"
+           for name in ("TriggerCheckpoint", "Ack", "Decline", "CheckpointComplete", "CheckpointAbort", "Committed",
+                        "SavepointTarget", "LoopReady", "StartLoopProbe", "LoopVote", "EndLoop")},
+        **{name: f"epochal.dataflow.protocol:{name}" for name in ("Collect", "EndSources")}},
 }
 
 
@@ -121,6 +150,7 @@ class _Alias(types.ModuleType):
     def __init__(self, name: str, moved: Moved) -> None:
         super().__init__(name, f"moved to {moved.module}")
         self.__moved = moved
+        self.__path__: list[str] = []  # an old package: its old submodules are answered by name too
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

@@ -573,7 +573,7 @@ def test_a_restore_ends_an_upload_in_flight_of_a_failed_attempt_at_once(make_bac
 
 @pytest.mark.parametrize("mvcc", [False, True], ids=["wal", "mvcc"])
 def test_read_committed_views_show_the_last_committed_checkpoint_without_copying_it(make_backend, mvcc):
-    from epochal.runtime.queries.shown import views_of
+    from epochal.dataflow.queries.shown import views_of
     from epochal.state.postgres.views import CommittedGroupView
 
     backend = make_backend(mvcc=mvcc)

@@ -297,7 +297,7 @@ def test_local_python_workers_are_forked_from_the_preloading_daemon(spark):
         import gc
         import os
 
-        from epochal.runtime.checkpointing import fork_snapshots
+        from epochal.dataflow.checkpointing import fork_snapshots
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             return [(f.read().replace(b"\0", b" ").decode(), gc.get_freeze_count(), fork_snapshots.unfroze)]
 

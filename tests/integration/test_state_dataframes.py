@@ -14,7 +14,7 @@ import os
 import pytest
 
 import epochal
-from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.connectors.source_reader import SourceReader
 from epochal.state.storage import METADATA
 
 N = 6_000

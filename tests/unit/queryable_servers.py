@@ -6,8 +6,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from epochal.dataflow.queries.server import KeyedSource, QueryServer
 from epochal.runtime.host.mailbox import Mailbox
-from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.state.heap.backend import HeapKeyedStateBackend
 

@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from epochal.config import CheckpointConfig, EngineConfig
-from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster import JobMaster
 from epochal.control.kinds import KindCoordinator
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.rest import server as rest_server
 from epochal.rest.outline import JobOutline, OperatorOutline, VertexOutline

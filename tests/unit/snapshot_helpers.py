@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from epochal.control.checkpointing.files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
-from epochal.control.checkpointing.store import CompletedCheckpointStore
+from epochal.control.checkpoint_files import CheckpointFiles, DeleteCheckpoints, DiscardCheckpoint, WriteCheckpoint
+from epochal.dataflow.checkpointing.store import CompletedCheckpointStore
 from epochal.plan.keygroups import key_group_range
 from epochal.state.snapshot import RestoreSource, materialize
 from epochal.state.storage import CheckpointStorage

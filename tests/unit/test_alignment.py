@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from epochal.runtime.checkpointing.alignment import UNPICKLABLE_CHARGE, AlignmentBuffer, AlignmentSpill
+from epochal.dataflow.checkpointing.alignment import UNPICKLABLE_CHARGE, AlignmentBuffer, AlignmentSpill
 
 
 def batch(i: int, size: int = 100) -> list[tuple[int, str]]:

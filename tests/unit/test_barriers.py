@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from epochal.runtime.checkpointing.barriers import (
+from epochal.dataflow.checkpointing.barriers import (
     Aborted,
     Aligned,
     BackEdgeLogs,
@@ -17,7 +17,7 @@ from epochal.runtime.checkpointing.barriers import (
     LogClosed,
     Unblock,
 )
-from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
+from epochal.dataflow.dataplane.subtask_barriers import SubtaskBarriers
 
 A, B, C = 0, 1, 2
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from epochal.config import EngineConfig
+from epochal.dataflow.dataplane.batch_sizing import GROWTH, INITIAL_SIZE, BatchSizer, output_capacity
+from epochal.dataflow.dataplane.chains import ChainRunner, EdgeOutput
+from epochal.dataflow.dataplane.channels import InputChannel, OutputChannel
+from epochal.dataflow.dataplane.datapath import DataPath
+from epochal.dataflow.dataplane.tasks import Subtask
 from epochal.errors import PlanError
 from epochal.plan.partitioners import BroadcastPartitioner, ForwardPartitioner, RebalancePartitioner
-from epochal.runtime.dataplane.batch_sizing import GROWTH, INITIAL_SIZE, BatchSizer, output_capacity
-from epochal.runtime.dataplane.chains import ChainRunner, EdgeOutput
-from epochal.runtime.dataplane.channels import InputChannel, OutputChannel
-from epochal.runtime.dataplane.datapath import DataPath
-from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.operators.base import Operator
 
 
@@ -124,7 +124,7 @@ class _Clock:
 
 
 def test_a_consumer_announces_its_size_with_every_credit_capped_by_its_own_outputs(monkeypatch):
-    from epochal.runtime.dataplane import datapath
+    from epochal.dataflow.dataplane import datapath
 
     clock = _Clock()
     monkeypatch.setattr(datapath, "perf_counter", clock)

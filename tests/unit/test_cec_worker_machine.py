@@ -28,10 +28,10 @@ from epochal.cec.protocol import (
 from epochal.cec.worker import _DO
 from epochal.cec.worker_machine import _COMMANDS, _HANDLERS, CecPhase, CecWorkerMachine
 from epochal.control.kinds import ReplaceWorker
+from epochal.dataflow.checkpointing.messages import TriggerCheckpoint
 from epochal.graph.supersteps import RunSuperstep
 from epochal.machines import OutOfPhase, TimePassed, UnknownEvent
 from epochal.messages import Cancel, Deploy, KindCommand, KindReport, Processing, Ready, Reject, Shutdown, Start
-from epochal.runtime.checkpointing.messages import TriggerCheckpoint
 from epochal.runtime.host.events import Registered, Send, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed
 

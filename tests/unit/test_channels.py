@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
+from epochal.dataflow.dataplane.channels import OutputChannel
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.plan.partitioners import BroadcastPartitioner, CustomPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from epochal.runtime.dataplane.channels import OutputChannel
 from epochal.runtime.host import frames as protocol
 
 

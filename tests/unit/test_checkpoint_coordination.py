@@ -12,15 +12,11 @@ import json
 import pytest
 
 from epochal.config import CheckpointConfig
-from epochal.control.checkpointing import (
-    AbortReason,
-    AckResult,
-    CheckpointCoordinator,
-    CheckpointFailureManager,
-    PendingCheckpoint,
-)
-from epochal.control.checkpointing.files import CheckpointFiles, CheckpointIO, RecordStats, WriteCheckpoint
-from epochal.runtime.checkpointing.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
+from epochal.control.checkpoint_files import CheckpointFiles, CheckpointIO, RecordStats, WriteCheckpoint
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.failures import AbortReason, CheckpointFailureManager
+from epochal.dataflow.checkpointing.messages import Ack, CheckpointAbort, CheckpointComplete, Decline, TriggerCheckpoint
+from epochal.dataflow.checkpointing.pending import AckResult, PendingCheckpoint
 from epochal.state.storage import CheckpointStorage
 
 SUBTASKS = {(0, 0): "source", (1, 0): "sum", (1, 1): "sum"}

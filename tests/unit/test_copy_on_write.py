@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
-from epochal.runtime.queries.shown import views_of
+from epochal.dataflow.queries.shown import views_of
 from epochal.state.backends import create_backend
 from epochal.state.copy_on_write import SharedValues, frozen
 from epochal.state.descriptors import (

@@ -1,4 +1,4 @@
-"""Forked snapshots (runtime/checkpointing/fork_snapshots.py) without Spark: the child sees the state as it was
+"""Forked snapshots (dataflow/checkpointing/fork_snapshots.py) without Spark: the child sees the state as it was
 at the fork while the parent changes it, reports its handles, closes what it inherited, and dies
 with its parent; a killed or failing child yields a reason to decline, never handles."""
 
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from epochal.runtime.checkpointing.fork_snapshots import fork_available, fork_snapshot, wait_report
+from epochal.dataflow.checkpointing.fork_snapshots import fork_available, fork_snapshot, wait_report
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork()")
 
@@ -83,7 +83,7 @@ def test_the_child_dies_with_its_parent(tmp_path):
     pid_file = tmp_path / "child.pid"
     script = textwrap.dedent(f"""
         import os, time
-        from epochal.runtime.checkpointing.fork_snapshots import fork_snapshot
+        from epochal.dataflow.checkpointing.fork_snapshots import fork_snapshot
 
         def write():
             time.sleep(60)
@@ -128,7 +128,7 @@ def _zombie(pid: int) -> bool:
 def test_kill_running_stops_children_whose_task_ended():
     """A task that ends leaves its process alive in PySpark's pool: its children must not keep
     writing into checkpoints that will never complete."""
-    from epochal.runtime.checkpointing.fork_snapshots import kill_running
+    from epochal.dataflow.checkpointing.fork_snapshots import kill_running
 
     def write():
         time.sleep(60)

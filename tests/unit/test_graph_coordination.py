@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from epochal.control.checkpointing.files import CheckpointFiles, WriteCheckpoint
+from epochal.control.checkpoint_files import CheckpointFiles, WriteCheckpoint
 from epochal.graph import checkpoints
 from epochal.graph.coordination import GraphCoordination
 from epochal.graph.engine import StepReport

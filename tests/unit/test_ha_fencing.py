@@ -3,7 +3,7 @@ commits, and of its workers' sink commits (epochal.state.fencing), on real file-
 
 from __future__ import annotations
 
-from epochal.control.checkpointing.files import (
+from epochal.control.checkpoint_files import (
     CheckpointFiles,
     DeleteCheckpoints,
     DiscardCheckpoint,
@@ -15,7 +15,7 @@ from epochal.control.ha.election import ElectionTimings, Role
 from epochal.control.ha.fencing import Leadership
 from epochal.control.ha.files import FileHaServices
 from epochal.control.ha.records import DriverInfo
-from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete, TriggerCheckpoint
+from epochal.dataflow.checkpointing.messages import CheckpointAbort, CheckpointComplete, TriggerCheckpoint
 from epochal.state.fencing import LeaderFence
 from epochal.state.storage import CheckpointStorage
 from tests.unit.test_checkpoint_coordination import SUBTASKS, ack, make, on_ack

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from epochal.api.functions import RuntimeContext
-from epochal.control.checkpointing.files import shared_files_of
+from epochal.control.checkpoint_files import shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.runtime.operators.aggregates import (
     CountAggregate,

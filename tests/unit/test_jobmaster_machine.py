@@ -12,8 +12,15 @@ import typing
 import pytest
 
 from epochal.config import CheckpointConfig, EngineConfig
-from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, CheckpointWritten, WriteCheckpoint
-from epochal.control.checkpointing.files import CheckpointIdReserved, CheckpointIO, RecordStats, ReserveCheckpointId
+from epochal.control.checkpoint_files import (
+    CheckpointFiles,
+    CheckpointIdReserved,
+    CheckpointIO,
+    CheckpointWritten,
+    RecordStats,
+    ReserveCheckpointId,
+    WriteCheckpoint,
+)
 from epochal.control.jobmaster import _DO, _INBOX, resolve_restore
 from epochal.control.jobmaster_events import (
     Broadcast,
@@ -36,6 +43,19 @@ from epochal.control.jobmaster_events import (
 from epochal.control.jobmaster_machine import DEFAULT_RESTORE_HINT, EVENTS, MESSAGES, JobMasterMachine
 from epochal.control.lifecycle import FAILURE_GRACE_S, JobStatus
 from epochal.control.restart import FixedDelayRestart
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.messages import (
+    Ack,
+    CheckpointAbort,
+    CheckpointComplete,
+    Committed,
+    Decline,
+    EndLoop,
+    LoopReady,
+    LoopVote,
+    StartLoopProbe,
+    TriggerCheckpoint,
+)
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import InsufficientSlotsError, JobCancelledError
 from epochal.machines import TimePassed
@@ -55,18 +75,6 @@ from epochal.messages import (
     Start,
     ToJobMaster,
     message_types,
-)
-from epochal.runtime.checkpointing.messages import (
-    Ack,
-    CheckpointAbort,
-    CheckpointComplete,
-    Committed,
-    Decline,
-    EndLoop,
-    LoopReady,
-    LoopVote,
-    StartLoopProbe,
-    TriggerCheckpoint,
 )
 from epochal.state.storage import CheckpointError, CheckpointStorage
 

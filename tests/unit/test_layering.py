@@ -36,9 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("worker host", {"runtime.host"}),
     ("operators", {"runtime.operators"}),
     ("windows", {"runtime.windows"}),
-    ("worker checkpointing", {"runtime.checkpointing"}),
-    ("data plane", {"runtime.dataplane"}),
-    ("queryable state (worker side)", {"runtime.queries"}),
+    ("queryable state protocol", {"runtime.queries"}),
     ("driver", {"control"}),
     ("REST API", {"rest"}),
     ("job kinds", {"dataflow", "cec", "graph"}),
@@ -46,8 +44,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("command line", {"cli"}),
     ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
-RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.checkpointing", "runtime.dataplane",
-           "runtime.queries"}
+RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.queries"}
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "filesystems", "machines", "postgres_client", "processes", "serialization", "tracebacks",
                "messages",
@@ -241,12 +238,12 @@ def test_the_checker_sees_function_level_imports_and_skips_type_checking_ones(tm
                      "def f():\n    from epochal.api.environment import Environment\n"
                      "    from epochal import JobClient\n    from epochal import serialization\n"
                      "    from . import tasks\n    from ...state import keyed\n")
-    found = imports_of(probe, "epochal.runtime.dataplane.probe")
+    found = imports_of(probe, "epochal.dataflow.dataplane.probe")
     assert found == [(5, "epochal.api.environment"), (6, "epochal.control.client"), (7, "epochal.serialization"),
-                     (8, "epochal.runtime.dataplane.tasks"), (9, "epochal.state.keyed")]
-    assert not _allowed("runtime.dataplane", "api") and not _allowed("runtime.host", "control")
-    assert _allowed("runtime.dataplane", "state") and _allowed("runtime.dataplane", "runtime.host")
-    assert not _allowed("runtime.host", "runtime.operators") and not _allowed("runtime.windows", "runtime.dataplane")
+                     (8, "epochal.dataflow.dataplane.tasks"), (9, "epochal.state.keyed")]
+    assert not _allowed("runtime.windows", "api") and not _allowed("runtime.host", "control")
+    assert _allowed("runtime.windows", "state") and _allowed("runtime.windows", "runtime.host")
+    assert not _allowed("runtime.host", "runtime.operators") and not _allowed("runtime.windows", "dataflow")
     assert not _allowed("plan", "runtime.operators") and not _allowed("config", "runtime.host")
     assert _allowed("state", "plan")
     assert not _allowed("dataflow", "cec") and not _allowed("control", "dataflow") and _allowed("api", "dataflow")

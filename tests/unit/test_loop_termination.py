@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from epochal.dataflow.checkpointing.messages import EndLoop, StartLoopProbe
 from epochal.dataflow.loops import LoopTermination
-from epochal.runtime.checkpointing.messages import EndLoop, StartLoopProbe
 
 
 def test_rounds_start_once_every_head_is_ready_and_end_after_a_quiet_round():

@@ -16,6 +16,21 @@ from epochal.connectors.memory import CollectBatch, CollectCommit, CollectEpoch,
 from epochal.control import inbox
 from epochal.control.jobmaster import _INBOX, _ON
 from epochal.control.jobmaster_events import SavepointRequest
+from epochal.dataflow.checkpointing import messages as checkpoint_messages
+from epochal.dataflow.checkpointing.events import SnapshotUpload
+from epochal.dataflow.checkpointing.messages import (
+    Ack,
+    CheckpointAbort,
+    CheckpointComplete,
+    Committed,
+    Decline,
+    EndLoop,
+    LoopReady,
+    LoopVote,
+    SavepointTarget,
+    StartLoopProbe,
+    TriggerCheckpoint,
+)
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.dataflow.protocol import Collect, EndSources, Instruction
 from epochal.dataflow.worker import _DATA, _DO, Bootstrap, PeerLost, Worker, WorkerStopped
@@ -39,21 +54,6 @@ from epochal.messages import (
     ToJobMaster,
     ToWorker,
     message_types,
-)
-from epochal.runtime.checkpointing import messages as checkpoint_messages
-from epochal.runtime.checkpointing.events import SnapshotUpload
-from epochal.runtime.checkpointing.messages import (
-    Ack,
-    CheckpointAbort,
-    CheckpointComplete,
-    Committed,
-    Decline,
-    EndLoop,
-    LoopReady,
-    LoopVote,
-    SavepointTarget,
-    StartLoopProbe,
-    TriggerCheckpoint,
 )
 from epochal.runtime.host import frames as protocol
 from epochal.runtime.host import mailbox

@@ -94,3 +94,17 @@ def test_a_name_that_left_a_module_still_there_is_read_from_where_it_lives_now()
     assert type(loaded) is CollectEpoch and loaded == epoch
     with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
         messages.Nothing  # noqa: B018 - a name it never had
+
+
+def test_an_old_package_and_its_submodules_are_answered_by_name():
+    """``epochal.control.checkpointing`` (a package then) exported names that now live in two
+    kinds of place: the dataflow kind's coordinator and every kind's checkpoint files."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from epochal.control.checkpointing import CheckpointCoordinator, WriteCheckpoint
+        from epochal.runtime.checkpointing.alignment import AlignmentBuffer
+    from epochal.control.checkpoint_files import WriteCheckpoint as write
+    from epochal.dataflow.checkpointing.alignment import AlignmentBuffer as buffer
+    from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator as coordinator
+
+    assert (CheckpointCoordinator, WriteCheckpoint, AlignmentBuffer) == (coordinator, write, buffer)

@@ -1,4 +1,4 @@
-"""The native answer path of a worker's query server (runtime/queries/native.py, _answer.c)
+"""The native answer path of a worker's query server (dataflow/queries/native.py, _answer.c)
 without Spark: its key groups are key_group_of's; a server with it answers every request exactly
 as the Python path does (plain lookups natively, everything else, refusals and errors included,
 by the machine from the same bytes: partial and pipelined frames, other levels, states, keys,
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from epochal.dataflow.queries import native
+from epochal.dataflow.queries.machine import FrameArrived
+from epochal.dataflow.queries.server import KeyedSource, QueryServer
 from epochal.plan.keygroups import key_group_of
 from epochal.runtime.host.frames import LENGTH, TOKEN_BYTES, split_frames
 from epochal.runtime.host.mailbox import Mailbox
-from epochal.runtime.queries import native
-from epochal.runtime.queries.machine import FrameArrived
-from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.runtime.queries.wire import (
     READ_COMMITTED,
     Lookup,
@@ -59,7 +59,7 @@ pytestmark = pytest.mark.skipif(os.environ.get(native.SWITCH_ENV) == "0",
 
 
 def test_the_extension_is_built_and_its_key_groups_are_key_group_of():
-    from epochal.runtime.queries import _answer  # type: ignore[attr-defined]
+    from epochal.dataflow.queries import _answer  # type: ignore[attr-defined]
 
     assert native.unavailable_reason() is None
     rng = random.Random(37)

@@ -14,15 +14,9 @@ import time
 import pytest
 
 import epochal
-from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
-from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.rest.state_routes import Routes
-from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
-from epochal.runtime.host.frames import split_frames
-from epochal.runtime.host.mailbox import Mailbox
-from epochal.runtime.queries import local as local_sockets
-from epochal.runtime.queries.committed import CommittedViews
-from epochal.runtime.queries.machine import (
+from epochal.dataflow.checkpointing.messages import CheckpointAbort, CheckpointComplete
+from epochal.dataflow.queries.committed import CommittedViews
+from epochal.dataflow.queries.machine import (
     CloseConnection,
     FrameArrived,
     QueryMachine,
@@ -36,8 +30,14 @@ from epochal.runtime.queries.machine import (
     StatesDeclared,
     page,
 )
-from epochal.runtime.queries.server import KeyedSource, QueryServer
-from epochal.runtime.queries.shown import views_of
+from epochal.dataflow.queries.server import KeyedSource, QueryServer
+from epochal.dataflow.queries.shown import views_of
+from epochal.errors import PlanError, QueryKeyTypeError, StateUnavailableError, UnknownQueryableStateError
+from epochal.plan.keygroups import key_group_of, key_group_range
+from epochal.rest.state_routes import Routes
+from epochal.runtime.host.frames import split_frames
+from epochal.runtime.host.mailbox import Mailbox
+from epochal.runtime.queries import local as local_sockets
 from epochal.runtime.queries.wire import (
     BAD_KEY,
     BAD_REQUEST,
@@ -371,7 +371,7 @@ def test_a_client_that_stops_reading_is_dropped_within_the_send_timeout_and_othe
     """Answers are sent on non-blocking sockets: one ``send`` when the client's buffer takes it;
     a client that asks for more than it reads holds the processing thread at most
     SEND_TIMEOUT_S, then loses its connection, and other clients are answered as before."""
-    from epochal.runtime.queries import server as server_module
+    from epochal.dataflow.queries import server as server_module
 
     monkeypatch.setattr(server_module, "SEND_TIMEOUT_S", 0.2)
     backend = HeapKeyedStateBackend(MAXP, GROUPS)
@@ -414,7 +414,7 @@ def test_a_client_that_stops_reading_is_dropped_within_the_send_timeout_and_othe
 
 
 def test_states_with_ttl_are_shown_without_timestamps_and_expired_values():
-    from epochal.runtime.queries.machine import ReadLive as Read
+    from epochal.dataflow.queries.machine import ReadLive as Read
     from epochal.state.ttl import StateTtlConfig, set_clock
 
     now = [1000.0]

@@ -8,9 +8,11 @@ import os
 import pytest
 
 from epochal.config import CheckpointConfig
-from epochal.control.checkpointing import CheckpointCoordinator, CheckpointFiles, check_restore
+from epochal.control.checkpoint_files import CheckpointFiles
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.messages import Ack
+from epochal.dataflow.checkpointing.restore import check_restore
 from epochal.errors import PlanError
-from epochal.runtime.checkpointing.messages import Ack
 from epochal.state.snapshot import RestoreSource, file_stem, materialize
 from epochal.state.storage import CheckpointError, CheckpointStorage
 

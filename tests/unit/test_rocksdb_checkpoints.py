@@ -12,7 +12,7 @@ import random
 import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
-from epochal.control.checkpointing.files import shared_files_of
+from epochal.control.checkpoint_files import shared_files_of
 from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import ValueStateDescriptor

@@ -11,9 +11,8 @@ import os
 import pytest
 
 from epochal.config import ROCKSDB, StateBackendConfig
-from epochal.plan.keygroups import key_group_of, key_group_range
-from epochal.runtime.checkpointing.messages import CheckpointComplete
-from epochal.runtime.queries.machine import (
+from epochal.dataflow.checkpointing.messages import CheckpointComplete
+from epochal.dataflow.queries.machine import (
     FrameArrived,
     QueryMachine,
     Reply,
@@ -23,7 +22,8 @@ from epochal.runtime.queries.machine import (
     StatesDeclared,
     page,
 )
-from epochal.runtime.queries.shown import views_of
+from epochal.dataflow.queries.shown import views_of
+from epochal.plan.keygroups import key_group_of, key_group_range
 from epochal.runtime.queries.wire import READ_COMMITTED, Lookup, Values, encode, query_token
 from epochal.state.backends import create_backend
 from epochal.state.descriptors import MapStateDescriptor, ValueStateDescriptor
@@ -142,8 +142,8 @@ def test_states_with_ttl_are_still_copied_without_their_timestamps(backend):
 
 
 def test_a_query_server_restored_on_rocksdb_answers_from_a_checkpoint_and_closing_it_deletes_them(backend):
+    from epochal.dataflow.queries.server import KeyedSource, QueryServer
     from epochal.runtime.host.mailbox import Mailbox
-    from epochal.runtime.queries.server import KeyedSource, QueryServer
 
     keys = mine(10)
     counts, _ = fill(backend, keys)

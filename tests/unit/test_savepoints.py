@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from epochal.config import EXACTLY_ONCE
-from epochal.control.checkpointing.files import DiscardCheckpoint, RecordStats, WriteCheckpoint
+from epochal.control.checkpoint_files import DiscardCheckpoint, RecordStats, WriteCheckpoint
 from epochal.control.jobmaster_events import (
     Broadcast,
     SavepointDone,
@@ -19,11 +19,8 @@ from epochal.control.jobmaster_events import (
 )
 from epochal.control.lifecycle import JobStatus
 from epochal.control.restart import FixedDelayRestart
-from epochal.dataflow.protocol import EndSources
-from epochal.machines import TimePassed
-from epochal.messages import Finished, Shutdown
-from epochal.runtime.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskAligned, SubtaskInfo
-from epochal.runtime.checkpointing.messages import (
+from epochal.dataflow.checkpointing.events import Capture, EmitBarrier, NotifyComplete, SubtaskAligned, SubtaskInfo
+from epochal.dataflow.checkpointing.messages import (
     CheckpointAbort,
     CheckpointComplete,
     Committed,
@@ -31,7 +28,10 @@ from epochal.runtime.checkpointing.messages import (
     SavepointTarget,
     TriggerCheckpoint,
 )
-from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
+from epochal.dataflow.checkpointing.snapshots import SnapshotPipeline
+from epochal.dataflow.protocol import EndSources
+from epochal.machines import TimePassed
+from epochal.messages import Finished, Shutdown
 from epochal.runtime.host.events import ReachPoint, Send
 from epochal.state.checkpoint_dirs import resolve_restore_path
 from epochal.state.storage import SavepointStorage

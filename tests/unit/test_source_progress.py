@@ -6,9 +6,9 @@ once each reported, and shares the job's progress between records and such units
 from __future__ import annotations
 
 from epochal.connectors.files import TextFileSource
+from epochal.connectors.source_reader import SourceReader
 from epochal.control.source_progress import SourceProgress, SourceVertex, job_share, vertex_progress
 from epochal.rest.outline import EdgeOutline, JobOutline, VertexOutline
-from epochal.runtime.dataplane.source_reader import SourceReader
 
 
 def test_a_text_file_sources_reader_reports_bytes_read_of_its_files_sizes(tmp_path):

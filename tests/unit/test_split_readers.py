@@ -15,7 +15,7 @@ from epochal.connectors.base import (
     SplitReader,
     TransactionalSinkWriter,
 )
-from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.connectors.source_reader import SourceReader
 from epochal.runtime.operators.base import SinkOperator
 from epochal.state.operator_state import OperatorStateStore, redistribute
 

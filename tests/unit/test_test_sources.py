@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 from epochal.connectors.base import SinkContext
-from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.connectors.source_reader import SourceReader
 from epochal.testing import TestSink, TestSource, TestSourceAborted
 
 

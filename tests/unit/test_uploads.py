@@ -1,4 +1,4 @@
-"""An aborted checkpoint's uploads (runtime/checkpointing/upload_queue.py and the Uploader that
+"""An aborted checkpoint's uploads (dataflow/checkpointing/upload_queue.py and the Uploader that
 drives it), without Spark: a queued upload of an aborted checkpoint never runs, a forked
 snapshot's child is killed and only reaped, the upload being written stops before its next
 operator, none of them is acknowledged or declined, and the next checkpoint still completes."""
@@ -10,13 +10,13 @@ import time
 
 import pytest
 
+from epochal.dataflow.checkpointing.events import SnapshotUpload
+from epochal.dataflow.checkpointing.fork_snapshots import ForkedSnapshot, fork_available, fork_snapshot
+from epochal.dataflow.checkpointing.messages import Ack, CheckpointAbort, Decline
+from epochal.dataflow.checkpointing.upload_queue import Dropped, End, KillChild, Reap, UploadQueue, Write
+from epochal.dataflow.checkpointing.uploads import Uploader
 from epochal.dataflow.worker import Bootstrap, Worker
 from epochal.dataflow.worker_machine import WorkerPhase
-from epochal.runtime.checkpointing.events import SnapshotUpload
-from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_available, fork_snapshot
-from epochal.runtime.checkpointing.messages import Ack, CheckpointAbort, Decline
-from epochal.runtime.checkpointing.upload_queue import Dropped, End, KillChild, Reap, UploadQueue, Write
-from epochal.runtime.checkpointing.uploads import Uploader
 from epochal.state.storage import CheckpointStorage
 
 

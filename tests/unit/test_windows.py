@@ -13,11 +13,11 @@ import pytest
 
 import epochal
 from epochal.api.functions import RuntimeContext
+from epochal.dataflow.dataplane.chains import ChainRunner
+from epochal.dataflow.dataplane.channels import InputChannel
+from epochal.dataflow.dataplane.tasks import Subtask
 from epochal.errors import PlanError
 from epochal.plan.keygroups import key_group_range
-from epochal.runtime.dataplane.chains import ChainRunner
-from epochal.runtime.dataplane.channels import InputChannel
-from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.operators.aggregates import CountAggregate, ReduceAggregate
 from epochal.runtime.operators.base import Operator
 from epochal.runtime.operators.inband import END_OF_PARTITION, Watermark

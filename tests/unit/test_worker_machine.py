@@ -10,20 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from epochal.config import AT_LEAST_ONCE, EXACTLY_ONCE, SYNCHRONOUS
-from epochal.dataflow.protocol import (
-    Built,
-    ConnectAndBuild,
-    EndSources,
-    Event,
-    FinishSources,
-    FirstRecord,
-    StartProcessing,
-    WorkerDrained,
-)
-from epochal.dataflow.worker_machine import _HANDLERS, WorkerMachine, WorkerPhase
-from epochal.machines import TimePassed, UnknownEvent
-from epochal.messages import Cancel, Deploy, Finished, KindCommand, Processing, Ready, Reject, Shutdown, Start
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     AbortAlignment,
     AlignmentOverflow,
     Capture,
@@ -45,7 +32,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskInfo,
     UploadWithLog,
 )
-from epochal.runtime.checkpointing.messages import (
+from epochal.dataflow.checkpointing.messages import (
     CheckpointAbort,
     CheckpointComplete,
     Committed,
@@ -56,6 +43,19 @@ from epochal.runtime.checkpointing.messages import (
     StartLoopProbe,
     TriggerCheckpoint,
 )
+from epochal.dataflow.protocol import (
+    Built,
+    ConnectAndBuild,
+    EndSources,
+    Event,
+    FinishSources,
+    FirstRecord,
+    StartProcessing,
+    WorkerDrained,
+)
+from epochal.dataflow.worker_machine import _HANDLERS, WorkerMachine, WorkerPhase
+from epochal.machines import TimePassed, UnknownEvent
+from epochal.messages import Cancel, Deploy, Finished, KindCommand, Processing, Ready, Reject, Shutdown, Start
 from epochal.runtime.host.events import FailPeerLost, ReachPoint, Registered, Send, StopWorker
 from epochal.runtime.host.mailbox import JobMasterLost, PeerClosed, PeerJoined
 

@@ -12,10 +12,10 @@ import pyarrow
 import pytest
 
 from epochal.config import EngineConfig
+from epochal.dataflow.checkpointing.messages import Decline
 from epochal.dataflow.worker import Worker
 from epochal.errors import PlanError, UserFunctionError
 from epochal.messages import Failed
-from epochal.runtime.checkpointing.messages import Decline
 from epochal.runtime.host import memory_limit
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import JobMasterLost

@@ -20,7 +20,7 @@ from epochal.cec.output_log import OutputLog
 from epochal.cec.plan import CecDeployment, Stage
 from epochal.cec.sink import SinkCommitter
 from epochal.connectors.base import SinkContext
-from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.connectors.source_reader import SourceReader
 
 
 @dataclass

@@ -23,7 +23,7 @@ from epochal.cec.eventual import reconstruct, reconstruct_full
 from epochal.cec.output_log import OutputLog
 from epochal.cec.sink import SinkCommitter
 from epochal.cec.tuples import LoggedFrame, logged_frame
-from epochal.runtime.dataplane.source_reader import SourceReader
+from epochal.connectors.source_reader import SourceReader
 
 
 @dataclass

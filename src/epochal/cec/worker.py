@@ -52,8 +52,8 @@ from epochal.cec.replay import OutputChannels
 from epochal.cec.sink import SinkCommitter
 from epochal.cec.tuples import window_frame_meta
 from epochal.cec.worker_machine import CecPhase, CecWorkerMachine
+from epochal.connectors.source_reader import SourceReader
 from epochal.messages import Dispatch, Finished
-from epochal.runtime.dataplane.source_reader import SourceReader
 from epochal.runtime.host.events import Registered
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import PeerClosed, PeerEvent, PeerJoined

@@ -1,6 +1,6 @@
 """``epochal check``: is this machine ready to run epochal (Python, Java, PySpark)? It also says
 whether the optional native parts are in use: the RocksDB reader (``epochal.state.rocksdb.native``)
-and the query answer path (``epochal.runtime.queries.native``)."""
+and the query answer path (``epochal.dataflow.queries.native``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def check(args: argparse.Namespace | None = None) -> int:
     except ImportError:
         print("epochal: PySpark is not installed; run 'pip install epochal' or 'make setup'", file=sys.stderr)
         return 1
-    from epochal.runtime.queries import native as native_queries
+    from epochal.dataflow.queries import native as native_queries
     from epochal.state.rocksdb.native import unavailable_reason
 
     print(f"epochal ready: Python {sys.version.split()[0]}, Java {java} ({find_java()}), "

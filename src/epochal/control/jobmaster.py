@@ -6,7 +6,7 @@ coordinator's; this module owns only what they may not: the
 :class:`~epochal.control.server.ControlServer` (the TCP listener and the workers' control
 connections), the coordinator thread, the clock, the Spark job (submitted and killed through the
 two callbacks it is given), the I/O of finding what an attempt restores and the checkpoint files
-(:class:`~epochal.control.checkpointing.files.CheckpointFiles`).
+(:class:`~epochal.control.checkpoint_files.CheckpointFiles`).
 
 The coordinator thread loops: take an event from the inbox (:mod:`epochal.control.inbox`; the
 server's readers, the Spark launcher thread and ``cancel`` put them there) for up to 50 ms, stamp
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from epochal.config import EngineConfig
-from epochal.control.checkpointing.files import (
+from epochal.control.checkpoint_files import (
     CheckpointFence,
     CheckpointFiles,
     CheckpointIdReserved,

@@ -13,7 +13,7 @@ compared by value in the tests.
 Things that need I/O are round trips: :class:`ResolveRestore` asks the driver to read and check
 the checkpoint an attempt restores, and the driver answers with :class:`RestoreResolved` or
 :class:`RestoreFailed`; a kind's ``WriteCheckpoint`` is answered with ``CheckpointWritten`` and
-its ``ReserveCheckpointId`` with ``CheckpointIdReserved`` (:mod:`epochal.control.checkpointing.files`,
+its ``ReserveCheckpointId`` with ``CheckpointIdReserved`` (:mod:`epochal.control.checkpoint_files`,
 whose other instructions need no answer).
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from epochal.control.checkpointing.files import CheckpointIdReserved, CheckpointIO, CheckpointWritten
+from epochal.control.checkpoint_files import CheckpointIdReserved, CheckpointIO, CheckpointWritten
 from epochal.control.lifecycle import KillSparkJob
 from epochal.errors import EpochalError
 from epochal.machines import TimePassed

@@ -174,12 +174,12 @@ class KindCoordinator:
     takes_savepoints: ClassVar[bool] = False
 
     def checkpoint_written(self, checkpoint_id: int, error: str | None, now: float) -> list[KindOutput]:
-        """The driver carried out a :class:`~epochal.control.checkpointing.files.WriteCheckpoint`
+        """The driver carried out a :class:`~epochal.control.checkpoint_files.WriteCheckpoint`
         this coordinator returned: the metadata is written (``error`` None) or could not be."""
         return []
 
     def checkpoint_reserved(self, checkpoint_id: int, refused: str | None, now: float) -> list[KindOutput]:
-        """The driver carried out a :class:`~epochal.control.checkpointing.files.ReserveCheckpointId`
+        """The driver carried out a :class:`~epochal.control.checkpoint_files.ReserveCheckpointId`
         this coordinator returned: the id is reserved (``refused`` None) or may not be used."""
         return []
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from epochal.config import EngineConfig
 from epochal.control import executor_python, slots
 from epochal.control import spark as spark_support
-from epochal.control.checkpointing.files import CheckpointFence
+from epochal.control.checkpoint_files import CheckpointFence
 from epochal.control.jobmaster import JobMaster
 from epochal.control.kinds import KindCoordinator
 from epochal.control.restart import RestartStrategy

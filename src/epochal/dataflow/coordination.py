@@ -2,14 +2,14 @@
 
 :class:`DataflowCoordination` is the :class:`~epochal.control.kinds.KindCoordinator` of the
 ``dataflow`` job kind. It owns the checkpoint coordinator
-(:class:`~epochal.control.checkpointing.CheckpointCoordinator`, None without checkpointing),
+(:class:`~epochal.dataflow.checkpointing.coordinator.CheckpointCoordinator`, None without checkpointing),
 loop termination (:class:`~epochal.dataflow.loops.LoopTermination`), the ``collect()`` ledger
 (:class:`~epochal.dataflow.collect.CollectLedger`), the user's ``restore_from`` and the final
 checkpoint: once every worker finished, one last checkpoint commits the sinks' final epoch, and
 the job ends when every worker confirmed its commit (``Committed``). Its messages are the
 workers' ``Ack``, ``Decline``, ``Committed``, ``LoopReady``, ``LoopVote`` and ``Collect``.
 Pure: time is passed in; checkpoint files are written and deleted by the driver
-(the I/O instructions of :mod:`epochal.control.checkpointing.files`).
+(the I/O instructions of :mod:`epochal.control.checkpoint_files`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from epochal.control import job_failures
-from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster_events import ResolveRestore, SavepointRequest
 from epochal.control.kinds import EndJob, KindCoordinator, KindOutput
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.messages import Ack, CheckpointAbort, Committed, Decline, LoopReady, LoopVote
 from epochal.dataflow.collect import CollectLedger
 from epochal.dataflow.loops import LoopTermination
 from epochal.dataflow.protocol import Collect
@@ -27,7 +28,6 @@ from epochal.dataflow.savepoints import SavepointRequests
 from epochal.dataflow.worker import Worker
 from epochal.filesystems import join
 from epochal.messages import ToJobMaster
-from epochal.runtime.checkpointing.messages import Ack, CheckpointAbort, Committed, Decline, LoopReady, LoopVote
 
 
 class DataflowCoordination(KindCoordinator):

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from epochal.config import POSTGRES
 from epochal.connectors.base import JobSettings, Sink
 from epochal.connectors.memory import PrintSink
-from epochal.control.checkpointing import CheckpointCoordinator, check_restore
 from epochal.control.client import JobClient
 from epochal.control.ha.orphans import discard_orphans
 from epochal.control.jobspec import JobSpec
 from epochal.control.launch import launch
 from epochal.control.sink_claims import SinkClaims
 from epochal.dataflow import ha as dataflow_ha
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.restore import check_restore
 from epochal.dataflow.coordination import DataflowCoordination
 from epochal.errors import PlanError
 from epochal.plan.execution import Deployment, build_execution_graph, serialize_deployment

@@ -20,7 +20,7 @@ enters from outside, the loop is empty.
 
 from __future__ import annotations
 
-from epochal.runtime.checkpointing.messages import EndLoop, StartLoopProbe
+from epochal.dataflow.checkpointing.messages import EndLoop, StartLoopProbe
 
 
 class LoopTermination:

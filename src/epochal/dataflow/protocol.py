@@ -3,15 +3,15 @@
 Messages: :class:`Collect` (worker -> JobMaster: a ``collect()`` sink's output, whose payloads the
 sink writer defines, :mod:`epochal.connectors.memory`) and :class:`EndSources` (JobMaster ->
 worker: stop with drain). The checkpoint and loop protocol is
-:mod:`epochal.runtime.checkpointing.messages` (both its ends are below this package), what every
+:mod:`epochal.dataflow.checkpointing.messages` (both its ends are below this package), what every
 job kind shares :mod:`epochal.messages`.
 
 The worker's heart (:class:`epochal.dataflow.worker_machine.WorkerMachine`, with its
-sub-machines :mod:`~epochal.runtime.checkpointing.snapshots` and
-:mod:`~epochal.runtime.checkpointing.loop_heads`) is pure: events in, instructions out. Control
+sub-machines :mod:`~epochal.dataflow.checkpointing.snapshots` and
+:mod:`~epochal.dataflow.checkpointing.loop_heads`) is pure: events in, instructions out. Control
 messages from the JobMaster are events as they are; the events and instructions every kind's
 worker shares are :mod:`epochal.runtime.host.events`, the checkpointing ones
-:mod:`epochal.runtime.checkpointing.events`; this module adds the dataflow worker's life cycle
+:mod:`epochal.dataflow.checkpointing.events`; this module adds the dataflow worker's life cycle
 (built, first record, drained), the :data:`Event` union of everything the machine takes (it
 raises :class:`~epochal.machines.UnknownEvent` for anything else) and the :data:`Instruction`
 union of everything it returns.
@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochal.connectors.memory import CollectPayload
-from epochal.messages import Deploy, Start, ToJobMaster, ToWorker
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     AlignmentOverflow,
     CheckpointingInstruction,
     Feedback,
@@ -36,13 +35,14 @@ from epochal.runtime.checkpointing.events import (
     SubtaskFinished,
     SubtaskInfo,
 )
-from epochal.runtime.checkpointing.messages import (
+from epochal.dataflow.checkpointing.messages import (
     CheckpointAbort,
     CheckpointComplete,
     EndLoop,
     StartLoopProbe,
     TriggerCheckpoint,
 )
+from epochal.messages import Deploy, Start, ToJobMaster, ToWorker
 from epochal.runtime.host.events import FailPeerLost, StopWorker
 from epochal.runtime.host.lifecycle import LifecycleEvent
 from epochal.runtime.host.mailbox import PeerClosed

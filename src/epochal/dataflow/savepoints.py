@@ -3,7 +3,7 @@
 :class:`SavepointRequests` is part of the dataflow kind's coordination
 (:class:`~epochal.dataflow.coordination.DataflowCoordination`) and pure like it. A request
 becomes a checkpoint triggered with a
-:class:`~epochal.runtime.checkpointing.messages.SavepointTarget`; it ends with a
+:class:`~epochal.dataflow.checkpointing.messages.SavepointTarget`; it ends with a
 :class:`~epochal.control.jobmaster_events.SavepointDone` when the savepoint's metadata is
 written or when the checkpoint is aborted (a decline, a timeout, a failed write, a failed attempt).
 
@@ -19,11 +19,11 @@ written or when the checkpoint is aborted (a decline, a timeout, a failed write,
 
 from __future__ import annotations
 
-from epochal.control.checkpointing import CheckpointCoordinator
 from epochal.control.jobmaster_events import SavepointDone, SavepointRequest
 from epochal.control.kinds import KindOutput
+from epochal.dataflow.checkpointing.coordinator import CheckpointCoordinator
+from epochal.dataflow.checkpointing.messages import SavepointTarget
 from epochal.dataflow.protocol import EndSources
-from epochal.runtime.checkpointing.messages import SavepointTarget
 
 FORMATS = ("canonical", "native")
 

@@ -30,21 +30,7 @@ import cloudpickle
 
 from epochal.config import FORK, HEAP, NONE, SYNCHRONOUS
 from epochal.connectors.memory import CollectPayload
-from epochal.dataflow.protocol import (
-    Built,
-    Collect,
-    ConnectAndBuild,
-    FinishSources,
-    FirstRecord,
-    Instruction,
-    StartProcessing,
-    WorkerDrained,
-)
-from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
-from epochal.errors import RestoreError
-from epochal.messages import Dispatch, Failed, ToJobMaster
-from epochal.plan.execution import Deployment
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     AbortAlignment,
     Capture,
     EmitBarrier,
@@ -60,11 +46,26 @@ from epochal.runtime.checkpointing.events import (
     SubtaskKey,
     UploadWithLog,
 )
-from epochal.runtime.checkpointing.messages import Decline, SavepointTarget
-from epochal.runtime.checkpointing.uploads import Uploader, add_back_edge_log, capture, capture_forked
-from epochal.runtime.dataplane.datapath import DataPath, alignment_stats, key_of
-from epochal.runtime.dataplane.tasks import Subtask
-from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
+from epochal.dataflow.checkpointing.messages import Decline, SavepointTarget
+from epochal.dataflow.checkpointing.uploads import Uploader, add_back_edge_log, capture, capture_forked
+from epochal.dataflow.dataplane.datapath import DataPath, alignment_stats, key_of
+from epochal.dataflow.dataplane.tasks import Subtask
+from epochal.dataflow.dataplane.wiring import WorkerCallbacks, wire_worker
+from epochal.dataflow.protocol import (
+    Built,
+    Collect,
+    ConnectAndBuild,
+    FinishSources,
+    FirstRecord,
+    Instruction,
+    StartProcessing,
+    WorkerDrained,
+)
+from epochal.dataflow.queries.server import KeyedSource, QueryServer
+from epochal.dataflow.worker_machine import WorkerMachine, WorkerPhase
+from epochal.errors import RestoreError
+from epochal.messages import Dispatch, Failed, ToJobMaster
+from epochal.plan.execution import Deployment
 from epochal.runtime.host.events import Registered
 from epochal.runtime.host.links import Bootstrap
 from epochal.runtime.host.mailbox import MailboxEvent, PeerCredit, PeerData, PeerEvent
@@ -72,7 +73,6 @@ from epochal.runtime.host.memory_limit import OUT_OF_MEMORY
 from epochal.runtime.host.reports import PeerLost, WorkerStopped
 from epochal.runtime.host.shell import WorkerShell, register_shell_executors
 from epochal.runtime.operators.inband import CheckpointBarrier, LoopProbe
-from epochal.runtime.queries.server import KeyedSource, QueryServer
 from epochal.state.snapshot import RestoreSource
 from epochal.state.storage import CheckpointStorage, SavepointStorage, storage_of
 

@@ -3,11 +3,11 @@
 :class:`WorkerMachine` owns the worker's phase (registering, deploying, ready, running, stopped)
 with its deadlines, what it has reported to the JobMaster (first record, finished), and two sub-
 machines with one owner each: the snapshot pipeline
-(:mod:`epochal.runtime.checkpointing.snapshots`) and the loops
-(:mod:`epochal.runtime.checkpointing.loop_heads`). Its events, the :data:`~epochal.dataflow.protocol.Event`
+(:mod:`epochal.dataflow.checkpointing.snapshots`) and the loops
+(:mod:`epochal.dataflow.checkpointing.loop_heads`). Its events, the :data:`~epochal.dataflow.protocol.Event`
 union, are the JobMaster's control messages to a dataflow worker, a lost peer
 (:mod:`epochal.runtime.host.mailbox`), and what the driver observes
-(:mod:`epochal.dataflow.protocol`, :mod:`epochal.runtime.checkpointing.events`,
+(:mod:`epochal.dataflow.protocol`, :mod:`epochal.dataflow.checkpointing.events`,
 :mod:`epochal.runtime.host.events`); ``handle`` dispatches them by type (``_HANDLERS``, one
 handler per member of the union) and returns the instructions the driver
 (:mod:`epochal.dataflow.worker`) carries out, in order. No sockets, threads or clocks here: time
@@ -23,19 +23,7 @@ from __future__ import annotations
 import enum
 
 from epochal.config import NONE
-from epochal.dataflow.protocol import (
-    Built,
-    ConnectAndBuild,
-    EndSources,
-    Event,
-    FinishSources,
-    FirstRecord,
-    Instruction,
-    StartProcessing,
-    WorkerDrained,
-)
-from epochal.messages import Deploy, Dispatch, Finished, Processing, Ready, Start
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     AlignmentOverflow,
     CheckpointingInstruction,
     Feedback,
@@ -49,15 +37,27 @@ from epochal.runtime.checkpointing.events import (
     SubtaskInfo,
     SubtaskKey,
 )
-from epochal.runtime.checkpointing.loop_heads import LoopHeads
-from epochal.runtime.checkpointing.messages import (
+from epochal.dataflow.checkpointing.loop_heads import LoopHeads
+from epochal.dataflow.checkpointing.messages import (
     CheckpointAbort,
     CheckpointComplete,
     EndLoop,
     StartLoopProbe,
     TriggerCheckpoint,
 )
-from epochal.runtime.checkpointing.snapshots import SnapshotPipeline
+from epochal.dataflow.checkpointing.snapshots import SnapshotPipeline
+from epochal.dataflow.protocol import (
+    Built,
+    ConnectAndBuild,
+    EndSources,
+    Event,
+    FinishSources,
+    FirstRecord,
+    Instruction,
+    StartProcessing,
+    WorkerDrained,
+)
+from epochal.messages import Deploy, Dispatch, Finished, Processing, Ready, Start
 from epochal.runtime.host.events import FailPeerLost, Send, StopWorker
 from epochal.runtime.host.lifecycle import WorkerLifecycle, register_lifecycle
 from epochal.runtime.host.mailbox import PeerClosed

@@ -5,7 +5,7 @@ job kind. It wraps the barrier machine (:class:`~epochal.graph.supersteps.Supers
 turns workers' :class:`~epochal.graph.supersteps.SuperstepDone` reports into the next command,
 and completes checkpoints: when every worker reported a checkpointed superstep, it appends each
 worker's file to that worker's chain (a full file starts a new chain) and has the driver write
-the metadata (:class:`~epochal.control.checkpointing.files.WriteCheckpoint`, as a dataflow job's
+the metadata (:class:`~epochal.control.checkpoint_files.WriteCheckpoint`, as a dataflow job's
 checkpoints are; a failed write fails the attempt);
 a new attempt restores the latest complete one and resumes at the superstep after it. It also
 keeps per-superstep timings (time is passed in) for the benchmarks, and the halting decision.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from epochal.control import job_failures
-from epochal.control.checkpointing.files import WriteCheckpoint
+from epochal.control.checkpoint_files import WriteCheckpoint
 from epochal.control.jobmaster_events import ResolveRestore, SavepointDone, SavepointRequest
 from epochal.control.kinds import (
     KindCoordinator,

@@ -3,7 +3,7 @@
 The heap backend's snapshot, when a thread of the worker writes it (``snapshot="thread"``, full
 or incremental, and a loop head's), copies the per-key-group dicts at the barrier and serialises
 the copy later, while the processing thread goes on; a ``read_committed`` view keeps such a copy
-too, whatever the snapshot (:func:`epochal.runtime.queries.shown.views_of`). The copies are
+too, whatever the snapshot (:func:`epochal.dataflow.queries.shown.views_of`). The copies are
 shallow: a value object is shared by the copy and the live state until one of them replaces it.
 User code may change such an object in place: an ``AggregateFunction.add`` may change and return
 its accumulator (the protocol allows it), a reduce function its first argument, a process

@@ -22,7 +22,7 @@ delta maps), yet not implemented"; Flink has them only for RocksDB. Here the hea
   instead, so a restore never reads more than ``full_every`` files per old subtask.
 - **Files.** Chain files live in the job's ``shared/`` directory (they outlive the checkpoint that
   wrote them) and are deleted once no retained checkpoint references them
-  (:mod:`epochal.control.checkpointing.store`).
+  (:mod:`epochal.dataflow.checkpointing.store`).
 
 A pure bookkeeping module: writing and reading the files is :mod:`epochal.state.snapshot`'s.
 """

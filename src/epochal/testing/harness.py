@@ -2,7 +2,7 @@
 
 Owns :class:`OperatorHarness` (in the spirit of Flink's ``KeyedOneInputStreamOperatorTestHarness``),
 :class:`OperatorSnapshot` and the in-memory restore behind it. A harness hosts the operator in a
-real :class:`~epochal.runtime.dataplane.tasks.Subtask` of a chosen parallelism and subtask index, with
+real :class:`~epochal.dataflow.dataplane.tasks.Subtask` of a chosen parallelism and subtask index, with
 real keyed state (the key groups that subtask owns) and operator state, and one input channel,
 so records, watermarks, end of input and checkpoint barriers take the same code path as on a
 worker; what the operator emits is caught on an in-memory output channel. Snapshots are the
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 from epochal import serialization
 from epochal.api.functions import ProcessFunction, as_process_function
 from epochal.config import StateBackendConfig
+from epochal.dataflow.dataplane.chains import EdgeOutput
+from epochal.dataflow.dataplane.channels import InputChannel, LocalTransport, OutputChannel
+from epochal.dataflow.dataplane.tasks import Subtask
 from epochal.errors import UserFunctionError
 from epochal.plan.jobgraph import ChainedNode
 from epochal.plan.keygroups import key_group_of, subtask_for_key_group
 from epochal.plan.partitioners import ForwardPartitioner
-from epochal.runtime.dataplane.chains import EdgeOutput
-from epochal.runtime.dataplane.channels import InputChannel, LocalTransport, OutputChannel
-from epochal.runtime.dataplane.tasks import Subtask
 from epochal.runtime.operators.base import Operator, keys_of
 from epochal.runtime.operators.inband import END_OF_PARTITION, CheckpointBarrier, Watermark
 from epochal.runtime.operators.process import ProcessOperator

@@ -4,8 +4,8 @@ Owns one thing: a thin, single-threaded driver that composes the real runtime. I
 as ``execute`` does (``env.plan()``, ``build_execution_graph``), gives every simulated worker its
 own copy of the deployment (by default through the same serialisation as the Spark deployment),
 wires each worker's subtasks and channels with the workers' own
-:func:`~epochal.runtime.dataplane.wiring.wire_worker` and runs them through each worker's real
-:class:`~epochal.runtime.dataplane.datapath.DataPath` (the only code that moves records on a
+:func:`~epochal.dataflow.dataplane.wiring.wire_worker` and runs them through each worker's real
+:class:`~epochal.dataflow.dataplane.datapath.DataPath` (the only code that moves records on a
 worker: round robin over ready channels, source polling, credit, flushing); channels between
 simulated workers are in-memory connections (:class:`_InProcessPeer`) that pickle batches as a
 TCP connection would. Watermarks, end of input, backpressure and sinks behave as on workers.
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 from epochal.config import NONE
 from epochal.control.client import JobResult
 from epochal.dataflow.collect import CollectLedger
+from epochal.dataflow.dataplane.datapath import DataPath
+from epochal.dataflow.dataplane.tasks import Subtask
+from epochal.dataflow.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.errors import JobFailedError, PlanError, UserFunctionError
 from epochal.plan.execution import Deployment, ExecutionGraph, build_execution_graph, serialize_deployment
-from epochal.runtime.dataplane.datapath import DataPath
-from epochal.runtime.dataplane.tasks import Subtask
-from epochal.runtime.dataplane.wiring import WorkerCallbacks, wire_worker
 from epochal.runtime.host import frames as protocol
 from epochal.runtime.host.peers import unpicklable_record
 from epochal.runtime.windows.time_windows import WatermarkGenerator

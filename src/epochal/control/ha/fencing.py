@@ -2,7 +2,7 @@
 
 :class:`Leadership` is made when the election chose this driver. It reads what the job resumes
 from (the completed checkpoints and the checkpoint id counter) and is the
-:class:`~epochal.control.checkpointing.files.CheckpointFence` of the JobMaster's checkpoint I/O:
+:class:`~epochal.control.checkpoint_files.CheckpointFence` of the JobMaster's checkpoint I/O:
 every checkpoint id is taken from the store's counter (a fenced write) before its trigger reaches
 a worker, every metadata write and deletion is checked against the store with this leader's
 epoch, and a checkpoint completes only once the store took its pointer in a fenced
@@ -20,16 +20,23 @@ needed) nothing is checked and a deposed leader goes on: two leaders then commit
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from epochal.control.ha.driver import ElectionDriver
 from epochal.control.ha.records import CheckpointPointer
 from epochal.control.ha.services import Fenced, HaServices
 
-if TYPE_CHECKING:
-    from epochal.control.checkpointing import CheckpointCoordinator
-
 _log = logging.getLogger("epochal")
+
+
+class LeaderStamped(Protocol):
+    """What a leadership sets on the job's checkpoint coordinator (a dataflow job's
+    :class:`~epochal.dataflow.checkpointing.coordinator.CheckpointCoordinator`): the epoch every
+    ``CheckpointComplete`` carries (None: fencing off), and that ids are reserved before triggers."""
+
+    leader_epoch: int | None
+    reserve_ids: bool
+
 
 class Leadership:
     """This driver's leadership of job ``services.job_id`` with ``epoch``."""
@@ -47,9 +54,9 @@ class Leadership:
         #: the first checkpoint id of this leader: right after the last one an earlier leader started
         self.first_id = max(services.checkpoint_counter(), latest + 1)
         self._ids: list[int] = list(self.pointer.ids) if self.pointer else []
-        self.coordinator: CheckpointCoordinator | None = None
+        self.coordinator: LeaderStamped | None = None
 
-    def attach(self, coordinator: CheckpointCoordinator) -> None:
+    def attach(self, coordinator: LeaderStamped) -> None:
         """Let the job's checkpoint coordinator stamp its epoch on every ``CheckpointComplete``,
         and reserve each checkpoint's id in the HA store before triggering it."""
         self.coordinator = coordinator

@@ -5,7 +5,7 @@ A leader killed (or deposed) while a checkpoint was in flight leaves its ``chk-<
 with some subtasks' files and no metadata, or with metadata that the HA store refused (a deposed
 leader's write): neither is ever restored, and nobody else would delete them. The decision is
 :func:`orphaned_checkpoints` (pure); :func:`discard_orphans` carries it out through the
-JobMaster's checkpoint I/O (:class:`~epochal.control.checkpointing.files.CheckpointFiles`), so
+JobMaster's checkpoint I/O (:class:`~epochal.control.checkpoint_files.CheckpointFiles`), so
 every deletion is fenced by the new leader's epoch and keeps the shared files (incremental
 chains) that a kept checkpoint references.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from epochal.control.checkpointing.files import CheckpointFence, CheckpointFiles, DiscardCheckpoint
+from epochal.control.checkpoint_files import CheckpointFence, CheckpointFiles, DiscardCheckpoint
 from epochal.control.ha.records import CheckpointPointer
 from epochal.state.storage import CheckpointStorage
 

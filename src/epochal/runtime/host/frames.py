@@ -11,7 +11,7 @@ Two layouts, each a header that ends with the length of what follows (:data:`LEN
   :mod:`epochal.runtime.queries.wire`'s): ``length:u32 | body`` (:func:`plain_frame`), read from
   non-blocking sockets, where a frame may come in parts or several at once, with
   :func:`frames_received` and :func:`split_frames`. A request's body starts with the job's query
-  token. The worker's native answer path (``runtime/queries/_answer.c``) reads and writes the same
+  token. The worker's native answer path (``dataflow/queries/_answer.c``) reads and writes the same
   layout: its ``HEADER`` and ``TOKEN`` are :data:`LENGTH`'s size and :data:`TOKEN_BYTES`.
 
 A token is :data:`TOKEN_BYTES` long and checked in constant time (:func:`token_matches`) *before*

@@ -18,7 +18,7 @@ END_OF_PARTITION = EndOfPartition()
 class CheckpointBarrier:
     """Cuts a channel's stream into epochs: records before it belong to checkpoint ``checkpoint_id``.
 
-    ``savepoint``: the :class:`~epochal.runtime.checkpointing.messages.SavepointTarget` when the
+    ``savepoint``: the :class:`~epochal.dataflow.checkpointing.messages.SavepointTarget` when the
     checkpoint is a savepoint (as Flink's barrier carries its checkpoint options): a barrier can
     reach a worker before the JobMaster's trigger does, and the subtask it aligns must still write
     a savepoint (whole, to the savepoint's own location), not an ordinary checkpoint."""

@@ -6,7 +6,7 @@ feedback), with equal parallelism, so slot sharing puts head ``i`` and tail ``i`
 ``i`` and the tail -> head back-edge is an in-memory channel. That channel has unbounded
 credit: a loop can never deadlock on its own backpressure.
 
-Snapshots follow papers/000 Algorithm 2 (see :mod:`epochal.runtime.checkpointing.barriers`): once the head's
+Snapshots follow papers/000 Algorithm 2 (see :mod:`epochal.dataflow.checkpointing.barriers`): once the head's
 regular inputs delivered barrier *n* it captures its state, forwards *n* into the loop and logs
 every record arriving on the back-edge until *n* comes back around; that log, the records in
 transit inside the loop at the cut, is stored with snapshot *n*. With keyed feedback the log

@@ -1,2 +1,5 @@
-"""Queryable state, the worker side: the query protocol's messages and wire format, its pure
-machine, the committed views, and the server a dataflow worker runs (docs/queryable_state.md)."""
+"""Queryable state, the protocol both ends speak: the query messages and their wire format
+(``wire``) and connections over a local socket (``local``). The server a dataflow worker runs,
+its pure machine, the committed views and the native answer path are the dataflow kind's
+(:mod:`epochal.dataflow.queries`); the clients are the REST API's and the command line's
+(docs/queryable_state.md)."""

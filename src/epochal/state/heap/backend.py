@@ -7,7 +7,7 @@ it owns (papers/001 §3.1.2). A snapshot's synchronous part is :meth:`HeapKeyedS
 place, are copied one level deeper; a value that user code may change in place is copied when the
 state objects hand it over: :mod:`epochal.state.copy_on_write`) when a thread of the worker
 writes it, or nothing but a
-``fork()`` when a child process does (:mod:`epochal.runtime.checkpointing.fork_snapshots`: the child reads the
+``fork()`` when a child process does (:mod:`epochal.dataflow.checkpointing.fork_snapshots`: the child reads the
 tables as they were). With ``incremental``, the group dicts are
 :class:`~epochal.state.incremental.TrackedDict` (or plain dicts whose writer logs each batch's
 keys: :meth:`HeapKeyedStateBackend.batch_logged_table`) and a checkpoint writes only the keys

@@ -15,7 +15,7 @@ the snapshot store"; the LSM tree "lends itself to incremental snapshots". Here:
   once is referenced by every later checkpoint that still contains it); the small files go to the
   checkpoint's own directory. The local checkpoint is deleted afterwards. A file uploaded for a
   checkpoint that never completes is never referenced, and is deleted with that checkpoint (its
-  name carries ``.c<n>.``, see :mod:`epochal.control.checkpointing.store`).
+  name carries ``.c<n>.``, see :mod:`epochal.dataflow.checkpointing.store`).
 - **Handle**: ``{"format": "rocksdb", "key_groups": [start, stop], "shared": [...], "private":
   [...], "written_bytes": n}``, each file ``{"file", "size", "crc", "name"}`` (``name``: its name in the database).
 - **Restore** (:func:`download`): the files of an old subtask are fetched (checksums verified;

@@ -1,5 +1,5 @@
 """Read-only views of a RocksDB backend's state at one moment, for ``read_committed`` queries
-(:mod:`epochal.runtime.queries.committed`): a local checkpoint of the database, made at a
+(:mod:`epochal.dataflow.queries.committed`): a local checkpoint of the database, made at a
 checkpoint's barrier, which the views read.
 
 Copying a queryable state into Python dicts at every barrier would cost the processing thread

@@ -2,8 +2,8 @@
 
 Three small machines, each with one owner and explicit states, fed events with the time passed
 in and returning what happened (:data:`BarrierOutput`) instead of calling back; the subtask
-that owns them (:class:`~epochal.runtime.dataplane.tasks.Subtask`) carries the outputs out
-(:class:`~epochal.runtime.dataplane.subtask_barriers.SubtaskBarriers` blocks and releases its input
+that owns them (:class:`~epochal.dataflow.dataplane.tasks.Subtask`) carries the outputs out
+(:class:`~epochal.dataflow.dataplane.subtask_barriers.SubtaskBarriers` blocks and releases its input
 channels and feeds the worker machine). Channels are named by
 their ids.
 
@@ -11,7 +11,7 @@ their ids.
   ``SingleCheckpointBarrierHandler`` with its ``BarrierHandlerState``): WAITING for a first
   barrier, or ALIGNING one checkpoint: an input whose barrier *n* arrived is blocked (nothing
   more from it is processed; the worker moves what it delivers into an alignment buffer, see
-  :mod:`~epochal.runtime.checkpointing.alignment`) until every input delivered *n*; then the
+  :mod:`~epochal.dataflow.checkpointing.alignment`) until every input delivered *n*; then the
   subtask snapshots (:class:`Aligned`), forwards *n*, and every input is released, its buffer
   replayed first.
 - :class:`BarrierTracker` (``at_least_once``): only counts barriers and never blocks, so

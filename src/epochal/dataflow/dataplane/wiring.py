@@ -4,7 +4,7 @@
 state), creates an output channel per channel it produces (local, or over the peer connection)
 and an input channel per channel it consumes (credit returned locally or over the peer), gives
 each non-source subtask its barrier handling
-(:class:`~epochal.runtime.dataplane.subtask_barriers.SubtaskBarriers`) when the job
+(:class:`~epochal.dataflow.dataplane.subtask_barriers.SubtaskBarriers`) when the job
 checkpoints, and describes every subtask to the worker machine (:class:`SubtaskInfo`). It owns
 no running state: the result is handed to the worker's driver.
 """
@@ -18,16 +18,16 @@ from typing import Any
 
 from epochal.config import EXACTLY_ONCE, NONE, SYNCHRONOUS
 from epochal.connectors.base import ReaderContext, assign_splits
+from epochal.connectors.source_reader import SourceReader
+from epochal.dataflow.checkpointing.alignment import AlignmentBuffer, AlignmentSpill
+from epochal.dataflow.checkpointing.events import LoopShape, SubtaskInfo
+from epochal.dataflow.dataplane.batch_sizing import INITIAL_SIZE, BatchSizer
+from epochal.dataflow.dataplane.chains import edge_names
+from epochal.dataflow.dataplane.channels import UNANNOUNCED, InputChannel, LocalTransport, OutputChannel
+from epochal.dataflow.dataplane.subtask_barriers import SubtaskBarriers
+from epochal.dataflow.dataplane.tasks import LoopRole, Subtask
 from epochal.errors import RestoreError
 from epochal.plan.execution import Deployment
-from epochal.runtime.checkpointing.alignment import AlignmentBuffer, AlignmentSpill
-from epochal.runtime.checkpointing.events import LoopShape, SubtaskInfo
-from epochal.runtime.dataplane.batch_sizing import INITIAL_SIZE, BatchSizer
-from epochal.runtime.dataplane.chains import edge_names
-from epochal.runtime.dataplane.channels import UNANNOUNCED, InputChannel, LocalTransport, OutputChannel
-from epochal.runtime.dataplane.source_reader import SourceReader
-from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
-from epochal.runtime.dataplane.tasks import LoopRole, Subtask
 from epochal.runtime.host.peers import PeerConnection
 from epochal.runtime.operators.iteration import IterationHead
 from epochal.state.snapshot import RestoreSource

@@ -6,7 +6,7 @@ each time it has *processed* a batch. A producer without credit keeps further ba
 and it stops at the sources. Because credit is only returned after processing, a consumer can
 *block* one channel (stop processing batches from it) while the others keep flowing; during
 checkpoint alignment the worker moves a blocked channel's batches into an alignment buffer and
-returns their credit, so its producer is not stalled (see :mod:`epochal.runtime.checkpointing.alignment`).
+returns their credit, so its producer is not stalled (see :mod:`epochal.dataflow.checkpointing.alignment`).
 In-band events (end of partition, and later barriers)
 need no credit but queue behind pending batches, so they stay in FIFO order with the data.
 """
@@ -36,7 +36,7 @@ UNANNOUNCED = 1 << 62
 
 class OutputChannel:
     """The producer's end of one channel: credit, batches waiting for credit, and the batch size
-    its consumer last asked for (:mod:`epochal.runtime.dataplane.batch_sizing`)."""
+    its consumer last asked for (:mod:`epochal.dataflow.dataplane.batch_sizing`)."""
 
     __slots__ = ("id", "credit", "pending", "transport", "batches_sent", "records_sent", "edge", "batch_size")
 
@@ -116,7 +116,7 @@ class InputChannel:
         self.blocked = False
         self.ended = False
         self.scheduled = False
-        #: The :class:`~epochal.runtime.checkpointing.alignment.AlignmentBuffer` of aligned modes, else None:
+        #: The :class:`~epochal.dataflow.checkpointing.alignment.AlignmentBuffer` of aligned modes, else None:
         #: what arrived while blocked, credit already returned, replayed before ``queue``.
         self.buffered = buffered
         #: A loop's tail -> head channel (never blocked; logged during snapshots).

@@ -6,7 +6,7 @@ Python path a lone ``read_uncommitted`` lookup passes through some twenty functi
 the token, the machine's checks, the key group, the lookup, the pickles, the send), and between
 two lookups a millisecond apart a busy worker's work evicts their code and objects from the
 caches: each such lookup cost the job 60-100 µs of its core, where the sockets alone cost 30-40 µs
-(``benchmarks/queryable_state_cpu.py``). The extension ``epochal.runtime.queries._answer`` (C,
+(``benchmarks/queryable_state_cpu.py``). The extension ``epochal.dataflow.queries._answer`` (C,
 built by ``pip install`` where a C compiler is; optional) does the whole of that lookup in one
 call: read, token, unpickle, key groups, dict lookups, pickle, one ``sendmsg``.
 
@@ -28,13 +28,13 @@ import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from epochal.runtime.queries.machine import Served
+from epochal.dataflow.queries.machine import Served
 from epochal.runtime.queries.wire import KINDS, Lookup, Values
 from epochal.serialization import PICKLE_PROTOCOL
 
 _answer: Any
 try:
-    from epochal.runtime.queries import _answer  # type: ignore[attr-defined,no-redef]
+    from epochal.dataflow.queries import _answer  # type: ignore[attr-defined,no-redef]
 except ImportError:  # built without a C compiler
     _answer = None
 
@@ -49,7 +49,7 @@ Answerable = dict[str, tuple[dict[int, Any], int, int, int]]
 def unavailable_reason() -> str | None:
     """Why the native answer path is not in use (None: it is)."""
     if _answer is None:
-        return "the extension epochal.runtime.queries._answer was not built (no C compiler at install)"
+        return "the extension epochal.dataflow.queries._answer was not built (no C compiler at install)"
     if os.environ.get(SWITCH_ENV, "1") == "0":
         return f"{SWITCH_ENV}=0"
     return None

@@ -13,7 +13,7 @@ keeps batches to about a target time of that work:
 * a consumer announces, with every credit it returns, the batch size it wants on its input
   channels: ``batch_time / (channel_credits * cost)``, so the credits' worth of batches in flight
   on a channel holds about ``batch_time`` of its work; the producer cuts its batches for that
-  channel to it (:class:`~epochal.runtime.dataplane.chains.EdgeOutput`).
+  channel to it (:class:`~epochal.dataflow.dataplane.chains.EdgeOutput`).
 
 Both are also capped by what the subtask's own outputs take per batch (:func:`output_capacity`),
 so a fast operator in front of a slow one does not fill its outputs' queues faster than they

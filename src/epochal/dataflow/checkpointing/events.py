@@ -1,7 +1,7 @@
 """The vocabulary of a dataflow worker's checkpointing sub-machines: their events and instructions.
 
-The snapshot pipeline (:mod:`~epochal.runtime.checkpointing.snapshots`) and the loops machine
-(:mod:`~epochal.runtime.checkpointing.loop_heads`) are pure parts of the dataflow worker machine
+The snapshot pipeline (:mod:`~epochal.dataflow.checkpointing.snapshots`) and the loops machine
+(:mod:`~epochal.dataflow.checkpointing.loop_heads`) are pure parts of the dataflow worker machine
 (:mod:`epochal.dataflow.worker_machine`): the driver observes a subtask finishing, an alignment
 completing, a barrier coming back around a loop, and returns these instructions' effects
 (barriers emitted, snapshots captured and uploaded, probes sent). A subtask is named by its
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.runtime.checkpointing.messages import SavepointTarget
+from epochal.dataflow.checkpointing.messages import SavepointTarget
 from epochal.runtime.host.events import ReachPoint, Send
 
 #: ``(vertex id, subtask index)``: one subtask of the job graph.

@@ -1,6 +1,6 @@
 """Subtasks: one parallel instance of a vertex (a chain of operators) with its channels.
 
-A batch enters a subtask at the head of its chain (:mod:`epochal.runtime.dataplane.chains`), on the head's
+A batch enters a subtask at the head of its chain (:mod:`epochal.dataflow.dataplane.chains`), on the head's
 first or, for a two-input head, second input, as its channel's edge says. Source subtasks pull
 from their splits instead. Operators that act on the wall clock get ``on_processing_time``
 from the worker between batches.
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from epochal.config import StateBackendConfig
+from epochal.connectors.source_reader import SourceReader
+from epochal.dataflow.dataplane.batch_sizing import BatchSizer, output_capacity
+from epochal.dataflow.dataplane.chains import ChainRunner, EdgeOutput, edge_names
+from epochal.dataflow.dataplane.channels import InputChannel, OutputChannel
+from epochal.dataflow.dataplane.subtask_barriers import SubtaskBarriers
 from epochal.errors import UserFunctionError
 from epochal.plan.jobgraph import ChainedNode, JobGraph
 from epochal.plan.keygroups import key_group_range
-from epochal.runtime.dataplane.batch_sizing import BatchSizer, output_capacity
-from epochal.runtime.dataplane.chains import ChainRunner, EdgeOutput, edge_names
-from epochal.runtime.dataplane.channels import InputChannel, OutputChannel
-from epochal.runtime.dataplane.source_reader import SourceReader
-from epochal.runtime.dataplane.subtask_barriers import SubtaskBarriers
 from epochal.runtime.operators.functions import RuntimeContext
 from epochal.runtime.operators.inband import (
     END_OF_PARTITION,
@@ -37,7 +37,7 @@ from epochal.state.snapshot import RestoreSource
 
 class LoopRole:
     """Where a subtask of a loop's vertex sits in the loop (its protocol state is the worker
-    machine's, :mod:`epochal.runtime.checkpointing.loop_heads`).
+    machine's, :mod:`epochal.dataflow.checkpointing.loop_heads`).
 
     Attributes:
         loop_id: the loop.
@@ -281,7 +281,7 @@ class Subtask:
 
     def observe(self, records: int, seconds: float) -> int:
         """A batch of ``records`` took this subtask ``seconds``: the batch size it wants next on
-        its inputs, or 0 when it sizes by count only (:mod:`epochal.runtime.dataplane.batch_sizing`)."""
+        its inputs, or 0 when it sizes by count only (:mod:`epochal.dataflow.dataplane.batch_sizing`)."""
         sizer = self.sizer
         if sizer is None:
             return 0

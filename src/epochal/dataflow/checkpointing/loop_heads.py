@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     CheckpointingInstruction,
     LoopShape,
     SendProbe,
@@ -30,7 +30,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskKey,
     UploadWithLog,
 )
-from epochal.runtime.checkpointing.messages import LoopReady, LoopVote
+from epochal.dataflow.checkpointing.messages import LoopReady, LoopVote
 from epochal.runtime.host.events import ReachPoint, Send
 
 

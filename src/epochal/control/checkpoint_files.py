@@ -1,6 +1,6 @@
 """Checkpoint files on the driver: the I/O the coordinators ask for, as instructions, and their executor.
 
-Checkpoint coordination is pure (:class:`~epochal.control.checkpointing.CheckpointCoordinator`,
+Checkpoint coordination is pure (:class:`~epochal.dataflow.checkpointing.coordinator.CheckpointCoordinator`,
 the graph job's coordinator): it returns these instructions, and the JobMaster's driver carries
 them out with :class:`CheckpointFiles`, outside the lock under which its machine runs, as it does
 a restore. Writing a checkpoint's metadata is a round trip: the metadata is the checkpoint's

@@ -1,4 +1,4 @@
-/* epochal.runtime.queries._answer: the worker's answer to the common query, a read_uncommitted
+/* epochal.dataflow.queries._answer: the worker's answer to the common query, a read_uncommitted
  * lookup of a heap state, without running Python bytecode (issue 37; see native.py for the
  * contract and docs/queryable_state.md for why).
  *
@@ -323,7 +323,7 @@ static PyMethodDef answerer_methods[] = {
 };
 
 static PyTypeObject AnswererType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.runtime.queries._answer.Answerer",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "epochal.dataflow.queries._answer.Answerer",
     .tp_basicsize = sizeof(Answerer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Answerer(scratch, token, states, lookup_kind, values_kind, loads, dumps, protocol)",

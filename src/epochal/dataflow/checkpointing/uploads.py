@@ -5,11 +5,11 @@ its operators' state, timed. :func:`add_back_edge_log` completes a loop head's h
 back-edge log (Algorithm 2). :class:`Uploader` is the asynchronous part: on its own thread (on
 the processing thread for the synchronous baseline) it serialises and writes the state to
 checkpoint storage, then acknowledges with the file handles, or declines when writing failed;
-for a snapshot taken by ``fork()`` (:mod:`epochal.runtime.checkpointing.fork_snapshots`) the child writes and
+for a snapshot taken by ``fork()`` (:mod:`epochal.dataflow.checkpointing.fork_snapshots`) the child writes and
 the thread only waits for its report. An aborted checkpoint's uploads are dropped or abandoned
-(:meth:`Uploader.abort`; which ones, the pure :class:`~epochal.runtime.checkpointing.upload_queue.UploadQueue`
+(:meth:`Uploader.abort`; which ones, the pure :class:`~epochal.dataflow.checkpointing.upload_queue.UploadQueue`
 decides).
-*When* to snapshot is the snapshot pipeline's decision (:mod:`epochal.runtime.checkpointing.snapshots`).
+*When* to snapshot is the snapshot pipeline's decision (:mod:`epochal.dataflow.checkpointing.snapshots`).
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from epochal.dataflow.checkpointing.events import Capture, SnapshotUpload
+from epochal.dataflow.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill, kill_running, wait_report
+from epochal.dataflow.checkpointing.messages import Ack, Decline
+from epochal.dataflow.checkpointing.upload_queue import End, KillChild, Reap, UploadQueue
 from epochal.messages import ToJobMaster
-from epochal.runtime.checkpointing.events import Capture, SnapshotUpload
-from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot, fork_snapshot, kill, kill_running, wait_report
-from epochal.runtime.checkpointing.messages import Ack, Decline
-from epochal.runtime.checkpointing.upload_queue import End, KillChild, Reap, UploadQueue
 from epochal.runtime.operators.iteration import IterationHead
 from epochal.state.snapshot import handle_bytes, materialize
 from epochal.state.storage import CheckpointStorage
 
 if TYPE_CHECKING:
-    from epochal.runtime.dataplane.tasks import Subtask
+    from epochal.dataflow.dataplane.tasks import Subtask
 
 
 def capture(subtask: Subtask, instruction: Capture) -> SnapshotUpload:
@@ -49,7 +49,7 @@ def capture_forked(subtask: Subtask, instruction: Capture, storage: CheckpointSt
                    reach: Callable[[str], None]) -> ForkedSnapshot:
     """The synchronous part of ``subtask``'s snapshot taken by ``fork()``: the operators' snapshot
     hooks, then the fork; the child reads the state as it was and writes it (see
-    :mod:`epochal.runtime.checkpointing.fork_snapshots`)."""
+    :mod:`epochal.dataflow.checkpointing.fork_snapshots`)."""
     started = time.monotonic()
     checkpoint_id, index = instruction.checkpoint_id, subtask.index
     subtask.prepare_capture(checkpoint_id, _format(instruction))

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from epochal.dataflow.dataplane.channels import OutputChannel
 from epochal.errors import UserFunctionError
 from epochal.plan.jobgraph import JobGraph
 from epochal.plan.partitioners import KeyGroupPartitioner, Partitioner
-from epochal.runtime.dataplane.channels import OutputChannel
 from epochal.runtime.operators.base import Operator, key_selector_error
 from epochal.runtime.operators.inband import Watermark
 from epochal.state.backend import KeyedStateBackend
@@ -32,7 +32,7 @@ class EdgeOutput:
     """A producer subtask's side of one job edge: partitioner, channels and their buffers.
 
     A channel's batches hold at most ``batch_size`` records, and no more than its consumer asked
-    for (``OutputChannel.batch_size``, see :mod:`epochal.runtime.dataplane.batch_sizing`): a part
+    for (``OutputChannel.batch_size``, see :mod:`epochal.dataflow.dataplane.batch_sizing`): a part
     of a batch that is larger goes as several batches, the rest waits in the buffer."""
 
     __slots__ = ("partitioner", "channels", "buffers", "batch_size", "single", "edge")

@@ -6,12 +6,12 @@ loop (:meth:`QueryServer.poll`, a non-blocking ``epoll`` of a few microseconds).
 ``read_uncommitted`` query reads the live state while no operator is in the middle of changing
 it: never a torn value, and no lock on the hot path. Answers are pickled there too, before the
 state can change again; a lone ``read_uncommitted`` lookup of a heap state is answered whole by
-the native answer path (:mod:`epochal.runtime.queries.native`) where it is built, everything else
+the native answer path (:mod:`epochal.dataflow.queries.native`) where it is built, everything else
 by the machine. ``read_committed`` queries are answered from the committed views the
 worker hands over at each barrier (:meth:`QueryServer.snapshot_taken`), which no operator
 touches: a heap backend's full snapshot shared with the snapshot itself, a RocksDB backend's
 local checkpoint, a PostgreSQL backend's committed rows; the other heap snapshots' queryable
-states are copied at the barrier (:func:`~epochal.runtime.queries.shown.views_of`).
+states are copied at the barrier (:func:`~epochal.dataflow.queries.shown.views_of`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
-from epochal.runtime.host.frames import frames_received, plain_frame
-from epochal.runtime.host.mailbox import Mailbox
-from epochal.runtime.queries import local, native
-from epochal.runtime.queries.committed import CommittedViews, Views
-from epochal.runtime.queries.machine import (
+from epochal.dataflow.checkpointing.messages import CheckpointAbort, CheckpointComplete
+from epochal.dataflow.queries import native
+from epochal.dataflow.queries.committed import CommittedViews, Views
+from epochal.dataflow.queries.machine import (
     CloseConnection,
     Event,
     FrameArrived,
@@ -45,7 +43,10 @@ from epochal.runtime.queries.machine import (
     lookup,
     page,
 )
-from epochal.runtime.queries.shown import GONE, views_of, visible
+from epochal.dataflow.queries.shown import GONE, views_of, visible
+from epochal.runtime.host.frames import frames_received, plain_frame
+from epochal.runtime.host.mailbox import Mailbox
+from epochal.runtime.queries import local
 from epochal.runtime.queries.wire import (
     BAD_REQUEST,
     RECV_BYTES,
@@ -123,7 +124,7 @@ class QueryServer:
         self._scratch = memoryview(bytearray(RECV_BYTES))
         #: the states the native answer path may answer (kept current in place: :meth:`_plain`)
         self._answerable: native.Answerable = {}
-        #: the native answer path (:mod:`epochal.runtime.queries.native`; None: not in use)
+        #: the native answer path (:mod:`epochal.dataflow.queries.native`; None: not in use)
         self._native = native.answerer(self._scratch, self.machine.token, self._answerable)
         #: connections whose last read left part of a frame: read in Python until it is whole
         self._partial: set[int] = set()

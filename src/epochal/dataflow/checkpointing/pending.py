@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochal.runtime.checkpointing.messages import Ack, SavepointTarget
+from epochal.dataflow.checkpointing.messages import Ack, SavepointTarget
 
 
 class AckResult(enum.Enum):

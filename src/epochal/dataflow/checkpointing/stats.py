@@ -5,7 +5,7 @@ ended) and their fields; a savepoint's entry has ``savepoint`` (its location) an
 Entries are appended on the JobMaster's coordinator thread and read from any thread through
 :meth:`CheckpointStatsTracker.snapshot`, under a lock. Each method returns the entry it added;
 the coordinator has the driver append it to the JSON lines file
-(:class:`~epochal.control.checkpointing.files.RecordStats`, best effort: statistics never fail a
+(:class:`~epochal.control.checkpoint_files.RecordStats`, best effort: statistics never fail a
 checkpoint).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from epochal.control.checkpointing.pending import PendingCheckpoint
+from epochal.dataflow.checkpointing.pending import PendingCheckpoint
 from epochal.state.storage import state_files
 
 

@@ -14,7 +14,7 @@ record totals) and the :class:`CheckpointStatsTracker`. It is pure: every call t
 monotonic ``now`` (and a trigger the wall time) from its caller (the dataflow kind's
 coordination, :mod:`epochal.dataflow.coordination`), and returns what is to happen, in order
 (:data:`Outbox`): the messages to broadcast to every worker and the checkpoint I/O the driver
-carries out off the JobMaster's lock (:mod:`epochal.control.checkpointing.files`). Completing a
+carries out off the JobMaster's lock (:mod:`epochal.control.checkpoint_files`). Completing a
 checkpoint is a round trip: the last ack returns :class:`WriteCheckpoint`; the driver's answer
 comes back as :meth:`on_written` (complete it) or :meth:`on_write_failed` (abort it).
 """
@@ -24,8 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from epochal.config import CheckpointConfig
-from epochal.control.checkpointing.failures import AbortReason, CheckpointFailureManager
-from epochal.control.checkpointing.files import (
+from epochal.control.checkpoint_files import (
     CheckpointIO,
     DeleteCheckpoints,
     DiscardCheckpoint,
@@ -33,10 +32,8 @@ from epochal.control.checkpointing.files import (
     ReserveCheckpointId,
     WriteCheckpoint,
 )
-from epochal.control.checkpointing.pending import AckResult, PendingCheckpoint
-from epochal.control.checkpointing.stats import CheckpointStatsTracker
-from epochal.control.checkpointing.store import CompletedCheckpointStore
-from epochal.runtime.checkpointing.messages import (
+from epochal.dataflow.checkpointing.failures import AbortReason, CheckpointFailureManager
+from epochal.dataflow.checkpointing.messages import (
     Ack,
     CheckpointAbort,
     CheckpointComplete,
@@ -44,6 +41,9 @@ from epochal.runtime.checkpointing.messages import (
     SavepointTarget,
     TriggerCheckpoint,
 )
+from epochal.dataflow.checkpointing.pending import AckResult, PendingCheckpoint
+from epochal.dataflow.checkpointing.stats import CheckpointStatsTracker
+from epochal.dataflow.checkpointing.store import CompletedCheckpointStore
 from epochal.state.canonical import LAYOUT as CANONICAL_LAYOUT
 from epochal.state.storage import CheckpointStorage, SavepointStorage
 

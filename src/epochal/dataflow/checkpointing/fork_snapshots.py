@@ -9,7 +9,7 @@ kernel: at the barrier the worker forks (the synchronous part: page tables, ~10 
 child sees the state exactly as it was, serialises and writes it with its own interpreter, reports
 the file handles through a pipe and exits; the parent goes on at once and only waits for the
 report on its uploader thread (:class:`ForkedSnapshot`, consumed by
-:class:`~epochal.runtime.checkpointing.uploads.Uploader`).
+:class:`~epochal.dataflow.checkpointing.uploads.Uploader`).
 
 The hard parts, and what this module does about them:
 
@@ -25,7 +25,7 @@ The hard parts, and what this module does about them:
   that *ends* (its job cancelled or restarting) leaves its process alive in PySpark's pool, so
   the worker kills its running children when it closes (:func:`kill_running`).
 - **A child that dies** (killed, out of memory, a bug): the pipe ends without a report; the
-  uploader declines the checkpoint (:class:`~epochal.runtime.checkpointing.messages.Decline`) and a
+  uploader declines the checkpoint (:class:`~epochal.dataflow.checkpointing.messages.Decline`) and a
   later one completes. Files it wrote belong to a checkpoint that never completes and are deleted
   with it.
 - **Memory while the child runs.** Pages are shared until written: the parent's writes copy the

@@ -4,7 +4,7 @@ Owns the list of completed checkpoint ids (oldest first, read from the storage w
 submitted, so a restarted driver continues the job's history), the choice of the completed
 checkpoints to delete (beyond ``retained``, oldest first, never the latest), and per checkpoint
 the total of source records it covers. Pure: deleting is the driver's
-(:class:`~epochal.control.checkpointing.files.DeleteCheckpoints`).
+(:class:`~epochal.control.checkpoint_files.DeleteCheckpoints`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a query shows of a subtask's keyed state: the values of states with a TTL without their
 timestamps (expired ones not at all), and the views of every queryable state that
-``read_committed`` queries are answered from (:mod:`epochal.runtime.queries.committed`).
+``read_committed`` queries are answered from (:mod:`epochal.dataflow.queries.committed`).
 Functions of a backend's tables and a time (a RocksDB backend's views are of a local checkpoint
 that it makes; a PostgreSQL backend's read the database)."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epochal.runtime.queries.committed import Views
+from epochal.dataflow.queries.committed import Views
 from epochal.state.ttl import CLOCK, SINGLE_VALUE_TYPES, unexpired
 
 #: what :func:`visible` shows of an expired value: nothing

@@ -6,9 +6,9 @@ snapshotted. It decides, per subtask, *when* a snapshot is taken:
 
 - a trigger: sources emit the barrier and snapshot their positions at once; finished subtasks
   answer with their final state; a loop head whose regular inputs ended starts the checkpoint
-  itself; every other subtask waits for its barriers (:mod:`epochal.runtime.checkpointing.barriers`);
+  itself; every other subtask waits for its barriers (:mod:`epochal.dataflow.checkpointing.barriers`);
 - an alignment: the subtask forwards the barrier and snapshots (a loop head holds its state copy
-  until the back-edge log is complete, see :mod:`epochal.runtime.checkpointing.loop_heads`);
+  until the back-edge log is complete, see :mod:`epochal.dataflow.checkpointing.loop_heads`);
 - a subtask that finishes answers every expected checkpoint with its final state;
 - a completion notifies the operators (transactional sinks commit) and, once the worker reported
   finished, confirms the commit to the JobMaster (the final checkpoint);
@@ -23,7 +23,7 @@ No sockets, threads or clocks here.
 from __future__ import annotations
 
 from epochal.config import SYNCHRONOUS
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.events import (
     AbortAlignment,
     AlignmentOverflow,
     Capture,
@@ -36,7 +36,7 @@ from epochal.runtime.checkpointing.events import (
     SubtaskInfo,
     SubtaskKey,
 )
-from epochal.runtime.checkpointing.messages import Committed, Decline, SavepointTarget
+from epochal.dataflow.checkpointing.messages import Committed, Decline, SavepointTarget
 from epochal.runtime.host.events import ReachPoint, Send
 
 

@@ -1,4 +1,4 @@
-"""The thin driver of one subtask's barrier machines (:mod:`epochal.runtime.checkpointing.barriers`).
+"""The thin driver of one subtask's barrier machines (:mod:`epochal.dataflow.checkpointing.barriers`).
 
 :class:`SubtaskBarriers` owns what the pure machines may not: the input channels themselves
 (their ``blocked`` flags), the clock, and the worker's callbacks. It routes a barrier to the
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from epochal.runtime.checkpointing.barriers import (
+from epochal.dataflow.checkpointing.barriers import (
     Aborted,
     Aligned,
     BackEdgeLogs,

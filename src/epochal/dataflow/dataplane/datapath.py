@@ -16,8 +16,8 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from epochal.runtime.checkpointing.alignment import AlignmentSpill
-from epochal.runtime.checkpointing.events import (
+from epochal.dataflow.checkpointing.alignment import AlignmentSpill
+from epochal.dataflow.checkpointing.events import (
     AlignmentOverflow,
     Feedback,
     InputEnded,
@@ -25,9 +25,9 @@ from epochal.runtime.checkpointing.events import (
     SubtaskFinished,
     SubtaskKey,
 )
-from epochal.runtime.dataplane.channels import InputChannel, OutputChannel
-from epochal.runtime.dataplane.tasks import Subtask
-from epochal.runtime.dataplane.wiring import WiredWorker
+from epochal.dataflow.dataplane.channels import InputChannel, OutputChannel
+from epochal.dataflow.dataplane.tasks import Subtask
+from epochal.dataflow.dataplane.wiring import WiredWorker
 from epochal.runtime.operators.inband import NO_WATERMARK, EndOfPartition, LoopProbe
 
 

@@ -3,8 +3,8 @@
 :class:`QueryMachine` decides every answer of a worker's query server: it checks the token of
 each request frame before unpickling it, knows which queryable states the worker's subtasks
 hold and which key groups each owns, answers ``read_committed`` requests from its
-:class:`~epochal.runtime.queries.committed.CommittedViews`, and asks its driver
-(:mod:`epochal.runtime.queries.server`) to read the live state for ``read_uncommitted`` ones
+:class:`~epochal.dataflow.queries.committed.CommittedViews`, and asks its driver
+(:mod:`epochal.dataflow.queries.server`) to read the live state for ``read_uncommitted`` ones
 (:class:`ReadLive`, :class:`ScanLive`), which the driver does on the processing thread between
 batches. No sockets, threads or clocks inside.
 """
@@ -15,11 +15,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from epochal.dataflow.checkpointing.messages import CheckpointAbort, CheckpointComplete
+from epochal.dataflow.queries.committed import CommittedViews, Views
 from epochal.messages import Dispatch
 from epochal.plan.keygroups import key_group_of
-from epochal.runtime.checkpointing.messages import CheckpointAbort, CheckpointComplete
 from epochal.runtime.host.frames import TOKEN_BYTES, token_matches
-from epochal.runtime.queries.committed import CommittedViews, Views
 from epochal.runtime.queries.wire import (
     BAD_KEY,
     BAD_REQUEST,

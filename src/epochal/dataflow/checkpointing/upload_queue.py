@@ -2,10 +2,10 @@
 what becomes of an aborted checkpoint's uploads.
 
 The processing thread submits each snapshot's asynchronous part, a
-:class:`~epochal.runtime.checkpointing.events.SnapshotUpload` (state captured in this process) or a
-:class:`~epochal.runtime.checkpointing.fork_snapshots.ForkedSnapshot` (a child process that writes
+:class:`~epochal.dataflow.checkpointing.events.SnapshotUpload` (state captured in this process) or a
+:class:`~epochal.dataflow.checkpointing.fork_snapshots.ForkedSnapshot` (a child process that writes
 from the moment it was forked), and the uploader thread takes them one at a time, in submission
-order (:class:`~epochal.runtime.checkpointing.uploads.Uploader` drives this machine under its
+order (:class:`~epochal.dataflow.checkpointing.uploads.Uploader` drives this machine under its
 lock). When a checkpoint is aborted (``CheckpointAbort``: declined, timed out, superseded by a
 newer checkpoint that completed, or its metadata could not be written) its uploads are of no use:
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from epochal.runtime.checkpointing.events import SnapshotUpload
-from epochal.runtime.checkpointing.fork_snapshots import ForkedSnapshot
+from epochal.dataflow.checkpointing.events import SnapshotUpload
+from epochal.dataflow.checkpointing.fork_snapshots import ForkedSnapshot
 
 #: One snapshot's asynchronous part.
 Job = SnapshotUpload | ForkedSnapshot

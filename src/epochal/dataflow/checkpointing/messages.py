@@ -3,9 +3,9 @@
 A dataflow job's own control messages (the ones every job kind shares are :mod:`epochal.messages`),
 frozen, slotted dataclasses sent in CONTROL frames like every control message. Their two ends
 are below the ``dataflow`` package, so they are defined here, at the lower of the two: the
-worker's checkpointing sub-machines (:mod:`~epochal.runtime.checkpointing.snapshots`,
-:mod:`~epochal.runtime.checkpointing.loop_heads`) and uploader build and take them, and the
-JobMaster's :class:`~epochal.control.checkpointing.CheckpointCoordinator` and the dataflow kind's
+worker's checkpointing sub-machines (:mod:`~epochal.dataflow.checkpointing.snapshots`,
+:mod:`~epochal.dataflow.checkpointing.loop_heads`) and uploader build and take them, and the
+JobMaster's :class:`~epochal.dataflow.checkpointing.coordinator.CheckpointCoordinator` and the dataflow kind's
 coordinator (:mod:`epochal.dataflow.coordination`) take and build them. Two conversations:
 
 * checkpoints: :class:`TriggerCheckpoint` (a :class:`SavepointTarget` for a savepoint),
