@@ -170,6 +170,16 @@ def test_nothing_below_the_user_api_imports_it_not_even_for_type_checking():
     assert not found, "modules below the user API import it:\n" + "\n".join(found)
 
 
+def test_the_driver_imports_no_job_kind_not_even_for_type_checking():
+    """The JobMaster, the launcher and HA serve every kind: a kind is handed to them as an object
+    (its coordinator, its HaJob), never named."""
+    kinds = {"dataflow", "cec", "graph"}
+    found = [f"{path.relative_to(SRC.parent)}:{line}: {module}"
+             for path in _sources() if _component(_module_name(path)) in {"control", "rest"}
+             for line, module in imports_of(path, type_checking=True) if _component(module) in kinds]
+    assert not found, "the driver names a job kind:\n" + "\n".join(found)
+
+
 def test_no_job_kind_imports_another():
     kinds = {"dataflow", "cec", "graph"}
     assert {_LAYER_OF[k] for k in kinds} == {_LAYER_OF["dataflow"]}

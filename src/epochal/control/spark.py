@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from epochal.control.jobmaster import JobMaster
-    from epochal.dataflow.worker import Bootstrap
+    from epochal.runtime.host.links import Bootstrap
 
 MIN_JAVA = 17
 _JAVA_HELP = ("Spark 4 needs a Java runtime, version 17 or newer. Install one (for example "
