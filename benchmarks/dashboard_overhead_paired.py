@@ -18,7 +18,7 @@ polls idles. The phases run in blocks of three, ``off`` (both stopped), ``watche
 ``--settle`` are not measured (the page's timers catching up, the switch itself). A phase's
 throughput is the slope of ``JobClient.records_read`` over its measured part; each block gives
 one ratio per watcher (its phase against the block's ``off`` phase), and the summary is their
-geometric mean with its 95 % confidence interval (``machine_noise.ratio_interval``), as measured
+geometric mean with its 95 % confidence interval (``common.stats.ratio_interval``), as measured
 and adjusted for the cores' speed (each phase's throughput times the probes' unit time in it).
 The goal (issue 38): within 2 %.
 
@@ -52,9 +52,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import block_ratios, ratio_interval
 from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree, tree_cpu
 from benchmarks.graph.measure import machine, pyplot, write_csv
-from benchmarks.machine_noise import block_ratios, ratio_interval, start_probes, stop_probes, unit_ms
+from benchmarks.machine_noise import start_probes, stop_probes, unit_ms
 
 CONFIGS = ("off", "watched", "polled")
 WATCHERS = CONFIGS[1:]

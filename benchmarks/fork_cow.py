@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.common.stats import median
+from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal import serialization
 from epochal.dataflow.checkpointing.fork_snapshots import fork_snapshot, wait_report
 

@@ -37,7 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.common.stats import median
+from benchmarks.graph.measure import machine, pyplot, write_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 

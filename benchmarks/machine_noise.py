@@ -33,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,33 +99,6 @@ def unit_ms(samples: list[list[tuple[float, float]]], start: float, end: float) 
     medians = [statistics.median(cpu for at, cpu in core if start <= at < end)
                for core in samples if any(start <= at < end for at, _ in core)]
     return 1000 * statistics.fmean(medians) if medians else float("nan")
-
-
-def block_ratios(rows: Iterable[dict[str, Any]], config: str, baseline: str,
-                 value: Callable[[dict[str, Any]], float] = lambda row: row["records_per_s"]) -> list[float]:
-    """Per block (``row["block"]``, in the rows' order), ``value`` of its ``config`` row over that of
-    its ``baseline`` row; blocks without both are left out."""
-    by_block: dict[Any, dict[str, float]] = {}
-    for row in rows:
-        by_block.setdefault(row["block"], {})[row["config"]] = value(row)
-    return [phases[config] / phases[baseline] for phases in by_block.values()
-            if config in phases and baseline in phases]
-
-
-def ratio_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
-    """The geometric mean of ``ratios`` (each a configuration's throughput over its block's
-    baseline) and its 95 % confidence interval (Student's t on the logarithms): (ratio, low, high).
-
-    On logarithms because a ratio of two noisy rates is skewed: with 25 % noise on each, the
-    arithmetic mean of the ratios comes out about 6 % above 1 when nothing differs."""
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios if r > 0]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), 0.0, math.inf
-    half = float(stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / len(logs) ** 0.5)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def spin(seconds: float, start_at: float, stamps: Any) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.common.stats import median
+from benchmarks.graph.measure import machine, pyplot, write_csv
 from benchmarks.peers import spec
 from benchmarks.peers.run_epochal import LatencySamplingDiscardSink, build
 from epochal.control.spark import create_session

@@ -21,7 +21,7 @@ vocabulary -> ``key_by`` -> ``as_queryable_state("counts")`` -> ``count`` -> dis
   ``--client-cores 1`` the client processes run on core 1 only and the job (this process, Spark's
   JVM and every Python worker) on the others: what the lookups cost the job when the client does
   not share its cores, as a client on another machine would not. The summary gives the geometric
-  mean of the rounds' ratios with its 95 % confidence interval (``machine_noise.ratio_interval``).
+  mean of the rounds' ratios with its 95 % confidence interval (``common.stats.ratio_interval``).
 
     python -m benchmarks.queryable_state                     # 10 s per lookup run, 12,000,000 records x 3 rounds
     python -m benchmarks.queryable_state --seconds 3 --records 500000 --rounds 1   # quick check
@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.rest_overhead import percentile, spark_cpu, wait_unregistered, word
+from benchmarks.common.stats import block_ratios, percentile, ratio_interval
+from benchmarks.rest_overhead import spark_cpu, wait_unregistered, word
 
 #: The goals of issue 37: lookups a second from one client (read_uncommitted) at p99 below ...
 LOOKUPS_GOAL = 10_000
@@ -170,8 +171,8 @@ def client_main(out: Path, level: str, seconds: float, keys_per_call: int, rate:
     elapsed = time.perf_counter() - started
     after = os.times()
     out.write_text(json.dumps({"calls": len(latencies), "lookups": lookups, "seconds": elapsed,
-                               "p50_s": percentile(latencies, 50) if latencies else 0.0,
-                               "p99_s": percentile(latencies, 99) if latencies else 0.0,
+                               "p50_s": percentile(latencies, 0.5) if latencies else 0.0,
+                               "p99_s": percentile(latencies, 0.99) if latencies else 0.0,
                                "max_s": max(latencies, default=0.0),
                                "cpu_s": after.user + after.system - cpu.user - cpu.system}))
 
@@ -391,8 +392,6 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
               f"(x{work[queried_] / work[none_]:.3f})")
         ratios = round_ratios(runs, none_, queried_)
         if len(ratios) > 1:
-            from benchmarks.machine_noise import ratio_interval
-
             ratio, low, high = ratio_interval(ratios)
             print(f"per round {queried_} / {none_}: x{ratio:.3f} (geometric mean; 95 %: {low:.3f} - {high:.3f}; "
                   f"{len(ratios)} rounds: "
@@ -401,8 +400,6 @@ def report(reports: list[ClientReport], runs: list[JobRun]) -> None:
 
 def round_ratios(runs: list[JobRun], none: str, queried: str) -> list[float]:
     """Per round, the ``queried`` run's throughput over the ``none`` run's."""
-    from benchmarks.machine_noise import block_ratios
-
     rows = [{"block": r.round, "config": r.config, "records_per_s": r.records_per_s}
             for r in sorted(runs, key=lambda r: r.round)]
     return block_ratios(rows, queried, none)

@@ -18,7 +18,7 @@ Each phase lasts ``--settle`` seconds unmeasured (the client's start-up and firs
 ``--window`` measured seconds: the job's records per second (the slope of
 ``JobClient.records_read``), the CPU of Spark's processes (the job's workers; the JVM) and of the
 client. Each block gives the ratio of its ``1000/s`` phase to its ``none`` phase; the summary is
-their geometric mean with its 95 % confidence interval (``machine_noise.ratio_interval``).
+their geometric mean with its 95 % confidence interval (``common.stats.ratio_interval``).
 With ``--client-cores 1`` the client runs on core 1
 and the job on the others, as a client on another machine would not share the job's cores. With
 ``--stop-client`` one client process serves the whole run, stopped (``SIGSTOP``) outside its
@@ -49,9 +49,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import block_ratios, ratio_interval
 from benchmarks.dashboard_overhead import slope, tree_cpu
 from benchmarks.graph.measure import machine, write_csv
-from benchmarks.machine_noise import block_ratios, ratio_interval
 from benchmarks.queryable_state import CLIENT_TRANSPORT, COST_GOAL, add_job, pin_clients, start_client
 from benchmarks.rest_overhead import spark_cpu
 

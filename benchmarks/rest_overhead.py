@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import percentile
+
 CONFIGS = ("off", "idle", "polled")
 #: The goals of issue 34: throughput within noise of ``off``, request latency p99 at most this.
 THROUGHPUT_GOAL = 0.02
@@ -213,11 +215,6 @@ def measure(records: int, rounds: int, rate: float, new_connections: bool) -> tu
     return runs, requests
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 def summarise(runs: list[Run], requests: list[dict[str, Any]]) -> dict[str, Any]:
     speed = {c: [r.records_per_s for r in runs if r.config == c] for c in CONFIGS}
     median = {c: statistics.median(v) for c, v in speed.items()}
@@ -235,8 +232,8 @@ def summarise(runs: list[Run], requests: list[dict[str, Any]]) -> dict[str, Any]
     return {"median": median, "min": {c: min(v) for c, v in speed.items()},
             "max": {c: max(v) for c, v in speed.items()}, "spread": spread, "cpu": cpu, "work": work,
             "client": client,
-            "latency": {p: (percentile(v, 50), percentile(v, 99), max(v), len(v)) for p, v in latency.items() if v},
-            "server": (percentile(server, 50), percentile(server, 99), max(server), len(server)) if server else None,
+            "latency": {p: (percentile(v, 0.5), percentile(v, 0.99), max(v), len(v)) for p, v in latency.items() if v},
+            "server": (percentile(server, 0.5), percentile(server, 0.99), max(server), len(server)) if server else None,
             "errors": sum(1 for r in requests if r["status"] != 200)}
 
 

@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import ratio_interval
 from benchmarks.graph.measure import pyplot, write_csv
-from benchmarks.machine_noise import ratio_interval
 from benchmarks.savepoints import paired_ratios
 
 HERE = Path(__file__).resolve().parents[1]

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
-from benchmarks.machine_noise import ratio_interval
+from benchmarks.common.stats import median, ratio_interval
+from benchmarks.graph.measure import machine, pyplot, write_csv
 from benchmarks.state_snapshots import BACKENDS, Driver, ForkAwareCpuWatch, build, source_records, stored_bytes
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import percentile
+
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["shape", "label", "repeat", "seconds", "records", "records_per_s", "checkpoints", "spacing_median_s",
           "spacing_max_s", "duration_median_s", "duration_max_s", "latency_p50_s", "latency_p99_s",
@@ -58,13 +60,6 @@ def _latency(record: tuple[int, float]) -> float:
 
 def _read_time(i: int) -> tuple[int, float]:
     return (i, time.time())
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def run_once(shape: str, args: argparse.Namespace, spark: Any, repeat: int) -> dict[str, Any]:

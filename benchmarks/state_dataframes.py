@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.common.stats import median
+from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal.control.spark import create_session
 from epochal.state.inspect import savepoint_info
 

@@ -63,7 +63,8 @@ import psutil
 
 import epochal
 from benchmarks.cec.runner import CpuWatch
-from benchmarks.graph.measure import machine, median, pyplot, write_csv
+from benchmarks.common.stats import median
+from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal.control.restart import FixedDelayRestart
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage, state_files

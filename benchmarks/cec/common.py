@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 from benchmarks.cec.runner import CpuWatch, Spec, run
 from benchmarks.graph.measure import failure, machine, pyplot, write_csv
 
-__all__ = ["Context", "median_min_max", "pyplot", "write_csv", "machine", "fmt"]
+__all__ = ["Context", "pyplot", "write_csv", "machine", "fmt"]
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -26,14 +25,6 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
-
-
-def median_min_max(values: Iterable[float]) -> tuple[float, float, float]:
-    finite = [v for v in values if isinstance(v, (int, float)) and v == v]
-    if not finite:
-        nan = float("nan")
-        return nan, nan, nan
-    return statistics.median(finite), min(finite), max(finite)
 
 
 def _cell(text: str) -> Any:

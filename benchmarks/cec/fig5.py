@@ -23,9 +23,10 @@ import argparse
 from typing import Any
 
 from benchmarks.cec import anatomy
-from benchmarks.cec.common import Context, by, column, exact_all, fmt, median_min_max, pyplot, quiet, rotate
+from benchmarks.cec.common import Context, by, column, exact_all, fmt, pyplot, quiet, rotate
 from benchmarks.cec.profile import profiled, top
 from benchmarks.cec.runner import Spec
+from benchmarks.common.stats import median_min_max
 
 WORKLOADS = {"fast": 1, "slow": 1000, "paced": 1}
 KEYS = 2

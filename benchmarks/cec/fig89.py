@@ -16,13 +16,13 @@ a window to checkpoint, so every CI slice is spent on G_checks) and U out of the
 from __future__ import annotations
 
 import argparse
-import statistics
 from typing import Any
 
 from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
 from benchmarks.cec.fig67 import OFF, SIZE, derive, measure_open_windows
 from benchmarks.cec.profile import profiled
 from benchmarks.cec.runner import Spec
+from benchmarks.common.stats import cell_median
 
 CPS = (0.025, 0.05, 0.1, 0.25)
 CI = 0.01
@@ -76,31 +76,25 @@ def main(args: argparse.Namespace) -> None:
         ctx.close()
 
 
-def _median(values: list[float]) -> float:
-    """The median of the values that are numbers (NaN when none are); of two, their mean."""
-    numbers = [float(v) for v in values if v not in ("", None) and v == v]
-    return statistics.median(numbers) if numbers else float("nan")
-
-
 def summarise(rows: list[dict[str, Any]], cps: list[float]) -> list[dict[str, Any]]:
     out = []
     native = quiet([r for r in rows if r.get("cp") == "native"])
-    base = _median([r.get("response_s", float("nan")) for r in native])
+    base = cell_median([r.get("response_s", float("nan")) for r in native])
     points: list[Any] = ["native", *cps]
     for cp in points:
         free_all = [r for r in rows if r.get("cp") == cp and r.get("kill_after") == ""]
         crash_all = [r for r in rows if r.get("cp") == cp and r.get("kill_after") != ""]
         free, crash = quiet(free_all), quiet(crash_all)
-        response = _median([r.get("response_s", float("nan")) for r in free])
+        response = cell_median([r.get("response_s", float("nan")) for r in free])
         label = "native" if cp == "native" else f"{float(cp) * 1000:g} ms"
         out.append({"cp": label, "cp_s": "" if cp == "native" else cp,
                     "response_s": response, "response_vs_native": response / base if base == base else float("nan"),
-                    "processing_s": _median([r.get("processing_s", float("nan")) for r in free]),
-                    "g_checks": _median([float(r.get("g_check", 0)) for r in free]),
-                    "extent": _median([r.get("extent", float("nan")) for r in crash]),
-                    "ec_load_s": _median([r.get("ec_load_s", float("nan")) for r in crash]),
-                    "replayed_mb": _median([r.get("replayed_mb", float("nan")) for r in crash]),
-                    "ready_s": _median([r.get("ready_s", float("nan")) for r in crash]),
+                    "processing_s": cell_median([r.get("processing_s", float("nan")) for r in free]),
+                    "g_checks": cell_median([float(r.get("g_check", 0)) for r in free]),
+                    "extent": cell_median([r.get("extent", float("nan")) for r in crash]),
+                    "ec_load_s": cell_median([r.get("ec_load_s", float("nan")) for r in crash]),
+                    "replayed_mb": cell_median([r.get("replayed_mb", float("nan")) for r in crash]),
+                    "ready_s": cell_median([r.get("ready_s", float("nan")) for r in crash]),
                     "foreign_cpu_cores_max": max([float(r.get("foreign_cpu_cores", 0) or 0) for r in free + crash],
                                                  default=float("nan")),
                     "exact": exact_all(free_all + crash_all), "paper_response": PAPER.get(cp, "")})

@@ -41,7 +41,6 @@ the plot draws both curves, for the first new result and for the return to the c
 from __future__ import annotations
 
 import argparse
-import statistics
 from typing import Any
 
 from benchmarks.cec import anatomy
@@ -49,6 +48,7 @@ from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
 from benchmarks.cec.fig67 import SIZE
 from benchmarks.cec.runner import Spec
 from benchmarks.cec.workload import open_windows_at
+from benchmarks.common.stats import cell_median
 from epochal.cec.policy import CecSettings
 
 COMMIT = 0.1
@@ -117,45 +117,39 @@ def main(args: argparse.Namespace) -> dict[str, bool]:
         ctx.close()
 
 
-def _median(values: list[Any]) -> float:
-    """The median of the values that are numbers (NaN when none are); of two, their mean."""
-    numbers = [float(v) for v in values if v not in ("", None) and v == v]
-    return statistics.median(numbers) if numbers else float("nan")
-
-
 def summarise(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    native = _median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "native"])])
-    dataflow = _median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "dataflow"])])
+    native = cell_median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "native"])])
+    dataflow = cell_median([r.get("processing_s") for r in quiet([r for r in rows if r.get("config") == "dataflow"])])
     out = []
     for name, config in configurations(args):
         free_all = [r for r in rows if r.get("config") == name and r.get("kill_after") == ""]
         crash_all = [r for r in rows if r.get("config") == name and r.get("kill_after") != ""]
         free, crash = quiet(free_all), quiet(crash_all)
-        processing = _median([r.get("processing_s") for r in free])
+        processing = cell_median([r.get("processing_s") for r in free])
         is_abs = config["mode"] in ("abs", "dataflow")
         out.append({
             "config": name, "mode": config["mode"], "processing_s": processing,
             "overhead_vs_native": processing / native - 1 if native == native else float("nan"),
             "overhead_vs_dataflow": processing / dataflow - 1 if is_abs and dataflow == dataflow else float("nan"),
-            "window_bytes_logged_mb": _median([r.get("window_bytes_logged", "") for r in free]) / 1e6,
-            "ready_s": _median([r.get("recovered_s" if is_abs else "ready_s") for r in crash]),
-            "resumed_s": _median([r.get("resumed_s") for r in crash]),
-            "first_commit_s": _median([r.get("first_commit_s") for r in crash]),
-            "back_at_crash_point_s": _median([r.get("back_at_crash_point_s") for r in crash]),
-            "rebuild_s": _median([r.get("phase_rebuild_s") for r in crash]),
+            "window_bytes_logged_mb": cell_median([r.get("window_bytes_logged", "") for r in free]) / 1e6,
+            "ready_s": cell_median([r.get("recovered_s" if is_abs else "ready_s") for r in crash]),
+            "resumed_s": cell_median([r.get("resumed_s") for r in crash]),
+            "first_commit_s": cell_median([r.get("first_commit_s") for r in crash]),
+            "back_at_crash_point_s": cell_median([r.get("back_at_crash_point_s") for r in crash]),
+            "rebuild_s": cell_median([r.get("phase_rebuild_s") for r in crash]),
             # kill -> ready minus the replacement's own set-up: Spark starting its task, registering
-            "launch_s": _median([r["ready_s"] - r["phase_total_s"] for r in crash
+            "launch_s": cell_median([r["ready_s"] - r["phase_total_s"] for r in crash
                                  if r.get("ready_s", "") != "" and r.get("phase_total_s", "") != ""]),
-            "reconstruct_s": _median([r.get("phase_reconstruct_s") for r in crash]),
-            "load_s": _median([r.get("phase_load_s") for r in crash]),
-            "extent": _median([r.get("phase_extent") for r in crash]),
-            "windows": _median([r.get("phase_windows") for r in crash]),
-            "replayed_tuples": _median([r.get("replayed_tuples") for r in crash]),
-            "crash_processing_s": _median([r.get("processing_s") for r in crash]),
+            "reconstruct_s": cell_median([r.get("phase_reconstruct_s") for r in crash]),
+            "load_s": cell_median([r.get("phase_load_s") for r in crash]),
+            "extent": cell_median([r.get("phase_extent") for r in crash]),
+            "windows": cell_median([r.get("phase_windows") for r in crash]),
+            "replayed_tuples": cell_median([r.get("replayed_tuples") for r in crash]),
+            "crash_processing_s": cell_median([r.get("processing_s") for r in crash]),
             # failure-free: the operator thread's time in checkpoints (G_check slices, CRB snapshots)
-            "pause_s": _median([r.get("pause_s") for r in free]),
-            "pause_max_s": _median([r.get("pause_max_s") for r in free]),
-            "response_s": _median([r.get("response_s") for r in free]),
+            "pause_s": cell_median([r.get("pause_s") for r in free]),
+            "pause_max_s": cell_median([r.get("pause_max_s") for r in free]),
+            "response_s": cell_median([r.get("response_s") for r in free]),
             "foreign_cpu_cores_max": max([float(r.get("foreign_cpu_cores", 0) or 0) for r in free + crash],
                                          default=float("nan")),
             "exact": exact_all(free_all + crash_all), "runs": len(free_all) + len(crash_all)})

@@ -45,9 +45,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import Event, Timer, event_after, failure, jobmaster_events, median, pyplot, write_csv
+from benchmarks.graph.measure import Event, Timer, event_after, failure, jobmaster_events, pyplot, write_csv
 
 #: papers/003 Fig. 2(b): overall overhead of Imitator-CKPT, PageRank on LJournal, 20 iterations,
 #: checkpoint interval (iterations) -> overhead; and Table 2, CKPT recovery time of PageRank (s).

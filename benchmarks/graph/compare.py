@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat, road_grid
 from benchmarks.graph.measure import (
@@ -54,7 +55,6 @@ from benchmarks.graph.measure import (
     event_after,
     failure,
     jobmaster_events,
-    median,
     pyplot,
     write_csv,
 )

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import os
 import re
-import statistics
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -207,12 +206,6 @@ def event_after(events: Sequence[Event], name: str, since: float, count: int = 1
     """The time of the ``count``-th event ``name`` at or after ``since`` (NaN if there is none)."""
     times = [t for t, n, _ in events if n == name and t >= since]
     return times[count - 1] if len(times) >= count else float("nan")
-
-
-def median(values: Iterable[float]) -> float:
-    """The median of the finite values (NaN when there are none)."""
-    finite = [v for v in values if v == v]
-    return statistics.median(finite) if finite else float("nan")
 
 
 def failure(error: BaseException) -> str:

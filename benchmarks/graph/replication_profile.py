@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.stats import median
 from benchmarks.graph.generators import BenchGraph
-from benchmarks.graph.measure import median
 
 
 def _run_supersteps(bench: BenchGraph, program: Any, parts: list[Any],

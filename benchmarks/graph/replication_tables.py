@@ -13,8 +13,8 @@ import argparse
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from benchmarks.common.stats import median
 from benchmarks.graph.imitator_runs import ALGORITHMS, NAMES
-from benchmarks.graph.measure import median
 
 TABLES = ("fig7", "phases", "compute_overhead", "fig8", "table2", "table2_large", "fig10", "fig11", "table3", "fig12",
           "fig12_timeline", "goals", "recovery_profile")

@@ -62,8 +62,9 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.kafka import job
-from benchmarks.peers.__main__ import VENVS, _kill_tree, _tree_rss, ensure_venv, percentile
+from benchmarks.peers.__main__ import VENVS, _kill_tree, _tree_rss, ensure_venv
 from epochal.testing.kafka_broker import KAFKA_VERSION, KafkaBroker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -408,7 +409,8 @@ def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv
 
     def record(run: Run) -> Run:
         runs.append(run)
-        rate = rate_of(run, startup_of(runs, run.system)) if run.kind in ("pilot", "timed") else float("nan")
+        timed = run.kind in ("pilot", "timed")
+        rate = rate_after_startup(run, startup_of(runs, system=run.system)) if timed else float("nan")
         lat = [percentile(run.latency_ms, q) for q in (0.5, 0.99, 1.0)]
         writer.writerow([run.system, run.kind, run.repeat, run.records, f"{run.load:.2f}", f"{run.wall_s:.2f}",
                          "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}", f"{run.peak_rss_mb:.0f}",
@@ -443,12 +445,12 @@ def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv
             pilot_records = args.pilot_records
             while True:
                 pilot = record(throughput_run(system, topics, pilot_records, 0, "pilot", args))
-                startup = startup_of(runs, system.label)
+                startup = startup_of(runs, system=system.label)
                 busy = (pilot.job_s or 0.0) - (startup[1] if startup else 0.0)
                 if pilot.error or busy >= 2.0 or pilot_records * 8 > args.max_records:
                     break
                 pilot_records *= 8
-            rate = rate_of(pilot, startup_of(runs, system.label))
+            rate = rate_after_startup(pilot, startup_of(runs, system=system.label))
             wanted = args.min_records if rate != rate else rate * args.target_seconds
             sizes[system.label] = max(args.min_records, min(args.max_records, round_size(wanted)))
         for repeat in range(args.repeats):
@@ -482,20 +484,6 @@ def load_csv(path: Path) -> list[Run]:
                 run.latency.update(p50=float(row["latency_p50_ms"]), p99=float(row["latency_p99_ms"]))
             runs.append(run)
     return runs
-
-
-def startup_of(runs: list[Run], system: str) -> tuple[int, float] | None:
-    tiny = [r for r in runs if r.kind == "startup" and r.system == system and r.job_s is not None and not r.error]
-    return (tiny[0].records, statistics.median(r.job_s for r in tiny)) if tiny else None
-
-
-def rate_of(run: Run, startup: tuple[int, float] | None) -> float:
-    if run.job_s is None or run.error or run.unsupported:
-        return float("nan")
-    if startup is None:
-        return run.records / run.job_s
-    busy = run.job_s - startup[1]
-    return (run.records - startup[0]) / busy if busy > 0 else float("nan")
 
 
 @dataclass
@@ -546,10 +534,10 @@ def summarize(runs: list[Run], systems: list[System]) -> dict[str, Cell]:
             cell.checks.append(run.ok)
             cell.duplicates += max(0, run.check.get("duplicates", 0))
         if run.kind == "timed" and not run.error:
-            startup = startup_of(runs, run.system)
+            startup = startup_of(runs, system=run.system)
             cell.startup_s = startup[1] if startup else float("nan")
             cell.records = run.records
-            rate = rate_of(run, startup)
+            rate = rate_after_startup(run, startup)
             if rate == rate:
                 cell.throughput.append(rate)
             else:

@@ -56,6 +56,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.peers import spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,14 +191,6 @@ def _kill_tree(process: psutil.Process) -> None:
             pass
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) by nearest rank; NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 @dataclass
 class Cell:
     """Everything the table says about one system on one job."""
@@ -219,27 +212,9 @@ class Cell:
         return statistics.median(self.throughput) if self.throughput else float("nan")
 
 
-def throughput(run: Run, startup: tuple[int, float] | None) -> float:
-    """Records per second after start-up: ``startup`` is (records, median job_s) of the tiny runs."""
-    if run.job_s is None or run.error or run.unsupported:
-        return float("nan")
-    if startup is None:
-        return run.records / run.job_s
-    records, seconds = startup
-    busy = run.job_s - seconds
-    return (run.records - records) / busy if busy > 0 else float("nan")
-
-
-def startup_of(runs: list[Run], system: str, job: str) -> tuple[int, float] | None:
-    """(records, median job_s) of a system's successful start-up runs of a job."""
-    tiny = [r for r in runs if r.kind == "startup" and r.system == system and r.job == job
-            and r.job_s is not None and not r.error]
-    return (tiny[0].records, statistics.median(r.job_s for r in tiny)) if tiny else None
-
-
 def size_run(pilot: Run, startup: tuple[int, float] | None, args: argparse.Namespace) -> int:
     """N for the timed runs: about ``--target-seconds`` of processing at the pilot's rate."""
-    rate = throughput(pilot, startup)
+    rate = rate_after_startup(pilot, startup)
     if rate != rate:  # the pilot failed or was too short to tell: fall back to the floor
         return args.min_records
     wanted = int(rate * args.target_seconds)
@@ -259,7 +234,7 @@ def measure(systems: list[System], jobs: list[str], args: argparse.Namespace, cs
 
         def record(run: Run) -> Run:
             runs.append(run)
-            rate = throughput(run, startup_of(runs, run.system, run.job)) \
+            rate = rate_after_startup(run, startup_of(runs, system=run.system, job=run.job)) \
                 if run.kind in ("timed", "pilot") else float("nan")
             writer.writerow([run.system, run.job, run.kind, run.repeat, run.records, f"{run.wall_s:.3f}",
                              "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}",
@@ -288,7 +263,7 @@ def measure(systems: list[System], jobs: list[str], args: argparse.Namespace, cs
                 pilot_records = args.pilot_records
                 while True:  # grow the pilot until it is busy long enough to give a rate
                     pilot = launch(system, job, pilot_records, 0, "pilot")
-                    startup = startup_of(runs, system.label, job)
+                    startup = startup_of(runs, system=system.label, job=job)
                     busy = (pilot.job_s or 0.0) - (startup[1] if startup else 0.0)
                     if pilot.error or busy >= 2.0 or pilot_records * 8 > args.max_records:
                         break
@@ -308,7 +283,7 @@ def summarize(runs: list[Run], systems: list[System], jobs: list[str]) -> dict[t
     for system in systems:
         for job in jobs:
             cell = cells[(system.label, job)] = Cell(system.label, job)
-            startup = startup_of(runs, system.label, job)
+            startup = startup_of(runs, system=system.label, job=job)
             if startup is not None:
                 cell.startup_s = startup[1]
             for run in runs:
@@ -327,7 +302,7 @@ def summarize(runs: list[Run], systems: list[System], jobs: list[str]) -> dict[t
                         continue
                     cell.records = run.records
                     cell.busy_s.append(run.job_s - cell.startup_s if startup is not None else run.job_s)
-                    cell.throughput.append(throughput(run, startup))
+                    cell.throughput.append(rate_after_startup(run, startup))
                     cell.latency_ms.extend(run.latency_ms)
                     cell.checkpoint_ms.extend(run.checkpoint_ms)
                     cell.peak_rss_mb.append(run.peak_rss_mb)

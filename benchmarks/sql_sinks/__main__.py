@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common.stats import percentile
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [("epochal", "parquet"), ("epochal", "delta"), ("epochal", "postgres"), ("epochal", "upsert"),
            ("spark", "parquet"), ("spark", "delta-foreachbatch"), ("spark", "delta-python"), ("spark", "jdbc")]
@@ -74,13 +76,6 @@ def run_once(system: str, sink: str, records: int, args: argparse.Namespace, ser
     return outcome
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=300_000)
@@ -112,7 +107,8 @@ def main() -> None:
             rows.append({"system": system, "sink": sink, "records": args.records, "job_s": round(full["job_s"], 2),
                          "startup_s": round(startup["job_s"], 2), "records_per_s": round(rate),
                          "commits": len(commits), "commit_ms_p50": round(statistics.median(commits), 1)
-                         if commits else "", "commit_ms_p95": round(percentile(commits, 0.95), 1) if commits else "",
+                         if commits else "",
+                         "commit_ms_p95": round(percentile(commits, 0.95, method="above"), 1) if commits else "",
                          "rows_out": full["rows_out"], "guarantee": GUARANTEE[sink]})
             print(json.dumps(rows[-1]), flush=True)
     finally:

@@ -9,8 +9,9 @@ import random
 import statistics
 
 import pytest
+from benchmarks.common.stats import ratio_interval
 from benchmarks.dashboard_overhead_paired import ratios, summarise, verdict
-from benchmarks.machine_noise import ratio_interval, unit_ms, variation, windows
+from benchmarks.machine_noise import unit_ms, variation, windows
 
 
 def test_windows_count_whole_windows_only() -> None:

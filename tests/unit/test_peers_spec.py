@@ -7,8 +7,9 @@ import argparse
 import collections
 
 import pytest
+from benchmarks.common.stats import percentile, rate_after_startup
 from benchmarks.peers import spec
-from benchmarks.peers.__main__ import Run, percentile, size_run, throughput
+from benchmarks.peers.__main__ import Run, size_run
 
 N = 30_000
 
@@ -57,10 +58,10 @@ def test_lines_parse_back_and_sample_latency():
 
 def test_throughput_subtracts_the_median_start_up():
     run = Run("s", "keyed", 1_010_000, 0, "timed", job_s=3.0)
-    assert throughput(run, (10_000, 1.0)) == pytest.approx(500_000)
-    assert throughput(run, None) == pytest.approx(1_010_000 / 3.0)
+    assert rate_after_startup(run, (10_000, 1.0)) == pytest.approx(500_000)
+    assert rate_after_startup(run, None) == pytest.approx(1_010_000 / 3.0)
     run.error = "boom"
-    assert throughput(run, (10_000, 1.0)) != throughput(run, (10_000, 1.0))  # NaN
+    assert rate_after_startup(run, (10_000, 1.0)) != rate_after_startup(run, (10_000, 1.0))  # NaN
 
 
 def test_size_run_targets_seconds_within_bounds():
