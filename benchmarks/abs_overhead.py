@@ -27,7 +27,6 @@ to its own baseline, so they say what checkpointing costs, not what the backend 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import shutil
 import statistics
@@ -35,6 +34,7 @@ import tempfile
 import time
 
 import epochal
+from benchmarks.common.results import RESULTS, pyplot, save_figure, write_rows
 from epochal.control.spark import create_session
 
 MODES = ("exactly_once", "at_least_once", "synchronous")
@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", choices=sorted(BACKENDS), default=["heap-fork"])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spark = create_session(f"local[{max(args.parallelism, 2)}]", args.parallelism)
@@ -138,10 +138,7 @@ def main() -> None:
                           + (f", back-edge log {row['loop_log_records_median']:,.0f} records (max "
                              f"{row['loop_log_records_max']:,})" if state == "cyclic" and mode != "none" else ""),
                           flush=True)
-    with open(os.path.join(args.out, "abs_overhead.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(os.path.join(args.out, "abs_overhead.csv"), rows)
     summary = summarise(rows, args)
     plot(summary, args)
     spark.stop()
@@ -192,10 +189,7 @@ def summarise(rows: list[dict], args: argparse.Namespace) -> dict:
 
 
 def plot(summary: dict, args: argparse.Namespace) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(summary), figsize=(6.5 * len(summary), 4.2), squeeze=False)
     for ax, (state, (none_s, per_mode)) in zip(axes[0], summary.items(), strict=True):
@@ -215,8 +209,7 @@ def plot(summary: dict, args: argparse.Namespace) -> None:
         ax.legend()
     fig.suptitle(f"ABS vs synchronous snapshots: {args.records:,} records, 3 shuffles, "
                  f"parallelism {args.parallelism}, {os.cpu_count()} CPUs")
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "abs_overhead.png"), dpi=120)
+    save_figure(fig, os.path.join(args.out, "abs_overhead.png"))
 
 
 if __name__ == "__main__":

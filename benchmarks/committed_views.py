@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.graph.measure import machine, pyplot, write_csv
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 
 MAXP = 128
 GROUPS = range(0, 64)
@@ -147,8 +147,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
            ylabel="processing thread at the barrier (ms, median)",
            title="read_committed: the view taken at each barrier")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:
@@ -158,7 +157,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dsn", default=None, help="a PostgreSQL server for the postgres backends")
     parser.add_argument("--postgres", action="store_true", help="start a server for the postgres backends")
-    parser.add_argument("--out", default="benchmarks/results/committed_views")
+    parser.add_argument("--out", default=str(RESULTS / "committed_views"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

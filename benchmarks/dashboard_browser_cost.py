@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, ROOT, write_csv
+
 CHROMIUM = "/usr/bin/chromium"
 #: How Chromium is started: headless, no sandbox, nothing fetched from the network (as the tests).
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -43,7 +45,6 @@ PERFORMANCE = ("LayoutCount", "RecalcStyleCount", "ScriptDuration", "TaskDuratio
                "RecalcStyleDuration")
 #: The dashboard's files a baseline revision replaces (under src/epochal/rest/dashboard/).
 ASSETS = ("dashboard.js", "dashboard.css", "index.html")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def chromium_cpu(root: int | None = None) -> dict[int, float]:
@@ -211,8 +212,6 @@ def report(costs: list[PageCost]) -> None:
 
 
 def write(out: Path, costs: list[PageCost]) -> None:
-    from benchmarks.graph.measure import write_csv
-
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "dashboard_browser_cost.csv", [{**asdict(c), "cpu_per_s": c.cpu_per_s} for c in costs])
 
@@ -225,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="seconds measured per window (default 60)")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after the page showed the graph")
     parser.add_argument("--rate", type=float, default=20_000.0, help="the job's records per second")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not os.path.exists(CHROMIUM):
         print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)

@@ -36,7 +36,6 @@ and prints the median throughput of each configuration and their ratios to ``off
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -52,6 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter
 from benchmarks.rest_overhead import wait_unregistered
 
@@ -439,22 +439,14 @@ def report(summary: dict[str, Any]) -> None:
 
 def write(out: Path, runs: list[Run], summary: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "dashboard_overhead.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
-        writer.writeheader()
-        for run in runs:
-            writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    write_rows(out / "dashboard_overhead.csv", [{**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"}
+                                                for run in runs])
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    medians = [summary["median"][c] for c in CONFIGS]
-    errors = [[summary["median"][c] - summary["min"][c] for c in CONFIGS],
-              [summary["max"][c] - summary["median"][c] for c in CONFIGS]]
+    medians, errors = error_bars((summary["median"][c], summary["min"][c], summary["max"][c]) for c in CONFIGS)
     labels = ["both off", "Chromium on the page\n+ /metrics every 1 s", "the page's requests\n+ /metrics every 1 s"]
-    bars = left.bar(labels, medians, yerr=errors, capsize=6, color=["#999999", "#4c72b0", "#dd8452"])
+    bars = left.bar(labels, medians, yerr=errors, capsize=6, color=[GREY, BLUE, ORANGE])
     left.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     left.set_ylabel("records / s (median, min-max)")
     loads = [r.load_1min for r in runs]
@@ -474,9 +466,7 @@ def write(out: Path, runs: list[Run], summary: dict[str, Any]) -> None:
     right.set_ylabel("records / s")
     right.set_title("every run, in the order of rounds")
     right.legend()
-    fig.tight_layout()
-    fig.savefig(out / "dashboard_overhead.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "dashboard_overhead.png")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -484,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--records", type=int, default=2_000_000, help="records per run (default 2,000,000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of off/watched/polled (default 5)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--window", type=float, default=0.0,
                         help="steady state: run the job without an end and measure its records per second over "
                              "this many seconds after --settle seconds (the page's first load, start-up); the "
@@ -508,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs, "
           f"browser {'driven by Playwright' if args.automation else 'on its own'}; "
-          f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
+          f"uptime: {uptime()}", flush=True)
     runs = measure(args.records, args.rounds, args.automation, args.window, args.settle)
     summary = summarise(runs)
     write(args.out, runs, summary)

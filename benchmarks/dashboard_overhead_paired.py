@@ -52,9 +52,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
 from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree, tree_cpu
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from benchmarks.machine_noise import start_probes, stop_probes, unit_ms
 
 CONFIGS = ("off", "watched", "polled")
@@ -259,9 +259,7 @@ def plot(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None
     right.set_ylabel("throughput / the block's off phase")
     right.set_title("per block, and the geometric mean with its 95 % interval")
     right.legend(loc="lower left")
-    fig.tight_layout()
-    fig.savefig(out / "dashboard_overhead_paired.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "dashboard_overhead_paired.png")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warm", type=float, default=20.0,
                         help="seconds the job runs with both watchers before the first phase (default 20)")
     parser.add_argument("--seed", type=int, default=38, help="seed of the phases' order")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if not os.path.exists(CHROMIUM):
         print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)

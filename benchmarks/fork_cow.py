@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal import serialization
 from epochal.dataflow.checkpointing.fork_snapshots import fork_snapshot, wait_report
 
@@ -141,9 +141,7 @@ def plot(summary: list[dict[str, Any]], out: Path) -> None:
     right.set_ylabel("ms per snapshot (parent process)")
     right.set_title("Parent's kernel time per snapshot (faults) and fork stall")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "fork_cow.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "fork_cow.png")
 
 
 def main() -> None:
@@ -152,7 +150,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=3_000_000, help="updates per run")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default="benchmarks/results/fork-cow")
+    parser.add_argument("--out", default=str(RESULTS / "fork-cow"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -35,10 +35,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, ROOT, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("off", "file", "zookeeper")
 
 
@@ -73,7 +72,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ha_overhead"))
+    parser.add_argument("--out", default=str(ROOT / RESULTS / "ha_overhead"))
     options = parser.parse_args()
     from epochal.control.spark import create_session
 
@@ -135,8 +134,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     axis.set_xticks(range(len(CONFIGS)), ["HA off", "HA on (files)", "HA on (ZooKeeper)"])
     axis.set_ylabel("records / s (each run; line: median)")
     axis.set_title("The cost of HA in a failure-free run")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
 
 
 if __name__ == "__main__":

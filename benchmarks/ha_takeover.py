@@ -37,10 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, ROOT, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def driver(uri: str, work: str, keys: int, timeout: float) -> None:
@@ -173,7 +171,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--runs", nargs="+", default=None,
                         help="instead of every combination: STORE:KEYS:TIMEOUT triples, e.g. file:100000:5")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ha_takeover"))
+    parser.add_argument("--out", default=str(ROOT / RESULTS / "ha_takeover"))
     options = parser.parse_args()
     if options.mode == "driver":
         uri, work, keys, timeout = options.args
@@ -229,8 +227,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     axis.set_ylabel("SIGKILL of the leader -> first record (s)")
     axis.set_title("HA takeover time (median)")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.graph.measure import machine, pyplot, write_csv
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 
 #: Window lengths (seconds) the rates are taken over.
 WINDOWS = (1.0, 5.0, 30.0)
@@ -205,9 +205,7 @@ def plot(out: Path, rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -
     right.set_ylabel("coefficient of variation of the rate, %")
     right.set_title("how much the machine's capacity moves")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "machine_noise.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "machine_noise.png")
 
 
 def report(summary: list[dict[str, Any]]) -> None:
@@ -224,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.machine_noise",
                                      description=(__doc__ or "").split("\n", 1)[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds per configuration (default 60)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     print(f"machine noise: {machine()}; load {os.getloadavg()[0]:.1f}", flush=True)
     rows, summary = measure(args.seconds)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from benchmarks.peers import spec
 from benchmarks.peers.run_epochal import LatencySamplingDiscardSink, build
 from epochal.control.spark import create_session
@@ -72,8 +72,7 @@ def plot(rows: list[dict[str, Any]], out: Path, title: str) -> None:
     ax.set_ylabel("records/s (median)")
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "postgres_state_throughput.png", dpi=110)
+    save_figure(fig, out / "postgres_state_throughput.png", dpi=110)
 
 
 def main() -> None:
@@ -84,7 +83,7 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--dsn", default=None, help="a PostgreSQL server (default: one started for the run)")
-    parser.add_argument("--out", default="benchmarks/results/postgres-state")
+    parser.add_argument("--out", default=str(RESULTS / "postgres-state"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import (
+    BLUE,
+    GREEN,
+    GREY,
+    ORANGE,
+    RESULTS,
+    error_bars,
+    pyplot,
+    save_figure,
+    uptime,
+    write_csv,
+)
 from benchmarks.common.stats import block_ratios, percentile, ratio_interval
 from benchmarks.rest_overhead import spark_cpu, wait_unregistered, word
 
@@ -284,8 +296,6 @@ def cost(spark: Any, work: Path, records: int, rounds: int, configs: Sequence[st
 
 
 def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
-    from benchmarks.graph.measure import pyplot, write_csv
-
     out.mkdir(parents=True, exist_ok=True)
     if reports:
         write_csv(out / "queryable_state_lookups.csv",
@@ -298,7 +308,7 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 5.5), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     names = list(dict.fromkeys(r.run for r in reports))
     totals = [sum(r.lookups_per_s for r in reports if r.run == n) for n in names]
-    bars = left.barh(names, totals, color="#4c72b0")
+    bars = left.barh(names, totals, color=BLUE)
     left.bar_label(bars, labels=[f"{t:,.0f}" for t in totals], padding=3)
     left.axvline(LOOKUPS_GOAL, color="red", linestyle="--", label="goal (x1, uncommitted)")
     left.set_xscale("log")
@@ -310,8 +320,8 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     p50 = [statistics.median(r.p50_s for r in reports if r.run == n) * 1000 for n in names]
     p99 = [max(r.p99_s for r in reports if r.run == n) * 1000 for n in names]
     y = range(len(names))
-    middle.barh([i - 0.2 for i in y], p50, height=0.4, label="p50", color="#55a868")
-    middle.barh([i + 0.2 for i in y], p99, height=0.4, label="p99 (worst client)", color="#dd8452")
+    middle.barh([i - 0.2 for i in y], p50, height=0.4, label="p50", color=GREEN)
+    middle.barh([i + 0.2 for i in y], p99, height=0.4, label="p99 (worst client)", color=ORANGE)
     middle.set_yticks(list(y), [""] * len(names))  # (the same runs as on the left)
     middle.invert_yaxis()
     middle.axvline(P99_GOAL_S * 1000, color="red", linestyle="--", label="p99 goal")
@@ -320,18 +330,14 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
     middle.legend(fontsize=8)
     if not runs:
         right.set_visible(False)
-        fig.tight_layout()
-        fig.savefig(out / "queryable_state.png", dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / "queryable_state.png")
         return
     configs = list(dict.fromkeys(r.config for r in runs))
     speeds = {c: [r.records_per_s for r in runs if r.config == c] for c in configs}
-    medians = [statistics.median(speeds[c]) for c in configs]
-    errors = [[m - min(speeds[c]) for c, m in zip(configs, medians, strict=True)],
-              [max(speeds[c]) - m for c, m in zip(configs, medians, strict=True)]]
-    colours = {"not queryable": "#cccccc", "none": "#999999", "1000/s": "#dd8452"}
+    medians, errors = error_bars((statistics.median(speeds[c]), min(speeds[c]), max(speeds[c])) for c in configs)
+    colours = {"not queryable": "#cccccc", "none": GREY, "1000/s": ORANGE}
     bars = right.bar([c.replace(", ", "\n") for c in configs], medians, yerr=errors, capsize=6,
-                     color=[colours.get(c, "#4c72b0") for c in configs])
+                     color=[colours.get(c, BLUE) for c in configs])
     right.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     loads = [r.load_1min for r in runs]
     right.set_ylabel("records / s (median, min-max)")
@@ -339,9 +345,7 @@ def write(out: Path, reports: list[ClientReport], runs: list[JobRun]) -> None:
                     f"{max(r.round for r in runs) + 1} rounds, load {min(loads):.1f}-{max(loads):.1f} "
                     f"on {os.cpu_count()} cores")
     right.margins(y=0.15)
-    fig.tight_layout()
-    fig.savefig(out / "queryable_state.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "queryable_state.png")
 
 
 def read(out: Path) -> tuple[list[ClientReport], list[JobRun]]:
@@ -426,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the cost runs (default: all three)")
     parser.add_argument("--client-cores", help="cores (e.g. '1') the client processes run on; the job gets the "
                                                  "others (default: every process on every core)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG and summary from the CSVs in --out")
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)  # a client process
     parser.add_argument("--level", default="read_uncommitted", help=argparse.SUPPRESS)
@@ -443,10 +447,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from epochal.control.spark import create_session
 
-    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    now = uptime()
     import epochal
 
-    print(f"epochal queryable state ({Path(epochal.__file__).parent}): {os.cpu_count()} CPUs; uptime: {uptime}",
+    print(f"epochal queryable state ({Path(epochal.__file__).parent}): {os.cpu_count()} CPUs; uptime: {now}",
           flush=True)
     if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
         clients = pin_clients(args.client_cores)
@@ -466,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     write(args.out, reports, runs)
     report(reports, runs)
-    print(f"\nuptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"\nuptime: {uptime()}")
     print(f"wrote {args.out / 'queryable_state_lookups.csv'}, queryable_state_throughput.csv and queryable_state.png")
     return 0
 

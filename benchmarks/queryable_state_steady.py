@@ -49,9 +49,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import BLUE, RED, RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
 from benchmarks.dashboard_overhead import slope, tree_cpu
-from benchmarks.graph.measure import machine, write_csv
 from benchmarks.queryable_state import CLIENT_TRANSPORT, COST_GOAL, add_job, pin_clients, start_client
 from benchmarks.rest_overhead import spark_cpu
 
@@ -161,8 +161,6 @@ def plot(runs: Sequence[str], out: Path) -> None:
     geometric mean and 95 % interval as a bar, and the goal's line, into ``out`` (a PNG)."""
     import csv
 
-    from benchmarks.graph.measure import pyplot
-
     plt = pyplot()
     fig, axes = plt.subplots(figsize=(1.8 + 2.2 * len(runs), 5))
     for i, run in enumerate(runs):
@@ -172,20 +170,18 @@ def plot(runs: Sequence[str], out: Path) -> None:
         ratios = block_ratios(rows, CLIENT_CONFIGS["auto"], "none")
         ratio, low, high = ratio_interval(ratios)
         jitter = random.Random(i)
-        axes.scatter([i + jitter.uniform(-0.15, 0.15) for _ in ratios], ratios, s=12, alpha=0.5, color="#4c72b0")
+        axes.scatter([i + jitter.uniform(-0.15, 0.15) for _ in ratios], ratios, s=12, alpha=0.5, color=BLUE)
         axes.errorbar([i + 0.3], [ratio], yerr=[[ratio - low], [high - ratio]], fmt="o", color="black", capsize=5)
         axes.annotate(f"x{ratio:.3f}\n({low:.3f}-{high:.3f})\n{len(ratios)} blocks", (i + 0.36, ratio), fontsize=8,
                       va="center")
-    axes.axhline(1 - COST_GOAL, color="#c44e52", linestyle="--", label=f"goal: at most {COST_GOAL:.0%} lost")
+    axes.axhline(1 - COST_GOAL, color=RED, linestyle="--", label=f"goal: at most {COST_GOAL:.0%} lost")
     axes.axhline(1.0, color="grey", linewidth=0.5)
     axes.set_xticks(range(len(runs)), [run.partition("=")[0] for run in runs], fontsize=8)
     axes.set_xlim(-0.5, len(runs) - 0.1)
     axes.set_ylabel("job throughput, 1,000 lookups/s over none (per block)")
     axes.set_title("What 1,000 lookups a second cost a running job (steady state)", fontsize=10)
     axes.legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, dpi=110)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,10 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="unmeasured seconds between the job's start and the first block (default 30: a "
                              "job's first 30-40 s run up to 40 %% slower, a bias for the first blocks' phases)")
     parser.add_argument("--seed", type=int, default=37)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--plot", nargs="+", metavar="LABEL=CSV",
                         help="only plot the block ratios of these runs' CSVs into --png, then exit")
-    parser.add_argument("--png", type=Path, default=Path("benchmarks/results/queryable_state_steady.png"))
+    parser.add_argument("--png", type=Path, default=RESULTS / "queryable_state_steady.png")
     args = parser.parse_args(argv)
     if args.plot:
         plot(args.plot, args.png)

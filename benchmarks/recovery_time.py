@@ -12,12 +12,12 @@ every worker restored its state (``resumed_s``); ``restored_s`` is up to the sta
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import time
 
 import epochal
+from benchmarks.common.results import RESULTS, write_rows
 from epochal.control.spark import create_session
 from epochal.state.descriptors import ValueStateDescriptor
 from epochal.testing import Fault
@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1.0, 100.0])
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     spark = create_session(f"local[{max(args.parallelism, 2)}]", args.parallelism)
@@ -74,10 +74,7 @@ def main() -> None:
         print(f"{size:g} MB keyed state ({row['keys']:,} keys): last checkpoint {row['checkpoint_bytes'] / 1e6:.1f} MB "
               f"in {row['checkpoint_duration_s']:.2f} s; kill -> state restored and started "
               f"{row['restored_s']:.2f} s, kill -> first record processed {row['recovery_s']:.2f} s")
-    with open(os.path.join(args.out, "recovery_time.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(os.path.join(args.out, "recovery_time.csv"), rows)
     spark.stop()
 
 

@@ -32,7 +32,6 @@ latency percentiles.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -45,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.common.stats import percentile
 
 CONFIGS = ("off", "idle", "polled")
@@ -269,25 +269,15 @@ def report(summary: dict[str, Any]) -> None:
 
 def write(out: Path, runs: list[Run], requests: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with (out / "rest_overhead.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*asdict(runs[0]), "records_per_s"])
-        writer.writeheader()
-        for run in runs:
-            writer.writerow({**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"})
-    with (out / "rest_overhead_latency.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["round", "path", "seconds", "server_ms", "status", "running"])
-        writer.writeheader()
-        writer.writerows(requests)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    write_rows(out / "rest_overhead.csv", [{**asdict(run), "records_per_s": f"{run.records_per_s:.1f}"}
+                                           for run in runs])
+    write_rows(out / "rest_overhead_latency.csv", requests,
+               ["round", "path", "seconds", "server_ms", "status", "running"])
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    medians = [summary["median"][c] for c in CONFIGS]
-    errors = [[summary["median"][c] - summary["min"][c] for c in CONFIGS],
-              [summary["max"][c] - summary["median"][c] for c in CONFIGS]]
-    bars = left.bar(CONFIGS, medians, yerr=errors, capsize=6, color=["#999999", "#4c72b0", "#dd8452"])
+    medians, errors = error_bars((summary["median"][c], summary["min"][c], summary["max"][c]) for c in CONFIGS)
+    bars = left.bar(CONFIGS, medians, yerr=errors, capsize=6, color=[GREY, BLUE, ORANGE])
     left.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     left.set_ylabel("records / s (median, min-max)")
     loads = [r.load_1min for r in runs]
@@ -307,9 +297,7 @@ def write(out: Path, runs: list[Run], requests: list[dict[str, Any]], summary: d
     right.set_ylabel("fraction of requests")
     right.set_title("latency while the job runs at full speed")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "rest_overhead.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "rest_overhead.png")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -321,21 +309,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--new-connections", action="store_true",
                         help="the client opens a connection per request (as the command line does) instead of "
                              "keeping one alive (as a dashboard does)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--poll", type=Path, help=argparse.SUPPRESS)  # the polling client's own process
     args = parser.parse_args(argv)
     if args.poll is not None:
         poll(args.poll, args.rate, args.new_connections)
         return 0
     print(f"epochal REST overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs; "
-          f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
+          f"uptime: {uptime()}", flush=True)
     print(f"the client {'opens a connection per request' if args.new_connections else 'keeps its connection'}",
           flush=True)
     runs, requests = measure(args.records, args.rounds, args.rate, args.new_connections)
     summary = summarise(runs, requests)
     write(args.out, runs, requests, summary)
     report(summary)
-    print(f"\nuptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"\nuptime: {uptime()}")
     print(f"wrote {args.out / 'rest_overhead.csv'}, rest_overhead_latency.csv and rest_overhead.png")
     return 0
 

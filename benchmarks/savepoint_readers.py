@@ -33,17 +33,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import RESULTS, ROOT, pyplot, save_figure, write_csv
 from benchmarks.common.stats import ratio_interval
-from benchmarks.graph.measure import pyplot, write_csv
 from benchmarks.savepoints import paired_ratios
-
-HERE = Path(__file__).resolve().parents[1]
 
 
 def configurations(args: argparse.Namespace) -> dict[str, tuple[Path, dict[str, str]]]:
     """Name -> (checkout to run in, environment additions)."""
-    out = {"native": (HERE, {}), "python": (HERE, {"EPOCHAL_NATIVE_READER": "0"}),
-           "page-cache": (HERE, {"EPOCHAL_DIRECT_IO": "0"})}
+    out = {"native": (ROOT, {}), "python": (ROOT, {"EPOCHAL_NATIVE_READER": "0"}),
+           "page-cache": (ROOT, {"EPOCHAL_DIRECT_IO": "0"})}
     if args.baseline_tree:
         out["baseline"] = (Path(args.baseline_tree).resolve(), {})
     if args.configurations:
@@ -56,8 +54,9 @@ def configurations(args: argparse.Namespace) -> dict[str, tuple[Path, dict[str, 
 
 def run_job(tree: Path, env: dict[str, str], args: argparse.Namespace, out: Path) -> None:
     script = tree / "benchmarks" / "savepoints.py"
-    if tree != HERE:  # the baseline runs this checkout's benchmark against its own epochal
-        shutil.copy(HERE / "benchmarks" / "savepoints.py", script)
+    if tree != ROOT:  # the baseline runs this checkout's benchmark (and its helpers) against its own epochal
+        shutil.copy(ROOT / "benchmarks" / "savepoints.py", script)
+        shutil.copytree(ROOT / "benchmarks" / "common", tree / "benchmarks" / "common", dirs_exist_ok=True)
     command = [str(tree / ".venv" / "bin" / "python"), "-m", "benchmarks.savepoints", "--experiments", "sizes",
                "--sizes", str(args.keys), "--backends", "rocksdb", "--repeats", "1", "--rounds", str(args.rounds),
                "--pause", str(args.pause), "--out", str(out)]
@@ -103,8 +102,7 @@ def plot(summary: list[dict[str, Any]], keys: int, path: Path) -> None:
     right.set_ylabel("canonical / native, paired (geometric mean, 95 %)")
     right.legend()
     fig.suptitle(f"RocksDB canonical and native savepoints at {keys / 1e6:g} M keys: {', '.join(names)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main() -> None:
@@ -118,7 +116,7 @@ def main() -> None:
                         help="only these (native, python, page-cache, baseline); default: all")
     parser.add_argument("--from-dir", default=None,
                         help="summarise the runs already in this directory (<configuration>-<job>/savepoints.csv)")
-    parser.add_argument("--out", default="benchmarks/results/savepoint_readers")
+    parser.add_argument("--out", default=str(RESULTS / "savepoint_readers"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median, ratio_interval
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from benchmarks.state_snapshots import BACKENDS, Driver, ForkAwareCpuWatch, build, source_records, stored_bytes
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage
@@ -225,8 +225,7 @@ def plot(summary: list[dict[str, Any]], cycles: list[dict[str, Any]], out: Path,
     right.set(ylabel="seconds", title="stop -> restore -> first record")
     right.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "savepoints.png", dpi=110)
+    save_figure(fig, out / "savepoints.png", dpi=110)
 
 
 def main() -> None:
@@ -251,7 +250,7 @@ def main() -> None:
                         help="records per second of the sizes job (default: as fast as it goes)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints, savepoints and RocksDB go")
-    parser.add_argument("--out", default="benchmarks/results/savepoints")
+    parser.add_argument("--out", default=str(RESULTS / "savepoints"))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

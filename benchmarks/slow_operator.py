@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import BLUE, RESULTS, ROOT, error_bars, pyplot, save_figure, write_rows
 from benchmarks.common.stats import percentile
 
-ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["shape", "label", "repeat", "seconds", "records", "records_per_s", "checkpoints", "spacing_median_s",
           "spacing_max_s", "duration_median_s", "duration_max_s", "latency_p50_s", "latency_p99_s",
           "latency_max_s", "load_1min"]
@@ -111,10 +111,7 @@ def run_once(shape: str, args: argparse.Namespace, spark: Any, repeat: int) -> d
 
 
 def plot(rows: list[dict[str, Any]], path: Path, interval: float = 1.0) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = sorted(dict.fromkeys((r["shape"], r["label"]) for r in rows), key=lambda key: key[0])  # labels as run
     labels = [f"{shape}\n{label}" for shape, label in keys]
@@ -122,18 +119,15 @@ def plot(rows: list[dict[str, Any]], path: Path, interval: float = 1.0) -> None:
     for ax, (field, title) in zip(axes, [("spacing_max_s", "longest gap between completed checkpoints (s)"),
                                          ("latency_p99_s", "p99 latency (s)")], strict=True):
         values = [[r[field] for r in rows if (r["shape"], r["label"]) == key] for key in keys]
-        medians = [statistics.median(v) for v in values]
-        lows = [m - min(v) for m, v in zip(medians, values, strict=True)]
-        highs = [max(v) - m for m, v in zip(medians, values, strict=True)]
-        ax.bar(range(len(keys)), medians, yerr=[lows, highs], capsize=4, color="#4c72b0")
+        medians, errors = error_bars((statistics.median(v), min(v), max(v)) for v in values)
+        ax.bar(range(len(keys)), medians, yerr=errors, capsize=4, color=BLUE)
         ax.set_xticks(range(len(keys)), labels, fontsize=8)
         ax.set_title(title, fontsize=10)
         goal, what = (interval + 0.5, "interval + 0.5 s") if field == "spacing_max_s" else (1.0, "1 s")
         ax.axhline(goal, color="red", linestyle="--", linewidth=1, label=f"goal: {what}")
         ax.legend(fontsize=8)
     fig.suptitle(f"A slow operator, checkpoint interval {interval:g} s (median of repeats, min-max bars)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-time", type=float, default=None,
                         help="EngineConfig.batch_time (0: none, count-only batches); default: epochal's default")
     parser.add_argument("--label", default="", help="a name for this configuration in the CSV")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / RESULTS)
     parser.add_argument("--append", action="store_true", help="add rows to an existing CSV")
     args = parser.parse_args(argv)
     args.label = args.label or ("default" if args.batch_time is None else f"batch_time={args.batch_time:g}")
@@ -167,10 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_once(shape, args, spark, repeat)
             print(" ".join(f"{k}={row[k]}" for k in FIELDS), flush=True)
             rows.append(row)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(path, rows, FIELDS, ignore_extra=True)
     plot(rows, args.out / "slow_operator.png", args.interval)
     print(f"wrote {path} and {args.out / 'slow_operator.png'}")
     return 0

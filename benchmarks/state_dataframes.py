@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import epochal
+from benchmarks.common.results import BLUE, RED, RESULTS, error_bars, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal.control.spark import create_session
 from epochal.state.inspect import savepoint_info
 
@@ -68,19 +68,15 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt = pyplot()
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     seconds = [[r["seconds"] for r in rows if r["backend"] == b] for b in backends]
-    middle = [median(s) for s in seconds]
-    low = [m - min(s) for m, s in zip(middle, seconds, strict=True)]
-    high = [max(s) - m for m, s in zip(middle, seconds, strict=True)]
+    middle, errors = error_bars((median(s), min(s), max(s)) for s in seconds)
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.bar(backends, middle, yerr=[low, high], capsize=6, color="#4c72b0")
-    axis.axhline(GOAL_S, color="#c44e52", linestyle="--", label=f"goal: {GOAL_S:.0f} s")
+    axis.bar(backends, middle, yerr=errors, capsize=6, color=BLUE)
+    axis.axhline(GOAL_S, color=RED, linestyle="--", label=f"goal: {GOAL_S:.0f} s")
     keys = rows[0]["keys"]
     axis.set_ylabel("seconds (median, min-max)")
     axis.set_title(f"read_state(...).count() of {keys:,} keys' state")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--interval", type=float, default=1.0, help="checkpoint interval of the job (s)")
     parser.add_argument("--partitions", type=int, default=None)
-    parser.add_argument("--out", default="benchmarks/results/state_dataframes")
+    parser.add_argument("--out", default=str(RESULTS / "state_dataframes"))
     parser.add_argument("--tmp", default=None, help="where the checkpoints go (default: the temp directory)")
     args = parser.parse_args(argv)
     out = Path(args.out)

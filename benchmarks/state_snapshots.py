@@ -63,8 +63,8 @@ import psutil
 
 import epochal
 from benchmarks.cec.runner import CpuWatch
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
-from benchmarks.graph.measure import machine, pyplot, write_csv
 from epochal.control.restart import FixedDelayRestart
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage, state_files
@@ -329,8 +329,7 @@ def plot(summary: list[dict[str, Any]], out: Path, title: str) -> None:
         if ax.has_data():
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "state_snapshots.png", dpi=110)
+    save_figure(fig, out / "state_snapshots.png", dpi=110)
 
 
 def main() -> None:
@@ -357,7 +356,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--tmp", default=None, help="where checkpoints and RocksDB go (default: the temp dir)")
-    parser.add_argument("--out", default="benchmarks/results/state-snapshots")
+    parser.add_argument("--out", default=str(RESULTS / "state-snapshots"))
     parser.add_argument("--cache-entries", type=int, nargs="+", default=[0],
                         help="the PostgreSQL backends' read cache (values per subtask; 0: the default); each "
                              "value is a run of its own, beside the others")

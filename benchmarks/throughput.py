@@ -32,7 +32,6 @@ Results go to ``--out`` (default ``benchmarks/results``): ``throughput.csv`` and
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import random
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import epochal
+from benchmarks.common.results import BLUE, RESULTS, error_bars, pyplot, save_figure, write_rows
 from epochal.config import EngineConfig
 from epochal.control.spark import create_session
 
@@ -143,16 +143,13 @@ def measure(spark: SparkSession, parallelisms: Sequence[int], records: int, repe
     return runs, startup
 
 
-def write_csv(path: Path, runs: Sequence[Run], startup: dict[int, float]) -> None:
+def write_runs(path: Path, runs: Sequence[Run], startup: dict[int, float]) -> None:
     """One row per timed run; ``startup_s`` is the median wall time of the tiny job at that parallelism."""
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["parallelism", "repeat", "records", "seconds", "records_per_s", "startup_s",
-                         "job_duration_s"])
-        for run in runs:
-            writer.writerow([run.parallelism, run.repeat, run.records, f"{run.seconds:.6f}",
-                             f"{run.records_per_s:.1f}", f"{startup[run.parallelism]:.6f}",
-                             f"{run.job_duration_s:.6f}"])
+    write_rows(path, [{"parallelism": run.parallelism, "repeat": run.repeat, "records": run.records,
+                       "seconds": f"{run.seconds:.6f}", "records_per_s": f"{run.records_per_s:.1f}",
+                       "startup_s": f"{startup[run.parallelism]:.6f}", "job_duration_s": f"{run.job_duration_s:.6f}"}
+                      for run in runs],
+               ["parallelism", "repeat", "records", "seconds", "records_per_s", "startup_s", "job_duration_s"])
 
 
 def summarize(runs: Sequence[Run]) -> dict[int, tuple[float, float, float]]:
@@ -165,18 +162,13 @@ def summarize(runs: Sequence[Run]) -> dict[int, tuple[float, float, float]]:
 
 def plot(path: Path, summary: dict[int, tuple[float, float, float]], records: int, batch_size: int) -> None:
     """Bar chart of the median records/s per parallelism with min-max error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     ps = list(summary)
-    medians = [summary[p][0] for p in ps]
-    lower = [summary[p][0] - summary[p][1] for p in ps]
-    upper = [summary[p][2] - summary[p][0] for p in ps]
+    medians, errors = error_bars(summary[p] for p in ps)
     fig, ax = plt.subplots(figsize=(6, 4))
-    bars = ax.bar([str(p) for p in ps], medians, yerr=[lower, upper], capsize=6, color="#4c72b0")
+    bars = ax.bar([str(p) for p in ps], medians, yerr=errors, capsize=6, color=BLUE)
     ax.bar_label(bars, labels=[f"{m:,.0f}" for m in medians], padding=3)
     ax.set_xlabel("parallelism")
     ax.set_ylabel("records / s (median, min-max)")
@@ -184,9 +176,7 @@ def plot(path: Path, summary: dict[int, tuple[float, float, float]], records: in
     ax.set_title(f"epochal word count, {records:,} records, batch {batch_size}\n"
                  f"Spark local mode on {os.cpu_count()} CPUs")
     ax.margins(y=0.15)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def print_table(summary: dict[int, tuple[float, float, float]], startup: dict[int, float]) -> None:
@@ -209,7 +199,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, nargs="+", default=[1, 2],
                         help="parallelisms to measure (default: 1 2)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per parallelism (default 3)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
+    parser.add_argument("--out", type=Path, default=RESULTS,
                         help="directory for throughput.csv and throughput.png (default benchmarks/results)")
     parser.add_argument("--batch-size", type=int, default=EngineConfig().batch_size,
                         help=f"records per network batch (default {EngineConfig().batch_size})")
@@ -238,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = args.out / "throughput.csv", args.out / "throughput.png"
     summary = summarize(runs)
-    write_csv(csv_path, runs, startup)
+    write_runs(csv_path, runs, startup)
     plot(png_path, summary, args.records, args.batch_size)
     print_table(summary, startup)
     print(f"\nwrote {csv_path} and {png_path}")

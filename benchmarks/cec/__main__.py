@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from benchmarks.cec import fig5, fig67, fig89, recovery
 from benchmarks.cec.common import env_note
+from benchmarks.common.results import RESULTS
 
 EXPERIMENTS = {"fig5": fig5.main, "fig6": fig67.main_q, "fig7": fig67.main_u, "fig8_9": fig89.main,
                "recovery": recovery.main}
@@ -43,7 +44,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all"))
     parser.add_argument("--quick", action="store_true", help="a smoke check: small inputs, one repeat")
-    parser.add_argument("--out", default="benchmarks/results", help="output directory (default benchmarks/results)")
+    parser.add_argument("--out", default=str(RESULTS), help=f"output directory (default {RESULTS})")
     parser.add_argument("--repeats", type=int, default=0,
                         help="runs per point (default: fig5 3, the others 1; --quick 1)")
     parser.add_argument("--no-profile", dest="profile", action="store_false",

@@ -1,10 +1,10 @@
 """What every CEC experiment shares: the Spark session and its warm-up, running a spec with an
-optional wait for a quiet machine, one printed line per run, medians, CSV and plots."""
+optional wait for a quiet machine, one printed line per run, and selecting and formatting rows
+(CSV, plots and statistics are ``benchmarks.common``'s)."""
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cec.runner import CpuWatch, Spec, run
-from benchmarks.graph.measure import failure, machine, pyplot, write_csv
-
-__all__ = ["Context", "pyplot", "write_csv", "machine", "fmt"]
+from benchmarks.common.results import failure, machine, read_csv, write_csv
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -25,23 +23,6 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
-
-
-def _cell(text: str) -> Any:
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def load_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a CSV this package wrote, numbers and booleans parsed back."""
-    with path.open(newline="") as handle:
-        return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
 
 class Context:
@@ -59,7 +40,7 @@ class Context:
         self.spark: Any = None
         self.loaded = bool(getattr(args, "summarise_only", False))
         if self.loaded:
-            self.rows = load_rows(self.out / f"cec_{experiment}.csv")
+            self.rows = read_csv(self.out / f"cec_{experiment}.csv")
             return
         from epochal.control.spark import create_session
 

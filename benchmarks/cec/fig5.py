@@ -23,9 +23,10 @@ import argparse
 from typing import Any
 
 from benchmarks.cec import anatomy
-from benchmarks.cec.common import Context, by, column, exact_all, fmt, pyplot, quiet, rotate
+from benchmarks.cec.common import Context, by, column, exact_all, fmt, quiet, rotate
 from benchmarks.cec.profile import profiled, top
 from benchmarks.cec.runner import Spec
+from benchmarks.common.results import error_bars, pyplot, save_figure
 from benchmarks.common.stats import median_min_max
 
 WORKLOADS = {"fast": 1, "slow": 1000, "paced": 1}
@@ -128,9 +129,7 @@ def plot(summary: list[dict[str, Any]], ctx: Context, records: dict[str, int], w
     fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4.2), squeeze=False)
     for ax, workload in zip(axes[0], workloads, strict=True):
         bars = [s for s in summary if s["workload"] == workload]
-        med = [s["median_per_s"] for s in bars]
-        err = [[m - s["min_per_s"] for m, s in zip(med, bars, strict=True)],
-               [s["max_per_s"] - m for m, s in zip(med, bars, strict=True)]]
+        med, err = error_bars((s["median_per_s"], s["min_per_s"], s["max_per_s"]) for s in bars)
         ax.bar([s["bar"] for s in bars], med, yerr=err, capsize=4,
                color=["tab:grey", "tab:blue", "tab:orange", "tab:green"])
         for i, s in enumerate(bars):
@@ -141,9 +140,7 @@ def plot(summary: list[dict[str, Any]], ctx: Context, records: dict[str, int], w
                      fontsize=10)
         ax.set_ylabel("tuples/s at the sink")
     fig.suptitle("CEC baseline impact (G_open only), papers/002 Fig. 5: median of runs, min-max")
-    fig.tight_layout()
-    fig.savefig(ctx.out / "cec_fig5.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, ctx.out / "cec_fig5.png")
 
 
 def profile(ctx: Context, records: dict[str, int]) -> None:

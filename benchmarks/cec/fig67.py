@@ -30,9 +30,10 @@ import argparse
 import statistics
 from typing import Any
 
-from benchmarks.cec.common import Context, bytes_per_tuple, exact_all, fmt, pyplot
+from benchmarks.cec.common import Context, bytes_per_tuple, exact_all, fmt
 from benchmarks.cec.runner import Spec
 from benchmarks.cec.workload import open_windows_at
+from benchmarks.common.results import pyplot, save_figure
 
 OFF = 10**12  # a Q or U target that never triggers a G_check
 Q_FACTORS = (1, 2, 4, 8)
@@ -180,6 +181,4 @@ def plot(runs: list[dict[str, Any]], key: str, xlabel: str, ctx: Context, name: 
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(ctx.out / name, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ctx.out / name)

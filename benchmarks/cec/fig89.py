@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
+from benchmarks.cec.common import Context, exact_all, fmt, quiet
 from benchmarks.cec.fig67 import OFF, SIZE, derive, measure_open_windows
 from benchmarks.cec.profile import profiled
 from benchmarks.cec.runner import Spec
+from benchmarks.common.results import pyplot, save_figure
 from benchmarks.common.stats import cell_median
 
 CPS = (0.025, 0.05, 0.1, 0.25)
@@ -130,9 +131,7 @@ def plot(summary: list[dict[str, Any]], ctx: Context, openwins: int) -> None:
         ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.minorticks_off()
     fig.suptitle(f"Impact of the checkpoint period, papers/002 Fig. 8-9 (Q = openwins = {openwins:,})")
-    fig.tight_layout()
-    fig.savefig(ctx.out / "cec_fig8_9.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, ctx.out / "cec_fig8_9.png")
 
 
 def loop_profile(ctx: Context, keys: int, records: int, seconds: float = 5.0) -> None:

@@ -44,10 +44,11 @@ import argparse
 from typing import Any
 
 from benchmarks.cec import anatomy
-from benchmarks.cec.common import Context, exact_all, fmt, pyplot, quiet
+from benchmarks.cec.common import Context, exact_all, fmt, quiet
 from benchmarks.cec.fig67 import SIZE
 from benchmarks.cec.runner import Spec
 from benchmarks.cec.workload import open_windows_at
+from benchmarks.common.results import pyplot, save_figure
 from benchmarks.common.stats import cell_median
 from epochal.cec.policy import CecSettings
 
@@ -239,9 +240,7 @@ def plot(summary: list[dict[str, Any]], ctx: Context, openwins: int) -> None:
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     fig.suptitle(f"Recovery vs failure-free overhead: CEC, CRB, ABS (~{openwins:,} open windows; medians)")
-    fig.tight_layout()
-    fig.savefig(ctx.out / "cec_recovery.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, ctx.out / "cec_recovery.png")
 
 
 def profile(ctx: Context, keys: int, kill: int) -> None:

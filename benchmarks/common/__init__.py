@@ -2,9 +2,12 @@
 
 * :mod:`benchmarks.common.stats` -- percentiles, medians, and ratios of throughputs with their
   confidence intervals (the geometric mean of paired ratios; the start-up subtraction of the peer
-  benchmarks).
+  benchmarks);
+* :mod:`benchmarks.common.results` -- the results directory, CSV files with a header (written and
+  read back), the plots' matplotlib, colours and saving, and the one-line descriptions of the
+  machine and its load printed beside them.
 
-The package imports nothing by itself, and :mod:`~benchmarks.common.stats` imports only the
-standard library at import time (scipy when a function needs it), so that a runner in a peer's
-virtualenv can use it.
+The package imports nothing by itself, and :mod:`~benchmarks.common.stats` and
+:mod:`~benchmarks.common.results` import only the standard library at import time (matplotlib,
+psutil and scipy when a function needs them), so that a runner in a peer's virtualenv can use them.
 """

@@ -38,8 +38,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.common.results import RESULTS, machine
 from benchmarks.graph import checkpoint, compare, peers, replication
-from benchmarks.graph.measure import machine
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -47,7 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("peers", "checkpoint", "replication", "all"))
     common = parser.add_argument_group("common")
-    common.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output directory")
+    common.add_argument("--out", type=Path, default=RESULTS, help="output directory")
     common.add_argument("--seed", type=int, default=1, help="graph generator seed (default 1)")
     common.add_argument("--timeout", type=float, default=3600.0, help="seconds one epochal job may take")
     common.add_argument("--driver-memory", default="4g",

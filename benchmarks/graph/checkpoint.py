@@ -45,10 +45,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import Event, Timer, event_after, failure, jobmaster_events, pyplot, write_csv
+from benchmarks.graph.measure import Event, Timer, event_after, jobmaster_events
 
 #: papers/003 Fig. 2(b): overall overhead of Imitator-CKPT, PageRank on LJournal, 20 iterations,
 #: checkpoint interval (iterations) -> overhead; and Table 2, CKPT recovery time of PageRank (s).
@@ -286,9 +287,7 @@ def plot(path: Path, summary: dict[str, dict[str, float]], title: str) -> None:
                 + ", ".join("-" if r != r else str(int(r)) for r in replayed))
     c.legend(fontsize=7, ncol=2, loc="upper center")
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(spark: Any, args: argparse.Namespace) -> None:

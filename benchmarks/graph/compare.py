@@ -45,19 +45,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat, road_grid
-from benchmarks.graph.measure import (
-    Event,
-    MemoryWatch,
-    Timer,
-    event_after,
-    failure,
-    jobmaster_events,
-    pyplot,
-    write_csv,
-)
+from benchmarks.graph.measure import Event, MemoryWatch, Timer, event_after, jobmaster_events
 
 #: The goals: the RDD example's time over epochal's at least this, epochal's over scipy's at most this.
 RDD_GOAL, SCIPY_GOAL = 20.0, 5.0
@@ -300,9 +292,7 @@ def plot(path: Path, summary: Sequence[dict[str, Any]], ratio_rows: Sequence[dic
     ax.set_title(f"PageRank goals (p={parallelism}); dashed: the goal")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ profile

@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import MemoryWatch, machine, write_csv
+from benchmarks.graph.measure import MemoryWatch
 
 ALGORITHMS = ("pr", "wcc", "sssp", "cdlp")
 SYSTEMS = ("epochal", "epochal-driver", "spark-rdd", "scipy", "graphframes")
@@ -305,8 +306,6 @@ def run_partitioners(spark: Any, scale: int, parallelism: int, root: Path) -> li
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from benchmarks.graph.measure import pyplot
-
     plt = pyplot()
     algorithms = sorted({r["algorithm"] for r in rows})
     figure, axes = plt.subplots(1, len(algorithms), figsize=(4 * len(algorithms), 3.5), squeeze=False)
@@ -321,8 +320,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         axis.set_xlabel("R-MAT scale")
         axis.set_ylabel("seconds")
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)
 
 
 def read_runs(path: Path) -> list[dict[str, Any]]:
@@ -344,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--partitioners", type=int, nargs="*", default=[16], help="scales of the partitioner table")
     parser.add_argument("--driver-memory", default="4g")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/executors"))
+    parser.add_argument("--out", type=Path, default=RESULTS / "executors")
     parser.add_argument("--combine", type=Path, nargs="+", metavar="CSV",
                         help="run nothing: join the executor_runs.csv files of earlier runs into --out, and plot them")
     args = parser.parse_args(argv)

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.results import failure
 from benchmarks.graph import checkpoint
 from benchmarks.graph.generators import BenchGraph, _relabelled, rmat, road_grid
-from benchmarks.graph.measure import Event, MemoryWatch, event_after, failure, jobmaster_events
+from benchmarks.graph.measure import Event, MemoryWatch, event_after, jobmaster_events
 
 ALGORITHMS = ("pr", "sssp", "cdlp", "wcc", "als")
 NAMES = {"pr": "PageRank", "sssp": "SSSP", "cdlp": "CDLP", "wcc": "WCC", "als": "ALS"}

@@ -18,15 +18,12 @@ written, sampled RSS is used instead (``exact`` False).
 
 from __future__ import annotations
 
-import csv
-import os
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -206,49 +203,3 @@ def event_after(events: Sequence[Event], name: str, since: float, count: int = 1
     """The time of the ``count``-th event ``name`` at or after ``since`` (NaN if there is none)."""
     times = [t for t, n, _ in events if n == name and t >= since]
     return times[count - 1] if len(times) >= count else float("nan")
-
-
-def failure(error: BaseException) -> str:
-    """A failed run's status: ``error: <type>: <first line of the message>``."""
-    first = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"error: {type(error).__name__}: {first}"
-
-
-def machine() -> str:
-    """One line describing this machine (CPUs, memory, Python)."""
-    import platform
-
-    return (f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-            f"{platform.system()} {platform.release()}, {platform.python_implementation()} "
-            f"{platform.python_version()}")
-
-
-def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Rows (dicts) as CSV, columns in the order of first appearance (see :func:`_cell`)."""
-    columns: dict[str, None] = {}
-    for row in rows:
-        columns.update(dict.fromkeys(row))
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(columns), restval="")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _cell(v) for k, v in row.items()})
-
-
-def _cell(value: Any) -> Any:
-    """A CSV cell: NaN empty, floats to 6 decimals (tiny ones such as relative errors in e-notation)."""
-    if isinstance(value, float):
-        if value != value:
-            return ""
-        return f"{value:.6f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3e}"
-    return value
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend (no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -42,9 +42,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.common.results import failure, write_csv
 from benchmarks.graph import replication_plots, replication_profile, replication_tables
 from benchmarks.graph.imitator_runs import ALGORITHMS, NAMES, Mode, Runner, Workloads, layout_stats
-from benchmarks.graph.measure import failure, write_csv
 
 RECOVERY_ALGORITHMS = ("pr", "sssp")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.graph.measure import pyplot
+from benchmarks.common.results import pyplot, save_figure
 
 COLOURS = {"BASE": "black", "REP": "tab:blue", "CKPT/4": "tab:gray", "REP+Rebirth": "tab:orange",
            "REP+Migration": "tab:green", "CKPT/4+failure": "tab:red"}
@@ -43,9 +43,7 @@ def _bars(ax: Any, groups: Sequence[str], series: dict[str, list[float]], ylabel
 
 def _save(fig: Any, path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    pyplot().close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def fig7(path: Path, table: Sequence[dict[str, Any]], title: str) -> None:

@@ -62,12 +62,23 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.results import (
+    BLUE,
+    RED,
+    RESULTS,
+    ROOT,
+    csv_lines,
+    error_bars,
+    number,
+    pyplot,
+    save_figure,
+    uptime,
+)
 from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.kafka import job
 from benchmarks.peers.__main__ import VENVS, _kill_tree, _tree_rss, ensure_venv
 from epochal.testing.kafka_broker import KAFKA_VERSION, KafkaBroker
 
-ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"log_level": 0}
 
 
@@ -401,37 +412,33 @@ def latency_run(system: System, topics: Topics, repeat: int, args: argparse.Name
 def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv_path: Path) -> list[Run]:
     runs: list[Run] = []
     sizes: dict[str, int] = {}
-    handle = csv_path.open("w", newline="")
-    writer = csv.writer(handle)
-    writer.writerow(["system", "kind", "repeat", "records", "load_1min", "wall_s", "job_s", "records_per_s",
-                     "peak_rss_mb", "output_ok", "output_check", "latency_p50_ms", "latency_p99_ms",
-                     "latency_max_ms", "latency", "unsupported", "error", "config", "versions"])
+    with csv_lines(csv_path, ["system", "kind", "repeat", "records", "load_1min", "wall_s", "job_s", "records_per_s",
+                              "peak_rss_mb", "output_ok", "output_check", "latency_p50_ms", "latency_p99_ms",
+                              "latency_max_ms", "latency", "unsupported", "error", "config", "versions"]) as write:
+        def record(run: Run) -> Run:
+            runs.append(run)
+            timed = run.kind in ("pilot", "timed")
+            rate = rate_after_startup(run, startup_of(runs, system=run.system)) if timed else float("nan")
+            lat = [percentile(run.latency_ms, q) for q in (0.5, 0.99, 1.0)]
+            write([run.system, run.kind, run.repeat, run.records, f"{run.load:.2f}", f"{run.wall_s:.2f}",
+                   "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}", f"{run.peak_rss_mb:.0f}",
+                   "" if run.ok is None else run.ok, json.dumps(run.check), *(f"{v:.1f}" for v in lat),
+                   json.dumps(run.latency), run.unsupported or "", run.error or "",
+                   json.dumps(run.config), json.dumps(run.versions)])
+            if run.unsupported:
+                status = f"unsupported: {run.unsupported}"
+            elif run.error:
+                status = f"ERROR {run.error[:600]}"
+            elif run.kind == "latency":
+                status = f"p50 {lat[0]:,.0f} ms, p99 {lat[1]:,.0f} ms, {run.latency}"
+            else:
+                status = (f"job {run.job_s:.2f} s, wall {run.wall_s:.1f} s, peak {run.peak_rss_mb:,.0f} MB"
+                          + (f", {rate:,.0f} rec/s" if rate == rate else "") + f", output {'ok' if run.ok else 'WRONG'}"
+                          + f" {run.check}")
+            print(f"[{run.kind} r{run.repeat}] {run.system:22} n={run.records:,} load {run.load:.1f}: {status}",
+                  flush=True)
+            return run
 
-    def record(run: Run) -> Run:
-        runs.append(run)
-        timed = run.kind in ("pilot", "timed")
-        rate = rate_after_startup(run, startup_of(runs, system=run.system)) if timed else float("nan")
-        lat = [percentile(run.latency_ms, q) for q in (0.5, 0.99, 1.0)]
-        writer.writerow([run.system, run.kind, run.repeat, run.records, f"{run.load:.2f}", f"{run.wall_s:.2f}",
-                         "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}", f"{run.peak_rss_mb:.0f}",
-                         "" if run.ok is None else run.ok, json.dumps(run.check), *(f"{v:.1f}" for v in lat),
-                         json.dumps(run.latency), run.unsupported or "", run.error or "",
-                         json.dumps(run.config), json.dumps(run.versions)])
-        handle.flush()
-        if run.unsupported:
-            status = f"unsupported: {run.unsupported}"
-        elif run.error:
-            status = f"ERROR {run.error[:600]}"
-        elif run.kind == "latency":
-            status = f"p50 {lat[0]:,.0f} ms, p99 {lat[1]:,.0f} ms, {run.latency}"
-        else:
-            status = (f"job {run.job_s:.2f} s, wall {run.wall_s:.1f} s, peak {run.peak_rss_mb:,.0f} MB"
-                      + (f", {rate:,.0f} rec/s" if rate == rate else "") + f", output {'ok' if run.ok else 'WRONG'}"
-                      + f" {run.check}")
-        print(f"[{run.kind} r{run.repeat}] {run.system:22} n={run.records:,} load {run.load:.1f}: {status}", flush=True)
-        return run
-
-    try:
         for system in systems:
             if system.label in args.sizes:  # N given: no pilot (every startup run checks the output too)
                 sizes[system.label] = args.sizes[system.label]
@@ -462,8 +469,6 @@ def measure(systems: list[System], topics: Topics, args: argparse.Namespace, csv
                 for system in systems:
                     if system.label in sizes:
                         record(latency_run(system, topics, repeat, args))
-    finally:
-        handle.close()
     return runs
 
 
@@ -554,10 +559,6 @@ def summarize(runs: list[Run], systems: list[System]) -> dict[str, Cell]:
     return cells
 
 
-def _num(value: float, digits: int = 0) -> str:
-    return "-" if value != value else f"{value:,.{digits}f}"
-
-
 def table(cells: dict[str, Cell], interval_s: float) -> str:
     ours = cells[OURS].median if OURS in cells else float("nan")
     lines = ["| system | sink guarantee | records/s (median) | min-max | epochal exactly-once / system "
@@ -565,7 +566,7 @@ def table(cells: dict[str, Cell], interval_s: float) -> str:
              "| output |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for cell in cells.values():
-        latency = f"{_num(cell.latency(0.5))} / {_num(cell.latency(0.99))}" if cell.has_latency else "-"
+        latency = f"{number(cell.latency(0.5))} / {number(cell.latency(0.99))}" if cell.has_latency else "-"
         if cell.inseparable:
             cell.note += (f" {cell.inseparable} timed run(s) not longer than the median start-up: no rate after "
                           "start-up, left out of records/s")
@@ -575,12 +576,12 @@ def table(cells: dict[str, Cell], interval_s: float) -> str:
             lines.append(f"| {cell.system.label} | {cell.system.guarantee} | n/a | | | | {latency} | | | | "
                          f"| {output} |")
             continue
-        spread = f"{_num(min(cell.throughput))}-{_num(max(cell.throughput))}"
+        spread = f"{number(min(cell.throughput))}-{number(max(cell.throughput))}"
         loads = f"{min(cell.loads):.1f}-{max(cell.loads):.1f}"
-        lines.append(f"| {cell.system.label} | {cell.system.guarantee} | {_num(cell.median)} | {spread} "
-                     f"| {_num(ours / cell.median, 2)}x | {_num(statistics.median(cell.raw))} | {latency} "
-                     f"| {_num(statistics.median(cell.peak_rss_mb))} "
-                     f"| {cell.records / 1e6:g}M | {_num(cell.startup_s, 1)} | {loads} | {output} |")
+        lines.append(f"| {cell.system.label} | {cell.system.guarantee} | {number(cell.median)} | {spread} "
+                     f"| {number(ours / cell.median, 2)}x | {number(statistics.median(cell.raw))} | {latency} "
+                     f"| {number(statistics.median(cell.peak_rss_mb))} "
+                     f"| {cell.records / 1e6:g}M | {number(cell.startup_s, 1)} | {loads} | {output} |")
     lines.append("")
     lines += goals(cells, interval_s)
     return "\n".join(lines) + "\n"
@@ -608,26 +609,22 @@ def goals(cells: dict[str, Cell], interval_s: float) -> list[str]:
     p99 = ours.latency(0.99)
     bound = 2 * interval_s * 1000
     verdict = "not measured" if p99 != p99 else "met" if p99 <= bound else "NOT met"
-    out.append(f"- latency: epochal exactly_once p99 {_num(p99)} ms (goal <= 2 checkpoint intervals = "
+    out.append(f"- latency: epochal exactly_once p99 {number(p99)} ms (goal <= 2 checkpoint intervals = "
                f"{bound:,.0f} ms): {verdict}")
     return out
 
 
 def plot(path: Path, cells: dict[str, Cell]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     labels = list(cells)
-    colors = ["#c44e52" if label.startswith("epochal") else "#4c72b0" for label in labels]
+    colors = [RED if label.startswith("epochal") else BLUE for label in labels]
     ours = cells[OURS].median if OURS in cells else float("nan")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    medians = [c.median if c.throughput else 0 for c in cells.values()]
-    lower = [c.median - min(c.throughput) if c.throughput else 0 for c in cells.values()]
-    upper = [max(c.throughput) - c.median if c.throughput else 0 for c in cells.values()]
-    bars = axes[0].bar(range(len(labels)), medians, yerr=[lower, upper], capsize=4, color=colors)
+    medians, errors = error_bars((c.median, min(c.throughput), max(c.throughput)) if c.throughput else (0, 0, 0)
+                                 for c in cells.values())
+    bars = axes[0].bar(range(len(labels)), medians, yerr=errors, capsize=4, color=colors)
     axes[0].bar_label(bars, labels=["" if not m else "1.00x" if label == OURS else f"{ours / m:.2f}x"
                                     for label, m in zip(labels, medians, strict=True)], padding=2, fontsize=8)
     axes[0].set_title("records/s after start-up (median, min-max)\nlabel: epochal exactly-once / system", fontsize=9)
@@ -647,9 +644,7 @@ def plot(path: Path, cells: dict[str, Cell]) -> None:
         ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
         ax.margins(y=0.15)
     fig.suptitle(f"Kafka -> parse -> keyed running count -> Kafka, parallelism 2, {os.cpu_count()} CPUs", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -673,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--drain-s", type=float, default=30.0,
                         help="how long the latency run waits for the last records to become visible")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "kafka")
+    parser.add_argument("--out", type=Path, default=ROOT / RESULTS / "kafka")
     parser.add_argument("--summarise-only", action="store_true",
                         help="rebuild kafka.md and kafka.png from --out's kafka.csv without running anything")
     args = parser.parse_args(argv)
@@ -696,13 +691,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     for venv in sorted({s.venv for s in systems if s.venv}):
         ensure_venv(venv)
     args.out.mkdir(parents=True, exist_ok=True)
-    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    uptime_before = uptime()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
           f"{uptime_before}", flush=True)
     with KafkaBroker(heap="1g") as broker:
         topics = Topics(broker)
         runs = measure(systems, topics, args, args.out / "kafka.csv")
-    uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    uptime_after = uptime()
     load = f"\nLoad: before `{uptime_before}`; after `{uptime_after}`\n"
     (args.out / "kafka-load.txt").write_text(load)
     report(runs, systems, args.out, load)

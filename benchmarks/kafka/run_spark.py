@@ -44,7 +44,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from benchmarks.kafka import job
@@ -52,7 +51,6 @@ from benchmarks.peers import run_spark as peers_spark
 
 SYSTEM = "spark"
 VARIANTS = ("builtin", "python")
-ROOT = Path(__file__).resolve().parents[2]
 CONNECTOR_VERSION = "4.2.0"
 #: Offsets per micro-batch, per variant: about one 1 s micro-batch on the 2-core machine.
 MAX_OFFSETS = {"builtin": 1_000_000, "python": 40_000}

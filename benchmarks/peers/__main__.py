@@ -38,7 +38,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -56,10 +55,10 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.results import BLUE, RED, RESULTS, ROOT, csv_lines, error_bars, number, pyplot, save_figure
 from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.peers import spec
 
-ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".venv-peers"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 
@@ -226,23 +225,20 @@ def measure(systems: list[System], jobs: list[str], args: argparse.Namespace, cs
     per system and job; every run is appended to the CSV as it ends."""
     runs: list[Run] = []
     sizes: dict[tuple[str, str], int] = {}
-    with csv_path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["system", "job", "kind", "repeat", "records", "wall_s", "job_s", "records_per_s",
-                         "latency_p50_ms", "latency_p99_ms", "checkpoint_median_ms", "checkpoints",
-                         "peak_rss_mb", "unsupported", "error", "config", "versions"])
+    with csv_lines(csv_path, ["system", "job", "kind", "repeat", "records", "wall_s", "job_s", "records_per_s",
+                              "latency_p50_ms", "latency_p99_ms", "checkpoint_median_ms", "checkpoints",
+                              "peak_rss_mb", "unsupported", "error", "config", "versions"]) as write:
 
         def record(run: Run) -> Run:
             runs.append(run)
             rate = rate_after_startup(run, startup_of(runs, system=run.system, job=run.job)) \
                 if run.kind in ("timed", "pilot") else float("nan")
-            writer.writerow([run.system, run.job, run.kind, run.repeat, run.records, f"{run.wall_s:.3f}",
-                             "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}",
-                             f"{percentile(run.latency_ms, 0.5):.3f}", f"{percentile(run.latency_ms, 0.99):.3f}",
-                             f"{percentile(run.checkpoint_ms, 0.5):.1f}", len(run.checkpoint_ms),
-                             f"{run.peak_rss_mb:.0f}", run.unsupported or "", run.error or "",
-                             json.dumps(run.config), json.dumps(run.versions)])
-            handle.flush()
+            write([run.system, run.job, run.kind, run.repeat, run.records, f"{run.wall_s:.3f}",
+                   "" if run.job_s is None else f"{run.job_s:.3f}", f"{rate:.1f}",
+                   f"{percentile(run.latency_ms, 0.5):.3f}", f"{percentile(run.latency_ms, 0.99):.3f}",
+                   f"{percentile(run.checkpoint_ms, 0.5):.1f}", len(run.checkpoint_ms),
+                   f"{run.peak_rss_mb:.0f}", run.unsupported or "", run.error or "",
+                   json.dumps(run.config), json.dumps(run.versions)])
             status = run.unsupported and f"unsupported: {run.unsupported}" or run.error or (
                 f"job {run.job_s:.2f} s, wall {run.wall_s:.1f} s, peak {run.peak_rss_mb:,.0f} MB"
                 + (f", {rate:,.0f} rec/s" if rate == rate else ""))
@@ -309,13 +305,9 @@ def summarize(runs: list[Run], systems: list[System], jobs: list[str]) -> dict[t
     return cells
 
 
-def _num(value: float, digits: int = 0) -> str:
-    return "-" if value != value else f"{value:,.{digits}f}"
-
-
 def _ms(value: float) -> str:
     """A latency: 3 significant digits below 100 ms (PyFlink's fused path is microseconds)."""
-    return _num(value, 0) if value >= 100 else f"{value:.3g}"
+    return number(value, 0) if value >= 100 else f"{value:.3g}"
 
 
 def table(cells: dict[tuple[str, str], Cell], systems: list[System], jobs: list[str]) -> str:
@@ -332,15 +324,15 @@ def table(cells: dict[tuple[str, str], Cell], systems: list[System], jobs: list[
             if not cell.throughput:
                 lines.append(f"| {system.label} | n/a | | | | | | | | {cell.verified} {cell.note} |")
                 continue
-            spread = f"{_num(min(cell.throughput))}-{_num(max(cell.throughput))}"
+            spread = f"{number(min(cell.throughput))}-{number(max(cell.throughput))}"
             ratio = ours / cell.median if cell.median else float("nan")
             latency = (f"{_ms(percentile(cell.latency_ms, 0.5))} / {_ms(percentile(cell.latency_ms, 0.99))}"
                        if cell.latency_ms else "-")
-            checkpoint = _num(statistics.median(cell.checkpoint_ms), 0) if cell.checkpoint_ms else "-"
+            checkpoint = number(statistics.median(cell.checkpoint_ms), 0) if cell.checkpoint_ms else "-"
             share = cell.startup_s / (cell.startup_s + statistics.median(cell.busy_s))
-            lines.append(f"| {system.label} | {_num(cell.median)} | {spread} | {_num(ratio, 2)}x | {latency} "
-                         f"| {checkpoint} | {_num(statistics.median(cell.peak_rss_mb))} | {cell.records / 1e6:g}M "
-                         f"| {_num(cell.startup_s, 1)} ({share:.0%}) | {cell.verified} {cell.note} |")
+            lines.append(f"| {system.label} | {number(cell.median)} | {spread} | {number(ratio, 2)}x | {latency} "
+                         f"| {checkpoint} | {number(statistics.median(cell.peak_rss_mb))} | {cell.records / 1e6:g}M "
+                         f"| {number(cell.startup_s, 1)} ({share:.0%}) | {cell.verified} {cell.note} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -349,31 +341,26 @@ def plot(path: Path, cells: dict[tuple[str, str], Cell], systems: list[System], 
          parallelism: int) -> None:
     """One panel per job: median records/s per system (min-max error bars), labelled with the
     ratio epochal / system; systems that cannot run the job are marked n/a."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     fig, axes = plt.subplots(1, len(jobs), figsize=(4.2 * len(jobs), 4.6), squeeze=False)
-    colors = ["#c44e52" if s.label == "epochal" else "#4c72b0" for s in systems]
+    colors = [RED if s.label == "epochal" else BLUE for s in systems]
     for ax, job in zip(axes[0], jobs, strict=True):
         ours = cells[("epochal", job)].median if ("epochal", job) in cells else float("nan")
-        medians, lower, upper, labels = [], [], [], []
+        triples: list[tuple[float, float, float]] = []
+        labels = []
         for system in systems:
             cell = cells[(system.label, job)]
             if cell.throughput:
                 m = cell.median
-                medians.append(m)
-                lower.append(m - min(cell.throughput))
-                upper.append(max(cell.throughput) - m)
+                triples.append((m, min(cell.throughput), max(cell.throughput)))
                 labels.append("epochal" if system.label == "epochal" else f"{ours / m:.1f}x" if m else "-")
             else:
-                medians.append(0)
-                lower.append(0)
-                upper.append(0)
+                triples.append((0, 0, 0))
                 labels.append("n/a")
-        bars = ax.bar(range(len(systems)), medians, yerr=[lower, upper], capsize=4, color=colors)
+        medians, errors = error_bars(triples)
+        bars = ax.bar(range(len(systems)), medians, yerr=errors, capsize=4, color=colors)
         ax.bar_label(bars, labels=labels, padding=2, fontsize=8)
         ax.set_xticks(range(len(systems)), [s.label for s in systems], rotation=35, ha="right", fontsize=8)
         ax.set_title(f"{job}", fontsize=10)
@@ -382,9 +369,7 @@ def plot(path: Path, cells: dict[tuple[str, str], Cell], systems: list[System], 
     axes[0][0].set_ylabel("records / s after start-up (median, min-max)")
     fig.suptitle(f"epochal vs peers, parallelism {parallelism}, {os.cpu_count()} CPUs; "
                  "bar labels: epochal / system", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -404,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / RESULTS)
     args = parser.parse_args(argv)
     systems = [SYSTEMS[label] for label in SYSTEMS if label in args.systems]
     for venv in sorted({s.venv for s in systems if s.venv}):

@@ -91,14 +91,13 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from benchmarks.common.results import ROOT
 from benchmarks.peers import spec
 
 SYSTEM = "spark"
 VARIANTS = ("builtin", "python")
-ROOT = Path(__file__).resolve().parents[2]
 
 #: Event time (ms) of the end-of-input marker record of the window job (year 2109).
 FAR_EVENT_MS = 1 << 42

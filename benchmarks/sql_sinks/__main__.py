@@ -37,9 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common.results import RESULTS, ROOT, pyplot, save_figure, write_rows
 from benchmarks.common.stats import percentile
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [("epochal", "parquet"), ("epochal", "delta"), ("epochal", "postgres"), ("epochal", "upsert"),
            ("spark", "parquet"), ("spark", "delta-foreachbatch"), ("spark", "delta-python"), ("spark", "jdbc")]
 LABELS = {"parquet": "Parquet files", "delta": "Delta (DeltaSink)", "postgres": "PostgreSQL append (2PC)",
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--startup-records", type=int, default=10_000)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/sql_sinks")
+    parser.add_argument("--out", default=str(RESULTS / "sql_sinks"))
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--configs", nargs="*", default=[f"{s}:{k}" for s, k in CONFIGS])
     parser.add_argument("--render", action="store_true", help="only redraw the table and plot from the CSV in --out")
@@ -113,10 +113,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     finally:
         server.destroy()
-    with open(out / "sql_sinks.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(out / "sql_sinks.csv", rows)
     render(out)
 
 
@@ -160,10 +157,7 @@ def table(rows: list[dict]) -> str:
 
 
 def plot(path: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
     names = [f"{r['system']}\n{r['sink']}" for r in rows]
@@ -176,8 +170,7 @@ def plot(path: Path, rows: list[dict]) -> None:
     right.set_title("Commit latency per checkpoint / micro-batch (median)")
     for axis in (left, right):
         axis.tick_params(axis="x", labelsize=7, labelrotation=35)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":
