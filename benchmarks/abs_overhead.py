@@ -34,6 +34,7 @@ import tempfile
 import time
 
 import epochal
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import RESULTS, pyplot, save_figure, write_rows
 from epochal.control.spark import create_session
 
@@ -126,8 +127,7 @@ def main() -> None:
             for position, interval in enumerate(args.intervals):
                 baselines = list(dict.fromkeys(BASELINE[b] for b in args.backends))
                 runs = [("none", b) for b in baselines] + [(m, b) for b in args.backends for m in args.modes]
-                shift = (repeat + position) % len(runs)
-                for mode, backend in runs[shift:] + runs[:shift]:
+                for mode, backend in rotate(runs, repeat + position):
                     row = {"state": state, "keys": STATE_KEYS[state], "mode": mode, "backend": backend,
                            "repeat": repeat, "interval_s": interval,
                            **run_once(spark, args.parallelism, args.records, state, mode, interval, backend)}

@@ -27,13 +27,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home, rotate
 from benchmarks.common.results import RESULTS, ROOT, write_csv
 
 CHROMIUM = "/usr/bin/chromium"
@@ -173,7 +173,7 @@ def measure(url: str, variants: dict[str, dict[str, bytes] | None], rounds: int,
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
             for round_ in range(rounds):
-                for variant in names[round_ % len(names):] + names[:round_ % len(names)]:
+                for variant in rotate(names, round_):
                     context = browser.new_context(viewport={"width": 1400, "height": 1000})
                     for name, body in (variants[variant] or {}).items():
                         context.route(f"**/dashboard/{name if name != 'index.html' else ''}", serve(name, body))
@@ -234,8 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants: dict[str, dict[str, bytes] | None] = {"this": None}
     if args.baseline:
         variants = {args.baseline: baseline_assets(args.baseline), **variants}
-    work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-browser-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")
+    work = isolated_home("epochal-dashboard-browser-")
     spark = create_session("local[2]", 2, app_name="epochal-dashboard-browser-cost")
     try:
         client = start_job(spark, args.rate, work)

@@ -51,9 +51,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home, rotate, tree, wait_unregistered
 from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter
-from benchmarks.rest_overhead import wait_unregistered
 
 CONFIGS = ("off", "watched", "polled")
 #: What the dashboard's job page asks every second (``{id}``: the job), beside ``/plan`` once.
@@ -278,17 +278,6 @@ def watch(directory: Path) -> None:
                                                         **page_cost}))
 
 
-def tree(pid: int) -> list[Any]:
-    """Process ``pid`` and its descendants (psutil processes; none if it is gone)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
 def tree_cpu(pid: int) -> float:
     """CPU seconds of process ``pid`` and its descendants (those still alive, and those they reaped)."""
     import psutil
@@ -345,8 +334,7 @@ def measure(records: int, rounds: int, automation: bool = False, window: float =
             settle: float = 10.0) -> list[Run]:
     from epochal.control.spark import create_session
 
-    work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-bench-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the watcher finds the job here (and only it)
+    work = isolated_home("epochal-dashboard-bench-")  # the watcher finds the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-dashboard-overhead")
     runs: list[Run] = []
     try:
@@ -356,7 +344,7 @@ def measure(records: int, rounds: int, automation: bool = False, window: float =
         else:
             run_job(spark, max(records // 10, 10_000), True, work)
         for round_ in range(rounds):
-            for config in CONFIGS[round_ % 3:] + CONFIGS[:round_ % 3]:
+            for config in rotate(CONFIGS, round_):
                 wait_unregistered()  # the previous run's job left the registry: the watcher finds this one
                 watcher, directory = None, work
                 if config != "off":

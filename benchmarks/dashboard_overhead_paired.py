@@ -42,32 +42,22 @@ import argparse
 import math
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home, pause
+from benchmarks.common.noise import start_probes, stop_probes, unit_ms
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
-from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree, tree_cpu
-from benchmarks.machine_noise import start_probes, stop_probes, unit_ms
+from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree_cpu
 
 CONFIGS = ("off", "watched", "polled")
 WATCHERS = CONFIGS[1:]
-
-
-def pause(pid: int, paused: bool) -> None:
-    """Stop (or continue) process ``pid`` and every descendant."""
-    for process in tree(pid):
-        try:
-            process.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
-        except Exception:  # noqa: BLE001 - a process that ended meanwhile
-            continue
 
 
 def start_watcher(config: str, work: Path) -> tuple[subprocess.Popen[bytes], Path]:
@@ -88,8 +78,7 @@ def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) ->
     from benchmarks.peers import run_epochal, spec
     from epochal.control.spark import create_session
 
-    work = Path(tempfile.mkdtemp(prefix="epochal-dashboard-paired-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the watchers find the job here (and only it)
+    work = isolated_home("epochal-dashboard-paired-")  # the watchers find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-dashboard-overhead-paired")
     jvm = spark.sparkContext._gateway.proc.pid  # the JVM; the Python workers are its descendants
     watchers = {config: start_watcher(config, work) for config in WATCHERS}

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from epochal import serialization
@@ -159,8 +160,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="epochal-fork-cow-") as directory:
         for repeat in range(args.repeats):
             for keys in args.keys:
-                variants = VARIANTS[repeat % 3:] + VARIANTS[:repeat % 3]  # rotate against drift
-                for variant in variants:
+                for variant in rotate(VARIANTS, repeat):  # against drift
                     row = {"repeat": repeat, **run_once(keys, args.records, variant, args.interval, directory)}
                     rows.append(row)
                     print(f"[{repeat}] {keys:>9,} keys {variant:>9}: {row['loop_s']:.2f} s, user {row['user_s']:.2f} "

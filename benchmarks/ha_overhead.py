@@ -35,6 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import RESULTS, ROOT, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 
@@ -92,7 +93,7 @@ def main() -> None:
         run_job(spark, max(options.records // 10, 10_000), work, None)
         configs = tuple(options.configs)
         for round_ in range(options.rounds):
-            for config in configs[round_ % len(configs):] + configs[:round_ % len(configs)]:
+            for config in rotate(configs, round_):
                 uri = None if config == "off" else str(work / f"ha-{round_}") if config == "file" else \
                     zookeeper.uri(f"/bench-{uuid.uuid4().hex[:8]}") if zookeeper is not None else None
                 load = os.getloadavg()[0]

@@ -37,6 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import child_env
 from benchmarks.common.results import RESULTS, ROOT, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 
@@ -79,7 +80,7 @@ class Process:
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.ha_takeover", "driver", uri, str(work), str(keys), str(timeout)],
-                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=child_env())
 
     def when(self, pattern: str) -> float | None:
         for line in self.log.read_text(errors="replace").splitlines():

@@ -37,68 +37,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.noise import unit
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 
 #: Window lengths (seconds) the rates are taken over.
 WINDOWS = (1.0, 5.0, 30.0)
 #: Alternating windows per configuration assumed by ``resolvable``.
 PAIRS = 20
-
-
-def unit() -> int:
-    """One unit of work: about 0.8 ms of pure-Python arithmetic on this machine."""
-    total = 0
-    for i in range(20_000):
-        total += i * i
-    return total
-
-
-def probe(core: int, stop: Path, out: Path, every: float = 0.1) -> None:
-    """A speed probe beside a benchmark: pinned to ``core``, time one :func:`unit` by this thread's
-    CPU clock every ``every`` seconds (about 1 % of the core) until ``stop`` exists, then write
-    ``[(time.monotonic(), CPU seconds of the unit), ...]`` as JSON to ``out``. The CPU time a fixed
-    unit takes is how fast the core runs Python code at that moment, whoever else runs there."""
-    import json
-
-    os.sched_setaffinity(0, {core})
-    samples: list[tuple[float, float]] = []
-    while not stop.exists():
-        cpu = time.thread_time()
-        unit()
-        samples.append((time.monotonic(), time.thread_time() - cpu))
-        time.sleep(every)
-    out.write_text(json.dumps(samples))
-
-
-def start_probes(directory: Path) -> tuple[list[Any], Path]:
-    """One :func:`probe` process per core of this process's affinity; returns them and the stop file."""
-    context = multiprocessing.get_context("spawn")
-    stop = directory / "probes-stop"
-    processes = [context.Process(target=probe, args=(core, stop, directory / f"probe-{core}.json"), daemon=True)
-                 for core in sorted(os.sched_getaffinity(0))]
-    for process in processes:
-        process.start()
-    return processes, stop
-
-
-def stop_probes(processes: list[Any], stop: Path) -> list[list[tuple[float, float]]]:
-    """Stop the probes; each one's samples."""
-    import json
-
-    stop.touch()
-    samples = []
-    for process in processes:
-        process.join(30)
-    for path in sorted(stop.parent.glob("probe-*.json")):
-        samples.append([tuple(s) for s in json.loads(path.read_text())])
-    return samples
-
-
-def unit_ms(samples: list[list[tuple[float, float]]], start: float, end: float) -> float:
-    """The cores' mean of each core's median unit CPU time (ms) between ``start`` and ``end``."""
-    medians = [statistics.median(cpu for at, cpu in core if start <= at < end)
-               for core in samples if any(start <= at < end for at, _ in core)]
-    return 1000 * statistics.fmean(medians) if medians else float("nan")
 
 
 def spin(seconds: float, start_at: float, stamps: Any) -> None:

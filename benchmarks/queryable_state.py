@@ -43,13 +43,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
 from benchmarks.common.results import (
     BLUE,
     GREEN,
@@ -63,7 +63,7 @@ from benchmarks.common.results import (
     write_csv,
 )
 from benchmarks.common.stats import block_ratios, percentile, ratio_interval
-from benchmarks.rest_overhead import spark_cpu, wait_unregistered, word
+from benchmarks.rest_overhead import spark_cpu, word
 
 #: The goals of issue 37: lookups a second from one client (read_uncommitted) at p99 below ...
 LOOKUPS_GOAL = 10_000
@@ -268,8 +268,7 @@ def cost(spark: Any, work: Path, records: int, rounds: int, configs: Sequence[st
     add_job(env, min(records, 1_000_000))
     env.execute("queryable-warm-up", timeout=900)
     for round_ in range(rounds):
-        turn = round_ % len(configs)
-        for config in [*configs[turn:], *configs[:turn]]:
+        for config in rotate(configs, round_):
             wait_unregistered()
             load = os.getloadavg()[0]
             client = None
@@ -455,8 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.client_cores:  # before Spark starts: its JVM and workers inherit the job's cores
         clients = pin_clients(args.client_cores)
         print(f"the job on cores {sorted(os.sched_getaffinity(0))}, the clients on {sorted(clients)}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="epochal-queryable-bench-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the clients find the job here (and only it)
+    work = isolated_home("epochal-queryable-bench-")  # the clients find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-queryable-state")
     reports: list[ClientReport] = []
     runs: list[JobRun] = []

@@ -43,12 +43,12 @@ import random
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home
 from benchmarks.common.results import BLUE, RED, RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
 from benchmarks.dashboard_overhead import slope, tree_cpu
@@ -70,8 +70,7 @@ def measure(blocks: int, settle: float, window: float, seed: int, transports: Se
     import epochal
     from epochal.control.spark import create_session
 
-    work = Path(tempfile.mkdtemp(prefix="epochal-queryable-steady-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the client finds the job here (and only it)
+    work = isolated_home("epochal-queryable-steady-")  # the client finds the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-queryable-steady")
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []

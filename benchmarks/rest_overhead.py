@@ -37,13 +37,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
 from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.common.stats import percentile
 
@@ -163,20 +163,10 @@ def poll(latencies: Path, rate: float, new_connections: bool) -> None:
             time.sleep(max(0.0, next_poll - time.monotonic()))
 
 
-def wait_unregistered(timeout: float = 30.0) -> None:
-    """Until the previous run's job left the registry (so the poller finds the next one)."""
-    from epochal.control.job_registry import Registry
-
-    deadline = time.monotonic() + timeout
-    while Registry().entries() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def measure(records: int, rounds: int, rate: float, new_connections: bool) -> tuple[list[Run], list[dict[str, Any]]]:
     from epochal.control.spark import create_session
 
-    work = Path(tempfile.mkdtemp(prefix="epochal-rest-bench-"))
-    os.environ["EPOCHAL_HOME"] = str(work / "home")  # the poller finds the job here (and only it)
+    work = isolated_home("epochal-rest-bench-")  # the poller finds the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-rest-overhead")
     runs: list[Run] = []
     requests: list[dict[str, Any]] = []
@@ -184,8 +174,7 @@ def measure(records: int, rounds: int, rate: float, new_connections: bool) -> tu
         print("warm-up ...", flush=True)
         run_job(spark, max(records // 10, 10_000), True, str(work / "checkpoints"))
         for round_ in range(rounds):
-            order = CONFIGS[round_ % 3:] + CONFIGS[:round_ % 3]
-            for config in order:
+            for config in rotate(CONFIGS, round_):
                 wait_unregistered()
                 load = os.getloadavg()[0]
                 poller = None

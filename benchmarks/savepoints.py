@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import epochal
+from benchmarks.common.noise import ForkAwareCpuWatch
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median, ratio_interval
-from benchmarks.state_snapshots import BACKENDS, Driver, ForkAwareCpuWatch, build, source_records, stored_bytes
+from benchmarks.state_snapshots import BACKENDS, Driver, build, source_records, stored_bytes
 from epochal.control.spark import create_session
 from epochal.state.storage import CheckpointStorage
 

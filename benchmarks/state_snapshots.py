@@ -59,10 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 import epochal
-from benchmarks.cec.runner import CpuWatch
+from benchmarks.common.noise import ForkAwareCpuWatch
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from epochal.control.restart import FixedDelayRestart
@@ -120,29 +118,6 @@ def stored_bytes(storage: CheckpointStorage, checkpoint_id: int) -> int:
 def source_records(checkpoint: dict[str, Any]) -> int:
     """Records the checkpoint's source positions cover (summed over the source subtasks)."""
     return sum(s.get("source_records", 0) for s in checkpoint.get("subtasks", {}).values())
-
-
-class ForkAwareCpuWatch(CpuWatch):
-    """:class:`CpuWatch` that also counts the forked snapshot children: their worker reaps them, so
-    their CPU time is in the worker's children times, which ``CpuWatch`` leaves out (they would
-    count a killed worker twice in the Python daemon's). A worker is a process whose parent is the
-    daemon, the Python child of the JVM."""
-
-    def sample(self, initial: bool = False) -> None:
-        super().sample(initial)
-        for process in self.me.children(recursive=True):
-            try:
-                parent = process.parent()
-                if parent is None or parent.parent() is None or parent.parent().name() != "java":
-                    continue
-                t = process.cpu_times()
-            except psutil.Error:
-                continue
-            used = t.children_user + t.children_system
-            key = -process.pid  # beside the process's own entry
-            if key not in self.first:
-                self.first[key] = used if initial else 0.0
-            self.last[key] = used
 
 
 class Driver:

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cec.runner import CpuWatch, Spec, run
+from benchmarks.cec.runner import Spec, run
+from benchmarks.common.noise import wait_for_quiet
 from benchmarks.common.results import failure, machine, read_csv, write_csv
 
 
@@ -53,22 +54,8 @@ class Context:
         for mode in ("native", "gopen_disk"):
             run(Spec(mode, 5_000, 100, 10, filter_stage=True), self.spark)
 
-    def wait_quiet(self) -> float:
-        """With ``--quiet-wait S``: wait up to S seconds until other processes use less than
-        ``--quiet-cores`` of the CPUs (sampled over 1 s); returns the seconds waited."""
-        limit = self.args.quiet_wait
-        if limit <= 0:
-            return 0.0
-        start = time.monotonic()
-        while time.monotonic() - start < limit:
-            watch = CpuWatch()
-            time.sleep(1.0)
-            if watch.foreign_cores() < self.args.quiet_cores:
-                break
-        return time.monotonic() - start
-
     def run(self, spec: Spec, **tags: Any) -> dict[str, Any]:
-        waited = self.wait_quiet()
+        waited = wait_for_quiet(self.args.quiet_wait, self.args.quiet_cores)  # --quiet-wait S, --quiet-cores
         spec.tags = {"experiment": self.experiment, **tags, **spec.tags}
         started = time.monotonic()
         try:
@@ -112,12 +99,6 @@ class Context:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
-
-
-def rotate(items: Sequence[Any], shift: int) -> list[Any]:
-    """``items`` started at position ``shift`` (interleaving: each round another order)."""
-    shift %= max(1, len(items))
-    return list(items[shift:]) + list(items[:shift])
 
 
 #: a run counts as quiet when other processes used less than this many cores on average during it

@@ -23,9 +23,10 @@ import argparse
 from typing import Any
 
 from benchmarks.cec import anatomy
-from benchmarks.cec.common import Context, by, column, exact_all, fmt, quiet, rotate
+from benchmarks.cec.common import Context, by, column, exact_all, fmt, quiet
 from benchmarks.cec.profile import profiled, top
 from benchmarks.cec.runner import Spec
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import error_bars, pyplot, save_figure
 from benchmarks.common.stats import median_min_max
 

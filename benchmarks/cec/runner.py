@@ -44,6 +44,7 @@ import psutil
 
 import epochal
 from benchmarks.cec.workload import Items, check_output, item_id, item_price, oracle
+from benchmarks.common.noise import CpuWatch
 from benchmarks.graph.measure import jobmaster_events
 from epochal.config import CecConfig
 from epochal.connectors.files import ExactlyOnceFileSink
@@ -81,45 +82,6 @@ class Spec:
 def keep_all(record: Any) -> bool:
     """The interposed filter of papers/002 §IV.B (lets every tuple through)."""
     return record[1] >= 0
-
-
-class CpuWatch:
-    """CPU seconds of the whole machine and of this process tree, to tell other load apart.
-
-    Each process of the tree is counted by its own user + system time (not its reaped
-    children's, which would count them twice), from its first sample (0 for a process born
-    after the start) to its last: ``sample()`` is called periodically, so a process that dies
-    (a killed worker) is counted up to its last sample; Spark's Python workers are reused
-    across jobs, so their totals before the start are left out."""
-
-    def __init__(self) -> None:
-        self.me = psutil.Process()
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.t0, self.busy0 = time.monotonic(), self._busy()
-        self.sample(initial=True)
-
-    @staticmethod
-    def _busy() -> float:
-        times = psutil.cpu_times()
-        return sum(times) - times.idle - getattr(times, "iowait", 0.0)
-
-    def sample(self, initial: bool = False) -> None:
-        for process in [self.me, *self.me.children(recursive=True)]:
-            try:
-                t = process.cpu_times()
-            except psutil.Error:
-                continue
-            used = t.user + t.system
-            if process.pid not in self.first:
-                self.first[process.pid] = used if initial else 0.0
-            self.last[process.pid] = used
-
-    def foreign_cores(self) -> float:
-        self.sample()
-        ours = sum(self.last[pid] - self.first[pid] for pid in self.last)
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        return max(0.0, (self._busy() - self.busy0) - ours) / elapsed
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -5,7 +5,12 @@
   benchmarks);
 * :mod:`benchmarks.common.results` -- the results directory, CSV files with a header (written and
   read back), the plots' matplotlib, colours and saving, and the one-line descriptions of the
-  machine and its load printed beside them.
+  machine and its load printed beside them;
+* :mod:`benchmarks.common.isolation` -- keeping runs apart: fresh processes (in the peers' own
+  virtualenvs), their process trees watched, paused and killed, a private job registry, and the
+  rotating order that interleaves configurations;
+* :mod:`benchmarks.common.noise` -- how busy and how fast the machine is beside a run: other
+  processes' CPU, a wait for a quiet machine, and speed probes on every core.
 
 The package imports nothing by itself, and :mod:`~benchmarks.common.stats` and
 :mod:`~benchmarks.common.results` import only the standard library at import time (matplotlib,

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
@@ -172,8 +173,7 @@ def run(ctx: peers.Context, args: argparse.Namespace) -> list[dict[str, Any]]:
     modes: list[int | None] = [None, *args.intervals]
     rows = []
     for repeat in range(args.ckpt_repeats):
-        shift = repeat % len(modes)
-        for interval in modes[shift:] + modes[:shift]:
+        for interval in rotate(modes, repeat):
             row = run_once(ctx, bench, interval, args.ckpt_parallelism, repeat, reference)
             rows.append(row)
             _print_run(row)

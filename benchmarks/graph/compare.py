@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
@@ -138,8 +139,7 @@ def run(ctx: peers.Context, args: argparse.Namespace) -> list[dict[str, Any]]:
             for algorithm in args.algorithms:
                 bench = graphs[peers.GRAPH_OF[algorithm]]
                 pairs = plan(algorithm, args)
-                shift = repeat % max(len(pairs), 1)
-                for system, parallelism in pairs[shift:] + pairs[:shift]:
+                for system, parallelism in rotate(pairs, repeat):
                     reason = skip_reason(system, scale, args)
                     if reason is not None:
                         if repeat == 0:

@@ -42,6 +42,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.common.isolation import rotate
 from benchmarks.common.results import failure, write_csv
 from benchmarks.graph import replication_plots, replication_profile, replication_tables
 from benchmarks.graph.imitator_runs import ALGORITHMS, NAMES, Mode, Runner, Workloads, layout_stats
@@ -159,9 +160,7 @@ def round_order(specs: Sequence[tuple[str, Mode, str]], repeat: int) -> list[tup
     blocks: dict[str, list[tuple[str, Mode, str]]] = {}
     for spec in specs:
         blocks.setdefault(spec[0], []).append(spec)
-    groups = list(blocks.values())
-    groups = groups[repeat % len(groups):] + groups[:repeat % len(groups)] if groups else []
-    return [spec for group in groups for spec in group[repeat % len(group):] + group[:repeat % len(group)]]
+    return [spec for group in rotate(list(blocks.values()), repeat) for spec in rotate(group, repeat)]
 
 
 def _run_rounds(runner: Runner, specs: Sequence[tuple[str, Mode, str]], repeats: int, rows: list[dict[str, Any]],

@@ -62,6 +62,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.isolation import VENVS, child_env, ensure_venv, kill_tree, watch_tree
 from benchmarks.common.results import (
     BLUE,
     RED,
@@ -76,7 +77,6 @@ from benchmarks.common.results import (
 )
 from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.kafka import job
-from benchmarks.peers.__main__ import VENVS, _kill_tree, _tree_rss, ensure_venv
 from epochal.testing.kafka_broker import KAFKA_VERSION, KafkaBroker
 
 QUIET = {"log_level": 0}
@@ -239,9 +239,8 @@ def start_runner(system: System, bootstrap: str, source: str, sink: str, records
                "--records", str(records), "--work-dir", str(scratch / "work"), "--result", str(scratch / "result.json")]
     if latency:
         command.append("--latency")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = (scratch / "log.txt").open("wb")
-    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    child = subprocess.Popen(command, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.PIPE if latency else subprocess.DEVNULL, start_new_session=True)
     log.close()
     return child, scratch / "result.json"
@@ -249,16 +248,9 @@ def start_runner(system: System, bootstrap: str, source: str, sink: str, records
 
 def watch(child: subprocess.Popen, run: Run, timeout: float, until: threading.Event | None = None) -> None:
     """Sample the tree's memory until the child exits (or ``until`` is set); kill it past ``timeout``."""
-    process = psutil.Process(child.pid)
-    started = time.perf_counter()
-    peak = 0
-    while child.poll() is None and not (until is not None and until.is_set()):
-        peak = max(peak, _tree_rss(process))
-        if time.perf_counter() - started > timeout:
-            _kill_tree(process)
-            run.error = f"timed out after {timeout:.0f} s"
-            break
-        time.sleep(0.25)
+    peak, killed = watch_tree(child, time.perf_counter(), timeout, until)
+    if killed:
+        run.error = f"timed out after {timeout:.0f} s"
     run.peak_rss_mb = max(run.peak_rss_mb if run.peak_rss_mb == run.peak_rss_mb else 0, peak / 2**20)
 
 
@@ -393,7 +385,7 @@ def latency_run(system: System, topics: Topics, repeat: int, args: argparse.Name
             try:
                 child.wait(120)
             except subprocess.TimeoutExpired:
-                _kill_tree(psutil.Process(child.pid))
+                kill_tree(psutil.Process(child.pid))
         finish(child, run, result_path, scratch)
         run.wall_s = time.perf_counter() - started
     if not ready.is_set() and run.error is None:

@@ -38,11 +38,9 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -55,12 +53,10 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common.isolation import VENVS, child_env, ensure_venv, watch_tree
 from benchmarks.common.results import BLUE, RED, RESULTS, ROOT, csv_lines, error_bars, number, pyplot, save_figure
 from benchmarks.common.stats import percentile, rate_after_startup, startup_of
 from benchmarks.peers import spec
-
-VENVS = ROOT / ".venv-peers"
-REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 
 
 @dataclass(frozen=True)
@@ -88,23 +84,6 @@ SYSTEMS: dict[str, System] = {s.label: s for s in [
 ]}
 
 
-def ensure_venv(name: str) -> None:
-    """Create ``.venv-peers/<name>`` from its requirements file, again whenever the file changes."""
-    requirements = REQUIREMENTS / f"{name}.txt"
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
-    venv = VENVS / name
-    marker = venv / ".installed"
-    if marker.exists() and marker.read_text() == digest:
-        return
-    print(f"installing {name} into {venv} (first use) ...", flush=True)
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-r", str(requirements)], check=True)
-    marker.write_text(digest)
-
-
 @dataclass
 class Run:
     """One run of one job on one system."""
@@ -126,16 +105,6 @@ class Run:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def _tree_rss(process: psutil.Process) -> int:
-    total = 0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def run_once(system: System, job: str, records: int, repeat: int, kind: str, parallelism: int,
              timeout: float) -> Run:
     """Start the runner, sample the tree's memory until it exits, and read its result."""
@@ -147,21 +116,14 @@ def run_once(system: System, job: str, records: int, repeat: int, kind: str, par
                    "--work-dir", str(Path(scratch) / "work"), "--result", str(result_path)]
         if kind == "verify":
             command.append("--verify")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         log_path = Path(scratch) / "log.txt"
         started = time.perf_counter()
         with log_path.open("wb") as log:
-            child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            child = subprocess.Popen(command, cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-            process = psutil.Process(child.pid)
-            peak = 0
-            while child.poll() is None:
-                peak = max(peak, _tree_rss(process))
-                if time.perf_counter() - started > timeout:
-                    _kill_tree(process)
-                    run.error = f"timed out after {timeout:.0f} s"
-                    break
-                time.sleep(0.25)
+            peak, killed = watch_tree(child, started, timeout)
+            if killed:
+                run.error = f"timed out after {timeout:.0f} s"
             child.wait()
         run.wall_s = time.perf_counter() - started
         run.peak_rss_mb = peak / 2**20
@@ -180,14 +142,6 @@ def run_once(system: System, job: str, records: int, repeat: int, kind: str, par
         if kind == "verify" and run.summary is not None and run.summary != spec.oracle(job, records):
             run.error = f"wrong output: {run.summary} != oracle {spec.oracle(job, records)}"
     return run
-
-
-def _kill_tree(process: psutil.Process) -> None:
-    for member in [*process.children(recursive=True), process]:
-        try:
-            member.kill()
-        except psutil.Error:
-            pass
 
 
 @dataclass

@@ -9,9 +9,10 @@ import random
 import statistics
 
 import pytest
+from benchmarks.common.noise import unit_ms
 from benchmarks.common.stats import ratio_interval
 from benchmarks.dashboard_overhead_paired import ratios, summarise, verdict
-from benchmarks.machine_noise import unit_ms, variation, windows
+from benchmarks.machine_noise import variation, windows
 
 
 def test_windows_count_whole_windows_only() -> None:
