@@ -51,7 +51,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common.isolation import isolated_home, rotate, tree, wait_unregistered
+from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
+from benchmarks.common.measure import slope, tree_cpu
 from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter
 
@@ -276,34 +277,6 @@ def watch(directory: Path) -> None:
         browser.close()
     (directory / "counts.json").write_text(json.dumps({"scrapes": scrapes[0], "page_requests": requests,
                                                         **page_cost}))
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of process ``pid`` and its descendants (those still alive, and those they reaped)."""
-    import psutil
-
-    total = 0.0
-    for process in tree(pid):
-        try:
-            times = process.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-        except psutil.Error:
-            continue
-    return total
-
-
-def slope(client: Any, seconds: float) -> float:
-    """Records per second the job's sources read over the next ``seconds``: the slope of
-    ``JobClient.records_read`` sampled every 50 ms (the heartbeats' steps fitted by least squares)."""
-    import numpy as np
-
-    times, counts = [], []
-    started = time.monotonic()
-    while (now := time.monotonic()) - started < seconds:
-        times.append(now - started)
-        counts.append(client.records_read())
-        time.sleep(0.05)
-    return float(np.polyfit(np.array(times), np.array(counts, dtype=float), 1)[0])
 
 
 def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,

@@ -51,10 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.isolation import isolated_home, pause
+from benchmarks.common.measure import slope, tree_cpu
 from benchmarks.common.noise import start_probes, stop_probes, unit_ms
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
-from benchmarks.dashboard_overhead import CHROMIUM, GOAL, slope, tree_cpu
+from benchmarks.dashboard_overhead import CHROMIUM, GOAL
 
 CONFIGS = ("off", "watched", "polled")
 WATCHERS = CONFIGS[1:]

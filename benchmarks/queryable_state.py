@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
+from benchmarks.common.measure import spark_cpu
 from benchmarks.common.results import (
     BLUE,
     GREEN,
@@ -63,7 +64,7 @@ from benchmarks.common.results import (
     write_csv,
 )
 from benchmarks.common.stats import block_ratios, percentile, ratio_interval
-from benchmarks.rest_overhead import spark_cpu, word
+from benchmarks.rest_overhead import word
 
 #: The goals of issue 37: lookups a second from one client (read_uncommitted) at p99 below ...
 LOOKUPS_GOAL = 10_000

@@ -49,11 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.isolation import isolated_home
+from benchmarks.common.measure import slope, spark_cpu, tree_cpu
 from benchmarks.common.results import BLUE, RED, RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
-from benchmarks.dashboard_overhead import slope, tree_cpu
 from benchmarks.queryable_state import CLIENT_TRANSPORT, COST_GOAL, add_job, pin_clients, start_client
-from benchmarks.rest_overhead import spark_cpu
 
 #: the phase with a client over each transport (QueryableStateClient's ``transport``)
 CLIENT_CONFIGS = {"auto": "1000/s", "tcp": "1000/s tcp"}

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
+from benchmarks.common.measure import spark_cpu
 from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
 from benchmarks.common.stats import percentile
 
@@ -77,23 +78,6 @@ class Run:
 
 def word(i: int) -> str:
     return f"w{(i * 7919) % 10_000}"
-
-
-def spark_cpu(exclude: int | None = None) -> float:
-    """CPU seconds used so far by every process under this one (the JVM, PySpark's daemon, the
-    job's workers, and the children they reaped), but ``exclude`` and its children."""
-    import psutil
-
-    total = 0.0
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if exclude is not None and (process.pid == exclude or exclude in {p.pid for p in process.parents()}):
-                continue
-            times = process.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-        except psutil.Error:  # ended meanwhile: its time is its parent's children time from now on
-            continue
-    return total
 
 
 def run_job(spark: Any, records: int, rest: bool, checkpoints: str) -> float:

@@ -44,8 +44,8 @@ import psutil
 
 import epochal
 from benchmarks.cec.workload import Items, check_output, item_id, item_price, oracle
+from benchmarks.common.measure import jobmaster_events
 from benchmarks.common.noise import CpuWatch
-from benchmarks.graph.measure import jobmaster_events
 from epochal.config import CecConfig
 from epochal.connectors.files import ExactlyOnceFileSink
 from epochal.control.restart import FixedDelayRestart

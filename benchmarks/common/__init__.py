@@ -9,6 +9,8 @@
 * :mod:`benchmarks.common.isolation` -- keeping runs apart: fresh processes (in the peers' own
   virtualenvs), their process trees watched, paused and killed, a private job registry, and the
   rotating order that interleaves configurations;
+* :mod:`benchmarks.common.measure` -- what one run measures: wall time, peak memory, the
+  JobMaster's events, a running job's throughput, the CPU of process trees;
 * :mod:`benchmarks.common.noise` -- how busy and how fast the machine is beside a run: other
   processes' CPU, a wait for a quiet machine, and speed probes on every core.
 

@@ -16,8 +16,8 @@ PageRank, ``--ckpt-iterations`` (20) iterations, on one R-MAT graph, at parallel
   JobMaster reports ``recovered_s`` (failure detected -> every worker of the new attempt loaded,
   restored and ready) and ``resumed_s`` (-> the first superstep of the new attempt computed).
   The run is split, from the timings and the JobMaster's events (recorded by wrapping
-  ``JobMasterMachine.handle``, :func:`~benchmarks.graph.measure.jobmaster_events`), into: *lost* (the failed superstep's
-  start -> failure detected: its computation, the kill, the detection), *stop* (-> the failed
+  ``JobMasterMachine.handle``, :func:`~benchmarks.common.measure.jobmaster_events`), into: *lost*
+  (the failed superstep's start -> failure detected: its computation, the kill, the detection), *stop* (-> the failed
   attempt's Spark job ended), *resubmit* (-> the next attempt's Spark job submitted), *register*
   (-> every new worker registered: Spark schedules the tasks, a fresh Python worker replaces the
   killed one and imports epochal), *load + restore* (-> every worker ready: deploy, peer mesh,
@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common.isolation import rotate
+from benchmarks.common.measure import Event, Timer, event_after, jobmaster_events
 from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import Event, Timer, event_after, jobmaster_events
 
 #: papers/003 Fig. 2(b): overall overhead of Imitator-CKPT, PageRank on LJournal, 20 iterations,
 #: checkpoint interval (iterations) -> overhead; and Table 2, CKPT recovery time of PageRank (s).

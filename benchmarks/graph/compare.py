@@ -14,12 +14,12 @@ How it measures:
   memory to every vertex's result in the driver's memory (the Spark peers start from a text file
   of the edges, as Spark's example does; the file is written before the timing). ``prep_s`` is the
   part spent building the system's input (partitions, cached links, networkx graph, CSR matrix).
-* Peak memory per run: driver, Spark JVM and Spark's Python workers (:mod:`benchmarks.graph.measure`).
+* Peak memory per run: driver, Spark JVM and Spark's Python workers (:mod:`benchmarks.common.measure`).
 * Every result is checked: epochal and NetworkX against scipy (PageRank to a relative 1e-9, WCC
   labels and SSSP distances exactly), the Spark peers against their own formula in numpy. A run
   with a wrong answer is marked ``wrong`` and kept out of the medians and ratios.
 * epochal's runs also record where the time went, from ``GraphResult.timings`` and the
-  JobMaster's events (:func:`~benchmarks.graph.measure.jobmaster_events`): ``driver_before_s``
+  JobMaster's events (:func:`~benchmarks.common.measure.jobmaster_events`): ``driver_before_s``
   (call -> Spark job submitted: partitioning, partition files), ``startup_s`` (-> first superstep
   started: Spark schedules the tasks, workers register, connect and load their partitions),
   ``supersteps_s`` (-> last superstep completed), ``finish_s`` (-> the Spark job ended: results
@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.isolation import rotate
+from benchmarks.common.measure import Event, MemoryWatch, Timer, event_after, jobmaster_events
 from benchmarks.common.results import failure, pyplot, save_figure, write_csv
 from benchmarks.common.stats import median
 from benchmarks.graph import peers
 from benchmarks.graph.generators import BenchGraph, rmat, road_grid
-from benchmarks.graph.measure import Event, MemoryWatch, Timer, event_after, jobmaster_events
 
 #: The goals: the RDD example's time over epochal's at least this, epochal's over scipy's at most this.
 RDD_GOAL, SCIPY_GOAL = 20.0, 5.0

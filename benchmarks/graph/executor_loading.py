@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.measure import MemoryWatch
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.graph.generators import BenchGraph, rmat
-from benchmarks.graph.measure import MemoryWatch
 
 ALGORITHMS = ("pr", "wcc", "sssp", "cdlp")
 SYSTEMS = ("epochal", "epochal-driver", "spark-rdd", "scipy", "graphframes")

@@ -8,8 +8,8 @@ Owns, for papers/003 §6 on epochal (:mod:`benchmarks.graph.replication`):
   replication with Rebirth/Migration, *k* replicas, selfish on/off, hash/Fennel) plus the workers
   killed and when;
 * :func:`run_job`, one ``run_graph`` call with the JobMaster's events recorded
-  (:func:`~benchmarks.graph.measure.jobmaster_events`) and the workers' peak RSS watched
-  (:class:`~benchmarks.graph.measure.MemoryWatch`), returned as one CSV row: wall, job and
+  (:func:`~benchmarks.common.measure.jobmaster_events`) and the workers' peak RSS watched
+  (:class:`~benchmarks.common.measure.MemoryWatch`), returned as one CSV row: wall, job and
   superstep-phase times, messages (``history`` "sent"), the answer checked against the
   failure-free run, and for a failure the recovery split into phases (:func:`replica_phases`,
   :func:`checkpoint_phases`);
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common.measure import Event, MemoryWatch, event_after, jobmaster_events
 from benchmarks.common.results import failure
 from benchmarks.graph import checkpoint
 from benchmarks.graph.generators import BenchGraph, _relabelled, rmat, road_grid
-from benchmarks.graph.measure import Event, MemoryWatch, event_after, jobmaster_events
 
 ALGORITHMS = ("pr", "sssp", "cdlp", "wcc", "als")
 NAMES = {"pr": "PageRank", "sssp": "SSSP", "cdlp": "CDLP", "wcc": "WCC", "als": "ALS"}

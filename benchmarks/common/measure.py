@@ -1,4 +1,5 @@
-"""Wall time and peak memory of one benchmark run, and the medians the report is made of.
+"""What one benchmark run measures: wall time, peak memory, the JobMaster's events, a running job's
+throughput, and the CPU time of process trees.
 
 :class:`MemoryWatch` measures, over a ``with`` block, the peak resident set size of
 
@@ -28,6 +29,8 @@ from types import TracebackType
 from typing import Any
 
 import psutil
+
+from benchmarks.common.isolation import tree
 
 _HWM = re.compile(rb"VmHWM:\s+(\d+) kB")
 MB = 2**20
@@ -203,3 +206,44 @@ def event_after(events: Sequence[Event], name: str, since: float, count: int = 1
     """The time of the ``count``-th event ``name`` at or after ``since`` (NaN if there is none)."""
     times = [t for t, n, _ in events if n == name and t >= since]
     return times[count - 1] if len(times) >= count else float("nan")
+
+
+def slope(client: Any, seconds: float) -> float:
+    """Records per second the job's sources read over the next ``seconds``: the slope of
+    ``JobClient.records_read`` sampled every 50 ms (the heartbeats' steps fitted by least squares)."""
+    import numpy as np
+
+    times, counts = [], []
+    started = time.monotonic()
+    while (now := time.monotonic()) - started < seconds:
+        times.append(now - started)
+        counts.append(client.records_read())
+        time.sleep(0.05)
+    return float(np.polyfit(np.array(times), np.array(counts, dtype=float), 1)[0])
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants (those still alive, and those they reaped)."""
+    total = 0.0
+    for process in tree(pid):
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+def spark_cpu(exclude: int | None = None) -> float:
+    """CPU seconds used so far by every process under this one (the JVM, PySpark's daemon, the
+    job's workers, and the children they reaped), but ``exclude`` and its children."""
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if exclude is not None and (process.pid == exclude or exclude in {p.pid for p in process.parents()}):
+                continue
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:  # ended meanwhile: its time is its parent's children time from now on
+            continue
+    return total
