@@ -47,6 +47,14 @@ PERFORMANCE = ("LayoutCount", "RecalcStyleCount", "ScriptDuration", "TaskDuratio
 ASSETS = ("dashboard.js", "dashboard.css", "index.html")
 
 
+def chromium_missing() -> bool:
+    """Whether :data:`CHROMIUM` is missing (said on standard error): the dashboard benchmarks need it."""
+    if os.path.exists(CHROMIUM):
+        return False
+    print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
+    return True
+
+
 def chromium_cpu(root: int | None = None) -> dict[int, float]:
     """CPU seconds (user + system) of every live Chromium process under ``root`` (default: this
     process), by pid: the browser, its renderers, GPU and utility processes; not Playwright's
@@ -148,8 +156,8 @@ def start_job(spark: Any, rate: float, work: Path) -> Any:
     make_line = spec.make_line
     env = epochal.Environment(2, spark=spark, progress=False)
     env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
-    env.from_generator(lambda i: make_line(i, keys), rate=rate).map(spec.parse_line).map(run_epochal._one) \
-        .key_by(run_epochal._key).reduce(run_epochal._add_counts).discard()
+    run_epochal.running_counts(env.from_generator(lambda i: make_line(i, keys), rate=rate).map(spec.parse_line)) \
+        .discard()
     client = env.execute_async("dashboard-browser-cost")
     client.wait_until_running()
     return client
@@ -226,8 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20_000.0, help="the job's records per second")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if not os.path.exists(CHROMIUM):
-        print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
+    if chromium_missing():
         return 1
     from epochal.control.spark import create_session
 

@@ -54,7 +54,7 @@ from typing import Any
 from benchmarks.common.isolation import isolated_home, rotate, wait_unregistered
 from benchmarks.common.measure import slope, tree_cpu
 from benchmarks.common.results import BLUE, GREY, ORANGE, RESULTS, error_bars, pyplot, save_figure, uptime, write_rows
-from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter
+from benchmarks.dashboard_browser_cost import ARGS, CHROMIUM, PageMeter, chromium_missing
 
 CONFIGS = ("off", "watched", "polled")
 #: What the dashboard's job page asks every second (``{id}``: the job), beside ``/plan`` once.
@@ -96,14 +96,21 @@ class Run:
         return self.records / self.seconds
 
 
-def run_job(spark: Any, records: int, rest: bool, work: Path) -> float:
-    """The peers' keyed job over ``records`` records; the wall time of ``execute``."""
+def keyed_job(spark: Any, records: int, rest: bool, work: Path) -> Any:
+    """The peers' keyed job over ``records`` records (parallelism 2, exactly-once checkpoints every
+    second into ``work``), the REST server on (``rest``) or off; its environment, to execute."""
     import epochal
     from benchmarks.peers import run_epochal, spec
 
     env = epochal.Environment(2, spark=spark, rest_enabled=rest, progress=False)
     env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
     run_epochal.build(env, "keyed", records, run_epochal.LatencySamplingDiscardSink(work))
+    return env
+
+
+def run_job(spark: Any, records: int, rest: bool, work: Path) -> float:
+    """The peers' keyed job over ``records`` records; the wall time of ``execute``."""
+    env = keyed_job(spark, records, rest, work)
     started = time.perf_counter()
     env.execute("dashboard-overhead", timeout=900)
     return time.perf_counter() - started
@@ -285,13 +292,7 @@ def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,
     watcher's page loaded), the records its sources read during ``window`` seconds, from the
     :func:`slope`; then the job is cancelled. Returns (records, seconds, ``cpu()``'s growth
     over the window: the watcher's CPU while it was measured)."""
-    import epochal
-    from benchmarks.peers import run_epochal, spec
-
-    env = epochal.Environment(2, spark=spark, rest_enabled=rest, progress=False)
-    env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
-    run_epochal.build(env, "keyed", 10**12, run_epochal.LatencySamplingDiscardSink(work))
-    client = env.execute_async("dashboard-overhead")
+    client = keyed_job(spark, 10**12, rest, work).execute_async("dashboard-overhead")
     try:
         client.wait_until_running(120)
         time.sleep(settle)
@@ -301,6 +302,21 @@ def run_steady(spark: Any, rest: bool, work: Path, settle: float, window: float,
     finally:
         client.cancel(timeout=120)
     return int(rate * window), window, cpu_used
+
+
+def start_watcher(config: str, directory: Path, automation: bool = False) -> subprocess.Popen[bytes]:
+    """A ``watched`` or ``polled`` watcher (this module in a process of its own) on ``directory``,
+    created here; returns once it is ready (at most 60 s)."""
+    directory.mkdir()
+    how = ["--automation"] if automation else []
+    watcher = subprocess.Popen([sys.executable, "-m", "benchmarks.dashboard_overhead", f"--{config}", str(directory),
+                                *how], env=os.environ.copy())
+    deadline = time.monotonic() + 60
+    while not (directory / "ready").exists():
+        if watcher.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the {config} watcher did not start")
+        time.sleep(0.05)
+    return watcher
 
 
 def measure(records: int, rounds: int, automation: bool = False, window: float = 0.0,
@@ -322,15 +338,7 @@ def measure(records: int, rounds: int, automation: bool = False, window: float =
                 watcher, directory = None, work
                 if config != "off":
                     directory = work / f"{config}-{round_}"
-                    directory.mkdir()
-                    how = ["--automation"] if automation else []
-                    watcher = subprocess.Popen([sys.executable, "-m", "benchmarks.dashboard_overhead", f"--{config}",
-                                                str(directory), *how], env=os.environ.copy())
-                    deadline = time.monotonic() + 60
-                    while not (directory / "ready").exists():
-                        if watcher.poll() is not None or time.monotonic() > deadline:
-                            raise RuntimeError(f"the {config} watcher did not start")
-                        time.sleep(0.05)
+                    watcher = start_watcher(config, directory, automation)
                 load = os.getloadavg()[0]
                 before = tree_cpu(watcher.pid) if watcher is not None else 0.0
                 if window:
@@ -454,8 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.polled is not None:
         poll(args.polled)
         return 0
-    if not os.path.exists(CHROMIUM):
-        print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
+    if chromium_missing():
         return 1
     print(f"epochal dashboard overhead: {args.records:,} records x {args.rounds} rounds, {os.cpu_count()} CPUs, "
           f"browser {'driven by Playwright' if args.automation else 'on its own'}; "

@@ -55,42 +55,25 @@ from benchmarks.common.measure import slope, tree_cpu
 from benchmarks.common.noise import start_probes, stop_probes, unit_ms
 from benchmarks.common.results import RESULTS, machine, pyplot, save_figure, write_csv
 from benchmarks.common.stats import block_ratios, ratio_interval
-from benchmarks.dashboard_overhead import CHROMIUM, GOAL
+from benchmarks.dashboard_browser_cost import chromium_missing
+from benchmarks.dashboard_overhead import GOAL, keyed_job, start_watcher
 
 CONFIGS = ("off", "watched", "polled")
 WATCHERS = CONFIGS[1:]
 
 
-def start_watcher(config: str, work: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    directory = work / config
-    directory.mkdir()
-    watcher = subprocess.Popen([sys.executable, "-m", "benchmarks.dashboard_overhead", f"--{config}", str(directory)],
-                               env=os.environ.copy())
-    deadline = time.monotonic() + 60
-    while not (directory / "ready").exists():
-        if watcher.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the {config} watcher did not start")
-        time.sleep(0.05)
-    return watcher, directory
-
-
 def measure(blocks: int, phase: float, settle: float, warm: float, seed: int) -> list[dict[str, Any]]:
-    import epochal
-    from benchmarks.peers import run_epochal, spec
     from epochal.control.spark import create_session
 
     work = isolated_home("epochal-dashboard-paired-")  # the watchers find the job here (and only it)
     spark = create_session("local[2]", 2, app_name="epochal-dashboard-overhead-paired")
     jvm = spark.sparkContext._gateway.proc.pid  # the JVM; the Python workers are its descendants
-    watchers = {config: start_watcher(config, work) for config in WATCHERS}
+    watchers = {config: (start_watcher(config, work / config), work / config) for config in WATCHERS}
     probes, stop = start_probes(work)
     rows: list[dict[str, Any]] = []
     rng = random.Random(seed)
     try:
-        env = epochal.Environment(2, spark=spark, rest_enabled=True, progress=False)
-        env.enable_checkpointing(spec.CHECKPOINT_INTERVAL_S, "exactly_once", storage=str(work / "checkpoints"))
-        run_epochal.build(env, "keyed", 10**13, run_epochal.LatencySamplingDiscardSink(work))
-        client = env.execute_async("dashboard-overhead-paired")
+        client = keyed_job(spark, 10**13, True, work).execute_async("dashboard-overhead-paired")
         try:
             client.wait_until_running(120)
             print(f"warming up {warm:.0f} s (the page loads, both watchers run) ...", flush=True)
@@ -264,8 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=38, help="seed of the phases' order")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if not os.path.exists(CHROMIUM):
-        print(f"{CHROMIUM} is missing: apt-get install chromium", file=sys.stderr)
+    if chromium_missing():
         return 1
     print(f"epochal dashboard overhead, paired phases: {args.blocks} blocks x 3 x {args.phase:g} s; {machine()}; "
           f"load {os.getloadavg()[0]:.1f}", flush=True)

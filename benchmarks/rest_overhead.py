@@ -77,6 +77,8 @@ class Run:
 
 
 def word(i: int) -> str:
+    """Word ``i`` of the job's input: ``w<(i * 7919) % 10,000>``, 10,000 words drawn equally often
+    (benchmarks.queryable_state's job reads the same words)."""
     return f"w{(i * 7919) % 10_000}"
 
 

@@ -71,13 +71,13 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ratio, low, high = ratio_interval(paired_ratios(mine))
         by_job = [ratio_interval(paired_ratios([r for r in mine if r["job"] == job]))[0] for job in jobs]
 
-        def median(what: str, column: str, rows: list[dict[str, Any]] = mine) -> float:
+        def median_of(what: str, column: str, rows: list[dict[str, Any]] = mine) -> float:
             return statistics.median(float(r[column]) for r in rows if r["what"] == what)
 
         summary.append({"configuration": name, "jobs": len(jobs), "pairs": len(paired_ratios(mine)),
                         "canonical_over_native": ratio, "low": low, "high": high,
                         "by_job": " ".join(f"{r:.2f}" for r in by_job),
-                        **{f"{fmt}_{part}": median(f"savepoint-{fmt}", column)
+                        **{f"{fmt}_{part}": median_of(f"savepoint-{fmt}", column)
                            for fmt in ("canonical", "native")
                            for part, column in (("s", "duration_s"), ("alignment_s", "alignment_s_max"),
                                                 ("async_s", "async_s_max"))}})

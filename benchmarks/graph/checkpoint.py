@@ -98,7 +98,7 @@ def _restart_index(timings: Sequence[dict[str, Any]]) -> int:
     return next(i for i, t in enumerate(timings) if "completed" not in t) + 1
 
 
-def _timeline(result: Any, fail_at: int, events: Sequence[Event], workers: int) -> dict[str, float]:
+def timeline(result: Any, fail_at: int, events: Sequence[Event], workers: int) -> dict[str, float]:
     """Where a run with one failure at ``fail_at`` spent its recovery (see the module docstring)."""
     timings, restart = result.timings, result.restarts[0]
     boundary = _restart_index(timings)
@@ -151,7 +151,7 @@ def run_once(ctx: peers.Context, bench: BenchGraph, interval: int | None, parall
         work = next(p for p in work_dir.iterdir() if p.is_dir())
         row["bytes_per_checkpoint"], _ = _bytes_per_checkpoint(work)
         if fail_at is not None:
-            row.update(_timeline(result, fail_at, events, parallelism))
+            row.update(timeline(result, fail_at, events, parallelism))
             restored = result.restored_from[0] if result.restored_from else None
             row["restored_from"] = "" if restored is None else restored
             row["load_partition_s"], row["read_checkpoint_s"] = _reload_seconds(work, restored, parallelism)

@@ -117,15 +117,15 @@ def run_epochal_driver(spark: Any, files: tuple[Path, Path], algorithm: str, sou
 
 
 def run_spark_rdd(spark: Any, files: tuple[Path, Path], parallelism: int, out: Path) -> dict[str, Any]:
-    from benchmarks.graph.peers import _contributions, _example_update, _first, _parse_edge
+    from benchmarks.graph.peers import compute_contribs, example_update, initial_rank, parse_edge
 
     sc = spark.sparkContext
     lines = sc.textFile(str(files[1]), minPartitions=parallelism)
-    links = lines.map(_parse_edge).distinct(parallelism).groupByKey(parallelism).cache()
-    ranks = links.map(_first)
+    links = lines.map(parse_edge).distinct(parallelism).groupByKey(parallelism).cache()
+    ranks = links.map(initial_rank)
     for _ in range(ITERATIONS):
-        ranks = links.join(ranks, parallelism).flatMap(_contributions).reduceByKey(lambda a, b: a + b, parallelism) \
-            .mapValues(_example_update)
+        ranks = links.join(ranks, parallelism).flatMap(compute_contribs).reduceByKey(lambda a, b: a + b, parallelism) \
+            .mapValues(example_update)
     ranks.map(lambda pair: f"{pair[0]} {pair[1]!r}").saveAsTextFile(str(out / "text"))
     links.unpersist()
     return {}

@@ -78,7 +78,7 @@ def sparse_ids(count: int, rng: np.random.Generator) -> np.ndarray:
     return chosen.astype(np.int64)
 
 
-def _relabelled(name: str, kind: str, scale: int, seed: int, n: int, src: np.ndarray, dst: np.ndarray,
+def relabelled(name: str, kind: str, scale: int, seed: int, n: int, src: np.ndarray, dst: np.ndarray,
                 rng: np.random.Generator, *, directed: bool, weights: np.ndarray | None = None,
                 source: int | None = None) -> BenchGraph:
     """The graph on dense vertices ``0..n-1`` with every vertex renamed to a random sparse id
@@ -111,7 +111,7 @@ def rmat(scale: int, seed: int = 1, edge_factor: int = EDGE_FACTOR) -> BenchGrap
     pairs = _sorted_unique((src[keep] << scale) | dst[keep])  # drops duplicates, sorts by (src, dst)
     src, dst = pairs >> scale, pairs & (n - 1)
     shuffle = rng.permutation(src.size)  # edge order of a real file, not sorted
-    return _relabelled(f"rmat-{scale}", "rmat", scale, seed, n, src[shuffle], dst[shuffle], rng, directed=True)
+    return relabelled(f"rmat-{scale}", "rmat", scale, seed, n, src[shuffle], dst[shuffle], rng, directed=True)
 
 
 def road_grid(scale: int, seed: int = 1, keep: float = GRID_KEEP) -> BenchGraph:
@@ -133,7 +133,7 @@ def road_grid(scale: int, seed: int = 1, keep: float = GRID_KEEP) -> BenchGraph:
     degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
     with_edges = np.flatnonzero(degree > 0)
     source = int(with_edges[np.argmin(np.abs(with_edges - cell[rows // 2, cols // 2]))])
-    return _relabelled(f"grid-{scale}", "grid", scale, seed, n, src, dst, rng, directed=False, weights=weights,
+    return relabelled(f"grid-{scale}", "grid", scale, seed, n, src, dst, rng, directed=False, weights=weights,
                        source=source)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.common.measure import Event, MemoryWatch, event_after, jobmaster_events
 from benchmarks.common.results import failure
 from benchmarks.graph import checkpoint
-from benchmarks.graph.generators import BenchGraph, _relabelled, rmat, road_grid
+from benchmarks.graph.generators import BenchGraph, relabelled, rmat, road_grid
 
 ALGORITHMS = ("pr", "sssp", "cdlp", "wcc", "als")
 NAMES = {"pr": "PageRank", "sssp": "SSSP", "cdlp": "CDLP", "wcc": "WCC", "als": "ALS"}
@@ -52,7 +52,7 @@ def ratings(scale: int, seed: int = 1, per_vertex: int = 8) -> BenchGraph:
     src, dst = pairs // n, pairs % n
     order = rng.permutation(src.size)
     weights = rng.integers(1, 6, size=src.size).astype(np.float64)
-    return _relabelled(f"ratings-{scale}", "ratings", scale, seed, n, src[order], dst[order], rng,
+    return relabelled(f"ratings-{scale}", "ratings", scale, seed, n, src[order], dst[order], rng,
                        directed=True, weights=weights[order])
 
 
@@ -178,10 +178,10 @@ def replica_phases(result: Any, events: Sequence[Event],
 
 def checkpoint_phases(result: Any, fail_at: int, events: Sequence[Event],
                       parallelism: int) -> dict[str, float]:
-    """A checkpoint restart's phases (:func:`benchmarks.graph.checkpoint._timeline`); its recovery
+    """A checkpoint restart's phases (:func:`benchmarks.graph.checkpoint.timeline`); its recovery
     time is detection -> superstep ``fail_at`` completed again (reload + replay), the point the
     failed run had reached."""
-    phases = checkpoint._timeline(result, fail_at, events, parallelism)
+    phases = checkpoint.timeline(result, fail_at, events, parallelism)
     detected = result.restarts[0]["detected"]
     phases["recovery_s"] = phases["recovery_total_s"]
     phases["detected_to_started_s"] = event_after(events, "Register", event_after(events, "SubmitSparkJob", detected),

@@ -127,12 +127,14 @@ def run_epochal(ctx: Context, bench: BenchGraph, algorithm: str, parallelism: in
 
 
 # ------------------------------------------------------------------------------------ Spark peers
-def _parse_edge(line: str) -> tuple[int, int]:
+# The pieces of Spark's PageRank example (also run end to end by benchmarks.graph.executor_loading)
+def parse_edge(line: str) -> tuple[int, int]:
+    """An edge file's line ``src dst`` as ``(src, dst)``."""
     source, target = line.split(" ")
     return int(source), int(target)
 
 
-def _contributions(item: tuple[int, tuple[Any, float]]) -> list[tuple[int, float]]:
+def compute_contribs(item: tuple[int, tuple[Any, float]]) -> list[tuple[int, float]]:
     """The example's ``computeContribs``: a vertex's rank split evenly over its out-neighbours."""
     neighbours, rank = item[1]
     targets = list(neighbours)
@@ -140,11 +142,13 @@ def _contributions(item: tuple[int, tuple[Any, float]]) -> list[tuple[int, float
     return [(target, share) for target in targets]
 
 
-def _example_update(total: float) -> float:
+def example_update(total: float) -> float:
+    """The example's new rank from the summed contributions: ``0.15 + 0.85 * total``."""
     return (1.0 - DAMPING) + DAMPING * total
 
 
-def _first(pair: tuple[int, Any]) -> tuple[int, float]:
+def initial_rank(pair: tuple[int, Any]) -> tuple[int, float]:
+    """A vertex of the links (``(id, neighbours)``) with its starting rank, 1.0."""
     return pair[0], 1.0
 
 
@@ -156,14 +160,14 @@ def run_spark_rdd(ctx: Context, bench: BenchGraph, algorithm: str, parallelism: 
     sc = ctx.spark.sparkContext
     started = time.perf_counter()
     lines = sc.textFile(str(ctx.edge_text(bench)), minPartitions=parallelism)
-    links = lines.map(_parse_edge).distinct(parallelism).groupByKey(parallelism).cache()
+    links = lines.map(parse_edge).distinct(parallelism).groupByKey(parallelism).cache()
     links.count()
     prep = time.perf_counter() - started
     try:
-        ranks = links.map(_first)
+        ranks = links.map(initial_rank)
         for _ in range(ctx.iterations):
-            contributions = links.join(ranks, parallelism).flatMap(_contributions)
-            ranks = contributions.reduceByKey(add, parallelism).mapValues(_example_update)
+            contributions = links.join(ranks, parallelism).flatMap(compute_contribs)
+            ranks = contributions.reduceByKey(add, parallelism).mapValues(example_update)
         pairs = ranks.collect()
     finally:
         links.unpersist()

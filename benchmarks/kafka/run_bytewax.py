@@ -8,7 +8,7 @@ Run with the Bytewax virtualenv (``.venv-peers/bytewax``, with ``bytewax[kafka]`
 Configuration (as ``benchmarks/peers/run_bytewax.py``, whose docstring gives the reasons):
 
 * P processes with one worker each, forming one Timely cluster (threads would share the GIL),
-  started and released by ``benchmarks.peers.run_bytewax._run_processes``. ``job_s`` is the
+  started and released by ``benchmarks.peers.run_bytewax.run_processes``. ``job_s`` is the
   wall time from releasing the first process until all exited.
 * Source: Bytewax's own ``bytewax.connectors.kafka.KafkaSource`` (each Kafka partition a source
   partition, its offset the recovery snapshot), ``starting_offset = OFFSET_BEGINNING``,
@@ -78,7 +78,7 @@ def build_flow(args: Any) -> Dataflow:
 
 def process_main(args: Any, process_id: int, addresses: list[str]) -> None:
     """One dataflow process: build the flow, report ready, wait for ``go`` on stdin, run."""
-    peers._die_with_parent()
+    peers.die_with_parent()
     flow = build_flow(args)
     options = {"epoch_interval": timedelta(seconds=args.checkpoint_interval),
                "recovery_config": RecoveryConfig(str(args.work_dir / "recovery"), timedelta(0))}
@@ -99,7 +99,7 @@ def main() -> None:
     if peers.PROCESS_ENV in os.environ:
         process_main(args, int(os.environ[peers.PROCESS_ENV]), os.environ[peers.ADDRESSES_ENV].split(";"))
         return
-    signal.signal(signal.SIGTERM, peers._exit_on_sigterm)
+    signal.signal(signal.SIGTERM, peers.exit_on_sigterm)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     recovery = args.work_dir / "recovery"
     shutil.rmtree(recovery, ignore_errors=True)
@@ -107,7 +107,7 @@ def main() -> None:
     init_db_dir(recovery, args.parallelism)
     stop = job.stdin_closed() if args.latency else None
     started = time.perf_counter()
-    elapsed = peers._run_processes(args, "benchmarks.kafka.run_bytewax", stop)
+    elapsed = peers.run_processes(args, "benchmarks.kafka.run_bytewax", stop)
     config = {"processes": args.parallelism, "workers_per_process": 1, "source_batch_size": BATCH_SIZE,
               "recovery": True, "epoch_interval_s": args.checkpoint_interval, "backup_interval_s": 0,
               "sink": "bytewax.connectors.kafka.KafkaSink (at-least-once)",

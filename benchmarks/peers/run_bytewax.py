@@ -270,7 +270,7 @@ def _run_options(args: Any) -> dict[str, Any]:
 
 def process_main(args: Any, process_id: int, addresses: list[str]) -> None:
     """One dataflow process: build the flow, report ready on stdout, wait for ``go`` on stdin, run."""
-    _die_with_parent()
+    die_with_parent()
     flow = build_flow(args.job, args.records, args.parallelism, args.work_dir, args.verify)
     options = _run_options(args)
     sys.stdout.write("ready\n")
@@ -286,8 +286,8 @@ def process_main(args: Any, process_id: int, addresses: list[str]) -> None:
     (args.work_dir / f"span-{process_id}.json").write_text(json.dumps([start, end]))
 
 
-# ------------------------------------------------------------------ runner
-def _die_with_parent() -> None:
+# ------------------------------------------------------------------ runner (benchmarks.kafka.run_bytewax's too)
+def die_with_parent() -> None:
     """Have Linux kill this dataflow process if the runner dies (so no orphaned workers stay behind)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
@@ -295,7 +295,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
+def exit_on_sigterm(signum: int, frame: Any) -> None:
     """Turn SIGTERM into SystemExit so that the runner's cleanup kills its dataflow processes."""
     raise SystemExit(128 + signum)
 
@@ -329,7 +329,7 @@ def _listening(port: int) -> bool:
     return False
 
 
-def _run_processes(args: Any, module: str = "benchmarks.peers.run_bytewax",
+def run_processes(args: Any, module: str = "benchmarks.peers.run_bytewax",
                    stop: threading.Event | None = None) -> float:
     """Start the P dataflow processes (``python -m <module>`` with this process's arguments),
     release them in order, and return the wall time until all exited. With ``stop`` (an
@@ -388,7 +388,7 @@ def main() -> None:
     if PROCESS_ENV in os.environ:
         process_main(args, int(os.environ[PROCESS_ENV]), os.environ[ADDRESSES_ENV].split(";"))
         return
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     job = spec.JOBS[args.job]
     args.work_dir.mkdir(parents=True, exist_ok=True)
     for prefix in ("latency", "output", "late", "span"):
@@ -399,7 +399,7 @@ def main() -> None:
         shutil.rmtree(recovery, ignore_errors=True)  # a stale recovery store would "resume" a finished run
         recovery.mkdir(parents=True)
         init_db_dir(recovery, args.parallelism)
-    job_s = _run_processes(args)
+    job_s = run_processes(args)
     spans = [json.loads(path.read_text()) for path in args.work_dir.glob("span-*.json")]
     summary = spec.summarize(args.job, _read_lists(args.work_dir, "output")) if args.verify else None
     latency = None if args.verify or not job.measures_latency else _read_lists(args.work_dir, "latency")

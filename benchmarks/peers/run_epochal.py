@@ -79,6 +79,12 @@ def _add_counts(acc: tuple[str, int, int], row: tuple[str, int, int]) -> tuple[s
     return (acc[0], acc[1] + row[1], row[2])
 
 
+def running_counts(parsed: epochal.DataStream) -> epochal.DataStream:
+    """The ``keyed`` jobs after their parse: ``(key, 1, created)`` -> key by key -> a running count
+    (``(key, count, created)`` per record)."""
+    return parsed.map(_one).key_by(_key).reduce(_add_counts)
+
+
 def build(env: epochal.Environment, job: str, records: int, sink: Sink | None) -> epochal.DataStream | None:
     """The job's dataflow; returns the collected stream when ``sink`` is None (``--verify``)."""
     keys = spec.JOBS[job].keys
@@ -94,7 +100,7 @@ def build(env: epochal.Environment, job: str, records: int, sink: Sink | None) -
         out = (parsed.map(lambda row: (row[0], row[2])).with_watermarks(_event_time)
                .key_by(_key).window(spec.WINDOW_MS, timestamp=_event_time).count())
     else:
-        out = parsed.map(_one).key_by(_key).reduce(_add_counts)
+        out = running_counts(parsed)
     if sink is None:
         return out.collect()
     out.sink_to(sink)
