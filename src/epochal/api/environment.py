@@ -397,8 +397,8 @@ class Environment:
                                  self.config.progress if progress is None else progress)
         except JobEndedElsewhere as error:
             ended = error
-        except EpochalError as error:  # shown from the user's call, without epochal's inner frames
-            raise error.with_traceback(None) from None
+        except (EpochalError, KeyboardInterrupt) as error:  # shown from the user's call, without the frames
+            raise error.with_traceback(None) from None      # of epochal's internals (control.running.wait)
         if ended is not None:  # high availability: another driver ran the job to its end
             try:
                 result = ended.result()

@@ -146,8 +146,8 @@ def run_graph(graph: Graph | GraphSource, program: VectorProgram | VertexProgram
                                             faults, job_name, job_id, settings, keep, output_dir)
         return _run(graph, program, spec, parallelism, partitioner, fault_tolerance, checkpoint_interval,
                     full_checkpoint_every, work_uri, restart, timeout, faults, job_name, job_id, settings)
-    except EpochalError as error:  # shown from the user's call, without epochal's inner frames
-        raise error.with_traceback(None) from None
+    except (EpochalError, KeyboardInterrupt) as error:  # shown from the user's call, without the frames
+        raise error.with_traceback(None) from None      # of epochal's internals
     finally:
         if temporary and not is_uri(root):
             if keep is not None and keep.startswith(root):  # the results stay; everything else goes
