@@ -46,18 +46,13 @@ def _expected_lists() -> list:
     return [{"offsets": items}, {"offsets": items}]  # two subtasks wrote the list each; split in two
 
 
-def test_a_canonical_rocksdb_savepoint_written_by_the_old_crc_code_still_verifies(tmp_path):
-    copy = tmp_path / "savepoint"
-    shutil.copytree(DATA / "rocksdb-canonical-savepoint", copy)
-    states, lists = _restored(SavepointStorage(str(copy)), 1)
-    assert states == ROUNDS[0]["op"]
-    assert lists == _expected_lists()
-
-
-def test_a_heap_checkpoint_written_by_the_old_crc_code_still_verifies(tmp_path):
-    copy = tmp_path / "checkpoints"
-    shutil.copytree(DATA / "heap-checkpoint", copy)
-    states, lists = _restored(CheckpointStorage(str(copy)), 1)
+@pytest.mark.parametrize("fixture, storage", [("rocksdb-canonical-savepoint", SavepointStorage),
+                                               ("heap-checkpoint", CheckpointStorage)])
+def test_a_snapshot_written_by_the_old_crc_code_still_verifies(tmp_path, fixture, storage):
+    """A canonical RocksDB savepoint and a heap checkpoint, both written before the CRC came from a library."""
+    copy = tmp_path / fixture
+    shutil.copytree(DATA / fixture, copy)
+    states, lists = _restored(storage(str(copy)), 1)
     assert states == ROUNDS[0]["op"]
     assert lists == _expected_lists()
 
