@@ -40,6 +40,7 @@ from epochal.state.descriptors import MapStateDescriptor
 from epochal.validation import check_number
 
 if TYPE_CHECKING:
+    from epochal.api.batches import BatchStream
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.environment import Environment
     from epochal.api.iterative import IterativeStream
@@ -186,6 +187,16 @@ class DataStream:
         max_out_of_orderness = max_out_of_orderness or 0
         check_number(max_out_of_orderness, "max_out_of_orderness", strict=False)
         return self._add("watermarks", "Watermarks", WatermarkGenerator(timestamp, max_out_of_orderness), [timestamp])
+
+    def to_batches(self, schema: Any = None, max_rows: int | None = None) -> BatchStream:
+        """A batch stream of this row stream's records: each runtime batch (at most ``max_rows``
+        rows each) becomes one ``pyarrow.RecordBatch``. With ``schema`` (a ``pyarrow.Schema``)
+        records are tuples in its column order or dicts by its names; without, dicts (columns by
+        their keys), Spark Rows and named tuples (by their fields), other tuples (``f0``, ``f1``,
+        ...) or scalars (one column ``value``), types as Arrow infers them from the first batch."""
+        from epochal.api.batches import to_batches
+
+        return to_batches(self, schema, max_rows)
 
     def union(self, *others: DataStream) -> DataStream:
         """Merge streams of the same kind of record into one."""

@@ -40,6 +40,8 @@ from epochal.validation import check_number
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from epochal.api.batches import BatchStream
+
 _log = logging.getLogger("epochal")
 
 
@@ -243,6 +245,11 @@ class Environment:
         # a source's records pass through an identity operator first: its state holds the split positions
         node = self.graph.add("source", name or default_name or f"Source: {type(source).__name__}", [],
                               source=source, operator=Operator(), functions=[source], user_named=name is not None)
+        if source.produces_batches:
+            from epochal.api.batches import BatchStream, mark_batches
+
+            mark_batches(node.operator)  # type: ignore[arg-type]
+            return BatchStream(self, node, source.batch_schema())
         return DataStream(self, node)
 
     def from_collection(self, items: Sequence[Any]) -> DataStream:
@@ -259,6 +266,18 @@ class Environment:
         if not callable(fn):
             raise PlanError(f"from_generator() takes a function of the index, got {type(fn).__name__}")
         return self._from_source(GeneratorSource(fn, count, rate), None, "Source: generator")
+
+    def from_batches(self, fn: Callable[[int], Any], count: int | None = None,
+                     rate: float | None = None) -> BatchStream:
+        """A batch stream of ``fn(i)`` (a ``pyarrow.RecordBatch``) for each index ``i < count``
+        (unbounded if None), ``rate`` batches per second in all if given. ``fn`` must be
+        deterministic: a restored job asks it again for the batches after its checkpoint."""
+        from epochal.connectors.memory import BatchGeneratorSource
+
+        if not callable(fn):
+            raise PlanError(f"from_batches() takes a function of the index, got {type(fn).__name__}")
+        return self._from_source(BatchGeneratorSource(fn, count, rate), None,  # type: ignore[return-value]
+                                 "Source: batches")
 
     def read_text(self, path: str) -> DataStream:
         """Lines of a text file, a directory of them, or a glob pattern."""

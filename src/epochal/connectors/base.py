@@ -136,6 +136,15 @@ class Source(ABC):
     #: What its splits' (or its split reader's) ``progress`` counts ("bytes" for text files), for
     #: a source whose size is known in another unit than ``size_hint``'s records; None: none.
     progress_unit: str | None = None
+    #: True when its records are ``pyarrow.RecordBatch``es (a batch stream's elements; a split's
+    #: ``read_batch`` then returns a list of a few batches, whatever ``max_records``):
+    #: ``from_source`` returns a :class:`~epochal.api.batches.BatchStream`.
+    produces_batches: bool = False
+
+    def batch_schema(self) -> Any:
+        """The ``pyarrow.Schema`` of its record batches where known on the driver without reading
+        (Parquet footers, a Delta log, Kafka's fixed columns), else None."""
+        return None
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
@@ -269,6 +278,9 @@ class Sink(ABC):
     #:
     #: A custom sink with a transactional writer should say ``guarantee = "exactly_once"``.
     guarantee: str = AT_LEAST_ONCE
+    #: True when its writer takes a batch stream's ``pyarrow.RecordBatch``es as they are (a
+    #: columnar format writes each at once); otherwise a batch stream reaches it as rows (tuples).
+    accepts_batches: bool = False
 
     @abstractmethod
     def create_writer(self, context: SinkContext) -> SinkWriter:

@@ -167,6 +167,35 @@ class GeneratorSource(Source):
         return self.count
 
 
+class BatchGeneratorSource(GeneratorSource):
+    """``fn(i)``, a ``pyarrow.RecordBatch``, for ``i`` in ``0 .. count-1`` (unbounded if ``count``
+    is None), ``rate`` batches per second in all: a batch stream's generator.
+
+    ``fn`` must be a deterministic function of the index (the source replays from the index of a
+    checkpoint). A split emits one batch per read, so every batch is its own unit of flow control
+    and checkpoint barriers pass between batches."""
+
+    produces_batches = True
+
+    def create_splits(self, parallelism: int) -> list[SourceSplit]:
+        rate = None if self.rate is None else self.rate / parallelism
+        return [_BatchGeneratorSplit(f"batches-{j}", self.fn, j, self.count, parallelism, rate)
+                for j in range(parallelism)]
+
+
+class _BatchGeneratorSplit(_GeneratorSplit):
+    def read_batch(self, max_records: int) -> list[Any] | None:
+        return super().read_batch(1)
+
+    def _records(self, indices: range) -> list[Any]:
+        made = list(map(self.fn, indices))
+        for index, batch in zip(indices, made, strict=True):
+            if type(batch).__name__ != "RecordBatch":
+                raise TypeError(f"from_batches: fn({index}) returned a {type(batch).__name__}; it must return a "
+                                "pyarrow.RecordBatch")
+        return made
+
+
 class _PrintWriter(SinkWriter):
     def __init__(self, prefix: str, stream: str) -> None:
         self.prefix = prefix
@@ -287,6 +316,8 @@ class CollectSink(Sink):
     """
 
     guarantee = EXACTLY_ONCE
+    #: a batch stream's record batches are collected as they are
+    accepts_batches = True
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
         return _CollectWriter(context)
@@ -301,6 +332,7 @@ class DiscardSink(Sink):
     """Drops every record: for benchmarks that measure the pipeline, not the sink."""
 
     guarantee = NO_OUTPUT
+    accepts_batches = True
 
     def create_writer(self, context: SinkContext) -> SinkWriter:
         return _DiscardWriter()

@@ -191,7 +191,9 @@ class Subtask:
             for edge_id in job.nodes[node_id].out_edges:
                 channels = [out_channels[c] for c in outputs_of[(edge_id, self.index)]]
                 edge = job.edges[edge_id]
-                output = EdgeOutput(edge.partitioner, channels, batch_size, edge_names(job, edge_id))
+                # a record batch is a batch already: a batch stream's edges send each as it comes
+                size = 1 if job.nodes[node_id].operator.emits_batches else batch_size
+                output = EdgeOutput(edge.partitioner, channels, size, edge_names(job, edge_id))
                 if edge.side_tag is None:
                     runner.outputs.append(output)
                 else:

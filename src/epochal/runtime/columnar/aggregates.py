@@ -100,6 +100,16 @@ _PARTIAL = {"sum": ("sum",), "count": ("count",), "min": ("min",), "max": ("max"
             "first": ("first",), "last": ("last",)}
 
 
+def _options(function: str) -> pc.FunctionOptions | None:
+    """Arrow's options for a partial field's hash aggregate: nulls skipped, an all-null group's
+    sum, min and max null (made per call: Arrow's option objects do not pickle)."""
+    if function == "count":
+        return pc.CountOptions(mode="only_valid")
+    if function in ("sum", "min", "max"):
+        return pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
+    return None
+
+
 def _checked_add(old: pa.Array, new: pa.Array) -> pa.Array:
     added = pc.add_checked(old, new)
     return pc.coalesce(added, old, new)
@@ -116,11 +126,7 @@ class Aggregation:
         self.fields: list[tuple[int, int, str]] = [
             (index, field, function) for index, aggregate in enumerate(self.aggregates)
             for field, function in enumerate(_PARTIAL[aggregate.function])]
-        self._requests = [(self.aggregates[index].column, function,
-                           pc.CountOptions(mode="only_valid") if function == "count"
-                           else pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
-                           if function in ("sum", "min", "max") else None)
-                          for index, _, function in self.fields]
+        self._requests = [(self.aggregates[index].column, function) for index, _, function in self.fields]
 
     def partial(self, batch: pa.RecordBatch | pa.Table, group_columns: Sequence[str] | None = None) -> pa.Table:
         """One row per distinct key (``group_columns``, default the key columns) of ``batch``, in
@@ -128,20 +134,17 @@ class Aggregation:
         by = self.keys if group_columns is None else list(group_columns)
         # Arrow names a group-by's outputs "<column>_<function>" beside the key columns, so the
         # columns are renamed first (k<i>, a<j>): no user column name can collide with another's.
-        sources = list(dict.fromkeys(column for column, _, _ in self._requests))
+        sources = list(dict.fromkeys(column for column, _ in self._requests))
         arrays = [batch.column(name) for name in by] + [batch.column(name) for name in sources]
         names = [f"k{i}" for i in range(len(by))] + [f"a{j}" for j in range(len(sources))]
         table = pa.Table.from_arrays(arrays, names=names)
         alias = {column: f"a{j}" for j, column in enumerate(sources)}
-        requests: dict[tuple[str, str], Any] = {}
-        for column, function, options in self._requests:
-            requests.setdefault((alias[column], function), options)
+        requests = dict.fromkeys((alias[column], function) for column, function in self._requests)
         grouped = table.group_by(names[:len(by)], use_threads=False).aggregate(
-            [(column, function) if options is None else (column, function, options)
-             for (column, function), options in requests.items()])
+            [(column, function, _options(function)) for column, function in requests])
         columns = [grouped.column(f"k{i}") for i in range(len(by))]
         columns += [_sum_type(grouped.column(f"{alias[column]}_{function}"), function)
-                    for column, function, _ in self._requests]
+                    for column, function in self._requests]
         return pa.Table.from_arrays([c.combine_chunks() for c in columns],
                                     names=by + [f"__partial{i}" for i in range(len(self._requests))])
 

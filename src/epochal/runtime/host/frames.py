@@ -39,6 +39,7 @@ DATA = 2  # payload: pickled list of records for logical channel ``channel``
 EVENT = 3  # payload: pickled in-band control event (end of partition, barrier, ...)
 CREDIT = 4  # payload: u32 batches the consumer grants on ``channel``, u32 the batch size it wants (0: same)
 CONTROL = 5  # payload: pickled control message between a worker and the JobMaster
+ARROW = 6  # payload: an Arrow IPC stream: a batch of record batches (a batch stream's) for ``channel``
 
 CREDIT_VALUE = struct.Struct("!II")
 #: The length of every token: the job's, and the query token derived from it.

@@ -58,6 +58,9 @@ class Operator:
     #: Side outputs: ``(tag id, record)`` pairs emitted since the runner last took them (a list
     #: on operators that have side outputs, which the runner empties after every call).
     side: list[tuple[str, Any]] | None = None
+    #: Operators of batch streams set this: their output elements are ``pyarrow.RecordBatch``es,
+    #: already batches of rows, so their edges send each as it comes (:mod:`epochal.api.batches`).
+    emits_batches: bool = False
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
         """Prepare for the first batch (create writers, call user ``open``).
