@@ -39,6 +39,9 @@ class _KeyedBatchOperator(Operator):
     #: the name clients query each key's value by (``as_queryable_state``); None: none
     queryable_name: str | None = None
     input_schema: pa.Schema | None = None
+    #: False only in tests that show the state must be checkpointed: the accumulators then live
+    #: in plain dicts outside keyed state, which no checkpoint holds and no restore brings back
+    checkpointed = True
 
     def __init__(self, keys: list[str], aggregates: tuple[Aggregate, ...]) -> None:
         self.keys = list(keys)
@@ -58,6 +61,8 @@ class _KeyedBatchOperator(Operator):
         self.max_parallelism = self.backend.max_parallelism
         self.backend.get_state(ValueStateDescriptor(self.STATE, queryable=self.queryable_name))
         self.groups, self.log_batch = self.backend.batch_logged_table(self.STATE)
+        if not self.checkpointed:
+            self.groups, self.log_batch = {group: {} for group in context.key_groups}, None
         self.guard = SchemaGuard(f"operator '{self.name}'", self.input_schema)
         self.checked: pa.Schema | None = None
 
