@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("worker host", {"runtime.host"}),
     ("operators", {"runtime.operators"}),
     ("windows", {"runtime.windows"}),
+    ("columnar operators", {"runtime.columnar"}),
     ("queryable state protocol", {"runtime.queries"}),
     ("driver", {"control"}),
     ("REST API", {"rest"}),
@@ -44,7 +45,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("command line", {"cli"}),
     ("tools and the kind registry", {"testing", "kinds", "daemon", "__main__", "__init__"}),
 ]
-RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.queries"}
+RUNTIME = {"runtime.host", "runtime.operators", "runtime.windows", "runtime.columnar", "runtime.queries"}
 #: What runs in a worker process; none of it may import these.
 WORKER_SIDE = {"errors", "filesystems", "machines", "postgres_client", "processes", "serialization", "tracebacks",
                "messages",
