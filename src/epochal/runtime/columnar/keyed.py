@@ -65,14 +65,27 @@ class _KeyedBatchOperator(Operator):
             self.groups, self.log_batch = {group: {} for group in context.key_groups}, None
         self.guard = SchemaGuard(f"operator '{self.name}'", self.input_schema)
         self.checked: pa.Schema | None = None
+        # The input schema is operator state: a restored subtask knows its accumulators' types
+        # (to fire windows or emit final results) before its first batch arrives.
+        self.schema_state = context.get_list_state("batch-schema", "union")
+        if self.schema_state:
+            restored = pa.ipc.read_schema(pa.py_buffer(self.schema_state[0]))
+            if self.guard.schema is None:
+                self.guard.schema = restored
+            self._learn(self.guard.schema)
+        self.schema_state[:] = []
 
     def _check(self, element: Any) -> pa.RecordBatch:
         batch = self.guard.check(element)
         if self.checked is None:
-            check_schema(batch.schema, self.keys, self.aggregates, f"operator '{self.name}'", self._extra_columns())
-            self.checked = batch.schema
-            self._learn_types(batch.schema)
+            self._learn(batch.schema)
         return batch
+
+    def _learn(self, schema: pa.Schema) -> None:
+        check_schema(schema, self.keys, self.aggregates, f"operator '{self.name}'", self._extra_columns())
+        self.checked = schema
+        self._learn_types(schema)
+        self.schema_state[:] = [schema.serialize().to_pybytes()]  # every subtask's: any may have state
 
     def _learn_types(self, schema: pa.Schema) -> None:
         """The partial fields' and key columns' types, from an empty batch's partial aggregation."""
@@ -286,13 +299,15 @@ class WindowAggregateOperator(_KeyedBatchOperator):
         keys: list[Any] = []
         groups: list[int] = []
         starts: list[Any] = []
+        if self.types is None:  # no input yet and nothing restored: no window is open
+            return []
         while self.starts and due(self.starts[0]):
             start = heapq.heappop(self.starts)
             for key, group in self.open_windows.pop(start).items():
                 keys.append(key)
                 groups.append(group)
                 starts.append(start)
-        if not keys or self.types is None:
+        if not keys:
             return []
         if self.log_batch is not None:
             self.log_batch(keys, groups)
