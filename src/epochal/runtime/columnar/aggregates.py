@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -127,6 +128,9 @@ class Aggregation:
             (index, field, function) for index, aggregate in enumerate(self.aggregates)
             for field, function in enumerate(_PARTIAL[aggregate.function])]
         self._requests = [(self.aggregates[index].column, function) for index, _, function in self.fields]
+        #: the accumulator of a key that has none yet: every aggregate's identity
+        self.empty: tuple[Any, ...] = tuple((None, 0) if a.function == "mean" else 0 if a.function == "count" else None
+                                            for a in self.aggregates)
 
     def partial(self, batch: pa.RecordBatch | pa.Table, group_columns: Sequence[str] | None = None) -> pa.Table:
         """One row per distinct key (``group_columns``, default the key columns) of ``batch``, in
@@ -148,18 +152,15 @@ class Aggregation:
         return pa.Table.from_arrays([c.combine_chunks() for c in columns],
                                     names=by + [f"__partial{i}" for i in range(len(self._requests))])
 
-    def stored_fields(self, stored: Sequence[tuple[Any, ...] | None], types: Sequence[pa.DataType]) -> list[pa.Array]:
-        """The stored accumulators of a run of keys (None: a key with none yet) as one Arrow array
-        per partial field, typed as the partial fields ``types``."""
+    def stored_fields(self, stored: Sequence[tuple[Any, ...]], types: Sequence[pa.DataType]) -> list[pa.Array]:
+        """The stored accumulators of a run of keys (:attr:`empty` for a key with none yet) as one
+        Arrow array per partial field, typed as the partial fields ``types`` (no Python call per key)."""
         arrays = []
-        for (index, field, function), kind in zip(self.fields, types, strict=True):
+        for (index, field, _), kind in zip(self.fields, types, strict=True):
+            items = map(itemgetter(index), stored)
             if self.aggregates[index].function == "mean":
-                values = [None if acc is None else acc[index][field] for acc in stored]
-            else:
-                values = [None if acc is None else acc[index] for acc in stored]
-            if function == "count":
-                values = [0 if value is None else value for value in values]
-            arrays.append(pa.array(values, type=kind))
+                items = map(itemgetter(field), items)
+            arrays.append(pa.array(list(items), type=kind))
         return arrays
 
     def merge(self, old: Sequence[pa.Array], new: Sequence[pa.Array]) -> list[pa.Array]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,24 @@ class _KeyedBatchOperator(Operator):
         tables = self.groups
         return [tables[group].get(key) for key, group in zip(keys, groups, strict=True)]
 
+    def _runs(self, partial: pa.Table, width: int) -> tuple[pa.Table, list[Any], list[int], list[tuple[int, int, int]]]:
+        """``partial``'s rows ordered by key group, their Python keys and key groups, and the runs
+        ``(key group, start, stop)`` of rows of one group: each group's dict is then read and
+        written with one C-level call per run (``map(get)``, ``update(zip)``), not one Python
+        statement per key."""
+        key_arrays = [_array(partial.column(i)) for i in range(width)]
+        groups = key_groups_of_columns(key_arrays, self.max_parallelism)
+        order = np.argsort(groups, kind="stable")
+        partial = partial.take(pa.array(order))
+        groups = groups[order]
+        bounds = np.flatnonzero(np.diff(groups)) + 1
+        starts = [0, *bounds.tolist()]
+        stops = [*bounds.tolist(), len(groups)]
+        group_list = groups.tolist()
+        runs = [(group_list[start], start, stop) for start, stop in zip(starts, stops, strict=True)]
+        keys = column_keys([_array(partial.column(i)) for i in range(width)])
+        return partial, keys, group_list, runs
+
 
 class KeyedAggregateOperator(_KeyedBatchOperator):
     """``key_by(columns).agg(...)``: for each input batch, one output row per key the batch
@@ -120,19 +139,22 @@ class KeyedAggregateOperator(_KeyedBatchOperator):
             rows = self._check(element)
             if rows.num_rows == 0:
                 continue
-            partial = self.aggregation.partial(rows)
             width = len(self.keys)
-            key_arrays = [partial.column(i).chunk(0) if partial.column(i).num_chunks == 1
-                          else partial.column(i).combine_chunks() for i in range(width)]
-            keys = column_keys(key_arrays)
-            groups = key_groups_of_columns(key_arrays, self.max_parallelism).tolist()
-            stored = self._read(keys, groups)
+            partial, keys, groups, runs = self._runs(self.aggregation.partial(rows), width)
+            if self.log_batch is not None:
+                self.log_batch(keys, groups)
+            self.backend.prefetch(keys, groups)
+            tables, empty = self.groups, self.aggregation.empty
+            stored: list[Any] = []
+            for group, start, stop in runs:
+                stored += map(tables[group].get, keys[start:stop], repeat(empty, stop - start))
             fields = [partial.column(width + i) for i in range(len(self.aggregation.fields))]
             merged = self.aggregation.merge(self.aggregation.stored_fields(stored, self.types), fields)
-            tables = self.groups
-            for key, group, value in zip(keys, groups, self.aggregation.accumulators(merged), strict=True):
-                tables[group][key] = value
+            values = self.aggregation.accumulators(merged)
+            for group, start, stop in runs:
+                tables[group].update(zip(keys[start:stop], values[start:stop], strict=True))
             if not self.final_only:
+                key_arrays = [_array(partial.column(i)) for i in range(width)]
                 out.append(self._output(key_arrays, self.aggregation.results(merged)))
         return out
 
@@ -266,7 +288,8 @@ class WindowAggregateOperator(_KeyedBatchOperator):
             starts = partial.column(width).to_pylist()
             groups = key_groups_of_columns(key_arrays, self.max_parallelism).tolist()
             windows = self._read(keys, groups)
-            stored = [None if w is None else w.get(s) for w, s in zip(windows, starts, strict=True)]
+            empty = self.aggregation.empty
+            stored = [empty if w is None else w.get(s, empty) for w, s in zip(windows, starts, strict=True)]
             fields = [partial.column(width + 1 + i) for i in range(len(self.aggregation.fields))]
             merged = self.aggregation.merge(self.aggregation.stored_fields(stored, self.types), fields)
             tables = self.groups
