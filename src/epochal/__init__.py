@@ -18,6 +18,7 @@ from epochal import moved
 moved.install()  # the import paths of an earlier epochal (users' code, pickles in old checkpoints)
 
 if TYPE_CHECKING:
+    from epochal.api.batches import BatchStream, KeyedBatchStream, WindowedBatchStream
     from epochal.api.collected import CollectedStream
     from epochal.api.connected import BroadcastConnectedStream, BroadcastStream, ConnectedStreams
     from epochal.api.datastream import DataStream
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
 
 #: Exported name -> the module defining it.
 _EXPORTS = {
+    **dict.fromkeys(("BatchStream", "KeyedBatchStream", "WindowedBatchStream"), "epochal.api.batches"),
     "CollectedStream": "epochal.api.collected",
     "DataStream": "epochal.api.datastream",
     "KeyedStream": "epochal.api.keyed",
@@ -185,6 +187,7 @@ __all__ = [
     "AggregatingStateDescriptor", "CheckpointConfig", "ExactlyOnceFileSink", "ExponentialBackoffRestart",
     "FailureRateRestart", "FixedDelayRestart", "ListStateDescriptor", "MapStateDescriptor", "NoRestart",
     "ReducingStateDescriptor", "RestartStrategy", "ValueStateDescriptor",
+    "BatchStream", "KeyedBatchStream", "WindowedBatchStream",
     "CollectedStream", "DataStream", "EngineConfig", "Environment", "EnvironmentSetupError", "EpochalError",
     "InsufficientSlotsError", "JavaNotFoundError", "JobCancelledError", "JobClient", "JobFailedError",
     "JobTimeoutError", "SavepointError", "SinkInUseError", "dispose_savepoint", "savepoint_info",
