@@ -74,8 +74,12 @@ class System:
         return VENVS / self.venv / "bin" / "python"
 
 
+#: epochal's batch API (docs/columnar.md): the table has its ratios beside epochal's
+COLUMNAR = "epochal-columnar"
+
 SYSTEMS: dict[str, System] = {s.label: s for s in [
     System("epochal", "run_epochal", "default", None),
+    System("epochal-columnar", "run_epochal_columnar", "default", None),
     System("pyflink-process", "run_pyflink", "process", "pyflink"),
     System("pyflink-thread", "run_pyflink", "thread", "pyflink"),
     System("spark-builtin", "run_spark", "builtin", "spark"),
@@ -265,26 +269,35 @@ def _ms(value: float) -> str:
 
 
 def table(cells: dict[tuple[str, str], Cell], systems: list[System], jobs: list[str]) -> str:
-    """The Markdown summary: one section per job, one row per system, ratios to epochal."""
+    """The Markdown summary: one section per job, one row per system, ratios to epochal (and to
+    epochal's batch API, ``epochal-columnar``, when it ran)."""
     lines: list[str] = []
+    columnar = any(s.label == COLUMNAR for s in systems)
     for job in jobs:
         ours = cells[("epochal", job)].median if ("epochal", job) in cells else float("nan")
+        batched = cells[(COLUMNAR, job)].median if (COLUMNAR, job) in cells else float("nan")
+        extra = " columnar / system |" if columnar else ""
         lines += [f"### {job}: {spec.JOBS[job].description}", "",
-                  "| system | records/s (median) | min-max | epochal / system | latency p50 / p99 ms "
+                  f"| system | records/s (median) | min-max | epochal / system |{extra} latency p50 / p99 ms "
                   "| checkpoint ms (median) | peak RSS MB | N | start-up s (share) | output |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+                  "| --- | ---: | ---: | ---: |" + (" ---: |" if columnar else "")
+                  + " ---: | ---: | ---: | ---: | ---: | --- |"]
         for system in systems:
             cell = cells[(system.label, job)]
             if not cell.throughput:
-                lines.append(f"| {system.label} | n/a | | | | | | | | {cell.verified} {cell.note} |")
+                blanks = "| " * (8 if columnar else 7)
+                lines.append(f"| {system.label} | n/a {blanks}| {cell.verified} {cell.note} |")
                 continue
             spread = f"{number(min(cell.throughput))}-{number(max(cell.throughput))}"
             ratio = ours / cell.median if cell.median else float("nan")
+            ratios = f"{number(ratio, 2)}x |"
+            if columnar:
+                ratios += f" {number(batched / cell.median if cell.median else float('nan'), 2)}x |"
             latency = (f"{_ms(percentile(cell.latency_ms, 0.5))} / {_ms(percentile(cell.latency_ms, 0.99))}"
                        if cell.latency_ms else "-")
             checkpoint = number(statistics.median(cell.checkpoint_ms), 0) if cell.checkpoint_ms else "-"
             share = cell.startup_s / (cell.startup_s + statistics.median(cell.busy_s))
-            lines.append(f"| {system.label} | {number(cell.median)} | {spread} | {number(ratio, 2)}x | {latency} "
+            lines.append(f"| {system.label} | {number(cell.median)} | {spread} | {ratios} {latency} "
                          f"| {checkpoint} | {number(statistics.median(cell.peak_rss_mb))} | {cell.records / 1e6:g}M "
                          f"| {number(cell.startup_s, 1)} ({share:.0%}) | {cell.verified} {cell.note} |")
         lines.append("")
@@ -299,9 +312,12 @@ def plot(path: Path, cells: dict[tuple[str, str], Cell], systems: list[System], 
     from matplotlib.ticker import FuncFormatter
 
     fig, axes = plt.subplots(1, len(jobs), figsize=(4.2 * len(jobs), 4.6), squeeze=False)
-    colors = [RED if s.label == "epochal" else BLUE for s in systems]
+    colors = [RED if s.label in ("epochal", COLUMNAR) else BLUE for s in systems]
+    columnar = any(s.label == COLUMNAR for s in systems)
     for ax, job in zip(axes[0], jobs, strict=True):
-        ours = cells[("epochal", job)].median if ("epochal", job) in cells else float("nan")
+        # bar labels: the ratio of epochal's batch API where it ran, else of epochal's row API
+        ours = cells[(COLUMNAR if columnar else "epochal", job)].median if (
+            (COLUMNAR if columnar else "epochal", job) in cells) else float("nan")
         triples: list[tuple[float, float, float]] = []
         labels = []
         for system in systems:
@@ -309,7 +325,8 @@ def plot(path: Path, cells: dict[tuple[str, str], Cell], systems: list[System], 
             if cell.throughput:
                 m = cell.median
                 triples.append((m, min(cell.throughput), max(cell.throughput)))
-                labels.append("epochal" if system.label == "epochal" else f"{ours / m:.1f}x" if m else "-")
+                mine = system.label == (COLUMNAR if columnar else "epochal")
+                labels.append(system.label if mine else f"{ours / m:.1f}x" if m else "-")
             else:
                 triples.append((0, 0, 0))
                 labels.append("n/a")
@@ -322,7 +339,7 @@ def plot(path: Path, cells: dict[tuple[str, str], Cell], systems: list[System], 
         ax.margins(y=0.15)
     axes[0][0].set_ylabel("records / s after start-up (median, min-max)")
     fig.suptitle(f"epochal vs peers, parallelism {parallelism}, {os.cpu_count()} CPUs; "
-                 "bar labels: epochal / system", fontsize=10)
+                 f"bar labels: {COLUMNAR if columnar else 'epochal'} / system", fontsize=10)
     save_figure(fig, path)
 
 
