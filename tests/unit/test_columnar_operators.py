@@ -310,8 +310,10 @@ def test_an_integer_sum_that_overflows_fails_instead_of_wrapping() -> None:
     operator = KeyedAggregateOperator(["k"], parse_aggregates({"t": ("v", "sum")}, "agg"))
     with OperatorHarness(operator) as harness:
         harness.process(pa.record_batch({"k": ["a"], "v": [2**62]}))
-        with pytest.raises(pa.ArrowInvalid, match="overflow"):
+        with pytest.raises(OverflowError, match="the sum of column 'v' \\(aggregate 't'\\) left the range of int64"):
             harness.process(pa.record_batch({"k": ["a"], "v": [2**62]}))
+        with pytest.raises(OverflowError, match="left the range of int64"):  # within one batch
+            harness.process(pa.record_batch({"k": ["b", "b"], "v": [2**62, 2**62]}))
 
 
 def test_mean_of_only_nulls_is_null_and_sum_of_floats_is_float() -> None:
@@ -322,3 +324,48 @@ def test_mean_of_only_nulls_is_null_and_sum_of_floats_is_float() -> None:
         out = harness.process(pa.record_batch({"k": ["a"], "v": [1.5]}))
         assert rows_of(out[0]) == [("a", 1.5, 1.5)]
         assert not math.isnan(rows_of(out[0])[0][1])
+
+
+@SETTINGS
+@given(batches(), st.integers(1, 3), st.integers(1, 3), st.sampled_from([(10, 10), (10, 5)]))
+def test_open_windows_restore_at_another_parallelism_and_fire_once_each(
+        drawn: tuple[list[str], list[pa.RecordBatch]], old_parallelism: int, new_parallelism: int,
+        shape: tuple[int, int]) -> None:
+    keys, made = drawn
+    size, slide = shape
+    half = len(made) // 2
+    aggregates = parse_aggregates({"total": ("v", "sum"), "n": ("v", "count")}, "w")
+    partitioner = KeyGroupBatchPartitioner(ColumnKeys(keys), 16)
+
+    def operator() -> WindowAggregateOperator:
+        return WindowAggregateOperator(keys, aggregates, size, slide, ColumnTimestamps("ts"))
+
+    fired: dict[Any, tuple[Any, ...]] = {}
+
+    def take(out: list[pa.RecordBatch]) -> None:
+        for batch in out:
+            for row in rows_of(batch):
+                window = (row[0] if len(keys) == 1 else tuple(row[:len(keys)]), row[len(keys)])
+                assert window not in fired
+                fired[window] = tuple(row[len(keys) + 2:])
+
+    snapshots = []
+    for index in range(old_parallelism):
+        with OperatorHarness(operator(), max_parallelism=16, parallelism=old_parallelism,
+                             subtask_index=index) as harness:
+            for batch in made[:half]:
+                take(harness.process(*partitioner.split([batch], old_parallelism)[index]))
+            take(harness.watermark(15))  # windows ending by 15 fire before the snapshot
+            snapshots.append(harness.snapshot(1))
+    for index in range(new_parallelism):
+        with OperatorHarness(operator(), max_parallelism=16, parallelism=new_parallelism, subtask_index=index,
+                             restore_from=snapshots) as harness:
+            harness.watermark(15)
+            for batch in made[half:]:
+                take(harness.process(*partitioner.split([batch], new_parallelism)[index]))
+            take(harness.end_input())
+    # windows that fired before the snapshot hold the first half's rows only (later rows are late)
+    before, everything = window_oracle(made[:half], keys, size, slide), window_oracle(made, keys, size, slide)
+    expected = {window: (before.get(window) if window[1] + size - 1 <= 15 else value)
+                for window, value in everything.items()}
+    assert fired == {window: value for window, value in expected.items() if value is not None}

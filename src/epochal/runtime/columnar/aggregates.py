@@ -10,7 +10,8 @@ accumulators into the output columns.
 Every aggregate skips nulls, as SQL's do: ``count`` counts a column's non-null values, ``sum``,
 ``min``, ``max`` and ``mean`` of a key whose values were all null are null, ``first`` and
 ``last`` are the first and last non-null value in arrival order. ``sum`` of an integer column
-is an ``int64`` and fails on overflow instead of wrapping; ``mean`` is a ``float64``.
+is an ``int64`` and fails (OverflowError) when it leaves int64's range instead of wrapping;
+``mean`` is a ``float64``.
 
 The accumulator of a key, as keyed state stores it (and queryable state and the state
 DataFrame reader show it), is a tuple with one item per aggregate in the order given; a mean's
@@ -101,6 +102,13 @@ _PARTIAL = {"sum": ("sum",), "count": ("count",), "min": ("min",), "max": ("max"
             "first": ("first",), "last": ("last",)}
 
 
+#: 2^63 less what float64 may round a sum near it by: beyond this an int64 sum is not to be trusted.
+_INT64_LIMIT = float(2**63) * (1 - 2**-40)
+
+#: How partial fields of one key are combined by a hash aggregation (:meth:`Aggregation.combine`).
+_COMBINE = {"sum": "sum", "count": "sum", "min": "min", "max": "max", "first": "first", "last": "last"}
+
+
 def _options(function: str) -> pc.FunctionOptions | None:
     """Arrow's options for a partial field's hash aggregate: nulls skipped, an all-null group's
     sum, min and max null (made per call: Arrow's option objects do not pickle)."""
@@ -144,13 +152,56 @@ class Aggregation:
         table = pa.Table.from_arrays(arrays, names=names)
         alias = {column: f"a{j}" for j, column in enumerate(sources)}
         requests = dict.fromkeys((alias[column], function) for column, function in self._requests)
+        # Integer sums: Arrow's hash sum wraps past 2^63; a float64 shadow sum tells when it did.
+        shadows = {alias[column]: f"f{j}" for j, column in enumerate(sources)
+                   if any(c == column and f == "sum" for c, f in self._requests)
+                   and pa.types.is_integer(table.column(alias[column]).type)}
+        for name, shadow in shadows.items():
+            table = table.append_column(shadow, pc.cast(table.column(name), pa.float64(), safe=False))
         grouped = table.group_by(names[:len(by)], use_threads=False).aggregate(
-            [(column, function, _options(function)) for column, function in requests])
+            [(column, function, _options(function)) for column, function in requests]
+            + [(shadow, "sum", _options("sum")) for shadow in shadows.values()])
+        for name, shadow in shadows.items():
+            self._check_overflow(grouped.column(f"{shadow}_sum"), sources[int(name[1:])])
         columns = [grouped.column(f"k{i}") for i in range(len(by))]
         columns += [_sum_type(grouped.column(f"{alias[column]}_{function}"), function)
                     for column, function in self._requests]
         return pa.Table.from_arrays([c.combine_chunks() for c in columns],
                                     names=by + [f"__partial{i}" for i in range(len(self._requests))])
+
+    def _check_overflow(self, shadow: pa.ChunkedArray | pa.Array, column: str) -> None:
+        """Raise if a float64 shadow of an integer sum left int64's range (the sum wrapped)."""
+        largest = pc.max(pc.abs(shadow)).as_py()
+        if largest is not None and largest >= _INT64_LIMIT:
+            names = [a.name for a in self.aggregates if a.column == column and a.function in ("sum", "mean")]
+            raise OverflowError(f"the sum of column {column!r} (aggregate {', '.join(map(repr, names))}) left the "
+                                "range of int64; cast the column to float64 or decimal before aggregating")
+
+    def combine(self, tables: Sequence[pa.Table], group_columns: Sequence[str]) -> pa.Table:
+        """Tables of :meth:`partial`'s layout (with ``group_columns`` as their keys) combined into
+        one row per key, in order of first appearance, as :meth:`merge` would combine them, in one
+        hash aggregation: sums and counts add up, min and max of the mins and maxes, the first
+        non-null first (the earliest table's) and the last non-null last. A bool column
+        ``__dirty`` is or-ed."""
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        by = list(group_columns)
+        fields = [f"__partial{i}" for i in range(len(self.fields))]
+        requests = [(name, _COMBINE[function], _options(_COMBINE[function]))
+                    for name, (_, _, function) in zip(fields, self.fields, strict=True)]
+        requests.append(("__dirty", "any", None))
+        shadows = []
+        for name, (index, _, function) in zip(fields, self.fields, strict=True):
+            if function == "sum" and pa.types.is_integer(table.column(name).type):
+                shadow = f"{name}_shadow"
+                table = table.append_column(shadow, pc.cast(table.column(name), pa.float64(), safe=False))
+                requests.append((shadow, "sum", _options("sum")))
+                shadows.append((shadow, self.aggregates[index].column))
+        grouped = table.group_by(by, use_threads=False).aggregate(requests)
+        for shadow, column in shadows:
+            self._check_overflow(grouped.column(f"{shadow}_sum"), column)
+        columns = [grouped.column(name) for name in by]
+        columns += [grouped.column(f"{name}_{function}") for name, function, _ in requests[:len(fields) + 1]]
+        return pa.Table.from_arrays(columns, names=[*by, *fields, "__dirty"])
 
     def stored_fields(self, stored: Sequence[tuple[Any, ...]], types: Sequence[pa.DataType]) -> list[pa.Array]:
         """The stored accumulators of a run of keys (:attr:`empty` for a key with none yet) as one
@@ -167,9 +218,14 @@ class Aggregation:
         """Stored accumulators ``old`` combined with a batch's partial ones ``new``, field by field
         (equal lengths: row i of both is one key)."""
         merged = []
-        for (_, _, function), before, now in zip(self.fields, old, new, strict=True):
+        for (index, _, function), before, now in zip(self.fields, old, new, strict=True):
             if function == "sum":
-                merged.append(_checked_add(before, now))
+                try:
+                    merged.append(_checked_add(before, now))
+                except pa.ArrowInvalid as error:
+                    if "overflow" not in str(error):
+                        raise
+                    self._check_overflow(pa.array([float(2**63)]), self.aggregates[index].column)
             elif function == "count":
                 merged.append(pc.add(before, now))
             elif function == "min":

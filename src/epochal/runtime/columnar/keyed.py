@@ -14,7 +14,6 @@ the same key, and so the same key group, a row job's ``key_by`` returning those 
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from itertools import repeat
 from typing import Any
@@ -193,8 +192,14 @@ class WindowAggregateOperator(_KeyedBatchOperator):
     A window ``[start, start + size)`` starts at a multiple of ``slide`` (of ``size`` when
     tumbling) and fires once the watermark reaches ``start + size - 1``; every open window fires
     at the end of a bounded input. A row all of whose windows have fired is late: dropped and
-    counted (``late_records_dropped``). Keyed state ``"aggregates"``: key -> ``{window start:
-    accumulator tuple}``; which windows are open is rebuilt from it on restore."""
+    counted (``late_records_dropped``).
+
+    The open windows are a table (one row per key and window: key columns, start, partial
+    accumulators), merged with each batch's partial aggregation in one hash aggregation and cut
+    by each watermark, so no Python runs per key or window between checkpoints. Keyed state
+    ``"aggregates"`` (key -> ``{window start: accumulator tuple}``, the key's open windows) is
+    written at each snapshot's barrier (``prepare_snapshot``) for the keys whose windows changed
+    or fired since the last one; the table is rebuilt from it on restore."""
 
     event_time = True
 
@@ -219,22 +224,28 @@ class WindowAggregateOperator(_KeyedBatchOperator):
         super()._learn_types(schema.append(pa.field("__window_start", start)))
 
     def open(self, context: RuntimeContext, send_to_driver: Callable[[Any], None]) -> None:
-        super().open(context, send_to_driver)
         self.watermark: Any = NO_WATERMARK
-        #: open windows: window start -> keys (with their groups) that have it; and a heap of starts
-        self.open_windows: dict[Any, dict[Any, int]] = {}
-        self.starts: list[Any] = []
-        for group, values in self.groups.items():
-            for key, windows in values.items():
-                for start in windows:
-                    self._opened(start, key, group)
+        #: the open windows (None: none), and the keys and starts of windows fired since the last snapshot
+        self.windows: pa.Table | None = None
+        self.fired: list[pa.Table] = []
+        super().open(context, send_to_driver)
+        self._restore()
 
-    def _opened(self, start: Any, key: Any, group: int) -> None:
-        keys = self.open_windows.get(start)
-        if keys is None:
-            keys = self.open_windows[start] = {}
-            heapq.heappush(self.starts, start)
-        keys[key] = group
+    def _restore(self) -> None:
+        """The open windows' table from keyed state (a restored subtask's; empty on a fresh start)."""
+        entries = [(key, start, acc) for values in self.groups.values() for key, windows in values.items()
+                   for start, acc in windows.items()]
+        if not entries or self.types is None:
+            return
+        width = len(self.keys)
+        columns = _key_columns([key for key, _, _ in entries], width, self.key_types)
+        columns.append(pa.array([start for _, start, _ in entries], type=self.start_type))
+        columns += self.aggregation.stored_fields([acc for _, _, acc in entries], self.types)
+        columns.append(pa.array([False] * len(entries)))
+        self.windows = pa.Table.from_arrays(columns, names=self._layout())
+
+    def _layout(self) -> list[str]:
+        return [*self._group_columns(), *(f"__partial{i}" for i in range(len(self.aggregation.fields))), "__dirty"]
 
     def _windowed(self, rows: pa.RecordBatch) -> pa.Table:
         """``rows`` with the column ``__window_start``: one row per row and window it belongs to,
@@ -244,8 +255,7 @@ class WindowAggregateOperator(_KeyedBatchOperator):
         last = times - np.mod(times, slide)  # the latest window start at or before each time
         table = pa.Table.from_batches([rows])
         if slide == size:
-            starts_list = [last]
-            indices = None
+            starts = last
         else:
             starts_list, index_list = [], []
             offset = 0
@@ -255,23 +265,17 @@ class WindowAggregateOperator(_KeyedBatchOperator):
                 starts_list.append(start[inside])
                 index_list.append(np.nonzero(inside)[0])
                 offset += slide
-            indices = np.concatenate(index_list)
-        starts = np.concatenate(starts_list) if len(starts_list) > 1 else starts_list[0]
-        if indices is not None:
-            table = table.take(pa.array(indices))
+            starts = np.concatenate(starts_list)
+            table = table.take(pa.array(np.concatenate(index_list)))
         starts = starts.astype(np.float64 if pa.types.is_floating(self.start_type) else np.int64, copy=False)
         windowed = table.append_column("__window_start", pa.array(starts, type=self.start_type))
         if self.watermark is not NO_WATERMARK:
             alive = starts + size - 1 > self.watermark
             if not alive.all():
                 windowed = windowed.filter(pa.array(alive))
-                self._count_late(times, size, slide)
+                latest_start = times - np.mod(times, slide)  # a row whose latest window fired is late
+                self.late_records += int(np.count_nonzero(latest_start + size - 1 <= self.watermark))
         return windowed
-
-    def _count_late(self, times: np.ndarray, size: Any, slide: Any) -> None:
-        """Rows whose every window fired: their latest window (the last to fire) ended too."""
-        latest_start = times - np.mod(times, slide)
-        self.late_records += int(np.count_nonzero(latest_start + size - 1 <= self.watermark))
 
     def process_batch(self, batch: list[Any]) -> list[Any]:
         for element in batch:
@@ -282,78 +286,81 @@ class WindowAggregateOperator(_KeyedBatchOperator):
             if windowed.num_rows == 0:
                 continue
             partial = self.aggregation.partial(windowed, self._group_columns())
-            width = len(self.keys)
-            key_arrays = [_array(partial.column(i)) for i in range(width)]
-            keys = column_keys(key_arrays)
-            starts = partial.column(width).to_pylist()
-            groups = key_groups_of_columns(key_arrays, self.max_parallelism).tolist()
-            windows = self._read(keys, groups)
-            empty = self.aggregation.empty
-            stored = [empty if w is None else w.get(s, empty) for w, s in zip(windows, starts, strict=True)]
-            fields = [partial.column(width + 1 + i) for i in range(len(self.aggregation.fields))]
-            merged = self.aggregation.merge(self.aggregation.stored_fields(stored, self.types), fields)
-            tables = self.groups
-            written: dict[Any, dict[Any, Any]] = {}
-            for key, group, start, value in zip(keys, groups, starts, self.aggregation.accumulators(merged),
-                                                strict=True):
-                mine = written.get(key)
-                if mine is None:  # a new dict per key and batch: a snapshot may share the old one
-                    before = tables[group].get(key)
-                    mine = written[key] = {} if before is None else dict(before)
-                mine[start] = value
-                self._opened(start, key, group)
-            for key, group in zip(keys, groups, strict=True):
-                mine = written.pop(key, None)
-                if mine is not None:
-                    tables[group][key] = mine
+            partial = partial.append_column("__dirty", pa.array(np.ones(partial.num_rows, dtype=bool)))
+            tables = [partial] if self.windows is None else [self.windows, partial]
+            self.windows = self.aggregation.combine(tables, self._group_columns())
         return []
 
     def on_watermark(self, watermark: Any) -> list[Any]:
         if self.watermark is not NO_WATERMARK and watermark <= self.watermark:
             return []
         self.watermark = watermark
-        return self._fire(lambda start: start + self.size - 1 <= watermark)
+        return self._fire(watermark)
 
     def end_input(self) -> list[Any]:
         self.watermark = float("inf")
-        return self._fire(lambda start: True)
+        return self._fire(float("inf"))
 
-    def _fire(self, due: Callable[[Any], bool]) -> list[Any]:
-        keys: list[Any] = []
-        groups: list[int] = []
-        starts: list[Any] = []
-        if self.types is None:  # no input yet and nothing restored: no window is open
+    def _fire(self, watermark: Any) -> list[Any]:
+        """Emit and drop the open windows whose last instant the watermark reached."""
+        windows = self.windows
+        if windows is None or windows.num_rows == 0:
             return []
-        while self.starts and due(self.starts[0]):
-            start = heapq.heappop(self.starts)
-            for key, group in self.open_windows.pop(start).items():
-                keys.append(key)
-                groups.append(group)
-                starts.append(start)
-        if not keys:
+        starts = windows.column("__window_start")
+        due = pc.less_equal(pc.add(starts, pa.scalar(self.size - 1, self.start_type)), watermark)
+        if not pc.any(due).as_py():
             return []
+        fired = windows.filter(due)
+        self.windows = windows.filter(pc.invert(due))
+        self.fired.append(fired.select(self._group_columns()))
+        width = len(self.keys)
+        start_array = _array(fired.column(width))
+        columns = [_array(fired.column(i)) for i in range(width)]
+        columns += [start_array, pc.add(start_array, pa.scalar(self.size, self.start_type))]
+        fields = [_array(fired.column(width + 1 + i)) for i in range(len(self.aggregation.fields))]
+        columns += self.aggregation.results(fields)
+        names = [*self.keys, "window_start", "window_end", *(a.name for a in self.aggregates)]
+        return [pa.RecordBatch.from_arrays(columns, names=names)]
+
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        """Write the keyed state of every key whose windows changed or fired since the last
+        snapshot: its open windows' accumulators, or nothing (deleted) when none is open."""
+        windows, width = self.windows, len(self.keys)
+        changed: list[pa.Table] = list(self.fired)
+        if windows is not None and windows.num_rows:
+            dirty = windows.column("__dirty")
+            if pc.any(dirty).as_py():
+                changed.append(windows.filter(dirty).select(self._group_columns()))
+        if not changed:
+            return
+        touched = pa.concat_tables(changed)
+        distinct = touched.group_by(self.keys, use_threads=False).aggregate([])
+        key_arrays = [_array(distinct.column(name)) for name in self.keys]
+        keys = column_keys(key_arrays)
+        groups = key_groups_of_columns(key_arrays, self.max_parallelism).tolist()
+        states: dict[Any, dict[Any, Any]] = {key: {} for key in keys}
+        if windows is not None and windows.num_rows:
+            open_keys = column_keys([_array(windows.column(i)) for i in range(width)])
+            starts = windows.column(width).to_pylist()
+            fields = [_array(windows.column(width + 1 + i)) for i in range(len(self.aggregation.fields))]
+            accumulators = self.aggregation.accumulators(fields)
+            for key, start, acc in zip(open_keys, starts, accumulators, strict=True):
+                state = states.get(key)
+                if state is not None:
+                    state[start] = acc
+            self.windows = windows.set_column(windows.num_columns - 1, "__dirty",
+                                              pa.array(np.zeros(windows.num_rows, dtype=bool)))
         if self.log_batch is not None:
             self.log_batch(keys, groups)
         self.backend.prefetch(keys, groups)
         tables = self.groups
-        accumulators = []
-        changed: dict[Any, tuple[int, dict[Any, Any]]] = {}
-        for key, group, start in zip(keys, groups, starts, strict=True):
-            entry = changed.get(key)
-            if entry is None:
-                entry = changed[key] = (group, dict(tables[group][key]))
-            accumulators.append(entry[1].pop(start))
-        for key, (group, windows) in changed.items():
-            if windows:
-                tables[group][key] = windows
-            else:
+        for key, group in zip(keys, groups, strict=True):
+            state = states[key]
+            if state:
+                tables[group][key] = state
+            elif key in tables[group]:
                 del tables[group][key]
-        columns = _key_columns(keys, len(self.keys), self.key_types)
-        start_array = pa.array(starts, type=self.start_type)
-        columns += [start_array, pc.add(start_array, pa.scalar(self.size, self.start_type))]
-        columns += self.aggregation.stored_results(accumulators, self.types)
-        names = [*self.keys, "window_start", "window_end", *(a.name for a in self.aggregates)]
-        return [pa.RecordBatch.from_arrays(columns, names=names)]
+        self.fired = []
 
     def counters(self) -> dict[str, int]:
         return {"late_records_dropped": self.late_records}
