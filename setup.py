@@ -1,10 +1,12 @@
-"""The compiled parts of epochal, both optional: without a C compiler the build goes on without
+"""The compiled parts of epochal, all optional: without a C compiler the build goes on without
 them and the same work is done in Python instead (slower, the same results):
 
 * ``epochal.state.rocksdb._native``: the native reader of RocksDB checkpoints for canonical
   savepoints (``epochal/state/rocksdb/native.py``);
 * ``epochal.dataflow.queries._answer``: the native answer path of a worker's query server, for a
-  lone read_uncommitted lookup of a heap state (``epochal/dataflow/queries/native.py``).
+  lone read_uncommitted lookup of a heap state (``epochal/dataflow/queries/native.py``);
+* ``epochal.plan._column_keygroups``: the key groups of a batch's Arrow key columns, hashed from
+  their buffers without a Python call per row (``epochal/plan/column_keygroups.py``).
 
 Everything else is in pyproject.toml."""
 
@@ -16,5 +18,7 @@ setup(ext_modules=[
     Extension("epochal.state.rocksdb._native", ["src/epochal/state/rocksdb/_native.c"],
               libraries=["dl"], extra_compile_args=FLAGS, optional=True),
     Extension("epochal.dataflow.queries._answer", ["src/epochal/dataflow/queries/_answer.c"],
+              extra_compile_args=FLAGS, optional=True),
+    Extension("epochal.plan._column_keygroups", ["src/epochal/plan/_column_keygroups.c"],
               extra_compile_args=FLAGS, optional=True),
 ])
