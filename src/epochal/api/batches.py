@@ -222,7 +222,8 @@ class KeyedBatchStream(BatchStream):
         operator.queryable_name = self.queryable_name
         return self._batches("agg", "Aggregate", operator, [])
 
-    def window(self, size: Any, timestamp: str | None = None, slide: Any = None) -> WindowedBatchStream:
+    def window(self, size: Any, timestamp: Any = None,  # type: ignore[override]
+               slide: Any = None) -> WindowedBatchStream:
         """Event-time windows per key of ``size`` (in the unit of the ``timestamp`` column),
         tumbling, or sliding with a new window every ``slide``; window ``start`` covers ``[start,
         start + size)`` and starts are multiples of ``slide`` (of ``size`` when tumbling). Without
@@ -266,7 +267,7 @@ class WindowedBatchStream:
         keyed = self.keyed
         keyed._check_columns("window().agg()", keys=keyed.keys, aggregates=parsed, extra=[self.column])
         times = ColumnTimestamps(self.column)
-        _, stream = event_time_input(keyed, times, f"window({self.size!r})")
+        _, stream = event_time_input(keyed, times, f"window({self.size!r})")  # type: ignore[arg-type]
         if stream.node is not keyed.node:  # a watermark generator was put before the key_by
             mark_batches(keyed.env.graph[stream.node.inputs[0]].operator)  # type: ignore[arg-type]
         operator = WindowAggregateOperator(keyed.keys, parsed, self.size, self.slide, times)

@@ -148,7 +148,7 @@ class KeyedAggregateOperator(_KeyedBatchOperator):
             for group, start, stop in runs:
                 stored += map(tables[group].get, keys[start:stop], repeat(empty, stop - start))
             fields = [partial.column(width + i) for i in range(len(self.aggregation.fields))]
-            merged = self.aggregation.merge(self.aggregation.stored_fields(stored, self.types), fields)
+            merged = self.aggregation.merge(self.aggregation.stored_fields(stored, self.types or []), fields)
             values = self.aggregation.accumulators(merged)
             for group, start, stop in runs:
                 tables[group].update(zip(keys[start:stop], values[start:stop], strict=True))

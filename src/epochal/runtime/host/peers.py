@@ -123,7 +123,7 @@ class PeerConnection:
         columnar = arrow_payload(batch)
         if columnar is not None:
             self.bytes_sent += len(columnar)
-            protocol.send_frame(self.sock, protocol.ARROW, channel, columnar)  # type: ignore[arg-type]
+            protocol.send_frame(self.sock, protocol.ARROW, channel, columnar)
             return
         try:
             payload = protocol.dumps(batch)
