@@ -177,6 +177,17 @@ class KeyGroupBatchPartitioner(Partitioner):
     def __init__(self, keys: ColumnKeys, max_parallelism: int) -> None:
         self.keys = keys
         self.max_parallelism = max_parallelism
+        self._tables: dict[int, np.ndarray] = {}
+
+    def _owners(self, n: int) -> np.ndarray:
+        """Key group -> consumer index for ``n`` consumers, in the narrowest unsigned type (numpy
+        sorts those by radix), computed once per ``n``."""
+        owners = self._tables.get(n)
+        if owners is None:
+            kind = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.uint32
+            owners = self._tables[n] = (np.arange(self.max_parallelism, dtype=np.int64) * n
+                                        // self.max_parallelism).astype(kind)
+        return owners
 
     def split(self, batch: list[Any], n: int) -> list[list[Any]]:
         if n == 1:
@@ -185,13 +196,13 @@ class KeyGroupBatchPartitioner(Partitioner):
         for element in batch:
             if element.num_rows == 0:
                 continue
-            owners = self.keys.groups(element, self.max_parallelism).astype(np.int64) * n // self.max_parallelism
+            owners = self._owners(n)[self.keys.groups(element, self.max_parallelism)]
             counts = np.bincount(owners, minlength=n)
             nonzero = np.flatnonzero(counts)
             if len(nonzero) == 1:
                 targets[int(nonzero[0])].append(element)
                 continue
-            ordered = element.take(pa.array(np.argsort(owners, kind="stable")))
+            ordered = element.take(pa.array(np.argsort(owners, kind="stable")))  # radix sort: small ints
             offset = 0
             for target, count in enumerate(counts.tolist()):
                 if count:
