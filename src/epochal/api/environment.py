@@ -292,15 +292,18 @@ class Environment:
         return self._from_source(CsvFileSource(path, **options), None, f"Source: csv {path}")
 
     def read_parquet(self, path: str, **options: Any) -> DataStream:
-        """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`)."""
+        """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`);
+        with ``batches=True`` a batch stream of their record batches (docs/columnar.md)."""
         from epochal.connectors.files import ParquetFileSource
 
         return self._from_source(ParquetFileSource(path, **options), None, f"Source: parquet {path}")
 
-    def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None) -> DataStream:
+    def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None,
+                       batches: bool = False) -> DataStream:
         """The rows of the Spark DataFrame ``df`` (of this environment's session), as
         ``pyspark.sql.Row`` objects with the values ``df.collect()`` gives: bounded, replayable,
-        one split per Spark partition.
+        one split per Spark partition. With ``batches=True`` a batch stream of its record batches
+        (docs/columnar.md): Arrow all the way, no Python per row.
 
         Spark's executors write ``df`` once, now, as Parquet under ``snapshot_dir`` (a new
         directory in it; nothing is collected onto the driver) and the job's workers read that
@@ -339,7 +342,7 @@ class Environment:
                 conf.unset("spark.sql.parquet.outputTimestampType")
             else:
                 conf.set("spark.sql.parquet.outputTimestampType", previous)
-        return self._from_source(DataFrameSource(path, df.schema.json()), name, "Source: DataFrame")
+        return self._from_source(DataFrameSource(path, df.schema.json(), batches), name, "Source: DataFrame")
 
     # ---------------------------------------------------------------- planning and execution
     def plan(self) -> JobGraph:

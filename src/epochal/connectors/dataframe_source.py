@@ -63,14 +63,14 @@ class _DataFrameSplit(ParquetSplit):
 
     _TRANSIENT: tuple[str, ...] = (*ParquetSplit._TRANSIENT, "_schema")
 
-    def __init__(self, file: Any, schema_json: str) -> None:
-        super().__init__(file, None, as_dicts=False)
+    def __init__(self, file: Any, schema_json: str, batches: bool = False) -> None:
+        super().__init__(file, None, as_dicts=False, batches=batches)
         self.schema_json = schema_json
         self._schema: Any = None
 
     def read_batch(self, max_records: int) -> list[Any] | None:
         rows = super().read_batch(max_records)
-        if not rows:
+        if not rows or self.batches:  # a batch stream's record batches are Arrow's, as read
             return rows
         schema = self._schema
         if schema is None:
@@ -92,11 +92,29 @@ class _DataFrameSplit(ParquetSplit):
 class DataFrameSource(Source):
     """The rows of a DataFrame snapshot written by ``Environment.from_dataframe`` into
     ``directory`` (Parquet, one file per Spark partition), as ``pyspark.sql.Row`` objects of the
-    schema ``schema_json`` (``StructType.json()``). Bounded and replayable; one split per file."""
+    schema ``schema_json`` (``StructType.json()``). Bounded and replayable; one split per file.
 
-    def __init__(self, directory: str, schema_json: str) -> None:
+    With ``batches=True``: a batch stream's source, the snapshot's record batches as Arrow reads
+    them (Spark's types as Parquet stores them: timestamps in microseconds), no Python per row."""
+
+    def __init__(self, directory: str, schema_json: str, batches: bool = False) -> None:
         self.directory = directory
         self.schema_json = schema_json
+        self.batches = batches
+        self.produces_batches = batches
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [_DataFrameSplit(f, self.schema_json) for f in list_files(self.directory, "DataFrame snapshot")]
+        return [_DataFrameSplit(f, self.schema_json, self.batches)
+                for f in list_files(self.directory, "DataFrame snapshot")]
+
+    def batch_schema(self) -> Any:
+        """The snapshot's Arrow schema (its first file's footer)."""
+        if not self.batches:
+            return None
+        import pyarrow.parquet as pq
+
+        files = list_files(self.directory, "DataFrame snapshot")
+        if not files:
+            return None
+        with files[0].filesystem().open_input_file(files[0].path) as handle:
+            return pq.read_schema(handle).remove_metadata()

@@ -126,3 +126,23 @@ def rows_of(batch: pa.RecordBatch | pa.Table, as_dicts: bool) -> list[Any]:
     if as_dicts:
         return batch.to_pylist()
     return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+
+
+def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str) -> pa.Table:
+    """A batch stream's record batches as one table for a columnar sink: with ``schema``, its
+    columns selected by name and cast to its types. Raises ValueError naming ``where`` and the
+    column for a batch that lacks one of the schema's columns or a value that does not fit."""
+    try:
+        table = pa.Table.from_batches(batches)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"the record batches for {where} do not share one schema: {exc}") from exc
+    if schema is None:
+        return table
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"the record batches for {where} have no column {missing[0]!r} (they have "
+                         f"{', '.join(table.column_names)}; the schema has {', '.join(schema.names)})")
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"the record batches for {where} do not fit its schema ({schema}): {exc}") from exc

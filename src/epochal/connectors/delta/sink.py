@@ -315,6 +315,8 @@ class DeltaSink(Sink):
     """
 
     guarantee = EXACTLY_ONCE
+    #: a batch stream's record batches are written as they are (no Python per row)
+    accepts_batches = True
     #: Skip committables whose transaction the table already has (the check delta-rs leaves to
     #: writers). Turned off only to show that it is needed.
     skip_committed = True

@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.delta import tables as dt
 from epochal.connectors.file_splits import FileRef, rows_of
-from epochal.connectors.parquet_split import ParquetSplit
+from epochal.connectors.parquet_split import BATCH_ROWS, ParquetSplit
 from epochal.errors import SourceError
 from epochal.filesystems import is_uri, join, resolve
 
@@ -44,8 +44,10 @@ class _Table:
     """What every split of one source needs: where the table is, its schema, what to read."""
 
     def __init__(self, uri: str, schema: pa.Schema, partition_columns: list[str], columns: list[str] | None,
-                 as_dicts: bool) -> None:
+                 as_dicts: bool, batches: bool = False) -> None:
         self.uri = uri
+        #: a batch stream's source: reads give record batches of up to BATCH_ROWS rows
+        self.batches = batches
         self.schema = schema
         self.partition_columns = partition_columns
         self.columns = columns
@@ -59,7 +61,8 @@ class _Table:
         return FileRef(None, path, path)
 
     def rows(self, batch: pa.Table, partition: tuple[tuple[str, str | None], ...]) -> list[Any]:
-        """The rows of one batch of a data file: partition columns added, cast to the schema."""
+        """The rows of one batch of a data file: partition columns added, cast to the schema (for
+        a batch stream: that as one record batch)."""
         values = dict(partition)
         columns = []
         for field in self.schema:
@@ -73,7 +76,14 @@ class _Table:
         table = pa.Table.from_arrays(columns, schema=self.schema)
         if self.columns is not None:
             table = table.select(self.columns)
+        if getattr(self, "batches", False):
+            return [table.combine_chunks().to_batches()[0] if table.num_rows else
+                    pa.RecordBatch.from_pylist([], schema=table.schema)]
         return rows_of(table, self.as_dicts)
+
+    def read_size(self, max_records: int) -> int:
+        """Rows per read: the runtime's ``max_records``, or BATCH_ROWS for a batch stream."""
+        return BATCH_ROWS if getattr(self, "batches", False) else max_records
 
 
 class _DeltaFileSplit(ParquetSplit):
@@ -96,7 +106,7 @@ class _DeltaFileSplit(ParquetSplit):
                 self._table = self._parquet.read_row_group(self._group)
             except (pa.ArrowException, OSError) as exc:
                 raise self._fail(f"cannot read row group {self._group}", exc) from exc
-        take = min(max_records, self._table.num_rows - self._row)
+        take = min(self.table.read_size(max_records), self._table.num_rows - self._row)
         out = self.table.rows(self._table.slice(self._row, take), self.partition) if take > 0 else []
         self._row += max(take, 0)
         if self._row >= self._table.num_rows:
@@ -214,7 +224,7 @@ class DeltaSource(Source):
     def __init__(self, table: str, *, version: int | None = None, timestamp: Any = None,
                  columns: list[str] | None = None, as_dicts: bool = True, follow: bool = False,
                  poll_interval: float = 1.0, skip_change_commits: bool = False,
-                 storage_options: dict[str, str] | None = None) -> None:
+                 storage_options: dict[str, str] | None = None, batches: bool = False) -> None:
         if version is not None and timestamp is not None:
             raise SourceError("DeltaSource: give a version or a timestamp, not both")
         try:
@@ -230,6 +240,21 @@ class DeltaSource(Source):
         self.poll_interval = float(poll_interval)
         self.skip_change_commits = skip_change_commits
         self.storage_options = dict(storage_options) if storage_options else None
+        #: a batch stream's source (docs/columnar.md): record batches of the table's schema
+        self.batches = batches
+        self.produces_batches = batches
+
+    def batch_schema(self) -> Any:
+        """The table's Arrow schema (``columns`` selected) at the version read, for a batch stream."""
+        if not self.batches:
+            return None
+        at = self.version if self.version is not None else self.timestamp
+        try:
+            schema = dt.arrow_schema(dt.open_table(self.table, self.storage_options, at))
+        except LookupError as exc:
+            raise SourceError(f"DeltaSource: {exc}") from exc
+        return schema if self.columns is None else pa.schema([schema.field(c) for c in self.columns
+                                                              if c in schema.names])
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         at = self.version if self.version is not None else self.timestamp
@@ -244,7 +269,8 @@ class DeltaSource(Source):
             if missing:
                 raise SourceError(f"DeltaSource: column {missing[0]!r} is not in the Delta table {self.table} "
                                   f"(its columns: {', '.join(schema.names)})")
-        info = _Table(self.table, schema, list(table.metadata().partition_columns), self.columns, self.as_dicts)
+        info = _Table(self.table, schema, list(table.metadata().partition_columns), self.columns, self.as_dicts,
+                      self.batches)
         actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
         files: list[DataFile] = sorted(
             (unquote(a["path"]),

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from epochal.connectors.file_splits import batches_as_table
 from epochal.filesystems import is_uri
 
 #: Characters Hive-style partition directories escape (Spark's ``ExternalCatalogUtils``).
@@ -112,6 +113,8 @@ def records_to_arrow(records: list[Any], schema: pa.Schema | None, where: str) -
     from the records when None). A record that does not fit raises ``ValueError`` naming the field
     and the record."""
     first = records[0]
+    if type(first) is pa.RecordBatch:  # a batch stream's record batches, written as they are
+        return batches_as_table(records, schema, where)
     if isinstance(first, dict):
         if schema is None:
             try:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import FileRef, FileSplit, list_files, rows_of
@@ -174,13 +175,37 @@ class CsvFileSource(Source):
 class ParquetFileSource(Source):
     """The rows of Parquet files, as dicts or tuples (in ``columns`` order); one split per file.
 
-    Reads one row group at a time, so memory stays bounded by the largest row group.
+    Reads one row group at a time, so memory stays bounded by the largest row group. With
+    ``batches=True`` it is a batch stream's source: each read gives a ``pyarrow.RecordBatch`` of
+    up to 65,536 rows of a row group as Arrow read it (no Python per row), and its schema (the
+    first file's, ``columns`` selected) is known when the job is planned.
     """
 
-    def __init__(self, path: str, *, columns: list[str] | None = None, as_dicts: bool = True) -> None:
+    def __init__(self, path: str, *, columns: list[str] | None = None, as_dicts: bool = True,
+                 batches: bool = False) -> None:
         self.path = path
         self.columns = list(columns) if columns is not None else None
         self.as_dicts = as_dicts
+        self.batches = batches
+        self.produces_batches = batches
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [ParquetSplit(f, self.columns, self.as_dicts) for f in list_files(self.path, "Parquet file")]
+        return [ParquetSplit(f, self.columns, self.as_dicts, self.batches)
+                for f in list_files(self.path, "Parquet file")]
+
+    def batch_schema(self) -> Any:
+        """The first file's Arrow schema (``columns`` selected), read from its footer."""
+        if not self.batches:
+            return None
+        files = list_files(self.path, "Parquet file")
+        if not files:
+            return None
+        with files[0].filesystem().open_input_file(files[0].path) as handle:
+            schema = pq.read_schema(handle)
+        if self.columns is not None:
+            missing = [c for c in self.columns if c not in schema.names]
+            if missing:
+                raise PlanError(f"read_parquet({self.path!r}): no column {missing[0]!r} in {files[0]} "
+                                f"(its columns: {', '.join(schema.names)})")
+            schema = pa.schema([schema.field(c) for c in self.columns])
+        return schema.remove_metadata()
