@@ -50,6 +50,17 @@ class SourceSettings(Protocol):
     def max_out_of_orderness(self) -> float: ...
     @property
     def idle_timeout(self) -> float | None: ...
+    @property
+    def batches(self) -> bool:
+        """Whether reads give record batches (a batch stream's source)."""
+    @property
+    def value_format(self) -> str | None:
+        """``"json"``: a batch's values are decoded into the columns of :attr:`value_schema`."""
+    @property
+    def value_schema(self) -> Any: ...
+    @property
+    def batch_records(self) -> int:
+        """The most records of one batch."""
 
     def consumer_config(self, group: str, **settings: Any) -> dict[str, Any]:
         """librdkafka settings of a consumer in consumer group ``group``, ``settings`` added."""
@@ -113,6 +124,8 @@ class KafkaPartitionReader(SplitReader):
             return None
         if not self.partitions and self.source.bounded:
             return None
+        if self.source.batches:
+            return self._read_record_batch()
         messages: list[Any] = self.consumer.consume(max_records, 0)
         out: list[Any] = []
         append = out.append
@@ -159,6 +172,63 @@ class KafkaPartitionReader(SplitReader):
         if messages:
             self.down_since = None
         return out
+
+    def _read_record_batch(self) -> list[Any]:
+        """A batch stream's read: the messages of one ``consume()`` as one record batch (none when
+        nothing came), positions and watermarks kept as for records."""
+        from epochal.connectors.kafka.batches import json_columns, record_batch
+
+        messages: list[Any] = self.consumer.consume(self.source.batch_records, 0)
+        if not messages:
+            return []
+        kept = []
+        partitions = self.partitions
+        watermarks = self.source.watermarks
+        now = time.monotonic()
+        last_topic, last_partition, state = None, None, None
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_error(message, error)
+                continue
+            topic, partition = message.topic(), message.partition()
+            if partition != last_partition or topic != last_topic:
+                state = partitions.get(f"{topic}-{partition}")
+                last_topic, last_partition = topic, partition
+            if state is None or state.done:
+                continue
+            state.next = message.offset() + 1
+            if state.stop is not None and state.next >= state.stop:
+                state.done = True
+            if watermarks:
+                event_time = message.timestamp()[1]
+                if state.max_time is None or event_time > state.max_time:
+                    state.max_time = event_time
+                state.last_seen = now
+            kept.append(message)
+        self.down_since = None
+        if not kept:
+            return []
+        values: list[Any] = [m.value() for m in kept]
+        schema = self.source.value_schema if self.source.value_format == "json" else None
+        if schema is not None:
+            values, bad = json_columns(values, schema)
+            if bad:
+                kept = self._undecodable_json(kept, bad)
+                values, _ = json_columns([m.value() for m in kept], schema)
+        topics = [m.topic() for m in kept]
+        return [record_batch([m.key() for m in kept], values, topics, [m.partition() for m in kept],
+                             [m.offset() for m in kept], [m.timestamp()[1] for m in kept], schema)]
+
+    def _undecodable_json(self, messages: list[Any], bad: list[int]) -> list[Any]:
+        """The messages whose values are JSON of the schema; the others fail the job (naming the
+        first) or go to the ``errors`` side output."""
+        for index in bad:
+            message = messages[index]
+            self._undecodable(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
+                              ValueError(f"not a JSON object of the value_schema ({self.source.value_schema})"))
+        dropped = set(bad)
+        return [message for index, message in enumerate(messages) if index not in dropped]
 
     def _undecodable(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                      error: Exception) -> None:

@@ -66,10 +66,22 @@ class KafkaSink(Sink):
             librdkafka does not end by itself (confluentinc/librdkafka#3779, after a lost
             coordinator) is given up 15 s after it.
         config: further librdkafka producer settings.
+
+    A batch stream (docs/columnar.md) is written a whole record batch at a time: its ``value``
+    column (binary or string) is each record's value and its ``key`` column, if it has one, the
+    key; nothing is called per record. With ``value=``, ``key=``, ``topic_selector=``,
+    ``partition=`` or ``headers=`` functions the sink takes the batch stream's rows (tuples in
+    column order) instead, and calls them on each.
     """
 
     #: (a class default too: a sink pickled before the option existed reads it)
     operation_timeout: float = 60.0
+
+    @property
+    def accepts_batches(self) -> bool:  # type: ignore[override]
+        """A batch stream's record batches are produced as they are unless a function of the
+        record must see each row."""
+        return all(fn is None for fn in (self.value, self.key, self.topic_selector, self.partition, self.headers))
 
     def __init__(self, bootstrap_servers: str, topic: str | None = None, *, guarantee: str = EXACTLY_ONCE,
                  value: Callable[[Any], Any] | None = None, key: Callable[[Any], Any] | None = None,
@@ -140,7 +152,12 @@ class KafkaSink(Sink):
 
     def serialize_batch(self, records: list[Any]) -> list[Serialized]:
         """:meth:`serialize` of every record; without a topic selector, partitioner or headers
-        (the common case) in one comprehension instead of a method call per record."""
+        (the common case) in one comprehension instead of a method call per record. Record
+        batches (a batch stream's) give their rows' ``key``/``value`` columns."""
+        if records and type(records[0]).__name__ == "RecordBatch":
+            from epochal.connectors.kafka.batches import serialized_rows
+
+            return [row for batch in records for row in serialized_rows(batch, self.topic)]  # type: ignore[arg-type]
         if self.topic_selector is not None or self.partition is not None or self.headers is not None:
             serialize = self.serialize
             return [serialize(r) for r in records]

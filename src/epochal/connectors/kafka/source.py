@@ -67,6 +67,20 @@ class KafkaSource(Source):
             transactions are never read) or ``"read_uncommitted"``.
         config: further librdkafka consumer settings.
         metadata_timeout: seconds to wait for the broker at submit.
+        batches: a batch stream's source (docs/columnar.md): each read gives one
+            ``pyarrow.RecordBatch`` of up to 65,536 records with the columns ``key`` and ``value``
+            (binary), ``topic`` (string), ``partition`` (int32), ``offset`` and ``timestamp`` (int64,
+            the Kafka timestamp in ms); headers are not read. The deserializers stay ``"bytes"``;
+            watermarks, with ``watermarks=True``, come from the Kafka timestamps.
+        value_format: with ``batches=True``, ``"json"`` decodes the values of a whole batch in one
+            call (``pyarrow.json``) into the columns of ``value_schema`` (a ``pyarrow.Schema``),
+            which replace ``value``; a null value is a row of nulls, fields not in the schema are
+            ignored. A value that is not JSON of that schema fails the job naming its topic,
+            partition and offset, or goes to ``errors``' side output.
+        value_schema: the schema of the JSON values (``value_format="json"``).
+        batch_records: with ``batches=True``, the most records of one batch (default 65,536):
+            smaller batches mean lower latency and checkpoint barriers sooner, larger ones less
+            work per record.
     """
 
     def __init__(self, bootstrap_servers: str, topics: list[str] | str | None = None, *, pattern: str | None = None,
@@ -75,8 +89,17 @@ class KafkaSource(Source):
                  watermarks: bool = False, timestamp: Callable[[Any], Any] | None = None,
                  max_out_of_orderness: float = 0, idle_timeout: float | None = None,
                  discovery_interval: float | None = 10.0, isolation_level: str = "read_committed",
-                 config: dict[str, Any] | None = None, metadata_timeout: float = 10.0) -> None:
+                 config: dict[str, Any] | None = None, metadata_timeout: float = 10.0, batches: bool = False,
+                 value_format: str | None = None, value_schema: Any = None, batch_records: int = 65_536) -> None:
         check_bootstrap(bootstrap_servers, "KafkaSource")
+        _check_batches(batches, value_format, value_schema, key_deserializer, value_deserializer, timestamp)
+        self.batches = batches
+        self.produces_batches = batches
+        self.value_format = value_format
+        self.value_schema = value_schema
+        if isinstance(batch_records, bool) or not isinstance(batch_records, int) or not 1 <= batch_records <= 1_000_000:
+            raise PlanError(f"KafkaSource batch_records must be an int in 1..1,000,000, got {batch_records!r}")
+        self.batch_records = batch_records
         if (topics is None) == (pattern is None):
             raise PlanError("KafkaSource takes either topics=[...] or pattern='regex', not both and not neither")
         self.topics = [topics] if isinstance(topics, str) else list(topics or [])
@@ -116,6 +139,15 @@ class KafkaSource(Source):
         #: split ids known when the job was planned (set by create_splits, shipped with the source):
         #: a partition not among them was created while the job ran.
         self.known_splits: frozenset[str] = frozenset()
+
+    def batch_schema(self) -> Any:
+        """A batch stream's columns: key, value (or ``value_schema``'s columns), topic, partition,
+        offset, timestamp."""
+        if not self.batches:
+            return None
+        from epochal.connectors.kafka.batches import batch_schema
+
+        return batch_schema(self.value_schema if self.value_format == "json" else None)
 
     def __repr__(self) -> str:
         what = self.topics if self.pattern is None else f"pattern={self.pattern!r}"
@@ -187,6 +219,38 @@ class KafkaSource(Source):
                       context: ReaderContext) -> SplitReader | None:
         return KafkaPartitionReader(self, [s for s in splits if isinstance(s, KafkaPartitionSplit)], restored,
                                     context)
+
+
+def _check_batches(batches: bool, value_format: str | None, value_schema: Any, key_deserializer: Serde,
+                   value_deserializer: Serde, timestamp: Any) -> None:
+    """PlanErrors for options a batch source does not take, or takes only together."""
+    if not batches:
+        if value_format is not None or value_schema is not None:
+            raise PlanError("KafkaSource value_format= and value_schema= decode a batch stream's values: pass "
+                            "batches=True too (or value_deserializer='json' for records)")
+        return
+    if key_deserializer != "bytes" or value_deserializer != "bytes":
+        raise PlanError("KafkaSource(batches=True) reads keys and values as binary columns: leave key_deserializer "
+                        "and value_deserializer as 'bytes' (value_format='json' decodes values into columns)")
+    if timestamp is not None:
+        raise PlanError("KafkaSource(batches=True) takes its watermarks from the Kafka timestamps: timestamp= is "
+                        "for records (use with_watermarks(\"column\") on the batch stream for another column)")
+    if value_format not in (None, "json"):
+        raise PlanError(f"KafkaSource value_format must be 'json' or None, got {value_format!r}")
+    if value_format == "json":
+        import pyarrow as pa
+
+        from epochal.connectors.kafka.batches import RESERVED
+
+        if not isinstance(value_schema, pa.Schema):
+            raise PlanError("KafkaSource(value_format='json') needs value_schema=, a pyarrow.Schema of the values' "
+                            f"fields; got {type(value_schema).__name__}")
+        clash = [name for name in value_schema.names if name in RESERVED]
+        if clash:
+            raise PlanError(f"KafkaSource value_schema field {clash[0]!r} has the name of a column every batch has "
+                            f"({', '.join(RESERVED)}); rename it in the schema")
+    elif value_schema is not None:
+        raise PlanError("KafkaSource value_schema= goes with value_format='json'")
 
 
 def _tag_id(tag: Any) -> str:
