@@ -30,9 +30,10 @@ BACKENDS = {
 #: backends that run in ROTATED_MODULES only (unless EPOCHAL_CHAOS_BACKENDS=all): CI time
 ROTATION_ONLY = {"postgres", "postgres-mvcc"}
 KEYED_STATE_MODULES = {"test_exactly_once", "test_sink_guarantees", "test_checkpoint_recovery", "test_windows",
-                       "test_loops", "test_upgrade_restore", "test_counters", "test_queryable_state"}
+                       "test_loops", "test_upgrade_restore", "test_counters", "test_queryable_state",
+                       "test_columnar"}
 ROTATED_MODULES = {"test_sink_guarantees", "test_checkpoint_recovery", "test_windows", "test_loops",
-                   "test_upgrade_restore"}
+                   "test_upgrade_restore", "test_columnar"}
 ALL_BACKENDS_ENV = "EPOCHAL_CHAOS_BACKENDS"
 
 

@@ -369,3 +369,20 @@ def test_open_windows_restore_at_another_parallelism_and_fire_once_each(
     expected = {window: (before.get(window) if window[1] + size - 1 <= 15 else value)
                 for window, value in everything.items()}
     assert fired == {window: value for window, value in expected.items() if value is not None}
+
+
+def test_a_restored_window_operator_keeps_its_schema_for_the_next_restore() -> None:
+    """Restored twice, the second time from a snapshot the restored operator took before any
+    batch: its open windows must come back again (their accumulators' types are in the schema it
+    keeps in operator state)."""
+    def operator() -> WindowAggregateOperator:
+        return WindowAggregateOperator(["k"], parse_aggregates({"n": ("v", "count")}, "w"), 10, None,
+                                       ColumnTimestamps("ts"))
+
+    with OperatorHarness(operator()) as first:
+        first.process(pa.record_batch({"k": ["a"], "v": [1], "ts": [3]}))
+        snapshot = first.snapshot(1)
+    with OperatorHarness(operator(), restore_from=snapshot) as second:
+        again = second.snapshot(2)
+    with OperatorHarness(operator(), restore_from=again) as third:
+        assert [r for b in third.end_input() for r in rows_of(b)] == [("a", 0, 10, 1)]

@@ -68,12 +68,12 @@ class _KeyedBatchOperator(Operator):
         # The input schema is operator state: a restored subtask knows its accumulators' types
         # (to fire windows or emit final results) before its first batch arrives.
         self.schema_state = context.get_list_state("batch-schema", "union")
-        if self.schema_state:
-            restored = pa.ipc.read_schema(pa.py_buffer(self.schema_state[0]))
+        restored = [pa.ipc.read_schema(pa.py_buffer(data)) for data in self.schema_state[:1]]
+        self.schema_state[:] = []  # (a union list: every subtask's entries came back to each)
+        if restored:  # learning it stores it again: the next checkpoint has it too
             if self.guard.schema is None:
-                self.guard.schema = restored
+                self.guard.schema = restored[0]
             self._learn(self.guard.schema)
-        self.schema_state[:] = []
 
     def _check(self, element: Any) -> pa.RecordBatch:
         batch = self.guard.check(element)
