@@ -8,7 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from epochal.api.datastream import DataStream
 from epochal.cec import job as cec_job
@@ -291,19 +291,41 @@ class Environment:
 
         return self._from_source(CsvFileSource(path, **options), None, f"Source: csv {path}")
 
-    def read_parquet(self, path: str, **options: Any) -> DataStream:
-        """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`);
-        with ``batches=True`` a batch stream of their record batches (docs/columnar.md)."""
+    @overload
+    def read_parquet(self, path: str, *, batches: Literal[True], **options: Any) -> BatchStream: ...
+
+    @overload
+    def read_parquet(self, path: str, *, batches: Literal[False] = ..., **options: Any) -> DataStream: ...
+
+    def read_parquet(self, path: str, *, batches: bool = False, **options: Any) -> DataStream:
+        """Rows of Parquet files as dicts (see :class:`~epochal.connectors.files.ParquetFileSource`
+        for ``columns``, ``as_dicts``); one split per file, a restored job continuing at the
+        checkpointed row. With ``batches=True`` a :class:`~epochal.api.batches.BatchStream` of
+        their record batches, ``batch_rows`` (65,536 by default) rows each, Arrow all the way
+        (docs/columnar.md), whose schema (the first file's) is checked when the job is planned."""
         from epochal.connectors.files import ParquetFileSource
 
-        return self._from_source(ParquetFileSource(path, **options), None, f"Source: parquet {path}")
+        return self._from_source(ParquetFileSource(path, batches=batches, **options), None, f"Source: parquet {path}")
+
+    @overload
+    def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None,
+                       batches: Literal[True], batch_rows: int = ...) -> BatchStream: ...
+
+    @overload
+    def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None,
+                       batches: Literal[False] = ..., batch_rows: int = ...) -> DataStream: ...
 
     def from_dataframe(self, df: Any, *, snapshot_dir: str | None = None, name: str | None = None,
-                       batches: bool = False) -> DataStream:
+                       batches: bool = False, batch_rows: int = 65_536) -> DataStream:
         """The rows of the Spark DataFrame ``df`` (of this environment's session), as
         ``pyspark.sql.Row`` objects with the values ``df.collect()`` gives: bounded, replayable,
-        one split per Spark partition. With ``batches=True`` a batch stream of its record batches
-        (docs/columnar.md): Arrow all the way, no Python per row.
+        one split per Spark partition.
+
+        With ``batches=True`` a :class:`~epochal.api.batches.BatchStream` of the snapshot's record
+        batches (``batch_rows`` rows each at most) as Arrow reads the Parquet Spark wrote: Arrow
+        all the way, no Python per row (Spark's types as Arrow's: timestamps ``timestamp[us,
+        tz=UTC]``, not Python datetimes); its schema, from the snapshot, is checked when the job
+        is planned (docs/columnar.md).
 
         Spark's executors write ``df`` once, now, as Parquet under ``snapshot_dir`` (a new
         directory in it; nothing is collected onto the driver) and the job's workers read that
@@ -315,7 +337,9 @@ class Environment:
         import uuid
 
         from epochal.connectors.dataframe_source import DataFrameSource
+        from epochal.connectors.parquet_split import check_batch_rows
 
+        check_batch_rows(batch_rows, "from_dataframe()")  # before Spark writes anything
         try:
             from pyspark.sql import DataFrame
         except ImportError as exc:  # pragma: no cover - pyspark is a dependency
@@ -342,7 +366,8 @@ class Environment:
                 conf.unset("spark.sql.parquet.outputTimestampType")
             else:
                 conf.set("spark.sql.parquet.outputTimestampType", previous)
-        return self._from_source(DataFrameSource(path, df.schema.json(), batches), name, "Source: DataFrame")
+        return self._from_source(DataFrameSource(path, df.schema.json(), batches, batch_rows), name,
+                                 "Source: DataFrame")
 
     # ---------------------------------------------------------------- planning and execution
     def plan(self) -> JobGraph:

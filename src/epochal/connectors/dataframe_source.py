@@ -8,6 +8,12 @@ each file is one split, read a row group at a time (position: row group and row,
 what ``df.collect()`` returns: a ``pyspark.sql.Row`` whose values have the Python types Spark
 gives (timestamps as naive local datetimes, maps as dicts, structs as Rows, binary as bytes like
 Spark 4's default ``spark.sql.execution.pyspark.binaryAsBytes``).
+
+With ``batches=True`` the source is a batch stream's: the snapshot's rows as
+``pyarrow.RecordBatch``es of up to ``batch_rows`` rows, exactly as Arrow reads the Parquet Spark
+wrote (no Python per row, no conversion to Spark's Python values: timestamps are Arrow
+``timestamp[us, tz=UTC]``, dates ``date32``, decimals ``decimal128``, maps Arrow maps), at the same
+splits and positions as rows.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import list_files
-from epochal.connectors.parquet_split import ParquetSplit
+from epochal.connectors.parquet_split import BATCH_ROWS, ParquetSplit, check_batch_rows, footer_schema
 
 __all__ = ["DataFrameSource"]
 
@@ -63,8 +69,8 @@ class _DataFrameSplit(ParquetSplit):
 
     _TRANSIENT: tuple[str, ...] = (*ParquetSplit._TRANSIENT, "_schema")
 
-    def __init__(self, file: Any, schema_json: str, batches: bool = False) -> None:
-        super().__init__(file, None, as_dicts=False, batches=batches)
+    def __init__(self, file: Any, schema_json: str, batches: bool = False, batch_rows: int = BATCH_ROWS) -> None:
+        super().__init__(file, None, as_dicts=False, batches=batches, batch_rows=batch_rows)
         self.schema_json = schema_json
         self._schema: Any = None
 
@@ -92,29 +98,29 @@ class _DataFrameSplit(ParquetSplit):
 class DataFrameSource(Source):
     """The rows of a DataFrame snapshot written by ``Environment.from_dataframe`` into
     ``directory`` (Parquet, one file per Spark partition), as ``pyspark.sql.Row`` objects of the
-    schema ``schema_json`` (``StructType.json()``). Bounded and replayable; one split per file.
+    schema ``schema_json`` (``StructType.json()``). Bounded and replayable; one split per file,
+    positioned at ``(row_group, row_within_group)``.
 
-    With ``batches=True``: a batch stream's source, the snapshot's record batches as Arrow reads
-    them (Spark's types as Parquet stores them: timestamps in microseconds), no Python per row."""
+    With ``batches=True``: a batch stream's source (docs/columnar.md), the snapshot's record
+    batches of up to ``batch_rows`` rows as Arrow reads them (Spark's types as Parquet stores them:
+    timestamps in microseconds, UTC), no Python per row; :meth:`batch_schema` is the snapshot's
+    Arrow schema, known when the job is planned."""
 
-    def __init__(self, directory: str, schema_json: str, batches: bool = False) -> None:
+    def __init__(self, directory: str, schema_json: str, batches: bool = False,
+                 batch_rows: int = BATCH_ROWS) -> None:
         self.directory = directory
         self.schema_json = schema_json
-        self.batches = batches
-        self.produces_batches = batches
+        self.batches = bool(batches)
+        self.produces_batches = self.batches
+        self.batch_rows = check_batch_rows(batch_rows, "from_dataframe()")
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [_DataFrameSplit(f, self.schema_json, self.batches)
+        return [_DataFrameSplit(f, self.schema_json, self.batches, self.batch_rows)
                 for f in list_files(self.directory, "DataFrame snapshot")]
 
     def batch_schema(self) -> Any:
-        """The snapshot's Arrow schema (its first file's footer)."""
+        """For a batch stream: the snapshot's Arrow schema, from its first file's footer (every
+        file of one Spark write has the DataFrame's schema); None for a row source."""
         if not self.batches:
             return None
-        import pyarrow.parquet as pq
-
-        files = list_files(self.directory, "DataFrame snapshot")
-        if not files:
-            return None
-        with files[0].filesystem().open_input_file(files[0].path) as handle:
-            return pq.read_schema(handle).remove_metadata()
+        return footer_schema(list_files(self.directory, "DataFrame snapshot")[0], None, "from_dataframe()")

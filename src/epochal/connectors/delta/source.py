@@ -5,7 +5,9 @@ A bounded source resolves the version on the driver (``deltalake``) and makes on
 file of that snapshot, read a row group at a time like
 :class:`~epochal.connectors.files.ParquetFileSource` (position: row group and row),
 with the partition columns added from the file's partition values and every row cast to the
-table's schema.
+table's schema. With ``batches=True`` it is a batch stream's source: each read gives one
+``pyarrow.RecordBatch`` of the table's schema (the next ``batch_rows`` rows of the file, partition
+columns and casts done by Arrow, no Python per row), at the same positions.
 
 Following (``follow=True``) makes one split per reading subtask. Split *k* of *n* reads its share
 of the snapshot's files (every *n*-th, by path), then the data files each later version adds
@@ -30,8 +32,8 @@ import pyarrow.fs as pafs
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.delta import tables as dt
 from epochal.connectors.file_splits import FileRef, rows_of
-from epochal.connectors.parquet_split import BATCH_ROWS, ParquetSplit
-from epochal.errors import SourceError
+from epochal.connectors.parquet_split import BATCH_ROWS, ParquetSplit, check_batch_rows
+from epochal.errors import PlanError, SourceError
 from epochal.filesystems import is_uri, join, resolve
 
 __all__ = ["DeltaSource"]
@@ -44,10 +46,11 @@ class _Table:
     """What every split of one source needs: where the table is, its schema, what to read."""
 
     def __init__(self, uri: str, schema: pa.Schema, partition_columns: list[str], columns: list[str] | None,
-                 as_dicts: bool, batches: bool = False) -> None:
+                 as_dicts: bool, batches: bool = False, batch_rows: int = BATCH_ROWS) -> None:
         self.uri = uri
-        #: a batch stream's source: reads give record batches of up to BATCH_ROWS rows
+        #: a batch stream's source: reads give record batches of up to ``batch_rows`` rows
         self.batches = batches
+        self.batch_rows = batch_rows
         self.schema = schema
         self.partition_columns = partition_columns
         self.columns = columns
@@ -60,56 +63,57 @@ class _Table:
             return FileRef(join(self.uri, relative), path, join(self.uri, relative))
         return FileRef(None, path, path)
 
-    def rows(self, batch: pa.Table, partition: tuple[tuple[str, str | None], ...]) -> list[Any]:
-        """The rows of one batch of a data file: partition columns added, cast to the schema (for
-        a batch stream: that as one record batch)."""
+    def columnar(self, batch: pa.Table, partition: tuple[tuple[str, str | None], ...]) -> pa.Table:
+        """Rows of a data file as a table of the schema (``columns`` selected): the partition
+        columns added from the file's partition values, every column cast to its type, columns
+        the file lacks (added to the table after it was written) null. All in Arrow."""
         values = dict(partition)
         columns = []
         for field in self.schema:
             if field.name in values:
                 value = dt.typed_partition_value(values[field.name], field.type)
-                columns.append(pa.array([value] * batch.num_rows, type=field.type))
+                columns.append(pa.nulls(batch.num_rows, type=field.type) if value is None else
+                               pa.repeat(pa.scalar(value, type=field.type), batch.num_rows))
             elif field.name in batch.column_names:
                 columns.append(batch.column(field.name).cast(field.type))
             else:  # a column added to the table after this file was written
                 columns.append(pa.nulls(batch.num_rows, type=field.type))
         table = pa.Table.from_arrays(columns, schema=self.schema)
-        if self.columns is not None:
-            table = table.select(self.columns)
-        if getattr(self, "batches", False):
-            return [table.combine_chunks().to_batches()[0] if table.num_rows else
-                    pa.RecordBatch.from_pylist([], schema=table.schema)]
-        return rows_of(table, self.as_dicts)
+        return table if self.columns is None else table.select(self.columns)
 
-    def read_size(self, max_records: int) -> int:
-        """Rows per read: the runtime's ``max_records``, or BATCH_ROWS for a batch stream."""
-        return BATCH_ROWS if getattr(self, "batches", False) else max_records
+    def rows(self, batch: pa.Table, partition: tuple[tuple[str, str | None], ...]) -> list[Any]:
+        """The rows of one batch of a data file (:meth:`columnar`) as dicts or tuples."""
+        return rows_of(self.columnar(batch, partition), self.as_dicts)
 
 
 class _DeltaFileSplit(ParquetSplit):
-    """One data file of a snapshot: a Parquet split whose rows get the partition columns."""
+    """One data file of a snapshot: a Parquet split whose rows get the partition columns (for a
+    batch stream: :class:`ParquetSplit`'s record batches, each piece made :meth:`_Table.columnar`)."""
 
     def __init__(self, table: _Table, data_file: DataFile) -> None:
-        super().__init__(table.ref(data_file[0]), None, table.as_dicts)
+        batches = getattr(table, "batches", False)
+        super().__init__(table.ref(data_file[0]), None, table.as_dicts, batches,
+                         getattr(table, "batch_rows", BATCH_ROWS))
         self.table = table
         self.partition = data_file[1]
 
+    def piece(self, part: pa.Table) -> pa.Table:
+        return self.table.columnar(part, self.partition)
+
     def read_batch(self, max_records: int) -> list[Any] | None:
+        if self.batches:
+            return super().read_batch(max_records)
         if self._parquet is None:
             self.open()
         assert self._parquet is not None
         groups = self._parquet.num_row_groups
         if self._group >= groups:
             return None
-        if self._table is None:
-            try:
-                self._table = self._parquet.read_row_group(self._group)
-            except (pa.ArrowException, OSError) as exc:
-                raise self._fail(f"cannot read row group {self._group}", exc) from exc
-        take = min(self.table.read_size(max_records), self._table.num_rows - self._row)
-        out = self.table.rows(self._table.slice(self._row, take), self.partition) if take > 0 else []
+        table = self._row_group()
+        take = min(max_records, table.num_rows - self._row)
+        out = self.table.rows(table.slice(self._row, take), self.partition) if take > 0 else []
         self._row += max(take, 0)
-        if self._row >= self._table.num_rows:
+        if self._row >= table.num_rows:
             self._group, self._row, self._table = self._group + 1, 0, None
         return out
 
@@ -211,7 +215,8 @@ class _FollowSplit(SourceSplit):
 
 
 class DeltaSource(Source):
-    """The rows of the Delta table at ``table`` (a local path or a URI), as dicts or tuples.
+    """The rows of the Delta table at ``table`` (a local path or a URI), as dicts or tuples, or
+    with ``batches=True`` as a batch stream of record batches.
 
     Reads the latest version, or ``version`` (a number), or the version current at
     ``timestamp`` (a datetime or an ISO 8601 string): bounded and replayable, one split per
@@ -219,12 +224,20 @@ class DeltaSource(Source):
     after it, unbounded, checking for new versions every ``poll_interval`` seconds (see the
     module for what following allows). Tables with deletion vectors or column mapping are
     refused with a :class:`~epochal.errors.SourceError`, as is a path that is not a Delta table.
+
+    ``batches=True`` makes it a batch stream's source (docs/columnar.md): each read gives one
+    ``pyarrow.RecordBatch`` of up to ``batch_rows`` rows of one data file, of the table's schema
+    (``columns`` selected, partition columns filled in, columns cast as for rows), made by Arrow
+    with no Python per row. Splits and positions are the row source's, so a restored job
+    continues at the checkpointed row. :meth:`batch_schema` reads the table's schema on the
+    driver, so the batch API checks column names when the job is planned.
     """
 
     def __init__(self, table: str, *, version: int | None = None, timestamp: Any = None,
                  columns: list[str] | None = None, as_dicts: bool = True, follow: bool = False,
                  poll_interval: float = 1.0, skip_change_commits: bool = False,
-                 storage_options: dict[str, str] | None = None, batches: bool = False) -> None:
+                 storage_options: dict[str, str] | None = None, batches: bool = False,
+                 batch_rows: int = BATCH_ROWS) -> None:
         if version is not None and timestamp is not None:
             raise SourceError("DeltaSource: give a version or a timestamp, not both")
         try:
@@ -241,11 +254,16 @@ class DeltaSource(Source):
         self.skip_change_commits = skip_change_commits
         self.storage_options = dict(storage_options) if storage_options else None
         #: a batch stream's source (docs/columnar.md): record batches of the table's schema
-        self.batches = batches
-        self.produces_batches = batches
+        self.batches = bool(batches)
+        self.produces_batches = self.batches
+        self.batch_rows = check_batch_rows(batch_rows, "DeltaSource")
 
-    def batch_schema(self) -> Any:
-        """The table's Arrow schema (``columns`` selected) at the version read, for a batch stream."""
+    def batch_schema(self) -> pa.Schema | None:
+        """For a batch stream: the table's Arrow schema at the version read (``columns``
+        selected, in their order), read on the driver; None for a row source. Raises
+        :class:`~epochal.errors.PlanError` for a column the table does not have and
+        :class:`~epochal.errors.SourceError` for a path that is not a Delta table (or lacks the
+        version)."""
         if not self.batches:
             return None
         at = self.version if self.version is not None else self.timestamp
@@ -253,8 +271,13 @@ class DeltaSource(Source):
             schema = dt.arrow_schema(dt.open_table(self.table, self.storage_options, at))
         except LookupError as exc:
             raise SourceError(f"DeltaSource: {exc}") from exc
-        return schema if self.columns is None else pa.schema([schema.field(c) for c in self.columns
-                                                              if c in schema.names])
+        if self.columns is None:
+            return schema
+        missing = [c for c in self.columns if c not in schema.names]
+        if missing:
+            raise PlanError(f"DeltaSource: column {missing[0]!r} is not in the Delta table {self.table} "
+                            f"(its columns: {', '.join(schema.names)})")
+        return pa.schema([schema.field(c) for c in self.columns])
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
         at = self.version if self.version is not None else self.timestamp
@@ -270,7 +293,7 @@ class DeltaSource(Source):
                 raise SourceError(f"DeltaSource: column {missing[0]!r} is not in the Delta table {self.table} "
                                   f"(its columns: {', '.join(schema.names)})")
         info = _Table(self.table, schema, list(table.metadata().partition_columns), self.columns, self.as_dicts,
-                      self.batches)
+                      self.batches, self.batch_rows)
         actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
         files: list[DataFile] = sorted(
             (unquote(a["path"]),

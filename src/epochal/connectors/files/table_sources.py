@@ -12,11 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from epochal.connectors.base import Source, SourceSplit
 from epochal.connectors.file_splits import FileRef, FileSplit, list_files, rows_of
-from epochal.connectors.parquet_split import ParquetSplit
+from epochal.connectors.parquet_split import BATCH_ROWS, ParquetSplit, check_batch_rows, footer_schema
 from epochal.errors import PlanError, SourceError
 
 _CSV_BLOCK_SIZE: int | None = None  # bytes per CSV record batch; None: pyarrow's default (1 MiB)
@@ -175,37 +174,36 @@ class CsvFileSource(Source):
 class ParquetFileSource(Source):
     """The rows of Parquet files, as dicts or tuples (in ``columns`` order); one split per file.
 
-    Reads one row group at a time, so memory stays bounded by the largest row group. With
-    ``batches=True`` it is a batch stream's source: each read gives a ``pyarrow.RecordBatch`` of
-    up to 65,536 rows of a row group as Arrow read it (no Python per row), and its schema (the
-    first file's, ``columns`` selected) is known when the job is planned.
+    Reads one row group at a time, so memory stays bounded by the largest row group. A split's
+    position is ``(row_group, row_within_group)``, the next row: a restored job continues there.
+
+    With ``batches=True`` it is a batch stream's source (docs/columnar.md), Arrow all the way:
+    each read gives one ``pyarrow.RecordBatch`` of the next ``batch_rows`` rows of a file (cut
+    from a row group or gathered from consecutive ones, as Arrow read them: no Python per row),
+    at the same splits and positions as rows. Its schema (the first file's footer, ``columns``
+    selected) is known when the job is planned, so a column the batch API names that the files
+    lack is a :class:`~epochal.errors.PlanError` then; a later file of another schema fails the
+    job naming the changed column. ``as_dicts`` does not apply to batches.
     """
 
     def __init__(self, path: str, *, columns: list[str] | None = None, as_dicts: bool = True,
-                 batches: bool = False) -> None:
+                 batches: bool = False, batch_rows: int = BATCH_ROWS) -> None:
         self.path = path
         self.columns = list(columns) if columns is not None else None
         self.as_dicts = as_dicts
-        self.batches = batches
-        self.produces_batches = batches
+        self.batches = bool(batches)
+        self.produces_batches = self.batches
+        self.batch_rows = check_batch_rows(batch_rows, f"read_parquet({path!r})")
 
     def create_splits(self, parallelism: int) -> list[SourceSplit]:
-        return [ParquetSplit(f, self.columns, self.as_dicts, self.batches)
+        return [ParquetSplit(f, self.columns, self.as_dicts, self.batches, self.batch_rows)
                 for f in list_files(self.path, "Parquet file")]
 
-    def batch_schema(self) -> Any:
-        """The first file's Arrow schema (``columns`` selected), read from its footer."""
+    def batch_schema(self) -> pa.Schema | None:
+        """For a batch stream: the first file's Arrow schema (``columns`` selected), read from its
+        footer on the driver; None for a row source. Raises
+        :class:`~epochal.errors.PlanError` for a column the file lacks and
+        :class:`~epochal.errors.SourceError` when there is no readable file."""
         if not self.batches:
             return None
-        files = list_files(self.path, "Parquet file")
-        if not files:
-            return None
-        with files[0].filesystem().open_input_file(files[0].path) as handle:
-            schema = pq.read_schema(handle)
-        if self.columns is not None:
-            missing = [c for c in self.columns if c not in schema.names]
-            if missing:
-                raise PlanError(f"read_parquet({self.path!r}): no column {missing[0]!r} in {files[0]} "
-                                f"(its columns: {', '.join(schema.names)})")
-            schema = pa.schema([schema.field(c) for c in self.columns])
-        return schema.remove_metadata()
+        return footer_schema(list_files(self.path, "Parquet file")[0], self.columns, f"read_parquet({self.path!r})")
