@@ -28,7 +28,7 @@ from epochal.filesystems import resolve as _resolve
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
-__all__ = ["FileRef", "FileSplit", "file_sizes", "list_files", "rows_of"]
+__all__ = ["FileRef", "FileSplit", "batches_as_table", "file_sizes", "list_files", "rows_of"]
 
 
 class FileRef:
@@ -129,9 +129,11 @@ def rows_of(batch: pa.RecordBatch | pa.Table, as_dicts: bool) -> list[Any]:
 
 
 def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str) -> pa.Table:
-    """A batch stream's record batches as one table for a columnar sink: with ``schema``, its
-    columns selected by name and cast to its types. Raises ValueError naming ``where`` and the
-    column for a batch that lacks one of the schema's columns or a value that does not fit."""
+    """A batch stream's record batches (``pyarrow.RecordBatch``es, at least one) as one table for
+    a columnar sink, without copying their columns: with ``schema``, its columns selected by name
+    (the batches may have more, in any order) and cast to its types. Raises ValueError naming
+    ``where`` and the column for batches of different schemas, a batch that lacks one of the
+    schema's columns, a value that does not fit its type, or a null where it allows none."""
     try:
         table = pa.Table.from_batches(batches)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -142,7 +144,12 @@ def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str) -
     if missing:
         raise ValueError(f"the record batches for {where} have no column {missing[0]!r} (they have "
                          f"{', '.join(table.column_names)}; the schema has {', '.join(schema.names)})")
+    table = table.select(schema.names)
+    for field, column in zip(schema, table.columns, strict=True):
+        if not field.nullable and column.null_count:
+            raise ValueError(f"column {field.name!r} of the record batches for {where} has {column.null_count} "
+                             "null(s); the schema does not allow nulls there")
     try:
-        return table.select(schema.names).cast(schema)
+        return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise ValueError(f"the record batches for {where} do not fit its schema ({schema}): {exc}") from exc

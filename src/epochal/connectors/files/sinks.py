@@ -258,6 +258,10 @@ class _ParquetFileWriter(_TwoPhaseFileWriter):
                             f"(schema {schema if schema is not None else 'not yet known'}): {exc}") from exc
 
     def write_batch(self, records: list[Any]) -> None:
+        """Write ``records`` (dicts, tuples, or a batch stream's record batches, written as they
+        are) to this epoch's file as one table; nothing, and no file, for no rows."""
+        if records and type(records[0]) is pa.RecordBatch:
+            records = [batch for batch in records if batch.num_rows]
         if not records:
             return
         table = self._table(records)
@@ -291,7 +295,10 @@ class ParquetFileSink(Sink):
     Records are dicts, or tuples in schema field order when ``schema`` is given. Without a
     schema it is inferred from the first batch, so give one when a first batch may not show
     every column's type (e.g. all ``None``). A batch stream's record batches are written as they
-    are (``accepts_batches``): no Python per row, each batch a row group.
+    are (``accepts_batches``): one write of the batches the writer is handed, no Python per row,
+    their columns selected and cast to ``schema`` when one is given (an error names a column
+    that is missing or does not fit); empty batches write nothing. The two-phase commit is the
+    same for rows and batches.
     """
 
     guarantee = EXACTLY_ONCE
