@@ -128,12 +128,14 @@ def rows_of(batch: pa.RecordBatch | pa.Table, as_dicts: bool) -> list[Any]:
     return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
 
 
-def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str) -> pa.Table:
+def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str, *,
+                     extra_columns: bool = True) -> pa.Table:
     """A batch stream's record batches (``pyarrow.RecordBatch``es, at least one) as one table for
     a columnar sink, without copying their columns: with ``schema``, its columns selected by name
-    (the batches may have more, in any order) and cast to its types. Raises ValueError naming
-    ``where`` and the column for batches of different schemas, a batch that lacks one of the
-    schema's columns, a value that does not fit its type, or a null where it allows none."""
+    (in any order; columns it lacks dropped, or with ``extra_columns=False`` refused) and cast to
+    its types. Raises ValueError naming ``where`` and the column for batches of different
+    schemas, a batch that lacks one of the schema's columns (or has one it lacks, if refused), a
+    value that does not fit its type, or a null where it allows none."""
     try:
         table = pa.Table.from_batches(batches)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -144,6 +146,10 @@ def batches_as_table(batches: list[Any], schema: pa.Schema | None, where: str) -
     if missing:
         raise ValueError(f"the record batches for {where} have no column {missing[0]!r} (they have "
                          f"{', '.join(table.column_names)}; the schema has {', '.join(schema.names)})")
+    extra = [name for name in table.column_names if name not in schema.names]
+    if extra and not extra_columns:
+        raise ValueError(f"the record batches for {where} have a column {extra[0]!r} the schema does not have "
+                         f"({', '.join(schema.names)})")
     table = table.select(schema.names)
     for field, column in zip(schema, table.columns, strict=True):
         if not field.nullable and column.null_count:

@@ -317,12 +317,13 @@ class DeltaSink(Sink):
     """Appends records to the Delta table at ``table`` (a local path or a URI), exactly once.
 
     Records are dicts (field -> value), or tuples in ``schema`` order, or (``accepts_batches``) a
-    batch stream's ``pyarrow.RecordBatch``es, written as they are: their columns selected by name
-    and cast to the table's schema, split by partition value in Arrow, no Python per row; the
-    two-phase commit below is the same for both. Without ``schema`` the table's schema is used,
-    or, for a table that does not exist yet, one inferred from the first records (the table is
-    created by the first commit). A record that does not fit the schema fails the job with a
-    :class:`~epochal.errors.SinkError` naming the field and the record (for batches: the column).
+    batch stream's ``pyarrow.RecordBatch``es, written as they are: their columns matched by name
+    to the table's schema (one either lacks is refused) and cast to it, split by partition value
+    in Arrow, no Python per row; the two-phase commit below is the same for both. Without
+    ``schema`` the table's schema is used, or, for a table that does not exist yet, one inferred
+    from the first records (the table is created by the first commit). A record that does not
+    fit the schema fails the job with a :class:`~epochal.errors.SinkError` naming the field and
+    the record (for batches: the column).
 
     ``partition_by`` names columns to partition a new table by (an existing table keeps its
     own). Output becomes visible once per checkpoint: one Delta commit per sink subtask carrying

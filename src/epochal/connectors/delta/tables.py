@@ -114,7 +114,7 @@ def records_to_arrow(records: list[Any], schema: pa.Schema | None, where: str) -
     and the record."""
     first = records[0]
     if type(first) is pa.RecordBatch:  # a batch stream's record batches, written as they are
-        return batches_as_table(records, schema, where)
+        return batches_as_table(records, schema, where, extra_columns=False)  # as a dict's extra field
     if isinstance(first, dict):
         if schema is None:
             try:
