@@ -56,10 +56,10 @@ def timed(batches: list[Any], step: Callable[[Any], Any], repeats: int = 3) -> t
 def operator_of(job: str) -> tuple[Any, Any]:
     """The job's operators (a harness step) and its pure-kernel equivalent."""
     if job == "stateless":
-        filtered = OperatorHarness(FilterBatchesOperator(columnar._keep))
-        doubled = OperatorHarness(MapBatchesOperator(columnar._doubled))
+        filtered = OperatorHarness(FilterBatchesOperator(columnar.keep))
+        doubled = OperatorHarness(MapBatchesOperator(columnar.doubled))
         return (lambda b: doubled.process(*filtered.process(b)),
-                lambda b: columnar._doubled(b.filter(columnar._keep(b))))
+                lambda b: columnar.doubled(b.filter(columnar.keep(b))))
     aggregates = parse_aggregates({"count": ("key", "count")}, "agg")
     if job == "window":
         harness = OperatorHarness(WindowAggregateOperator(["key"], aggregates, spec.WINDOW_MS, None,

@@ -133,11 +133,11 @@ class LatencySamplingBatchSink(Sink):
         return _LatencyWriter(self.directory, context.subtask_index)
 
 
-def _keep(batch: pa.RecordBatch) -> Any:
+def keep(batch: pa.RecordBatch) -> Any:
     return pc.less(batch.column("value"), spec.FILTER_BELOW)
 
 
-def _doubled(batch: pa.RecordBatch) -> pa.RecordBatch:
+def doubled(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.set_column(1, "value2", pc.multiply(batch.column("value"), 2))
 
 
@@ -151,7 +151,7 @@ def build(env: epochal.Environment, job: str, records: int, sink: Sink | None) -
 
     source = env.from_batches(generate, count=batches)
     if job == "stateless":
-        out = source.map_batches(parse(("key", "value", "created"))).filter_batches(_keep).map_batches(_doubled)
+        out = source.map_batches(parse(("key", "value", "created"))).filter_batches(keep).map_batches(doubled)
     elif job == "window":
         out = (source.map_batches(parse(("key", "event_ms"))).with_watermarks("event_ms")
                .key_by("key").window(spec.WINDOW_MS).agg(count=("key", "count"))
