@@ -58,7 +58,7 @@ def agg_job(env, batches: int, rate: float | None = None):
 def test_a_batch_aggregation_is_queryable_readable_as_a_dataframe_and_restorable_elsewhere(make_env, spark, tmp_path):
     env = make_env(2)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "checkpoints"))
-    agg_job(env, 100_000, rate=400).discard()
+    agg_job(env, 6_000, rate=400).discard()
     job = env.execute_async("queryable-batches")
     job.wait_until_running()
     with epochal.QueryableStateClient(job, timeout=30) as client:
@@ -82,9 +82,9 @@ def test_a_batch_aggregation_is_queryable_readable_as_a_dataframe_and_restorable
 
     # restored at parallelism 3, the job continues each key's totals from the savepoint
     second = make_env(3)
-    collected = agg_job(second, 100_000).final_results().rows().collect()
+    collected = agg_job(second, 6_000).final_results().rows().collect()
     result = second.execute("restored-batches", restore_from=savepoint, timeout=180)
-    assert {r[0]: (r[1], r[2]) for r in result.collected[collected.collect_id]} == oracle(100_000)
+    assert {r[0]: (r[1], r[2]) for r in result.collected[collected.collect_id]} == oracle(6_000)
 
 
 def test_map_batches_in_pandas_and_polars_inside_a_job(make_env):
