@@ -7,8 +7,12 @@ parallelism under kills. Necessity: with the aggregation's accumulators kept out
 
 Each batch holds each key at most once, so a key's running count goes 1, 2, 3... one output row
 per batch: the committed output must hold every ``(key, n)`` of the oracle exactly once, and each
-key's last row its final total. (The totals in between depend on the order in which the source
-subtasks' batches arrive, which no run repeats.)
+key's last row its final total. The totals in between depend on the order in which the source
+subtasks' batches arrive, which no run repeats, but each source split's batches reach a key's
+subtask in order: a row ``(key, n, total)`` is right only if ``total`` is the sum of a prefix of
+each split's values of the key, the prefixes ``n`` batches together (:func:`running_totals`). A
+batch lost and another counted twice in its place, or a total restored from another checkpoint
+than the counts, leaves rows with no such prefixes.
 """
 
 from __future__ import annotations
@@ -43,10 +47,16 @@ def key_values(kind: str, numbers: list[int]) -> dict[str, pa.Array]:
     return {"k": pa.array([f"p{n % 3}" for n in numbers], pa.string()), "k2": pa.array(numbers, pa.int32())}
 
 
+def value(index: int) -> int:
+    """The value of every row of batch ``index``: squares, so that sums of different batches
+    rarely agree (:func:`running_totals`)."""
+    return index * index
+
+
 def make_batch(kind: str, index: int) -> pa.RecordBatch:
     numbers = [(index + m) % KEYS for m in range(PER_BATCH)]
     columns = key_values(kind, numbers)
-    columns["v"] = pa.array([index] * PER_BATCH, pa.int64())
+    columns["v"] = pa.array([value(index)] * PER_BATCH, pa.int64())
     columns["ts"] = pa.array([index] * PER_BATCH, pa.int64())
     return pa.RecordBatch.from_pydict(columns)
 
@@ -62,7 +72,7 @@ def count_oracle(kind: str) -> collections.Counter:
     for index in range(BATCHES):
         for number in {(index + m) % KEYS for m in range(PER_BATCH)}:
             n, total = running.get(number, (0, 0))
-            running[number] = (n + 1, total + 2 * index)
+            running[number] = (n + 1, total + 2 * value(index))
     rows: collections.Counter = collections.Counter()
     for number, (n, total) in running.items():
         key = key_text(kind, number)
@@ -83,6 +93,39 @@ def counted(lines: list[str]) -> collections.Counter:
             last[key] = (int(n), int(total))
     rows.update(f"{key}|final|{total}" for key, (_, total) in last.items())
     return rows
+
+
+def running_totals(kind: str, splits: int) -> dict[str, dict[int, set[int]]]:
+    """Per key, count ``n`` -> every total a row of ``n`` may have: the sums of one prefix of each
+    source split's values of the key (split ``j`` reads batches ``j, j + splits, ...`` in order),
+    the prefixes' lengths adding up to ``n``."""
+    possible = {}
+    for number in range(KEYS):
+        reach: dict[int, set[int]] = {0: {0}}
+        for split in range(splits):
+            prefixes, total = [0], 0
+            for index in range(split, BATCHES, splits):
+                if (number - index) % KEYS < PER_BATCH:  # the key is in batch ``index``
+                    total += 2 * value(index)
+                    prefixes.append(total)
+            grown: dict[int, set[int]] = {}
+            for n, totals in reach.items():
+                for length, prefix in enumerate(prefixes):
+                    grown.setdefault(n + length, set()).update(t + prefix for t in totals)
+            reach = grown
+        possible[key_text(kind, number)] = reach
+    return possible
+
+
+def impossible_rows(lines: list[str], kind: str, splits: int) -> list[str]:
+    """The committed rows whose total no order of the source splits' batches gives at their count."""
+    possible = running_totals(kind, splits)
+    wrong = []
+    for line in lines:
+        key, n, total = line.rsplit("|", 2)
+        if int(total) not in possible.get(key, {}).get(int(n), ()):
+            wrong.append(line)
+    return wrong[:5]
 
 
 def line_of(names: list[str]):
@@ -125,8 +168,10 @@ def test_batch_aggregation_is_exactly_once_under_random_kills(make_env, tmp_path
     faults = random_faults(seed, parallelism, count=2, window=(0.3, 0.8))
     result = run(env, tmp_path, faults, f"columnar-{kind}")
     assert len(result.restarts) == 2, result.restarts
-    output = counted(read_committed_lines(out))
+    lines = read_committed_lines(out)
+    output = counted(lines)
     assert output == count_oracle(kind), differences(output, count_oracle(kind))
+    assert not impossible_rows(lines, kind, parallelism)
 
 
 @pytest.mark.parametrize("point", ["after_sync", "during_upload", "before_commit"])
@@ -136,8 +181,10 @@ def test_batch_aggregation_is_exactly_once_with_a_kill_at_each_point_of_a_checkp
     count_job(env, "str", out)
     result = run(env, tmp_path, [Fault(point, worker=1, checkpoint=3)], f"columnar-{point}")
     assert len(result.restarts) == 1, result.restarts
-    output = counted(read_committed_lines(out))
+    lines = read_committed_lines(out)
+    output = counted(lines)
     assert output == count_oracle("str"), differences(output, count_oracle("str"))
+    assert not impossible_rows(lines, "str", 2)
 
 
 @pytest.mark.backends("heap")
@@ -149,8 +196,10 @@ def test_without_checkpointed_accumulators_a_kill_breaks_the_output(make_env, tm
     totals = count_job(env, "int", out)
     totals.node.operator.checkpointed = False
     run(env, tmp_path, [Fault("during_upload", worker=1, checkpoint=4)], "columnar-unmanaged")
-    output = counted(read_committed_lines(out))
+    lines = read_committed_lines(out)
+    output = counted(lines)
     assert output != count_oracle("int"), "the output was exact without checkpointed accumulators"
+    assert impossible_rows(lines, "int", 2)  # counted from zero again after the checkpoint's batches
 
 
 def window_oracle() -> collections.Counter:
@@ -191,8 +240,10 @@ def test_a_batch_aggregation_restored_at_another_parallelism_continues_exactly(m
     faults = random_faults(seed, after, count=1, window=(0.3, 0.8))
     result = run(second, tmp_path, faults, "columnar-v2", restore_from=savepoint)
     assert len(result.restarts) == len(faults)
-    output = counted(read_committed_lines(out))
+    lines = read_committed_lines(out)
+    output = counted(lines)
     assert output == count_oracle("str"), differences(output, count_oracle("str"))
+    assert not impossible_rows(lines, "str", before)  # the splits stay cut for the first run's parallelism
 
 
 def test_kafka_batches_through_a_window_to_kafka_are_exactly_once_under_kills(kafka_broker, make_env, tmp_path):
