@@ -46,6 +46,7 @@ def test_a_batch_stream_plans_into_chained_batch_operators() -> None:
     (lambda s: s.with_watermarks(lambda b: 0), r"takes the name of its event-time column"),
     (lambda s: s.map_batches(lambda b: b, batch_format="arrow"), r"the formats are 'pyarrow', 'pandas'"),
     (lambda s: s.to_batches(), r"already carries record batches"),
+    (lambda s: s.key_by("user").as_queryable_state("q").window(10, timestamp="ts"), r"applies to agg\(\)"),
 ])
 def test_mistakes_are_plan_errors_before_the_job_starts(build, message) -> None:
     _, batches = rows_env()

@@ -229,6 +229,9 @@ class KeyedBatchStream(BatchStream):
         start + size)`` and starts are multiples of ``slide`` (of ``size`` when tumbling). Without
         ``timestamp``, the column of the ``with_watermarks`` upstream. Aggregate with ``agg``."""
         check_number(size, "window size")
+        if self.queryable_name is not None:
+            raise PlanError(f"as_queryable_state({self.queryable_name!r}) applies to agg(): a window's state is not "
+                            "queryable; call it on the keyed stream whose agg() you want to query")
         if slide is not None:
             check_number(slide, "window slide")
             if slide > size:
