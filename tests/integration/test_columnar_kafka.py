@@ -1,13 +1,19 @@
 """Kafka as a batch stream's source and sink, against the real test broker: record batches with
-the records' fields as columns, JSON values decoded into columns in one call (bad values named
-or routed to a side output), a batch stream produced a whole batch at a time exactly once, and a
-Kafka -> windowed aggregate -> Kafka job on Spark equal to its oracle."""
+the records' fields as columns, read on from restored positions; JSON values decoded into
+columns in one call (bad values named or routed to a side output); a batch stream produced a
+whole batch at a time, exactly once and at least once; and a Kafka -> windowed aggregate ->
+Kafka job on Spark equal to its oracle.
+
+Topics given Kafka timestamps of 1970 (small event times the oracles compute with) are made with
+``retention.ms=-1``: the broker's retention check, 30 s after it starts and every 5 minutes
+after, deletes records older than 7 days, and a test then reads nothing."""
 
 from __future__ import annotations
 
 import collections
 import json
 import time
+import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,9 +29,16 @@ from tests.kafka_helpers import QUIET, new_topic, produce, read_committed
 VALUES = pa.schema([("k", pa.int64()), ("i", pa.int64())])
 
 
-def reader_of(source):
+def kept_topic(broker, partitions: int = 1, name: str = "t") -> str:
+    """A new topic whose records retention never deletes, whatever their timestamps."""
+    topic = f"{name}-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions, **{"retention.ms": "-1"})
+    return topic
+
+
+def reader_of(source, restored=None):
     splits = source.create_splits(1)
-    return source.create_reader(splits, {}, ReaderContext("src", 0, 1, False))
+    return source.create_reader(splits, restored or {}, ReaderContext("src", 0, 1, restored is not None))
 
 
 def read_batches(reader, rows: int, timeout: float = 20.0) -> list[pa.RecordBatch]:
@@ -42,7 +55,7 @@ def read_batches(reader, rows: int, timeout: float = 20.0) -> list[pa.RecordBatc
 
 
 def test_a_batch_holds_the_records_fields_as_columns(kafka_broker):
-    topic = new_topic(kafka_broker)
+    topic = kept_topic(kafka_broker)
     produce(kafka_broker, topic, [f"v{i}" for i in range(500)], key=lambda v: v[-1:],
             timestamps=list(range(1000, 1500)))  # (a timestamp of 0 means "now" to the producer)
     source = KafkaSource(kafka_broker.bootstrap, topic, bounded=True, batches=True, batch_records=200, config=QUIET)
@@ -60,6 +73,11 @@ def test_a_batch_holds_the_records_fields_as_columns(kafka_broker):
     assert reader.positions() == [(f"{topic}-0", 500)]
     assert read_batches(reader, 1, timeout=3) == [] and reader.read_batch(10) is None
     reader.close()
+    # a restored position (a checkpoint's) is where reading goes on: nothing before it again
+    restored = reader_of(source, {f"{topic}-0": 321})
+    table = pa.Table.from_batches(read_batches(restored, 179))
+    assert table["offset"].to_pylist() == list(range(321, 500)) and restored.positions() == [(f"{topic}-0", 500)]
+    restored.close()
 
 
 def test_json_values_are_decoded_into_columns_and_a_bad_one_is_named_or_set_aside(kafka_broker):
@@ -111,8 +129,21 @@ def test_a_batch_stream_is_produced_a_batch_at_a_time_in_transactions(kafka_brok
     writer.close()
 
 
+def test_a_batch_stream_is_produced_at_least_once_with_or_without_keys(kafka_broker):
+    topic = new_topic(kafka_broker)
+    sink = KafkaSink(kafka_broker.bootstrap, topic, guarantee="at_least_once", config=QUIET)
+    writer = sink.create_writer(SinkContext(operator_name="sink", subtask_index=0, parallelism=1,
+                                            send_to_driver=lambda _: None, checkpointing=True, job_id="job"))
+    writer.write_batch([pa.record_batch({"value": pa.array([b"1", b"2"], pa.binary())}),
+                        pa.record_batch({"key": pa.array(["k"], pa.large_string()), "value": ["3"], "n": [3]})])
+    writer.flush()
+    writer.close()
+    assert sorted(read_committed(kafka_broker, topic, with_keys=True), key=str) == sorted(
+        [(None, "1"), (None, "2"), ("k", "3")], key=str)
+
+
 def test_kafka_batches_to_a_windowed_aggregate_to_kafka_exactly_once(kafka_broker, make_env, tmp_path):
-    source, out = new_topic(kafka_broker, partitions=4, name="in"), new_topic(kafka_broker, partitions=2, name="out")
+    source, out = kept_topic(kafka_broker, partitions=4, name="in"), new_topic(kafka_broker, partitions=2, name="out")
     records = 3_000
     produce(kafka_broker, source, [json.dumps({"k": i % 7, "i": i}) for i in range(records)],
             key=lambda value: str(json.loads(value)["k"]), timestamps=list(range(1000, 1000 + records)))
