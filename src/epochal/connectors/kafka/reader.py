@@ -176,7 +176,7 @@ class KafkaPartitionReader(SplitReader):
     def _read_record_batch(self) -> list[Any]:
         """A batch stream's read: the messages of one ``consume()`` as one record batch (none when
         nothing came), positions and watermarks kept as for records."""
-        from epochal.connectors.kafka.batches import json_columns, record_batch
+        from epochal.connectors.kafka.batches import decode_json, record_batch
 
         messages: list[Any] = self.consumer.consume(self.source.batch_records, 0)
         if not messages:
@@ -212,22 +212,21 @@ class KafkaPartitionReader(SplitReader):
         values: list[Any] = [m.value() for m in kept]
         schema = self.source.value_schema if self.source.value_format == "json" else None
         if schema is not None:
-            values, bad = json_columns(values, schema)
+            values, bad = decode_json(values, schema)
             if bad:
                 kept = self._undecodable_json(kept, bad)
-                values, _ = json_columns([m.value() for m in kept], schema)
         topics = [m.topic() for m in kept]
         return [record_batch([m.key() for m in kept], values, topics, [m.partition() for m in kept],
                              [m.offset() for m in kept], [m.timestamp()[1] for m in kept], schema)]
 
-    def _undecodable_json(self, messages: list[Any], bad: list[int]) -> list[Any]:
-        """The messages whose values are JSON of the schema; the others fail the job (naming the
-        first) or go to the ``errors`` side output."""
-        for index in bad:
+    def _undecodable_json(self, messages: list[Any], bad: list[tuple[int, str]]) -> list[Any]:
+        """The messages whose values are not JSON objects of the schema fail the job (naming the
+        first) or go to the ``errors`` side output; returns the others."""
+        for index, reason in bad:
             message = messages[index]
             self._undecodable(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
-                              ValueError(f"not a JSON object of the value_schema ({self.source.value_schema})"))
-        dropped = set(bad)
+                              ValueError(f"not a JSON object of the value_schema: {reason}"))
+        dropped = {index for index, _ in bad}
         return [message for index, message in enumerate(messages) if index not in dropped]
 
     def _undecodable(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
