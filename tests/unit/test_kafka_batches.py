@@ -1,6 +1,8 @@
 """KafkaSource(batches=True) without a broker: the JSON decoding of a batch's values (one row per
 value or the value named as bad, whatever the values hold: no row ever shifts to another
-message). The broker-backed tests are tests/integration/test_columnar_kafka.py."""
+message), the runs of one partition's messages, and the reader's positions, bounded ends,
+watermarks and bad values over a consumer that hands out prepared ``confluent_kafka.Message``s.
+The broker-backed tests are tests/integration/test_columnar_kafka.py."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import KafkaError as Codes
+from confluent_kafka import Message
 
-from epochal.connectors.kafka.batches import decode_json
+from epochal.connectors.base import ReaderContext
+from epochal.connectors.kafka import KafkaError, KafkaSource
+from epochal.connectors.kafka.batches import decode_json, partition_runs
+from epochal.connectors.kafka.partitions import KafkaPartitionSplit
+from epochal.runtime.operators.functions import OutputTag
 
 SCHEMA = pa.schema([("k", pa.int64()), ("s", pa.string())])
 
@@ -106,3 +114,94 @@ def test_random_batches_decode_as_pythons_json_says():
         rows, bad = decoded(values)
         assert bad == [index for index, row in enumerate(expected) if row is None], values
         assert rows == [row for row in expected if row is not None], values
+
+
+def test_runs_of_one_partition_are_found_over_the_columns():
+    assert partition_runs(["t"] * 5, [0, 0, 1, 1, 0])[0] == [(0, 2), (2, 4), (4, 5)]
+    runs, topics, partitions = partition_runs(["a", "a", "b", "b"], [0, 0, 0, 0])
+    assert runs == [(0, 2), (2, 4)] and topics.to_pylist() == ["a", "a", "b", "b"] and partitions.type == pa.int32()
+    assert partition_runs(["t"], [3])[0] == [(0, 1)]
+    assert partition_runs([], [])[0] == []
+
+
+# ---------------------------------------------------------------------- the reader, no broker
+class Prepared:
+    """A consumer whose consume() hands out prepared lists of messages."""
+
+    def __init__(self, reads: list[list[Message]]) -> None:
+        self.reads = list(reads)
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        return self.reads.pop(0) if self.reads else []
+
+    def close(self) -> None:
+        pass
+
+
+def message(partition: int, offset: int, value: bytes | None, timestamp: int = 0, topic: str = "t") -> Message:
+    return Message(topic=topic, partition=partition, offset=offset, key=b"k%d" % offset, value=value,
+                   timestamp=(1, timestamp))
+
+
+def end_of(partition: int, offset: int) -> Message:
+    return Message(topic="t", partition=partition, offset=offset, error=Codes(Codes._PARTITION_EOF))
+
+
+def reader_over(reads: list[list[Message]], splits: list[KafkaPartitionSplit], **options: Any) -> Any:
+    source = KafkaSource("127.0.0.1:9", "t", batches=True, discovery_interval=None, config={"log_level": 0},
+                         **options)
+    reader = source.create_reader(splits, {}, ReaderContext("kafka", 0, 1, False))
+    reader.consumer.close()
+    reader.consumer = Prepared(reads)
+    return reader
+
+
+def test_a_bounded_partition_reads_nothing_at_or_past_its_end_offset():
+    # offset 3 is a transaction marker (never delivered): 4 and 5 were written after submit
+    reader = reader_over([[message(0, 0, b"a"), message(0, 1, b"b"), message(0, 2, b"c"), message(0, 4, b"d"),
+                           message(1, 7, b"x"), message(0, 5, b"e")]],
+                         [KafkaPartitionSplit("t", 0, 0, stop=4), KafkaPartitionSplit("t", 1, 7, stop=20)])
+    [batch] = reader.read_batch(100)
+    assert batch.column("offset").to_pylist() == [0, 1, 2, 7] and batch.column("partition").to_pylist() == [0, 0, 0, 1]
+    assert batch.column("value").to_pylist() == [b"a", b"b", b"c", b"x"]
+    assert batch.column("key").to_pylist() == [b"k0", b"k1", b"k2", b"k7"]
+    assert dict(reader.positions()) == {"t-0": 4, "t-1": 8}
+    assert reader.partitions["t-0"].done and not reader.partitions["t-1"].done
+
+
+def test_positions_follow_each_run_and_an_end_of_partition_after_its_records():
+    # partition 1 ends with a transaction marker at offset 4: only its end (5) says it is done
+    reader = reader_over([[message(0, 10, b"a"), message(1, 3, b"b"), message(0, 11, b"c"), end_of(0, 12)],
+                          [end_of(1, 5)]],
+                         [KafkaPartitionSplit("t", 0, 10, stop=12), KafkaPartitionSplit("t", 1, 3, stop=5)])
+    [batch] = reader.read_batch(100)
+    assert batch.column("offset").to_pylist() == [10, 3, 11]
+    assert dict(reader.positions()) == {"t-0": 12, "t-1": 4} and reader.partitions["t-0"].done
+    assert reader.read_batch(100) == [] and dict(reader.positions()) == {"t-0": 12, "t-1": 5}
+    assert reader.read_batch(100) is None
+
+
+def test_watermarks_come_from_the_newest_kafka_timestamp_of_each_partition():
+    reader = reader_over([[message(0, 0, b"a", 1000), message(0, 1, b"b", 1500), message(1, 0, b"c", 900)]],
+                         [KafkaPartitionSplit("t", 0, 0), KafkaPartitionSplit("t", 1, 0)], watermarks=True)
+    assert reader.watermark() is None
+    [batch] = reader.read_batch(100)
+    assert batch.column("timestamp").to_pylist() == [1000, 1500, 900]
+    assert reader.watermark() == 899  # min over the partitions of their newest time, less 1
+
+
+def test_a_bad_json_value_fails_naming_its_message_or_goes_to_the_side_output_and_rows_stay_aligned():
+    reads = [[message(0, 0, b'{"k":1}'), message(0, 1, b'{"k":"x"}'), message(0, 2, b""), message(0, 3, b'{"k":4}')]]
+    options = {"value_format": "json", "value_schema": SCHEMA}
+    strict = reader_over([list(reads[0])], [KafkaPartitionSplit("t", 0, 0)], **options)
+    with pytest.raises(KafkaError, match=r"topic 't' partition 0 offset 1 does not deserialise .*Column\(/k\)"):
+        strict.read_batch(100)
+    lenient = reader_over(reads, [KafkaPartitionSplit("t", 0, 0)], errors=OutputTag("bad"), **options)
+    [batch] = lenient.read_batch(100)
+    assert batch.schema.names == ["key", "k", "s", "topic", "partition", "offset", "timestamp"]
+    assert list(zip(batch.column("offset").to_pylist(), batch.column("k").to_pylist(), strict=True)) == [(0, 1), (3, 4)]
+    assert batch.column("key").to_pylist() == [b"k0", b"k3"]
+    side = lenient.take_side_output()
+    assert [(record.offset, record.value) for _, record in side] == [(1, b'{"k":"x"}'), (2, b"")]
+    assert "an empty value" in side[1][1].error
+    assert dict(lenient.positions()) == {"t-0": 4}

@@ -15,6 +15,7 @@ from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 #: The columns every batch has besides the values'.
@@ -160,15 +161,37 @@ def _read(data: bytes, options: Any) -> pa.Table:
     return table
 
 
-def record_batch(keys: list[bytes | None], values: list[bytes | None], topics: list[str], partitions: list[int],
-                 offsets: list[int], timestamps: list[int], value_schema: pa.Schema | None) -> pa.RecordBatch:
-    """One batch of the source's schema from the messages' fields (values decoded already where
-    ``value_schema`` is given: then ``values`` is the list of decoded columns)."""
-    columns: list[Any] = [pa.array(keys, type=pa.binary())]
-    columns += [pa.array(values, type=pa.binary())] if value_schema is None else values
-    columns += [pa.array(topics, type=pa.string()), pa.array(partitions, type=pa.int32()),
-                pa.array(offsets, type=pa.int64()), pa.array(timestamps, type=pa.int64())]
-    return pa.RecordBatch.from_arrays(columns, schema=batch_schema(value_schema))
+def partition_runs(topics: list[str], partitions: list[int]) -> tuple[list[tuple[int, int]], pa.Array, pa.Array]:
+    """The ranges ``[start, end)`` of consecutive messages of one topic's partition (a
+    ``consume()`` returns each partition's messages in runs), found by Arrow compute over the
+    partition (and topic) columns, and those columns, which :func:`record_batch` takes."""
+    n = len(partitions)
+    partition_column = pa.array(partitions, type=pa.int32())
+    if not n:
+        return [], pa.array([], type=pa.string()), partition_column
+    change = pc.not_equal(partition_column.slice(1), partition_column.slice(0, n - 1))
+    if topics.count(topics[0]) == n:  # one topic (whose messages share its name's str: a C loop)
+        topic_column = pa.repeat(pa.scalar(topics[0], type=pa.string()), n)
+    else:
+        topic_column = pa.array(topics, type=pa.string())
+        change = pc.or_(change, pc.not_equal(topic_column.slice(1), topic_column.slice(0, n - 1)))
+    bounds = [0, *(index + 1 for index in pc.indices_nonzero(change).to_pylist()), n]
+    return list(zip(bounds, bounds[1:], strict=False)), topic_column, partition_column
+
+
+def record_batch(keys: list[bytes | None], values: list[Any], topic_column: pa.Array, partition_column: pa.Array,
+                 offsets: list[int], timestamps: list[int], value_schema: pa.Schema | None,
+                 rows: list[bool] | None = None) -> pa.RecordBatch:
+    """One batch of the source's schema from the messages' fields: the values as binary, or,
+    with ``value_schema``, ``values`` is :func:`decode_json`'s columns, which hold only the
+    messages whose ``rows`` entry is True (None: all) and the batch only those messages."""
+    columns: list[Any] = [pa.array(keys, type=pa.binary()), topic_column, partition_column,
+                          pa.array(offsets, type=pa.int64()), pa.array(timestamps, type=pa.int64())]
+    if rows is not None:
+        mask = pa.array(rows, type=pa.bool_())
+        columns = [column.filter(mask) for column in columns]
+    decoded = [pa.array(values, type=pa.binary())] if value_schema is None else values
+    return pa.RecordBatch.from_arrays([columns[0], *decoded, *columns[1:]], schema=batch_schema(value_schema))
 
 
 def _bytes_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:

@@ -7,6 +7,7 @@ reads of it: the source module imports this one, never the other way round."""
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -175,59 +176,86 @@ class KafkaPartitionReader(SplitReader):
 
     def _read_record_batch(self) -> list[Any]:
         """A batch stream's read: the messages of one ``consume()`` as one record batch (none when
-        nothing came), positions and watermarks kept as for records."""
-        from epochal.connectors.kafka.batches import decode_json, record_batch
+        nothing came). Positions and watermarks are kept as for records, but once per run of one
+        partition's messages (:meth:`_advance`): what is done per message is one list
+        comprehension per column (a call of the message's accessor) and its conversion to Arrow."""
+        from epochal.connectors.kafka.batches import decode_json, partition_runs, record_batch
 
         messages: list[Any] = self.consumer.consume(self.source.batch_records, 0)
         if not messages:
             return []
-        kept = []
-        partitions = self.partitions
-        watermarks = self.source.watermarks
-        now = time.monotonic()
-        last_topic, last_partition, state = None, None, None
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._on_error(message, error)
-                continue
-            topic, partition = message.topic(), message.partition()
-            if partition != last_partition or topic != last_topic:
-                state = partitions.get(f"{topic}-{partition}")
-                last_topic, last_partition = topic, partition
-            if state is None or state.done:
-                continue
-            state.next = message.offset() + 1
-            if state.stop is not None and state.next >= state.stop:
-                state.done = True
-            if watermarks:
-                event_time = message.timestamp()[1]
-                if state.max_time is None or event_time > state.max_time:
-                    state.max_time = event_time
-                state.last_seen = now
-            kept.append(message)
+        errors = [m for m in messages if m.error() is not None]
+        if errors:
+            messages = [m for m in messages if m.error() is None]
+        topics = [m.topic() for m in messages]
+        partitions = [m.partition() for m in messages]
+        offsets = [m.offset() for m in messages]
+        timestamps = [m.timestamp()[1] for m in messages]
+        runs, topic_column, partition_column = partition_runs(topics, partitions)
+        read = self._advance(runs, topics, partitions, offsets, timestamps)
+        for message in errors:  # after the records: a partition's end (EOF) comes after its records
+            self._on_error(message, message.error())
         self.down_since = None
-        if not kept:
+        if read is not None:  # some messages are not read: past a bounded partition's end offset
+            messages, topics, partitions, offsets, timestamps = (
+                [item for start, end in read for item in column[start:end]]
+                for column in (messages, topics, partitions, offsets, timestamps))
+            _, topic_column, partition_column = partition_runs(topics, partitions)
+        if not messages:
             return []
-        values: list[Any] = [m.value() for m in kept]
+        values: list[Any] = [m.value() for m in messages]
         schema = self.source.value_schema if self.source.value_format == "json" else None
+        rows = None
         if schema is not None:
             values, bad = decode_json(values, schema)
             if bad:
-                kept = self._undecodable_json(kept, bad)
-        topics = [m.topic() for m in kept]
-        return [record_batch([m.key() for m in kept], values, topics, [m.partition() for m in kept],
-                             [m.offset() for m in kept], [m.timestamp()[1] for m in kept], schema)]
+                rows = self._undecodable_json(messages, bad)
+        return [record_batch([m.key() for m in messages], values, topic_column, partition_column, offsets,
+                             timestamps, schema, rows)]
 
-    def _undecodable_json(self, messages: list[Any], bad: list[tuple[int, str]]) -> list[Any]:
+    def _advance(self, runs: list[tuple[int, int]], topics: list[str], partitions: list[int], offsets: list[int],
+                 timestamps: list[int]) -> list[tuple[int, int]] | None:
+        """Every run's partition moved past the run's messages (its position, event time and
+        ``done``); returns None when every message is to be read, else the ranges of those that
+        are: a bounded partition's messages at or past its end offset are not (nor those of a
+        partition this reader does not own)."""
+        partitions_state = self.partitions
+        watermarks = self.source.watermarks
+        now = time.monotonic()
+        read: list[tuple[int, int]] = []
+        whole = True
+        for start, end in runs:
+            state = partitions_state.get(split_id(topics[start], partitions[start]))
+            if state is None:
+                whole = False
+                continue
+            # offsets rise within a partition: those before its end offset come first
+            last = end if state.stop is None else bisect_left(offsets, state.stop, start, end)
+            if last > start:
+                state.next = offsets[last - 1] + 1
+                if watermarks:
+                    event_time = max(timestamps[start:last])
+                    if state.max_time is None or event_time > state.max_time:
+                        state.max_time = event_time
+                    state.last_seen = now
+                read.append((start, last))
+            if state.stop is not None:
+                if last < end:  # a message at or past the end: nothing before it is left to read
+                    whole = False
+                    state.next = max(state.next, state.stop)
+                state.done = state.next >= state.stop
+        return None if whole else read
+
+    def _undecodable_json(self, messages: list[Any], bad: list[tuple[int, str]]) -> list[bool]:
         """The messages whose values are not JSON objects of the schema fail the job (naming the
-        first) or go to the ``errors`` side output; returns the others."""
+        first) or go to the ``errors`` side output; returns which messages are decoded."""
+        rows = [True] * len(messages)
         for index, reason in bad:
             message = messages[index]
+            rows[index] = False
             self._undecodable(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
                               ValueError(f"not a JSON object of the value_schema: {reason}"))
-        dropped = {index for index, _ in bad}
-        return [message for index, message in enumerate(messages) if index not in dropped]
+        return rows
 
     def _undecodable(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                      error: Exception) -> None:
