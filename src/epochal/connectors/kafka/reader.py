@@ -19,6 +19,13 @@ from epochal.connectors.kafka.partitions import OFFSET_BEGINNING, KafkaPartition
 #: from its latest checkpoint): librdkafka reconnects by itself within this time.
 BROKER_DOWN_LIMIT = 60.0
 
+#: librdkafka settings of a batch source's consumer (``config=`` overrides them). Once a
+#: partition's prefetched messages pass ``queued.min.messages`` (100,000), librdkafka waits
+#: ``fetch.queue.backoff.ms`` (1 s) before fetching it again: a batch source drains that in a
+#: tenth of a second and then idled, reading small records at a third of the speed it reads
+#: them with 20 ms (measured: 1M 50-byte records, one partition).
+BATCH_CONSUMER_SETTINGS = {"fetch.queue.backoff.ms": 20}
+
 
 class SourceSettings(Protocol):
     """What a :class:`KafkaPartitionReader` reads of its source: the settings of a
@@ -98,7 +105,8 @@ class KafkaPartitionReader(SplitReader):
         self.next_discovery = time.monotonic() + (source.discovery_interval or 0)
         self.down_since: float | None = None
         group = source.group_id or f"epochal-{context.operator_name}"
-        self.consumer = Consumer(source.consumer_config(group, **{"enable.partition.eof": True}))
+        settings = BATCH_CONSUMER_SETTINGS if source.batches else {}
+        self.consumer = Consumer(source.consumer_config(group, **{"enable.partition.eof": True, **settings}))
         assignment = []
         #: each split's offset at submit (its start), what its progress counts from
         self.origins = {split.split_id: split.start for split in splits}
