@@ -1,7 +1,8 @@
-"""KafkaSource(batches=True) without a broker: the JSON decoding of a batch's values (one row per
-value or the value named as bad, whatever the values hold: no row ever shifts to another
-message), the runs of one partition's messages, and the reader's positions, bounded ends,
-watermarks and bad values over a consumer that hands out prepared ``confluent_kafka.Message``s.
+"""KafkaSource(batches=True) and KafkaSink's batches without a broker: the JSON decoding of a
+batch's values (one row per value or the value named as bad, whatever the values hold: no row
+ever shifts to another message), the runs of one partition's messages, the reader's positions,
+bounded ends, watermarks and bad values over a consumer that hands out prepared
+``confluent_kafka.Message``s, and the key/value bytes the sink takes from a batch's columns.
 The broker-backed tests are tests/integration/test_columnar_kafka.py."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from confluent_kafka import KafkaError as Codes
 from confluent_kafka import Message
 
 from epochal.connectors.base import ReaderContext
-from epochal.connectors.kafka import KafkaError, KafkaSource
+from epochal.connectors.kafka import KafkaError, KafkaSink, KafkaSource
 from epochal.connectors.kafka.batches import decode_json, partition_runs
 from epochal.connectors.kafka.partitions import KafkaPartitionSplit
 from epochal.runtime.operators.functions import OutputTag
@@ -205,3 +206,16 @@ def test_a_bad_json_value_fails_naming_its_message_or_goes_to_the_side_output_an
     assert [(record.offset, record.value) for _, record in side] == [(1, b'{"k":"x"}'), (2, b"")]
     assert "an empty value" in side[1][1].error
     assert dict(lenient.positions()) == {"t-0": 4}
+
+
+# ---------------------------------------------------------------------- the sink's batches
+def test_a_sink_batch_gives_each_row_its_key_and_value_as_bytes_from_any_binary_or_string_column():
+    sink = KafkaSink("127.0.0.1:9", "out", guarantee="at_least_once")
+    batch = pa.record_batch({"key": pa.array(["a", None], pa.string_view()),
+                             "value": pa.array([b"1", b"2"], pa.binary_view()), "n": [1, 2]})
+    assert sink.serialize_batch([batch, pa.record_batch({"value": pa.array(["é"], pa.large_string())})]) == [
+        ("out", b"a", b"1", None, None), ("out", None, b"2", None, None), ("out", None, "é".encode(), None, None)]
+    with pytest.raises(ValueError, match="'value' column as bytes: it must be binary or string, not int64"):
+        sink.serialize_batch([pa.record_batch({"value": [1]})])
+    with pytest.raises(ValueError, match="writes a batch's 'value' column .* the batches have key, n"):
+        sink.serialize_batch([pa.record_batch({"key": ["a"], "n": [1]})])

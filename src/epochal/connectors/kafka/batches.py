@@ -195,15 +195,20 @@ def record_batch(keys: list[bytes | None], values: list[Any], topic_column: pa.A
 
 
 def _bytes_column(batch: pa.RecordBatch, name: str) -> list[bytes | None]:
-    """A binary or string column's values as bytes (strings as their UTF-8)."""
+    """A binary or string column's values as bytes (strings as their UTF-8); any width or view
+    of either (``large_string``, ``binary_view``, ``fixed_size_binary``...)."""
     column = batch.column(name)
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        column = column.cast(pa.binary() if pa.types.is_string(kind) else pa.large_binary())
-    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+    if not any(test(kind) for test in _BYTES_TYPES):
         raise ValueError(f"KafkaSink writes a batch's {name!r} column as bytes: it must be binary or string, "
                          f"not {kind} (cast it in map_batches first)")
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        column = column.cast(pa.large_binary())
     return column.to_pylist()
+
+
+_BYTES_TYPES = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary,
+                pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 
 
 def serialized_rows(batch: pa.RecordBatch, topic: str) -> list[tuple[str, bytes | None, bytes | None, None, None]]:
