@@ -67,16 +67,23 @@ class KafkaSource(Source):
             transactions are never read) or ``"read_uncommitted"``.
         config: further librdkafka consumer settings.
         metadata_timeout: seconds to wait for the broker at submit.
-        batches: a batch stream's source (docs/columnar.md): each read gives one
-            ``pyarrow.RecordBatch`` of up to 65,536 records with the columns ``key`` and ``value``
-            (binary), ``topic`` (string), ``partition`` (int32), ``offset`` and ``timestamp`` (int64,
-            the Kafka timestamp in ms); headers are not read. The deserializers stay ``"bytes"``;
-            watermarks, with ``watermarks=True``, come from the Kafka timestamps.
+        batches: a batch stream's source (docs/columnar.md, docs/kafka.md#batches): each read
+            gives one ``pyarrow.RecordBatch`` of the messages of one ``consume()``, at most
+            ``batch_records``, with the columns ``key`` and ``value`` (binary), ``topic``
+            (string), ``partition`` (int32), ``offset`` and ``timestamp`` (int64, the Kafka
+            timestamp in ms); headers are not read. Positions are checkpointed as for records (a
+            barrier comes between reads: no batch straddles a checkpoint). The deserializers stay
+            ``"bytes"``; watermarks, with ``watermarks=True``, come from the Kafka timestamps.
+            The consumer fetches with ``fetch.queue.backoff.ms`` 20 unless ``config`` says
+            otherwise (:data:`~epochal.connectors.kafka.reader.BATCH_CONSUMER_SETTINGS`).
         value_format: with ``batches=True``, ``"json"`` decodes the values of a whole batch in one
             call (``pyarrow.json``) into the columns of ``value_schema`` (a ``pyarrow.Schema``),
-            which replace ``value``; a null value is a row of nulls, fields not in the schema are
-            ignored. A value that is not JSON of that schema fails the job naming its topic,
-            partition and offset, or goes to ``errors``' side output.
+            which replace ``value``. Each value must be one JSON object: fields not in the schema
+            are ignored, missing ones are null, a null value or the JSON ``null`` is a row of
+            nulls (bad where the schema has a non-nullable field). A value that is not an object
+            of that schema fails the job naming its topic, partition, offset and why, or goes to
+            ``errors``' side output; no row takes another message's place
+            (:func:`~epochal.connectors.kafka.batches.decode_json`).
         value_schema: the schema of the JSON values (``value_format="json"``).
         batch_records: with ``batches=True``, the most records of one batch (default 65,536):
             smaller batches mean lower latency and checkpoint barriers sooner, larger ones less
