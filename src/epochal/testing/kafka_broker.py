@@ -109,6 +109,9 @@ class KafkaBroker:
             # aborted transactions of killed producers become visible quickly in the tests
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
             "log.flush.interval.messages": 1_000_000,
+            # records keep whatever timestamps a test gives them (event times from 1970 too): a
+            # retention check deleting them mid-test would make the job read nothing
+            "log.retention.ms": -1,
             **(properties or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
