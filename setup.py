@@ -13,12 +13,14 @@ Everything else is in pyproject.toml."""
 from setuptools import Extension, setup
 
 FLAGS = ["-O2", "-std=c99", "-Wall"]
+#: the hash of key groups both key-group extensions include (and the sdist ships: MANIFEST.in)
+MURMUR3 = "src/epochal/_murmur3.h"
 
 setup(ext_modules=[
     Extension("epochal.state.rocksdb._native", ["src/epochal/state/rocksdb/_native.c"],
               libraries=["dl"], extra_compile_args=FLAGS, optional=True),
     Extension("epochal.dataflow.queries._answer", ["src/epochal/dataflow/queries/_answer.c"],
-              extra_compile_args=FLAGS, optional=True),
+              depends=[MURMUR3], extra_compile_args=FLAGS, optional=True),
     Extension("epochal.plan._column_keygroups", ["src/epochal/plan/_column_keygroups.c"],
-              extra_compile_args=FLAGS, optional=True),
+              depends=[MURMUR3], extra_compile_args=FLAGS, optional=True),
 ])

@@ -33,55 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_murmur3.h"
+
 enum { BINARY32 = 0, BINARY64 = 1, FIXED = 2, INT = 3, UINT = 4, BOOL = 5, NULLS = 6 };
-
-/* MurmurHash3 x86 32-bit, as mmh3.hash(data, seed, signed=False) gives it (blocks little-endian). */
-static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
-
-static inline uint32_t mix_block(uint32_t h, uint32_t k) {
-    k *= 0xcc9e2d51u;
-    k = rotl32(k, 15);
-    k *= 0x1b873593u;
-    h ^= k;
-    h = rotl32(h, 13);
-    return h * 5 + 0xe6546b64u;
-}
-
-static inline uint32_t finish(uint32_t h, const unsigned char *tail, size_t len) {
-    uint32_t k = 0;
-    switch (len & 3) {
-    case 3:
-        k ^= (uint32_t)tail[2] << 16;
-        /* fall through */
-    case 2:
-        k ^= (uint32_t)tail[1] << 8;
-        /* fall through */
-    case 1:
-        k ^= tail[0];
-        k *= 0xcc9e2d51u;
-        k = rotl32(k, 15);
-        k *= 0x1b873593u;
-        h ^= k;
-    }
-    h ^= (uint32_t)len;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
-}
-
-/* The hash of bytes at rest (an Arrow buffer): each block one 4-byte load. */
-static uint32_t murmur3_32(const unsigned char *data, size_t len) {
-    uint32_t h = 0;
-    size_t blocks = len / 4;
-    for (size_t i = 0; i < blocks; i++) {
-        const unsigned char *p = data + 4 * i;
-        h = mix_block(h, (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-    }
-    return finish(h, data + 4 * blocks, len);
-}
 
 /* The same hash of bytes this row has just written (an int's digits, a tuple's encoding), read a
  * byte at a time: a 4-byte load over several recent smaller stores cannot be forwarded from them
@@ -93,9 +47,9 @@ static uint32_t murmur3_32_fresh(const unsigned char *data, size_t len) {
     size_t blocks = len / 4;
     for (size_t i = 0; i < blocks; i++) {
         const volatile unsigned char *p = bytes + 4 * i;
-        h = mix_block(h, (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        h = murmur3_mix_block(h, (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
     }
-    return finish(h, data + 4 * blocks, len);
+    return murmur3_finish(h, data + 4 * blocks, len);
 }
 
 typedef struct {

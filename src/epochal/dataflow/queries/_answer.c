@@ -31,51 +31,11 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "../../_murmur3.h"
+
 #define HEADER 4
 #define TOKEN 32
 #define MAX_KEYS 1024
-
-/* MurmurHash3, x86 32-bit, as mmh3.hash(data, seed, signed=False) gives it (blocks read little-endian). */
-static uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
-
-static uint32_t murmur3_32(const unsigned char *data, size_t len, uint32_t seed) {
-    const uint32_t c1 = 0xcc9e2d51u, c2 = 0x1b873593u;
-    uint32_t h = seed;
-    size_t blocks = len / 4;
-    for (size_t i = 0; i < blocks; i++) {
-        const unsigned char *p = data + 4 * i;
-        uint32_t k = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        k *= c1;
-        k = rotl32(k, 15);
-        k *= c2;
-        h ^= k;
-        h = rotl32(h, 13);
-        h = h * 5 + 0xe6546b64u;
-    }
-    const unsigned char *tail = data + 4 * blocks;
-    uint32_t k = 0;
-    switch (len & 3) {
-    case 3:
-        k ^= (uint32_t)tail[2] << 16;
-        /* fall through */
-    case 2:
-        k ^= (uint32_t)tail[1] << 8;
-        /* fall through */
-    case 1:
-        k ^= tail[0];
-        k *= c1;
-        k = rotl32(k, 15);
-        k *= c2;
-        h ^= k;
-    }
-    h ^= (uint32_t)len;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return h;
-}
 
 /* The key group of key as epochal.plan.keygroups.key_group_of gives it, for a str, bytes or int
  * key; -1 for any other key or a str that UTF-8 cannot encode (no exception left set). */
@@ -89,9 +49,9 @@ static long key_group(PyObject *key, long max_parallelism) {
             PyErr_Clear();
             return -1;
         }
-        h = murmur3_32((const unsigned char *)data, (size_t)len, 0);
+        h = murmur3_32((const unsigned char *)data, (size_t)len);
     } else if (PyBytes_CheckExact(key)) {
-        h = murmur3_32((const unsigned char *)PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key), 0);
+        h = murmur3_32((const unsigned char *)PyBytes_AS_STRING(key), (size_t)PyBytes_GET_SIZE(key));
     } else if (PyLong_CheckExact(key)) {
         PyObject *text = PyObject_Str(key);
         if (text == NULL) {
@@ -99,7 +59,7 @@ static long key_group(PyObject *key, long max_parallelism) {
             return -1;
         }
         data = PyUnicode_AsUTF8AndSize(text, &len);
-        h = data == NULL ? 0 : murmur3_32((const unsigned char *)data, (size_t)len, 0);
+        h = data == NULL ? 0 : murmur3_32((const unsigned char *)data, (size_t)len);
         Py_DECREF(text);
         if (data == NULL) {
             PyErr_Clear();
