@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -107,29 +108,38 @@ def build(env: epochal.Environment, job: str, records: int, sink: Sink | None) -
     return None
 
 
-def main() -> None:
-    args = spec.runner_arguments(__doc__.splitlines()[0], ["default"])
+def run(system: str, description: str, build: Callable[..., Any], make_sink: Callable[[Path], Sink],
+        config: Callable[[epochal.Environment], dict[str, Any]], versions: dict[str, str]) -> None:
+    """A runner's whole life: parse the arguments, build the job (``build(env, job, records,
+    sink)``; the sink is None with ``--verify``), time ``env.execute`` with Spark already started,
+    and write the result with the sampled latencies, the checkpoints and ``config(env)``."""
+    args = spec.runner_arguments(description, ["default"])
     job = spec.JOBS[args.job]
     args.work_dir.mkdir(parents=True, exist_ok=True)
     env = epochal.Environment(parallelism=args.parallelism)
     if job.checkpointed:
         env.enable_checkpointing(args.checkpoint_interval, "exactly_once",
                                  storage=str(args.work_dir / "checkpoints"))
-    sink = None if args.verify else LatencySamplingDiscardSink(args.work_dir)
+    sink = None if args.verify else make_sink(args.work_dir)
     collected = build(env, args.job, args.records, sink)
     env.spark  # start Spark before the timed region: its JVM start is process start-up  # noqa: B018
     started = time.perf_counter()
-    result = env.execute(f"peers {args.job} n={args.records}")
+    result = env.execute(f"peers {args.job} {system} n={args.records}")
     job_s = time.perf_counter() - started
     latency = None
     if job.measures_latency and sink is not None:
         latency = [s for f in sorted(args.work_dir.glob("latency-*.json")) for s in json.loads(f.read_text())]
     checkpoint_ms = [c["duration_s"] * 1000 for c in result.checkpoints if c["status"] == "completed"]
     summary = spec.summarize(args.job, collected.get()) if collected is not None else None
-    spec.write_result(args, "epochal", job_s=job_s, latency=latency,
+    spec.write_result(args, system, job_s=job_s, latency=latency,
                       checkpoint_ms=checkpoint_ms if job.checkpointed else None, summary=summary,
-                      config={"batch_size": env.config.batch_size, "checkpoints": len(checkpoint_ms)},
-                      versions={"epochal": version("epochal"), "pyspark": version("pyspark")})
+                      config={**config(env), "checkpoints": len(checkpoint_ms)},
+                      versions={"epochal": version("epochal"), "pyspark": version("pyspark"), **versions})
+
+
+def main() -> None:
+    run("epochal", __doc__.splitlines()[0], build, LatencySamplingDiscardSink,
+        lambda env: {"batch_size": env.config.batch_size}, {})
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import pyarrow.compute as pc
 
 import epochal
 from benchmarks.peers import spec
+from benchmarks.peers.run_epochal import run
 from epochal.connectors.base import Sink, SinkContext, SinkWriter
 
 #: rows per generated record batch
@@ -166,29 +166,8 @@ def build(env: epochal.Environment, job: str, records: int, sink: Sink | None) -
 
 
 def main() -> None:
-    args = spec.runner_arguments(__doc__.splitlines()[0], ["default"])
-    job = spec.JOBS[args.job]
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    env = epochal.Environment(parallelism=args.parallelism)
-    if job.checkpointed:
-        env.enable_checkpointing(args.checkpoint_interval, "exactly_once",
-                                 storage=str(args.work_dir / "checkpoints"))
-    sink = None if args.verify else LatencySamplingBatchSink(args.work_dir)
-    collected = build(env, args.job, args.records, sink)
-    env.spark  # start Spark before the timed region: its JVM start is process start-up  # noqa: B018
-    started = time.perf_counter()
-    result = env.execute(f"peers {args.job} columnar n={args.records}")
-    job_s = time.perf_counter() - started
-    latency = None
-    if job.measures_latency and sink is not None:
-        latency = [s for f in sorted(args.work_dir.glob("latency-*.json")) for s in json.loads(f.read_text())]
-    checkpoint_ms = [c["duration_s"] * 1000 for c in result.checkpoints if c["status"] == "completed"]
-    summary = spec.summarize(args.job, collected.get()) if collected is not None else None
-    spec.write_result(args, "epochal-columnar", job_s=job_s, latency=latency,
-                      checkpoint_ms=checkpoint_ms if job.checkpointed else None, summary=summary,
-                      config={"rows_per_batch": ROWS, "checkpoints": len(checkpoint_ms)},
-                      versions={"epochal": version("epochal"), "pyspark": version("pyspark"),
-                                "pyarrow": pa.__version__})
+    run("epochal-columnar", __doc__.splitlines()[0], build, LatencySamplingBatchSink,
+        lambda env: {"rows_per_batch": ROWS}, {"pyarrow": pa.__version__})
 
 
 if __name__ == "__main__":
