@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from importlib.metadata import version
+from typing import Any
 
 import epochal
 from benchmarks.kafka import job
@@ -59,23 +60,30 @@ def main() -> None:
               "sink_guarantee": args.variant, "state": "ValueState in a KeyedProcessFunction (heap)"}
     versions = {"epochal": version("epochal"), "pyspark": version("pyspark"),
                 "confluent-kafka": version("confluent-kafka")}
+    run(env, args, SYSTEM, "kafka-bench", config, versions)
+
+
+def run(env: epochal.Environment, args: Any, system: str, name: str, config: dict[str, Any],
+        versions: dict[str, str]) -> None:
+    """Run the built job as the runner protocol says (:mod:`benchmarks.kafka.job`): unbounded
+    until standard input closes with ``--latency``, else timed with Spark already started; then
+    write the result with ``config`` (and the run's checkpoints) and ``versions``."""
     if args.latency:
         stop = job.stdin_closed()
-        client = env.execute_async("kafka-bench")
+        client = env.execute_async(name)
         client.wait_until_running()
         stop.wait()
         client.cancel(timeout=60)
-        job.write_result(args, SYSTEM, config=config, versions=versions)
+        job.write_result(args, system, config=config, versions=versions)
         return
     env.spark  # start Spark before the timed region: its JVM start is process start-up  # noqa: B018
     started = time.perf_counter()
-    result = env.execute("kafka-bench", timeout=3600)
+    result = env.execute(name, timeout=3600)
     job_s = time.perf_counter() - started
     config["records_processed"] = result.records_processed
     config["checkpoint_ms"] = [round(c["duration_s"] * 1000, 1) for c in result.checkpoints
                                if c["status"] == "completed"]
-    job.write_result(args, SYSTEM, job_s=job_s, config=config, versions=versions)
-
+    job.write_result(args, system, job_s=job_s, config=config, versions=versions)
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,6 @@ Its output is checked as Spark's SQL aggregation's: every key's final count.
 
 from __future__ import annotations
 
-import time
 from importlib.metadata import version
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ import pyarrow.compute as pc
 
 import epochal
 from benchmarks.kafka import job
+from benchmarks.kafka.run_epochal import run
 from epochal import KafkaSink, KafkaSource
 
 SYSTEM = "epochal-columnar"
@@ -53,22 +53,7 @@ def main() -> None:
               "sink_guarantee": "exactly_once", "state": "agg's accumulators (heap keyed state)"}
     versions = {"epochal": version("epochal"), "pyspark": version("pyspark"), "pyarrow": pa.__version__,
                 "confluent-kafka": version("confluent-kafka")}
-    if args.latency:
-        stop = job.stdin_closed()
-        client = env.execute_async("kafka-bench-columnar")
-        client.wait_until_running()
-        stop.wait()
-        client.cancel(timeout=60)
-        job.write_result(args, SYSTEM, config=config, versions=versions)
-        return
-    env.spark  # start Spark before the timed region: its JVM start is process start-up  # noqa: B018
-    started = time.perf_counter()
-    result = env.execute("kafka-bench-columnar", timeout=3600)
-    job_s = time.perf_counter() - started
-    config["checkpoint_ms"] = [round(c["duration_s"] * 1000, 1) for c in result.checkpoints
-                               if c["status"] == "completed"]
-    job.write_result(args, SYSTEM, job_s=job_s, config=config, versions=versions)
-
+    run(env, args, SYSTEM, "kafka-bench-columnar", config, versions)
 
 if __name__ == "__main__":
     main()
