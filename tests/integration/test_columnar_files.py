@@ -103,12 +103,17 @@ def test_a_dataframe_as_batches(make_env, spark, tmp_path):
     assert {row[0]: (row[1], row[2]) for row in result.collected[collected.collect_id]} == expected
 
 
+def written_parts(directory, tables: list[pa.Table], row_group_size: int) -> list[pa.Table]:
+    """``tables`` written as ``part-<i>.parquet`` files in ``directory`` (made), returned."""
+    directory.mkdir()
+    for part, table in enumerate(tables):
+        pq.write_table(table, directory / f"part-{part}.parquet", row_group_size=row_group_size)
+    return tables
+
+
 def test_parquet_batches_read_what_the_row_source_reads(make_env, tmp_path):
     source = tmp_path / "in"
-    source.mkdir()
-    tables = [orders(part).slice(0, 3_000) for part in range(3)]
-    for part, table in enumerate(tables):
-        pq.write_table(table, source / f"part-{part}.parquet", row_group_size=700)
+    tables = written_parts(source, [orders(part).slice(0, 3_000) for part in range(3)], 700)
     env = make_env(2)
     batches = env.read_parquet(str(source), batches=True, batch_rows=1_000).collect()
     rows = env.read_parquet(str(source), as_dicts=False).collect()
@@ -127,10 +132,7 @@ def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def test_a_parquet_batch_job_killed_mid_file_continues_exactly(make_env, tmp_path):
     source = tmp_path / "in"
-    source.mkdir()
-    tables = [orders(part).slice(0, 8_000) for part in range(2)]
-    for part, table in enumerate(tables):
-        pq.write_table(table, source / f"part-{part}.parquet", row_group_size=3_000)
+    tables = written_parts(source, [orders(part).slice(0, 8_000) for part in range(2)], 3_000)
     env = make_env(2)
     env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
     env.set_restart_strategy(FixedDelayRestart(attempts=2, delay=0.2))

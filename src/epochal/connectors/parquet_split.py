@@ -60,6 +60,9 @@ class ParquetSplit(FileSplit):
     """The rows of one Parquet file; the position is ``(row_group, row_within_group)``."""
 
     _TRANSIENT: tuple[str, ...] = ("_parquet", "_file", "_table")
+    #: a batch stream's split (read_batch returns record batches); the class default serves
+    #: splits pickled before the option existed
+    batches: bool = False
 
     def __init__(self, file: FileRef, columns: list[str] | None, as_dicts: bool, batches: bool = False,
                  batch_rows: int = BATCH_ROWS) -> None:
@@ -90,7 +93,7 @@ class ParquetSplit(FileSplit):
             self.open()
         assert self._parquet is not None
         groups = self._parquet.num_row_groups
-        if getattr(self, "batches", False):
+        if self.batches:
             return self._read_record_batch(groups)
         out: list[Any] = []
         while len(out) < max_records and self._group < groups:

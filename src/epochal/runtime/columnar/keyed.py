@@ -97,14 +97,6 @@ class _KeyedBatchOperator(Operator):
     def _group_columns(self) -> list[str]:
         return self.keys
 
-    def _read(self, keys: list[Any], groups: list[int]) -> list[Any]:
-        """The stored value of every key (None: none), and the keys logged for this write."""
-        if self.log_batch is not None:
-            self.log_batch(keys, groups)
-        self.backend.prefetch(keys, groups)
-        tables = self.groups
-        return [tables[group].get(key) for key, group in zip(keys, groups, strict=True)]
-
     def _runs(self, partial: pa.Table, width: int) -> tuple[pa.Table, list[Any], list[int], list[tuple[int, int, int]]]:
         """``partial``'s rows ordered by key group, their Python keys and key groups, and the runs
         ``(key group, start, stop)`` of rows of one group: each group's dict is then read and
